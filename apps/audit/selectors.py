@@ -1,0 +1,14 @@
+from apps.audit.models import AuditEvent
+
+
+def audit_event_list(*, tenant, verb: str | None = None, actor: str | None = None, since=None, until=None):
+    events = AuditEvent.objects.for_tenant(tenant)
+    if verb:
+        events = events.filter(verb__startswith=verb)
+    if actor:
+        events = events.filter(actor_label__icontains=actor)
+    if since:
+        events = events.filter(occurred_at__gte=since)
+    if until:
+        events = events.filter(occurred_at__lt=until)
+    return events.order_by("-sequence")

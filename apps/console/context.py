@@ -1,0 +1,22 @@
+from apps.tenants.permissions import Action, role_can
+
+NAVIGATION = [
+    ("Overview", "console:home", Action.TENANT_VIEW),
+    ("Members", "console:members", Action.MEMBER_VIEW),
+    ("API keys", "console:keys", Action.API_KEY_VIEW),
+    ("Policy", "console:policy", Action.POLICY_VIEW),
+    ("Audit log", "console:audit", Action.AUDIT_VIEW),
+]
+
+
+def console(request):
+    """Navigation filtered by the current role, and the tenants the user can switch to."""
+    membership = getattr(request, "membership", None)
+    if membership is None:
+        return {}
+    return {
+        "current_tenant": request.tenant,
+        "current_role": membership.role,
+        "navigation": [(label, url) for label, url, action in NAVIGATION if role_can(membership.role, action)],
+        "switchable_tenants": [m.tenant for m in request.user.memberships.select_related("tenant").order_by("tenant__slug")],
+    }

@@ -1,0 +1,20 @@
+from django.urls import path
+
+from apps.console import views
+
+app_name = "console"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("login/", views.login_view, name="login"),
+    path("logout/", views.logout_view, name="logout"),
+    path("tenant/switch/", views.tenant_switch, name="tenant-switch"),
+    path("settings/members/", views.members, name="members"),
+    path("settings/members/<int:membership_id>/role/", views.member_role, name="member-role"),
+    path("settings/members/<int:membership_id>/remove/", views.member_remove, name="member-remove"),
+    path("settings/keys/", views.keys, name="keys"),
+    path("settings/keys/<int:key_id>/revoke/", views.key_revoke, name="key-revoke"),
+    path("settings/keys/<int:key_id>/rotate/", views.key_rotate, name="key-rotate"),
+    path("settings/policy/", views.policy, name="policy"),
+    path("audit/", views.audit, name="audit"),
+]

@@ -1,0 +1,194 @@
+from django.contrib import messages
+from django.contrib.auth import login, logout
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.paginator import Paginator
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from apps.audit.selectors import audit_event_list
+from apps.console import forms
+from apps.console.access import console_page
+from apps.core.api import TENANT_SESSION_KEY
+from apps.core.errors import DomainError
+from apps.core.login_throttle import login_failed, login_succeeded, login_throttled
+from apps.tenants import selectors, services
+from apps.tenants.permissions import Action, role_can
+
+PAGE_SIZE = 50
+
+
+def login_view(request):
+    form = AuthenticationForm(request, data=request.POST or None)
+    status = 200
+    if request.method == "POST":
+        username = request.POST.get("username", "")
+        address = request.META.get("REMOTE_ADDR", "")
+        if login_throttled(username=username, address=address):
+            form.errors.clear()
+            form.add_error(None, "Too many failed sign-in attempts. Wait 15 minutes, then try again.")
+            status = 429
+        elif form.is_valid():
+            login_succeeded(username=username, address=address)
+            login(request, form.get_user())
+            target = request.POST.get("next") or request.GET.get("next") or ""
+            if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+                target = "console:home"
+            return redirect(target)
+        else:
+            login_failed(username=username, address=address)
+            status = 401
+    return render(request, "console/login.html", {"form": form, "next": request.GET.get("next", "")}, status=status)
+
+
+@require_POST
+def logout_view(request):
+    logout(request)
+    return redirect("console:login")
+
+
+@require_POST
+@console_page(Action.TENANT_VIEW)
+def tenant_switch(request):
+    slug = request.POST.get("tenant", "")
+    if request.user.memberships.filter(tenant__slug=slug).exists():
+        request.session[TENANT_SESSION_KEY] = slug
+    else:
+        messages.error(request, "You are not a member of that tenant.")
+    return redirect("console:home")
+
+
+@console_page(Action.TENANT_VIEW)
+def home(request):
+    context = {"member_count": selectors.membership_list(tenant=request.tenant).count()}
+    if role_can(request.membership.role, Action.API_KEY_VIEW):
+        context["active_key_count"] = selectors.api_key_list(tenant=request.tenant, include_inactive=False).count()
+    if role_can(request.membership.role, Action.AUDIT_VIEW):
+        context["recent_events"] = audit_event_list(tenant=request.tenant)[:8]
+    return render(request, "console/home.html", context)
+
+
+def _act(request, action):
+    """Runs a service call; turns a domain error into a message on the next page."""
+    try:
+        return action()
+    except DomainError as error:
+        messages.error(request, error.message)
+        return None
+
+
+@console_page(Action.MEMBER_VIEW)
+def members(request):
+    can_manage = role_can(request.membership.role, Action.MEMBER_MANAGE)
+    form = forms.MemberAddForm(request.POST or None)
+    if request.method == "POST":
+        if not can_manage:
+            return render(request, "console/forbidden.html", {"action": Action.MEMBER_MANAGE}, status=403)
+        if form.is_valid():
+            added = _act(request, lambda: services.membership_add(
+                tenant=request.tenant, actor=request.actor, user_identifier=form.cleaned_data["user"],
+                role=form.cleaned_data["role"]))
+            if added:
+                messages.success(request, f"Added {added.user.username} as {added.role}.")
+                return redirect("console:members")
+    return render(request, "console/members.html", {
+        "memberships": selectors.membership_list(tenant=request.tenant),
+        "form": form,
+        "role_form": forms.MemberRoleForm(),
+        "can_manage": can_manage,
+    })
+
+
+@require_POST
+@console_page(Action.MEMBER_MANAGE)
+def member_role(request, membership_id):
+    form = forms.MemberRoleForm(request.POST)
+    if form.is_valid() and _act(request, lambda: services.membership_change_role(
+            tenant=request.tenant, actor=request.actor, membership_id=membership_id, role=form.cleaned_data["role"])):
+        messages.success(request, "Role changed.")
+    return redirect("console:members")
+
+
+@require_POST
+@console_page(Action.MEMBER_MANAGE)
+def member_remove(request, membership_id):
+    try:
+        services.membership_remove(tenant=request.tenant, actor=request.actor, membership_id=membership_id)
+        messages.success(request, "Member removed.")
+    except DomainError as error:
+        messages.error(request, error.message)
+    return redirect("console:members")
+
+
+@console_page(Action.API_KEY_VIEW)
+def keys(request):
+    form = forms.ApiKeyCreateForm(request.POST or None)
+    if request.method == "POST" and role_can(request.membership.role, Action.API_KEY_MANAGE) and form.is_valid():
+        created = _act(request, lambda: services.api_key_create(
+            tenant=request.tenant, actor=request.actor, created_by=request.user, **form.cleaned_data))
+        if created:
+            key, raw = created
+            return render(request, "console/key_created.html", {"key": key, "raw_key": raw})
+    page = Paginator(selectors.api_key_list(tenant=request.tenant), PAGE_SIZE).get_page(request.GET.get("page"))
+    now = timezone.now()
+    rows = [(key, key.status_at(now)) for key in page]
+    return render(request, "console/keys.html", {
+        "form": form, "rows": rows, "page": page, "rotate_form": forms.ApiKeyRotateForm(),
+        "can_manage": role_can(request.membership.role, Action.API_KEY_MANAGE),
+    })
+
+
+@require_POST
+@console_page(Action.API_KEY_MANAGE)
+def key_revoke(request, key_id):
+    key = _act(request, lambda: services.api_key_revoke(tenant=request.tenant, actor=request.actor, key_id=key_id))
+    if key:
+        messages.success(request, f"Revoked {key.prefix}…; requests with it are now refused.")
+    return redirect("console:keys")
+
+
+@require_POST
+@console_page(Action.API_KEY_MANAGE)
+def key_rotate(request, key_id):
+    form = forms.ApiKeyRotateForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose how long the old key stays valid.")
+        return redirect("console:keys")
+    rotated = _act(request, lambda: services.api_key_rotate(
+        tenant=request.tenant, actor=request.actor, key_id=key_id,
+        grace_seconds=form.cleaned_data["grace_seconds"], created_by=request.user))
+    if not rotated:
+        return redirect("console:keys")
+    key, raw = rotated
+    return render(request, "console/key_created.html", {"key": key, "raw_key": raw, "rotated": True})
+
+
+@console_page(Action.POLICY_VIEW)
+def policy(request):
+    current = request.tenant.policy
+    can_edit = role_can(request.membership.role, Action.POLICY_EDIT)
+    initial = {field: getattr(current, field) for field in services.POLICY_FIELDS}
+    initial["allowed_models"] = ", ".join(current.allowed_models)
+    form = forms.PolicyForm(request.POST or None, initial=initial)
+    if request.method == "POST":
+        if not can_edit:
+            return render(request, "console/forbidden.html", {"action": Action.POLICY_EDIT}, status=403)
+        if form.is_valid() and _act(request, lambda: services.policy_update(
+                tenant=request.tenant, actor=request.actor, changes=form.cleaned_data)):
+            messages.success(request, "Policy saved.")
+            return redirect("console:policy")
+    if not can_edit:
+        for field in form.fields.values():
+            field.disabled = True
+    return render(request, "console/policy.html", {"form": form, "can_edit": can_edit})
+
+
+@console_page(Action.AUDIT_VIEW)
+def audit(request):
+    form = forms.AuditFilterForm(request.GET or None)
+    filters = {key: value for key, value in form.cleaned_data.items() if value} if form.is_valid() else {}
+    page = Paginator(audit_event_list(tenant=request.tenant, **filters), PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "console/audit.html", {"form": form, "page": page, "query": query.urlencode()})

@@ -1,0 +1,82 @@
+"""The base class of every tenant-scoped REST view.
+
+`TenantApi.initial` authenticates, resolves the tenant (from the API key, or for a signed-in person
+from the `X-Tenant` header, the console's current tenant, or their only membership), and checks the
+action declared for the HTTP method against the role × action table. Subclasses cannot override
+`initial` or `get_queryset`, so none can skip the tenant; a deliberate bypass must be named
+`dangerously_*`.
+"""
+
+from rest_framework.views import APIView
+
+from apps.audit.services import Actor
+from apps.core.errors import Forbidden, NotFound
+from apps.core.pagination import PagePagination
+from apps.tenants.authentication import KeyPrincipal
+from apps.tenants.models import Tenant
+from apps.tenants.permissions import PERMISSIONS, Action, role_can, scopes_can
+
+TENANT_SESSION_KEY = "tenant_slug"
+
+
+def tenant_resolve_for_user(*, request, user):
+    """Returns (tenant, membership) for a signed-in person, or raises NotFound."""
+    slug = request.headers.get("X-Tenant") or request.session.get(TENANT_SESSION_KEY)
+    memberships = user.memberships.select_related("tenant")
+    if slug:
+        membership = memberships.filter(tenant__slug=slug).first()
+        if membership is None:
+            raise NotFound(f"no tenant {slug!r} among yours", code="tenant_not_found")
+        return membership.tenant, membership
+    membership = memberships.order_by("tenant__slug").first()
+    if membership is None:
+        raise NotFound("you are not a member of any tenant", code="tenant_not_found")
+    return membership.tenant, membership
+
+
+class TenantApi(APIView):
+    actions: dict[str, Action] = {}
+    pagination_class = PagePagination
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in ("initial", "get_queryset"):
+            if name in cls.__dict__:
+                raise TypeError(f"{cls.__name__} overrides {name}, which would bypass tenant resolution")
+        unknown = set(cls.actions) - {"GET", "POST", "PUT", "PATCH", "DELETE"}
+        if unknown:
+            raise TypeError(f"{cls.__name__}.actions names unknown methods {unknown}")
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        method = "GET" if request.method in {"HEAD", "OPTIONS"} else request.method
+        action = self.actions.get(method)
+        if action is None:
+            self.http_method_not_allowed(request)
+        principal = request.user
+        if isinstance(principal, KeyPrincipal):
+            self.tenant = Tenant.objects.get(pk=principal.tenant_id)
+            self.membership = None
+            self.actor = Actor.api_key(principal)
+            if not scopes_can(principal.scopes, action):
+                raise Forbidden(
+                    f"this API key lacks the scope {PERMISSIONS[action][1]} needed for {action}",
+                    code="scope_missing",
+                )
+        else:
+            self.tenant, self.membership = tenant_resolve_for_user(request=request, user=principal)
+            self.actor = Actor.user(principal)
+            if not role_can(self.membership.role, action):
+                raise Forbidden(f"the role {self.membership.role} may not {action}", code="role_forbidden")
+
+    def can(self, action: Action) -> bool:
+        if self.membership is not None:
+            return role_can(self.membership.role, action)
+        return scopes_can(self.request.user.scopes, action)
+
+    def paginated(self, queryset, serializer_class):
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(queryset, self.request, view=self)
+        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
+

@@ -1,0 +1,104 @@
+"""Domain errors with stable codes, and the one handler that renders every API error.
+
+Every API error has the shape {"error": {"code", "message", "type", "fields"?}}: the code is stable
+for programs, the message is for people, fields maps a field name to its problems.
+"""
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class DomainError(Exception):
+    status = 400
+    code = "invalid"
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, *, code: str | None = None, fields: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+        self.fields = fields or {}
+
+
+class ValidationFailed(DomainError):
+    status = 400
+    code = "invalid"
+
+
+class NotFound(DomainError):
+    status = 404
+    code = "not_found"
+    type = "not_found_error"
+
+
+class Forbidden(DomainError):
+    status = 403
+    code = "forbidden"
+    type = "permission_error"
+
+
+class Conflict(DomainError):
+    status = 409
+    code = "conflict"
+    type = "conflict_error"
+
+
+def error_body(*, code: str, message: str, type: str, fields: dict | None = None) -> dict:
+    error = {"code": code, "message": message, "type": type}
+    if fields:
+        error["fields"] = fields
+    return {"error": error}
+
+
+_DRF_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def _flatten_detail(detail) -> str:
+    if isinstance(detail, list):
+        return "; ".join(_flatten_detail(item) for item in detail)
+    if isinstance(detail, dict):
+        return "; ".join(f"{key}: {_flatten_detail(value)}" for key, value in detail.items())
+    return str(detail)
+
+
+def api_exception_handler(exc, context):
+    if isinstance(exc, DomainError):
+        body = error_body(code=exc.code, message=exc.message, type=exc.type, fields=exc.fields)
+        return Response(body, status=exc.status)
+    if isinstance(exc, Http404):
+        exc = drf.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = drf.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    status = response.status_code
+    if isinstance(exc, drf.ValidationError):
+        detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        body = error_body(
+            code="invalid",
+            message="The request body is invalid: " + _flatten_detail(detail),
+            type="invalid_request_error",
+            fields=detail,
+        )
+    else:
+        code = getattr(exc, "default_code", "error")
+        detail = getattr(exc, "detail", str(exc))
+        if hasattr(detail, "code") and detail.code:
+            code = detail.code
+        body = error_body(code=code, message=_flatten_detail(detail), type=_DRF_TYPES.get(status, "api_error"))
+    response.data = body
+    return response

@@ -1,0 +1,88 @@
+"""Starts the whole stack in the foreground: web (uvicorn, ASGI), a Celery worker and Celery beat.
+
+On the embedded default nothing else is needed. Ctrl-C (or SIGTERM) stops every process it started;
+if one of them dies, the others are stopped too and the exit code says so.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from areal_web.queues import Queue
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class Command(BaseCommand):
+    help = "Runs web, worker and beat together (the embedded default needs no other service)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--worker-concurrency", type=int, default=2)
+
+    def handle(self, *args, host, port, worker_concurrency, **options):
+        if not port_is_free(host, port):
+            raise CommandError(f"port {port} on {host} is already in use; stop what holds it or set PORT=<free port>")
+        call_command("migrate", verbosity=0, interactive=False)
+        call_command("bootstrap", stdout=self.stdout)
+        python = sys.executable
+        queues = ",".join(queue.value for queue in Queue)
+        commands = {
+            "web": [python, "-m", "uvicorn", "areal_web.asgi:application", "--host", host, "--port", str(port),
+                    "--no-access-log"],
+            "worker": [python, "-m", "celery", "-A", "areal_web", "worker", "-Q", queues,
+                       "--concurrency", str(worker_concurrency), "--loglevel", "INFO", "-n", "embedded@%h"],
+            "beat": [python, "-m", "celery", "-A", "areal_web", "beat", "--loglevel", "INFO",
+                     "-s", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)],
+        }
+        environment = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE",
+                                                                               "areal_web.settings.local")}
+        processes = {
+            name: subprocess.Popen(command, env=environment, start_new_session=True)
+            for name, command in commands.items()
+        }
+        self.stdout.write(self.style.SUCCESS(f"\nareal-web console: http://{host}:{port}/  (Ctrl-C stops everything)"))
+        stopping = False
+
+        def stop(*_):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        exit_code = 0
+        while not stopping:
+            for name, process in processes.items():
+                if process.poll() is not None:
+                    self.stderr.write(f"{name} exited with code {process.returncode}; stopping the rest")
+                    exit_code = 1
+                    stopping = True
+            time.sleep(0.5)
+        for process in processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for process in processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        self.stdout.write("stopped")
+        if exit_code:
+            raise CommandError("a process of the stack exited unexpectedly")

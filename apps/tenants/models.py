@@ -1,0 +1,100 @@
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from apps.tenants.permissions import Role
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class ConsentMode(models.TextChoices):
+    FULL = "full", "Full: store content and tokens"
+    METADATA_ONLY = "metadata_only", "Metadata only: cost and versions"
+    NONE = "none", "None: forward, store nothing"
+
+
+class PiiMode(models.TextChoices):
+    REDACT = "redact", "Redact before storing"
+    BLOCK = "block", "Refuse requests containing PII"
+    OFF = "off", "Off"
+
+
+class TenantPolicy(models.Model):
+    """What a tenant allows: models, limits, budget, data collection, PII handling and governance."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="policy")
+    allowed_models = models.JSONField(default=list, blank=True, help_text="Empty list: every model.")
+    rate_limit_rpm = models.PositiveIntegerField(null=True, blank=True)
+    rate_limit_tpm = models.PositiveIntegerField(null=True, blank=True)
+    monthly_budget_usd = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    consent_mode = models.CharField(max_length=16, choices=ConsentMode.choices, default=ConsentMode.FULL)
+    retention_days = models.PositiveIntegerField(default=90)
+    pii_mode = models.CharField(max_length=8, choices=PiiMode.choices, default=PiiMode.REDACT)
+    price_table = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Per model: {"model": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}} in USD.',
+    )
+    review_required = models.BooleanField(default=False)
+    two_person_promotion = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+
+class Membership(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_user")]
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def for_tenant(self, tenant):
+        return self.filter(tenant=tenant)
+
+
+class ApiKey(models.Model):
+    """A machine credential. Only a SHA-256 hash of the secret is stored, with a visible prefix."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=120)
+    prefix = models.CharField(max_length=16, unique=True)
+    hashed_secret = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    replaced_by = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaces"
+    )
+    grace_until = models.DateTimeField(null=True, blank=True, help_text="After rotation: valid until then.")
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="apikey_unique_name")]
+        ordering = ["-created_at", "-id"]
+
+    def status_at(self, moment) -> str:
+        if self.revoked_at and self.revoked_at <= moment:
+            return "revoked"
+        if self.grace_until and self.grace_until <= moment:
+            return "rotated"
+        if self.expires_at and self.expires_at <= moment:
+            return "expired"
+        if self.grace_until:
+            return "rotating"
+        return "active"

@@ -1,0 +1,78 @@
+"""The one place that reads the process environment.
+
+Every setting that comes from the environment goes through these helpers, so a missing or malformed
+value fails at start-up with a message naming the variable instead of deep inside a request.
+"""
+
+import os
+from urllib.parse import parse_qsl, unquote, urlparse
+
+
+class ConfigurationError(RuntimeError):
+    """A required environment variable is missing or malformed."""
+
+
+_MISSING = object()
+
+
+def env_str(name: str, default=_MISSING) -> str:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        if default is _MISSING:
+            raise ConfigurationError(f"environment variable {name} is required but not set")
+        return default
+    return value
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigurationError(f"environment variable {name}={value!r} is not a boolean (use true or false)")
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigurationError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def env_list(name: str, default: list[str] | None = None) -> list[str]:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return list(default or [])
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+
+
+def parse_database_url(url: str) -> dict:
+    """Turns `postgres://user:pass@host:port/name?sslmode=require` into a Django DATABASES entry."""
+    parsed = urlparse(url)
+    if parsed.scheme not in {"postgres", "postgresql", "pgsql"}:
+        raise ConfigurationError(
+            f"DATABASE_URL scheme {parsed.scheme!r} is not supported; use postgres://user@host:port/name"
+        )
+    name = unquote(parsed.path.lstrip("/"))
+    if not name:
+        raise ConfigurationError("DATABASE_URL names no database (postgres://user@host:port/NAME)")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+        "OPTIONS": dict(parse_qsl(parsed.query)),
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }

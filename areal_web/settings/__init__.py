@@ -1,0 +1,1 @@
+"""Settings package: base (shared), local (embedded default), test, production."""

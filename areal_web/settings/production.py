@@ -1,0 +1,29 @@
+"""Production: refuses to start unless it is configured safely.
+
+Required: DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DEBUG off. Passes `manage.py check --deploy`.
+"""
+
+from areal_web.env import ConfigurationError, env_bool, env_int, env_list, env_str
+from areal_web.settings.base import *  # noqa: F403
+
+SECRET_KEY = env_str("DJANGO_SECRET_KEY")
+if env_bool("DJANGO_DEBUG", False):
+    raise ConfigurationError("DJANGO_DEBUG must be off in production settings")
+DEBUG = False
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS")
+if not ALLOWED_HOSTS:
+    raise ConfigurationError("DJANGO_ALLOWED_HOSTS is empty; list the host names this site answers to")
+
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+SECURE_HSTS_PRELOAD = True
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}

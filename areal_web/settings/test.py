@@ -1,0 +1,32 @@
+"""Test settings.
+
+With CI=true the suite must run on the real services the CI machine provides: PostgreSQL and Redis
+default to 127.0.0.1 and tests/conftest.py fails the run, rather than skipping, if either is missing.
+Without CI the suite runs embedded (SQLite, filesystem broker, in-memory channel layer).
+"""
+
+import os
+from pathlib import Path
+
+from areal_web.env import env_bool
+
+# Tests keep their files (SQLite test database, embedded broker, cache) apart from a running stack's.
+os.environ.setdefault("AREAL_VAR_DIR", str(Path(__file__).resolve().parents[2] / "var" / "test"))
+
+if env_bool("CI", False):
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/areal")
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/11")
+    os.environ.setdefault("AREAL_CHANNEL_PREFIX", f"areal-test-{os.getpid()}")
+
+from areal_web.settings.base import *  # noqa: E402, F403
+from areal_web.settings.base import DATABASES  # noqa: E402
+
+DEBUG = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # A file, not :memory:, so that worker processes and the live server see the same test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405

@@ -1,0 +1,97 @@
+import os
+import socket
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from apps.audit.services import Actor
+from apps.tenants.permissions import Role
+from apps.tenants.services import api_key_create
+from tests.tenants.factories import MembershipFactory, TenantFactory, UserFactory
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def pytest_sessionstart(session):
+    """On CI the suite must run against real PostgreSQL and Redis: missing services fail the run."""
+    if os.environ.get("CI", "").lower() not in {"1", "true", "yes"}:
+        return
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    problems = []
+    if not database["ENGINE"].endswith("postgresql"):
+        problems.append(f"CI=true but the database engine is {database['ENGINE']}")
+    elif not _reachable(database["HOST"] or "127.0.0.1", int(database["PORT"] or 5432)):
+        problems.append(f"PostgreSQL is not reachable at {database['HOST']}:{database['PORT']}")
+    if not settings.REDIS_URL:
+        problems.append("CI=true but REDIS_URL is empty")
+    else:
+        import redis
+
+        try:
+            redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2).ping()
+        except redis.RedisError as error:
+            problems.append(f"Redis is not reachable at {settings.REDIS_URL}: {error}")
+    if problems:
+        raise pytest.UsageError("required CI services missing:\n  " + "\n  ".join(problems))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def tenant(db):
+    return TenantFactory(slug="acme", name="Acme")
+
+
+@pytest.fixture
+def other_tenant(db):
+    return TenantFactory(slug="globex", name="Globex")
+
+
+@pytest.fixture
+def member(tenant):
+    """member(role) → a user with that role in `tenant`."""
+
+    def make(role=Role.ADMIN, *, of=None):
+        return MembershipFactory(tenant=of or tenant, role=role).user
+
+    return make
+
+
+@pytest.fixture
+def admin_user(member):
+    return member(Role.ADMIN)
+
+
+@pytest.fixture
+def api_client(tenant):
+    """api_client(scopes=[...]) → an APIClient authenticated with a new key of `tenant`;
+    api_client(user=u) → one signed in as u (session auth)."""
+
+    def make(scopes=None, *, user=None, of=None):
+        client = APIClient()
+        if user is not None:
+            client.force_login(user)
+            return client
+        _, raw = api_key_create(
+            tenant=of or tenant, actor=Actor.system("test"), name=f"test-{os.urandom(4).hex()}",
+            scopes=list(scopes or ["admin"]),
+        )
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        client.raw_key = raw
+        return client
+
+    return make

@@ -1,0 +1,10 @@
+import os
+import socket
+
+from celery import shared_task
+
+
+@shared_task(name="core.ping")
+def ping(token: str) -> dict:
+    """Answers with the token and where it ran: proves a worker process consumed it from the broker."""
+    return {"token": token, "pid": os.getpid(), "host": socket.gethostname()}
