@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 from apps.audit.services import Actor
 from apps.tenants.permissions import Role
 from apps.tenants.services import api_key_create
-from tests.tenants.factories import MembershipFactory, TenantFactory, UserFactory
+from tests.tenants.factories import MembershipFactory, TenantFactory
 
 
 def _reachable(host: str, port: int) -> bool:

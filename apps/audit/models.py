@@ -31,6 +31,9 @@ class AuditEvent(models.Model):
         indexes = [models.Index(fields=["tenant", "verb"]), models.Index(fields=["tenant", "occurred_at"])]
         ordering = ["-sequence"]
 
+    def __str__(self) -> str:
+        return f"{self.tenant_id}#{self.sequence} {self.verb}"
+
     def save(self, *args, **kwargs):
         if self.pk is not None:
             raise RuntimeError("audit events are append-only")

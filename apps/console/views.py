@@ -38,7 +38,6 @@ def login_view(request):
             return redirect(target)
         else:
             login_failed(username=username, address=address)
-            status = 401
     return render(request, "console/login.html", {"form": form, "next": request.GET.get("next", "")}, status=status)
 
 

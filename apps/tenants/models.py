@@ -46,6 +46,9 @@ class TenantPolicy(models.Model):
     two_person_promotion = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
+    def __str__(self) -> str:
+        return f"policy of {self.tenant_id}"
+
 
 class Membership(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
@@ -55,6 +58,9 @@ class Membership(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} as {self.role} in {self.tenant_id}"
 
 
 class ApiKeyQuerySet(models.QuerySet):
@@ -87,6 +93,9 @@ class ApiKey(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="apikey_unique_name")]
         ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
 
     def status_at(self, moment) -> str:
         if self.revoked_at and self.revoked_at <= moment:

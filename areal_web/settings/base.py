@@ -103,7 +103,7 @@ if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
     _broker_dir = VAR_DIR / "broker"
-    for _folder in ("queue", "processed"):
+    for _folder in ("queue", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
     (VAR_DIR / "celery-results").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
@@ -112,6 +112,7 @@ else:
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        "control_folder": str(_broker_dir / "control"),
     }
     CELERY_RESULT_BACKEND = f"file://{VAR_DIR / 'celery-results'}"
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -30,3 +30,10 @@ STORAGES = {
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A file, not :memory:, so that worker processes and the live server see the same test database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405
+
+# Worker processes started by the tests must use the test database the suite created.
+if env_bool("AREAL_USE_TEST_DATABASE", False):
+    _default = DATABASES["default"]
+    _default["NAME"] = _default.get("TEST", {}).get("NAME") or f"test_{_default['NAME']}"
+# No persistent connections: threads of async tests must not hold the test database open at teardown.
+DATABASES["default"]["CONN_MAX_AGE"] = 0

@@ -1,0 +1,112 @@
+import pytest
+from django.test import Client
+
+from apps.tenants.models import ApiKey, TenantPolicy
+from apps.tenants.permissions import Role
+from tests.tenants.factories import PASSWORD, MembershipFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_login_and_logout(admin_user, tenant):
+    client = Client()
+    assert client.get("/").status_code == 302
+    response = client.post("/login/", {"username": admin_user.username, "password": PASSWORD})
+    assert response.status_code == 302
+    assert client.get("/").status_code == 200
+    client.post("/logout/")
+    assert client.get("/").status_code == 302
+
+
+def test_repeated_wrong_passwords_are_throttled(admin_user, settings):
+    client = Client()
+    for _ in range(settings.AREAL_LOGIN_MAX_FAILURES):
+        failed = client.post("/login/", {"username": admin_user.username, "password": "wrong"})
+        assert failed.status_code == 200 and b"correct username and password" in failed.content
+    refused = client.post("/login/", {"username": admin_user.username, "password": PASSWORD})
+    assert refused.status_code == 429
+    assert b"Too many failed sign-in attempts" in refused.content
+    assert "_auth_user_id" not in client.session
+
+
+def test_forms_are_csrf_protected(admin_user, tenant):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+    response = client.post("/settings/keys/", {"name": "x", "scopes": ["inference"]})
+    assert response.status_code == 403
+    assert not ApiKey.objects.filter(name="x").exists()
+
+
+@pytest.mark.parametrize("role,visible,hidden", [
+    (Role.ADMIN, ["Members", "API keys", "Policy", "Audit log"], []),
+    (Role.OPERATOR, ["Members", "Policy", "Audit log"], ["API keys"]),
+    (Role.ANNOTATOR, ["Policy"], ["Members", "API keys", "Audit log"]),
+    (Role.VIEWER, ["Members", "Policy"], ["API keys", "Audit log"]),
+])
+def test_navigation_follows_role(member, role, visible, hidden):
+    client = Client()
+    client.force_login(member(role))
+    page = client.get("/").content.decode()
+    for label in visible:
+        assert f">{label}</a>" in page
+    for label in hidden:
+        assert f">{label}</a>" not in page
+
+
+def test_admin_creates_rotates_and_revokes_a_key_in_the_console(admin_user, tenant):
+    client = Client()
+    client.force_login(admin_user)
+    created = client.post("/settings/keys/", {"name": "agent", "scopes": ["inference", "rewards:write"]})
+    raw = created.context["raw_key"]
+    assert raw.encode() in created.content
+    listing = client.get("/settings/keys/").content
+    assert raw.encode() not in listing and b"agent" in listing
+    key = ApiKey.objects.get(tenant=tenant, name="agent")
+    rotated = client.post(f"/settings/keys/{key.pk}/rotate/", {"grace_seconds": "3600"})
+    assert rotated.status_code == 200 and rotated.context["rotated"]
+    client.post(f"/settings/keys/{key.pk}/revoke/")
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+
+
+def test_operator_cannot_manage_keys_or_policy(member, tenant):
+    client = Client()
+    client.force_login(member(Role.OPERATOR))
+    assert client.post("/settings/keys/", {"name": "sneaky", "scopes": ["admin"]}).status_code == 403
+    assert client.post("/settings/policy/", {"consent_mode": "none", "retention_days": 1, "pii_mode": "off"}).status_code == 403
+    assert not ApiKey.objects.filter(name="sneaky").exists()
+    assert TenantPolicy.objects.get(tenant=tenant).consent_mode == "full"
+
+
+def test_policy_form_saves(admin_user, tenant):
+    client = Client()
+    client.force_login(admin_user)
+    response = client.post("/settings/policy/", {
+        "allowed_models": "policy-small, policy-large", "consent_mode": "metadata_only", "retention_days": 30,
+        "pii_mode": "block", "price_table": '{"policy-small": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}}',
+    })
+    assert response.status_code == 302
+    policy = TenantPolicy.objects.get(tenant=tenant)
+    assert policy.allowed_models == ["policy-small", "policy-large"] and policy.retention_days == 30
+
+
+def test_tenant_switcher(admin_user, tenant, other_tenant):
+    MembershipFactory(tenant=other_tenant, user=admin_user, role=Role.VIEWER)
+    client = Client()
+    client.force_login(admin_user)
+    assert b"Acme</h1>" in client.get("/").content
+    client.post("/tenant/switch/", {"tenant": "globex"})
+    page = client.get("/").content
+    assert b"Globex</h1>" in page and b">API keys</a>" not in page
+    client.post("/tenant/switch/", {"tenant": "nope"})
+    assert b"Globex</h1>" in client.get("/").content
+
+
+def test_audit_page_filters_and_paginates(admin_user, tenant):
+    client = Client()
+    client.force_login(admin_user)
+    for number in range(3):
+        client.post("/settings/keys/", {"name": f"k{number}", "scopes": ["inference"]})
+    page = client.get("/audit/?verb=api_key.").content.decode()
+    assert page.count("<code>api_key.create</code>") == 3
+    assert client.get("/audit/?since=garbage").status_code == 200
