@@ -3,6 +3,7 @@
 from django.urls import path
 
 from apps.audit.apis import AuditEventListApi, AuditVerifyApi
+from apps.inference.apis import BackendCheckApi, BackendDetailApi, BackendListApi
 from apps.tenants.apis import (
     ApiKeyDetailApi,
     ApiKeyListApi,
@@ -25,4 +26,7 @@ urlpatterns = [
     path("keys/<int:key_id>/rotate/", ApiKeyRotateApi.as_view(), name="api-key-rotate"),
     path("audit/", AuditEventListApi.as_view(), name="audit-list"),
     path("audit/verify/", AuditVerifyApi.as_view(), name="audit-verify"),
+    path("backends/", BackendListApi.as_view(), name="backend-list"),
+    path("backends/<int:backend_id>/", BackendDetailApi.as_view(), name="backend-detail"),
+    path("backends/<int:backend_id>/check/", BackendCheckApi.as_view(), name="backend-check"),
 ]

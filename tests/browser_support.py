@@ -22,8 +22,10 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Module-scoped: Playwright's sync API keeps an event loop running in this thread while it is open,
+    which async tests elsewhere must not inherit (conftest also runs browser tests last)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -44,6 +44,11 @@ def pytest_sessionstart(session):
         raise pytest.UsageError("required CI services missing:\n  " + "\n  ".join(problems))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Browser tests run last, after every async test."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_cache():
     cache.clear()

@@ -5,6 +5,7 @@ NAVIGATION = [
     ("Members", "console:members", Action.MEMBER_VIEW),
     ("API keys", "console:keys", Action.API_KEY_VIEW),
     ("Policy", "console:policy", Action.POLICY_VIEW),
+    ("Backends", "console:backends", Action.BACKEND_VIEW),
     ("Audit log", "console:audit", Action.AUDIT_VIEW),
 ]
 

@@ -1,5 +1,6 @@
 from django import forms
 
+from apps.inference.models import BackendKind
 from apps.tenants.models import ConsentMode, PiiMode
 from apps.tenants.permissions import Role, Scope
 
@@ -52,3 +53,12 @@ class AuditFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=200)
     since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
     until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+
+
+class BackendRegisterForm(forms.Form):
+    name = forms.SlugField(max_length=64)
+    base_url = forms.URLField(max_length=300, assume_scheme="http", label="Base URL", help_text="Server root, e.g. http://127.0.0.1:8100")
+    kind = forms.ChoiceField(choices=BackendKind.choices)
+    served_model = forms.CharField(max_length=200, label="Served model name")
+    model_version = forms.CharField(max_length=64, required=False)
+    weight = forms.IntegerField(min_value=0, max_value=1000, initial=1)

@@ -17,4 +17,7 @@ urlpatterns = [
     path("settings/keys/<int:key_id>/rotate/", views.key_rotate, name="key-rotate"),
     path("settings/policy/", views.policy, name="policy"),
     path("audit/", views.audit, name="audit"),
+    path("backends/", views.backends, name="backends"),
+    path("backends/<int:backend_id>/check/", views.backend_check, name="backend-check"),
+    path("backends/<int:backend_id>/drain/", views.backend_drain, name="backend-drain"),
 ]

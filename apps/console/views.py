@@ -13,6 +13,10 @@ from apps.console.access import console_page
 from apps.core.api import TENANT_SESSION_KEY
 from apps.core.errors import DomainError
 from apps.core.login_throttle import login_failed, login_succeeded, login_throttled
+from apps.inference import selectors as inference_selectors
+from apps.inference import services as inference_services
+from apps.inference.health import backend_probe
+from apps.inference.models import BackendState
 from apps.tenants import selectors, services
 from apps.tenants.permissions import Action, role_can
 
@@ -191,3 +195,44 @@ def audit(request):
     query = request.GET.copy()
     query.pop("page", None)
     return render(request, "console/audit.html", {"form": form, "page": page, "query": query.urlencode()})
+
+
+@console_page(Action.BACKEND_VIEW)
+def backends(request):
+    can_manage = role_can(request.membership.role, Action.BACKEND_MANAGE)
+    form = forms.BackendRegisterForm(request.POST or None)
+    if request.method == "POST":
+        if not can_manage:
+            return render(request, "console/forbidden.html", {"action": Action.BACKEND_MANAGE}, status=403)
+        if form.is_valid():
+            backend = _act(request, lambda: inference_services.backend_register(
+                tenant=request.tenant, actor=request.actor, **form.cleaned_data))
+            if backend:
+                healthy, error = backend_probe(base_url=backend.base_url, kind=backend.kind)
+                backend = inference_services.backend_record_health(backend_id=backend.pk, healthy=healthy, error=error)
+                messages.success(request, f"Registered {backend.name}: {backend.state}.")
+                return redirect("console:backends")
+    return render(request, "console/backends.html", {
+        "backends": inference_selectors.backend_list(tenant=request.tenant), "form": form, "can_manage": can_manage,
+    })
+
+
+@require_POST
+@console_page(Action.BACKEND_MANAGE)
+def backend_check(request, backend_id):
+    backend = inference_selectors.backend_get(tenant=request.tenant, backend_id=backend_id)
+    healthy, error = backend_probe(base_url=backend.base_url, kind=backend.kind)
+    backend = inference_services.backend_record_health(backend_id=backend.pk, healthy=healthy, error=error)
+    messages.success(request, f"{backend.name} is {backend.state}{': ' + backend.last_error if error else ''}.")
+    return redirect("console:backends")
+
+
+@require_POST
+@console_page(Action.BACKEND_MANAGE)
+def backend_drain(request, backend_id):
+    draining = request.POST.get("drain") == "1"
+    state = BackendState.DRAINING if draining else BackendState.UNKNOWN
+    if _act(request, lambda: inference_services.backend_update(
+            tenant=request.tenant, actor=request.actor, backend_id=backend_id, changes={"state": state})):
+        messages.success(request, "Draining: no new sessions." if draining else "Back in rotation after the next check.")
+    return redirect("console:backends")

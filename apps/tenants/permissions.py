@@ -33,6 +33,8 @@ class Action(StrEnum):
     API_KEY_VIEW = "api_key.view"
     API_KEY_MANAGE = "api_key.manage"
     AUDIT_VIEW = "audit.view"
+    BACKEND_VIEW = "backend.view"
+    BACKEND_MANAGE = "backend.manage"
 
 
 _EVERYONE = frozenset(Role)
@@ -49,6 +51,8 @@ PERMISSIONS: dict[Action, tuple[frozenset[Role], Scope | None]] = {
     Action.API_KEY_VIEW: (_ADMIN, Scope.ADMIN),
     Action.API_KEY_MANAGE: (_ADMIN, Scope.ADMIN),
     Action.AUDIT_VIEW: (_OPERATORS, Scope.ADMIN),
+    Action.BACKEND_VIEW: (_OPERATORS | {Role.VIEWER}, Scope.ADMIN),
+    Action.BACKEND_MANAGE: (_OPERATORS, Scope.ADMIN),
 }
 
 

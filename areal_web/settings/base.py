@@ -28,11 +28,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "apps.core",
     "apps.tenants",
     "apps.audit",
     "apps.metrics",
+    "apps.inference",
     "apps.console",
 ]
 
@@ -167,6 +169,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 
 # Login throttling: after this many failures for one username (or one client address) within the
@@ -187,4 +192,5 @@ LOGGING = {
 
 CELERY_BEAT_SCHEDULE = {
     "audit-verify-chains": {"task": "audit.verify_chains", "schedule": 24 * 3600.0},
+    "inference-check-backends": {"task": "inference.check_backends", "schedule": 15.0},
 }

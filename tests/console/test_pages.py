@@ -110,3 +110,10 @@ def test_audit_page_filters_and_paginates(admin_user, tenant):
     page = client.get("/audit/?verb=api_key.").content.decode()
     assert page.count("<code>api_key.create</code>") == 3
     assert client.get("/audit/?since=garbage").status_code == 200
+
+
+def test_api_schema_and_docs_are_served_without_outside_assets(client):
+    schema = client.get("/api/schema/")
+    assert schema.status_code == 200 and b"/api/v1/keys/{key_id}/rotate/" in schema.content
+    docs = client.get("/api/docs/").content.decode()
+    assert "cdn" not in docs.lower() and "/static/drf_spectacular_sidecar/" in docs

@@ -4,6 +4,7 @@ and change nothing."""
 import pytest
 
 from apps.audit.models import AuditEvent
+from apps.inference.models import InferenceBackend
 from apps.tenants.models import ApiKey, Membership, TenantPolicy
 from apps.tenants.permissions import PERMISSIONS, Action, Role, role_can
 from tests.tenants.factories import MembershipFactory, UserFactory
@@ -17,6 +18,7 @@ def _snapshot(tenant):
         list(Membership.objects.filter(tenant=tenant).values_list("id", "role").order_by("id")),
         TenantPolicy.objects.filter(tenant=tenant).values_list("retention_days", flat=True).get(),
         AuditEvent.objects.filter(tenant=tenant).count(),
+        InferenceBackend.objects.filter(tenant=tenant).count(),
     )
 
 
@@ -39,6 +41,11 @@ def _request(action, client, context):
         return client.post(f"/api/v1/keys/{victim_key.pk}/revoke/")
     if action is Action.AUDIT_VIEW:
         return client.get("/api/v1/audit/")
+    if action is Action.BACKEND_VIEW:
+        return client.get("/api/v1/backends/")
+    if action is Action.BACKEND_MANAGE:
+        return client.post("/api/v1/backends/", {"name": "b", "base_url": "http://127.0.0.1:1", "kind": "vllm",
+                                                 "served_model": "m"}, format="json")
     raise AssertionError(f"no request for {action}")
 
 

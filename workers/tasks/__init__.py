@@ -1,3 +1,3 @@
 """Celery task entrypoints. Each module registers its tasks on import; add new modules here."""
 
-from workers.tasks import audit, core  # noqa: F401
+from workers.tasks import audit, core, inference  # noqa: F401

@@ -1,0 +1,38 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.audit.services import Actor
+from apps.core.errors import DomainError
+from apps.inference.health import backend_probe
+from apps.inference.models import BackendKind, InferenceBackend
+from apps.inference.services import backend_record_health, backend_register, backend_update
+from apps.tenants.selectors import tenant_get_by_slug
+
+
+class Command(BaseCommand):
+    help = "Registers an inference backend for a tenant (or updates the one with that name) and probes it."
+
+    def add_arguments(self, parser):
+        parser.add_argument("tenant_slug")
+        parser.add_argument("--name", required=True)
+        parser.add_argument("--url", required=True, help="server root, e.g. http://127.0.0.1:8100")
+        parser.add_argument("--kind", required=True, choices=BackendKind.values)
+        parser.add_argument("--model", required=True, help="the served model name clients ask for")
+        parser.add_argument("--model-version", default="", help="model version it serves")
+        parser.add_argument("--weight", type=int, default=1)
+
+    def handle(self, *args, tenant_slug, name, url, kind, model, model_version, weight, **options):
+        actor = Actor.system("manage.py registerbackend")
+        fields = {"base_url": url, "kind": kind, "served_model": model, "model_version": model_version, "weight": weight}
+        try:
+            tenant = tenant_get_by_slug(slug=tenant_slug)
+            existing = InferenceBackend.objects.for_tenant(tenant).filter(name=name).first()
+            if existing:
+                backend = backend_update(tenant=tenant, actor=actor, backend_id=existing.pk, changes=fields)
+            else:
+                backend = backend_register(tenant=tenant, actor=actor, name=name, **fields)
+        except DomainError as error:
+            raise CommandError(error.message) from None
+        healthy, error = backend_probe(base_url=backend.base_url, kind=backend.kind)
+        backend = backend_record_health(backend_id=backend.pk, healthy=healthy, error=error)
+        self.stdout.write(f"{'updated' if existing else 'registered'} {backend.name} → {backend.base_url}: "
+                          f"{backend.state}{' (' + backend.last_error + ')' if backend.last_error else ''}")

@@ -1,0 +1,65 @@
+from django.db import models
+from django.utils import timezone
+
+
+class BackendKind(models.TextChoices):
+    EMBEDDED = "embedded", "Embedded (areal-web's transformers server)"
+    VLLM = "vllm", "vLLM"
+    OPENAI_COMPATIBLE = "openai_compatible", "Other OpenAI-compatible server"
+
+
+class BackendState(models.TextChoices):
+    UNKNOWN = "unknown", "Not checked yet"
+    UP = "up", "Up"
+    DOWN = "down", "Down"
+    DRAINING = "draining", "Draining (no new sessions)"
+
+
+class InferenceBackendQuerySet(models.QuerySet):
+    def for_tenant(self, tenant):
+        return self.filter(tenant=tenant)
+
+
+class InferenceBackend(models.Model):
+    """One OpenAI-compatible server replica that serves a model (at a version) for a tenant."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="inference_backends")
+    name = models.SlugField(max_length=64)
+    base_url = models.URLField(max_length=300, help_text="Root of the server, e.g. http://10.0.0.5:8100")
+    kind = models.CharField(max_length=24, choices=BackendKind.choices)
+    served_model = models.CharField(max_length=200, help_text="The model name clients ask for.")
+    model_version = models.CharField(max_length=64, blank=True, help_text="Version of that model it serves.")
+    weight = models.PositiveIntegerField(default=1, help_text="Relative share of new sessions; 0 takes none.")
+    state = models.CharField(max_length=16, choices=BackendState.choices, default=BackendState.UNKNOWN)
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = InferenceBackendQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="backend_unique_name")]
+        ordering = ["served_model", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.base_url})"
+
+
+class SessionAffinity(models.Model):
+    """Which backend a session is pinned to, so multi-turn context and prefix caches stay on one replica."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    session_id = models.CharField(max_length=200)
+    served_model = models.CharField(max_length=200)
+    backend = models.ForeignKey(InferenceBackend, on_delete=models.CASCADE, related_name="affinities")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "served_model", "session_id"], name="affinity_unique_session")
+        ]
+        indexes = [models.Index(fields=["backend", "last_used_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} → {self.backend_id}"

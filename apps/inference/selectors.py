@@ -1,0 +1,46 @@
+from datetime import timedelta
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from apps.core.errors import NotFound
+from apps.inference.models import BackendState, InferenceBackend
+
+# A session that has not called for this long no longer counts toward its backend's load.
+ACTIVE_SESSION_WINDOW = timedelta(minutes=10)
+
+
+def backend_list(*, tenant, served_model: str | None = None):
+    backends = InferenceBackend.objects.for_tenant(tenant)
+    if served_model:
+        backends = backends.filter(served_model=served_model)
+    return backends
+
+
+def backend_get(*, tenant, backend_id) -> InferenceBackend:
+    try:
+        return InferenceBackend.objects.for_tenant(tenant).get(pk=backend_id)
+    except (InferenceBackend.DoesNotExist, ValueError, TypeError):
+        raise NotFound("no such inference backend in this tenant", code="backend_not_found") from None
+
+
+def backend_candidates(*, tenant, served_model: str, model_version: str | None = None):
+    """Healthy backends that may take a new session, annotated with their active-session load."""
+    since = timezone.now() - ACTIVE_SESSION_WINDOW
+    backends = InferenceBackend.objects.for_tenant(tenant).filter(
+        served_model=served_model, state=BackendState.UP, weight__gt=0
+    )
+    if model_version:
+        backends = backends.filter(model_version=model_version)
+    return backends.annotate(active_sessions=Count("affinities", filter=Q(affinities__last_used_at__gte=since)))
+
+
+def served_models(*, tenant) -> list[str]:
+    return sorted(set(
+        InferenceBackend.objects.for_tenant(tenant).filter(state=BackendState.UP).values_list("served_model", flat=True)
+    ))
+
+
+def dangerously_backend_list_all_tenants():
+    """Every tenant's backends: only for the system health check, never for a request."""
+    return InferenceBackend.objects.all()

@@ -1,0 +1,137 @@
+"""Writes for the backend registry, health results and session routing."""
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.audit.services import Actor, audit_record
+from apps.core.errors import Conflict, DomainError, NotFound, ValidationFailed
+from apps.inference.models import BackendKind, BackendState, InferenceBackend, SessionAffinity
+from apps.inference.selectors import backend_candidates
+from apps.metrics.publish import metrics_publish
+
+EDITABLE_FIELDS = ("base_url", "kind", "served_model", "model_version", "weight", "state")
+
+
+class NoBackendAvailable(DomainError):
+    status = 503
+    code = "no_backend_available"
+    type = "service_unavailable_error"
+
+
+def _validate(fields: dict) -> None:
+    if "kind" in fields and fields["kind"] not in BackendKind.values:
+        raise ValidationFailed(f"kind must be one of {', '.join(BackendKind.values)}", fields={"kind": ["invalid"]})
+    if "base_url" in fields and not str(fields["base_url"]).startswith(("http://", "https://")):
+        raise ValidationFailed("base_url must start with http:// or https://", fields={"base_url": ["invalid"]})
+    if "state" in fields and fields["state"] not in {BackendState.UP, BackendState.DOWN, BackendState.DRAINING,
+                                                     BackendState.UNKNOWN}:
+        raise ValidationFailed("unknown state", fields={"state": ["invalid"]})
+
+
+@transaction.atomic
+def backend_register(*, tenant, actor: Actor, name: str, base_url: str, kind: str, served_model: str,
+                     model_version: str = "", weight: int = 1) -> InferenceBackend:
+    """Registers a replica; its state is `unknown` until the first health check. 409 on a taken name."""
+    _validate({"base_url": base_url, "kind": kind})
+    try:
+        with transaction.atomic():
+            backend = InferenceBackend.objects.create(
+                tenant=tenant, name=name, base_url=base_url.rstrip("/"), kind=kind, served_model=served_model,
+                model_version=model_version, weight=weight,
+            )
+    except IntegrityError:
+        raise Conflict(f"this tenant already has a backend named {name!r}", code="backend_name_taken") from None
+    audit_record(tenant=tenant, actor=actor, verb="backend.register", target=backend,
+                 data={"name": name, "base_url": backend.base_url, "kind": kind, "served_model": served_model,
+                       "model_version": model_version, "weight": weight})
+    return backend
+
+
+def _lock(*, tenant, backend_id) -> InferenceBackend:
+    try:
+        return InferenceBackend.objects.select_for_update().get(tenant=tenant, pk=backend_id)
+    except (InferenceBackend.DoesNotExist, ValueError, TypeError):
+        raise NotFound("no such inference backend in this tenant", code="backend_not_found") from None
+
+
+@transaction.atomic
+def backend_update(*, tenant, actor: Actor, backend_id, changes: dict) -> InferenceBackend:
+    """Changes address, model, version, weight or state (`draining` takes no new sessions)."""
+    unknown = set(changes) - set(EDITABLE_FIELDS)
+    if unknown:
+        raise ValidationFailed(f"unknown backend fields: {', '.join(sorted(unknown))}")
+    _validate(changes)
+    backend = _lock(tenant=tenant, backend_id=backend_id)
+    diff = {}
+    for field, value in changes.items():
+        if field == "base_url":
+            value = value.rstrip("/")
+        if getattr(backend, field) != value:
+            diff[field] = {"old": getattr(backend, field), "new": value}
+            setattr(backend, field, value)
+    if diff:
+        backend.save()
+        audit_record(tenant=tenant, actor=actor, verb="backend.update", target=backend, data=diff)
+    return backend
+
+
+@transaction.atomic
+def backend_remove(*, tenant, actor: Actor, backend_id) -> None:
+    backend = _lock(tenant=tenant, backend_id=backend_id)
+    audit_record(tenant=tenant, actor=actor, verb="backend.remove", target=backend,
+                 data={"name": backend.name, "base_url": backend.base_url})
+    backend.delete()
+
+
+@transaction.atomic
+def backend_record_health(*, backend_id: int, healthy: bool, error: str = "") -> InferenceBackend | None:
+    """Stores a health-check result. A draining backend stays draining; otherwise up or down. A change of
+    state is published to the tenant's `backends` stream."""
+    backend = InferenceBackend.objects.select_for_update().filter(pk=backend_id).first()
+    if backend is None:
+        return None
+    previous = backend.state
+    if backend.state != BackendState.DRAINING:
+        backend.state = BackendState.UP if healthy else BackendState.DOWN
+    backend.last_checked_at = timezone.now()
+    backend.last_error = "" if healthy else error[:500]
+    backend.save(update_fields=["state", "last_checked_at", "last_error"])
+    if backend.state != previous:
+        metrics_publish(tenant_id=backend.tenant_id, stream="backends",
+                        payload={"backend": backend.name, "state": backend.state, "error": backend.last_error})
+    return backend
+
+
+def backend_for_session(*, tenant, served_model: str, session_id: str,
+                        model_version: str | None = None) -> InferenceBackend:
+    """Routes a session: its pinned backend while that stays up (and serves the asked version);
+    otherwise the healthy replica with the fewest active sessions per unit of weight, and pins it.
+    Concurrent first calls of one session agree on one backend (the unique pin wins)."""
+    now = timezone.now()
+    pin = SessionAffinity.objects.select_related("backend").filter(
+        tenant=tenant, served_model=served_model, session_id=session_id
+    ).first()
+    if pin is not None and pin.backend.state == BackendState.UP and (
+        not model_version or pin.backend.model_version == model_version
+    ):
+        SessionAffinity.objects.filter(pk=pin.pk).update(last_used_at=now)
+        return pin.backend
+    candidates = list(backend_candidates(tenant=tenant, served_model=served_model, model_version=model_version))
+    if not candidates:
+        raise NoBackendAvailable(f"no healthy backend serves {served_model!r}"
+                                 + (f" at version {model_version}" if model_version else ""))
+    chosen = min(candidates, key=lambda backend: (backend.active_sessions / backend.weight, backend.active_sessions,
+                                                  backend.pk))
+    if pin is not None:
+        SessionAffinity.objects.filter(pk=pin.pk).update(backend=chosen, last_used_at=now)
+        return chosen
+    try:
+        with transaction.atomic():
+            SessionAffinity.objects.create(tenant=tenant, served_model=served_model, session_id=session_id,
+                                           backend=chosen, last_used_at=now)
+    except IntegrityError:
+        winner = SessionAffinity.objects.select_related("backend").get(
+            tenant=tenant, served_model=served_model, session_id=session_id
+        )
+        return winner.backend
+    return chosen

@@ -1,0 +1,69 @@
+from collections import Counter
+
+import pytest
+
+from apps.inference.models import BackendState, SessionAffinity
+from apps.inference.services import NoBackendAvailable, backend_for_session
+from tests.inference.factories import BackendFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def route(tenant, session, **kwargs):
+    return backend_for_session(tenant=tenant, served_model="policy-small", session_id=session, **kwargs)
+
+
+def test_a_session_stays_on_its_backend(tenant):
+    BackendFactory.create_batch(3, tenant=tenant)
+    first = route(tenant, "s-1")
+    assert all(route(tenant, "s-1") == first for _ in range(5))
+
+
+def test_new_sessions_go_to_the_least_loaded_replica(tenant):
+    replicas = BackendFactory.create_batch(3, tenant=tenant)
+    counts = Counter(route(tenant, f"s-{number}").pk for number in range(30))
+    assert counts == {replica.pk: 10 for replica in replicas}
+
+
+def test_weight_sets_the_share(tenant):
+    heavy = BackendFactory(tenant=tenant, weight=3)
+    light = BackendFactory(tenant=tenant, weight=1)
+    counts = Counter(route(tenant, f"s-{number}").pk for number in range(40))
+    assert counts == {heavy.pk: 30, light.pk: 10}
+
+
+def test_down_or_draining_backends_take_no_new_sessions(tenant):
+    up = BackendFactory(tenant=tenant)
+    BackendFactory(tenant=tenant, state=BackendState.DOWN)
+    BackendFactory(tenant=tenant, state=BackendState.DRAINING)
+    BackendFactory(tenant=tenant, weight=0)
+    assert {route(tenant, f"s-{number}").pk for number in range(10)} == {up.pk}
+
+
+def test_a_session_fails_over_when_its_backend_goes_down(tenant):
+    first, second = BackendFactory.create_batch(2, tenant=tenant)
+    pinned = route(tenant, "s-1")
+    pinned.state = BackendState.DOWN
+    pinned.save()
+    moved = route(tenant, "s-1")
+    assert moved != pinned and moved in (first, second)
+    assert SessionAffinity.objects.get(session_id="s-1").backend == moved
+
+
+def test_version_pinning(tenant):
+    BackendFactory(tenant=tenant, model_version="1")
+    candidate = BackendFactory(tenant=tenant, model_version="2")
+    assert route(tenant, "s-1", model_version="2") == candidate
+
+
+def test_no_healthy_backend_is_a_clear_503(tenant):
+    BackendFactory(tenant=tenant, state=BackendState.DOWN)
+    with pytest.raises(NoBackendAvailable, match="no healthy backend serves 'policy-small'") as raised:
+        route(tenant, "s-1")
+    assert raised.value.status == 503
+
+
+def test_another_tenants_backends_are_never_chosen(tenant, other_tenant):
+    BackendFactory(tenant=other_tenant)
+    with pytest.raises(NoBackendAvailable):
+        route(tenant, "s-1")
