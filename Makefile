@@ -28,11 +28,20 @@ browsers:
 run: install
 	$(BIN)/python manage.py up
 
-# Until the self-evolving demo lands, `make demo` starts the stack like `make run`.
-demo: run
+# The self-evolving loop end to end (manage.py demo --help): its state is var/demo, reset by each run
+# (DEMO_KEEP=1 keeps it); DEMO_EXIT=1 exits after the table, DEMO_APPROVE=manual waits for an operator.
+demo: install
+	$(BIN)/python manage.py demo
 
 test: install browsers
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not vllm"
+
+# The real vLLM tier: builds .venv-vllm (vLLM's CPU build, ~3 minutes the first time) and serves the
+# default model with it. The gateway tests of the tier use the database like the rest of the suite
+# (PostgreSQL and Redis under CI=true).
+test-vllm: install
+	bash scripts/vllm_venv.sh
+	$(BIN)/python -m pytest -m vllm tests/vllm
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not browser and not worker"

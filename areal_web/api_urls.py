@@ -1,6 +1,6 @@
 """REST API v1: every app's endpoints under /api/v1/."""
 
-from django.urls import path
+from django.urls import include, path
 
 from apps.audit.apis import AuditEventListApi, AuditVerifyApi
 from apps.inference.apis import BackendCheckApi, BackendDetailApi, BackendListApi
@@ -14,6 +14,13 @@ from apps.tenants.apis import (
     PolicyDetailApi,
     TenantListApi,
 )
+from apps.trajectories.apis import (
+    TrajectoryDetailApi,
+    TrajectoryExportApi,
+    TrajectoryImportApi,
+    TrajectoryListApi,
+    TrajectoryReplayApi,
+)
 
 urlpatterns = [
     path("tenants/", TenantListApi.as_view(), name="tenant-list"),
@@ -26,7 +33,18 @@ urlpatterns = [
     path("keys/<int:key_id>/rotate/", ApiKeyRotateApi.as_view(), name="api-key-rotate"),
     path("audit/", AuditEventListApi.as_view(), name="audit-list"),
     path("audit/verify/", AuditVerifyApi.as_view(), name="audit-verify"),
+    path("trajectories/", TrajectoryListApi.as_view(), name="trajectory-list"),
+    path("trajectories/export/", TrajectoryExportApi.as_view(), name="trajectory-export"),
+    path("trajectories/import/", TrajectoryImportApi.as_view(), name="trajectory-import"),
+    path("trajectories/<uuid:trajectory_id>/", TrajectoryDetailApi.as_view(), name="trajectory-detail"),
+    path("trajectories/<uuid:trajectory_id>/replay/", TrajectoryReplayApi.as_view(), name="trajectory-replay"),
     path("backends/", BackendListApi.as_view(), name="backend-list"),
     path("backends/<int:backend_id>/", BackendDetailApi.as_view(), name="backend-detail"),
     path("backends/<int:backend_id>/check/", BackendCheckApi.as_view(), name="backend-check"),
+    path("", include("apps.rewards.api_urls")),
+    path("", include("apps.qualification.api_urls")),
+    path("", include("apps.annotation.api_urls")),
+    path("", include("apps.evaluation.api_urls")),
+    path("", include("apps.releases.api_urls")),
+    path("", include("apps.training.api_urls")),
 ]

@@ -1,4 +1,9 @@
-"""ASGI entry point: HTTP goes to Django, /ws/ WebSockets to Channels consumers (session auth)."""
+"""ASGI entry point.
+
+Outermost, the gateway takes its paths (/v1, /rl, /s/<session>/v1, /chat/completions) and the lifespan
+events (its journal flusher); everything else goes to Channels' router: HTTP to Django, /ws/ WebSockets
+to consumers with session authentication.
+"""
 
 import os
 
@@ -11,11 +16,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from apps.gateway.app import with_gateway  # noqa: E402
 from areal_web.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": django_application,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
+application = with_gateway(
+    ProtocolTypeRouter(
+        {
+            "http": django_application,
+            "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    )
 )

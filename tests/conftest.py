@@ -44,6 +44,16 @@ def pytest_sessionstart(session):
         raise pytest.UsageError("required CI services missing:\n  " + "\n  ".join(problems))
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Removes this session's own var folder (see areal_web/settings/test.py)."""
+    import shutil
+
+    from django.conf import settings as django_settings
+
+    if django_settings.VAR_DIR.name.startswith("run-"):
+        shutil.rmtree(django_settings.VAR_DIR, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config, items):
     """Browser tests run last, after every async test."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

@@ -1,10 +1,7 @@
 from django.db import models
 from django.utils import timezone
 
-
-class AuditEventQuerySet(models.QuerySet):
-    def for_tenant(self, tenant):
-        return self.filter(tenant=tenant)
+from apps.core.models import TenantQuerySet
 
 
 class AuditEvent(models.Model):
@@ -24,7 +21,7 @@ class AuditEvent(models.Model):
     previous_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
 
-    objects = AuditEventQuerySet.as_manager()
+    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "sequence"], name="audit_unique_sequence")]

@@ -3,6 +3,7 @@
 from functools import wraps
 
 from django.contrib.auth.decorators import login_required
+from django.http import Http404
 from django.shortcuts import render
 
 from apps.audit.services import Actor
@@ -29,7 +30,10 @@ def console_page(action: Action):
             request.actor = Actor.user(request.user)
             if not role_can(membership.role, action):
                 return render(request, "console/forbidden.html", {"action": action}, status=403)
-            return view(request, *args, **kwargs)
+            try:
+                return view(request, *args, **kwargs)
+            except NotFound as missing:  # another tenant's object looks exactly like a missing one
+                raise Http404(missing.message) from None
 
         return wrapper
 

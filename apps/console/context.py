@@ -2,6 +2,14 @@ from apps.tenants.permissions import Action, role_can
 
 NAVIGATION = [
     ("Overview", "console:home", Action.TENANT_VIEW),
+    ("Trajectories", "console:trajectories", Action.TRAJECTORY_VIEW),
+    ("Training queue", "console:training-queue", Action.TRAJECTORY_VIEW),
+    ("Training jobs", "console:training-jobs", Action.TRAINING_VIEW),
+    ("Models", "console:model-versions", Action.MODEL_VERSION_VIEW),
+    ("Annotation", "console:annotation-queues", Action.ANNOTATION_VIEW),
+    ("Evaluation", "console:eval-suites", Action.EVAL_VIEW),
+    ("Releases", "console:releases", Action.RELEASE_VIEW),
+    ("Serving", "console:serving", Action.SERVING_VIEW),
     ("Members", "console:members", Action.MEMBER_VIEW),
     ("API keys", "console:keys", Action.API_KEY_VIEW),
     ("Policy", "console:policy", Action.POLICY_VIEW),

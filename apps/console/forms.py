@@ -37,6 +37,11 @@ class PolicyForm(forms.Form):
     retention_days = forms.IntegerField(min_value=1, max_value=3650)
     pii_mode = forms.ChoiceField(choices=PiiMode.choices, label="PII mode")
     price_table = forms.JSONField(required=False, help_text='{"model": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}}')
+    pii_patterns = forms.JSONField(required=False, label="PII patterns",
+                                   help_text='[{"name": "order_id", "regex": "ORD-\\d+"}]')
+    late_reward_hours = forms.IntegerField(min_value=0, max_value=24 * 366, required=False,
+                                           label="Late-reward window (hours)",
+                                           help_text="How long after a session ends its rewards are still accepted.")
     review_required = forms.BooleanField(required=False, label="Trajectories need human review before training")
     two_person_promotion = forms.BooleanField(required=False, label="Promotion needs two different operators")
 
@@ -46,6 +51,15 @@ class PolicyForm(forms.Form):
 
     def clean_price_table(self):
         return self.cleaned_data["price_table"] or {}
+
+    def clean_pii_patterns(self):
+        return self.cleaned_data["pii_patterns"] or []
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("late_reward_hours") is None:
+            cleaned.pop("late_reward_hours", None)  # left empty: keep the current window
+        return cleaned
 
 
 class AuditFilterForm(forms.Form):
@@ -62,3 +76,17 @@ class BackendRegisterForm(forms.Form):
     served_model = forms.CharField(max_length=200, label="Served model name")
     model_version = forms.CharField(max_length=64, required=False)
     weight = forms.IntegerField(min_value=0, max_value=1000, initial=1)
+
+
+class TrajectoryFilterForm(forms.Form):
+    session_id = forms.CharField(required=False, max_length=200)
+    agent = forms.CharField(required=False, max_length=200)
+    task_id = forms.CharField(required=False, max_length=200)
+    status = forms.ChoiceField(required=False, choices=[("", "any"), ("open", "open"), ("complete", "complete"),
+                                                        ("aborted", "aborted")])
+    purpose = forms.ChoiceField(required=False, choices=[("", "any"), ("production", "production"), ("eval", "eval"),
+                                                         ("replay", "replay"), ("annotation", "annotation")])
+    reward_min = forms.FloatField(required=False)
+    reward_max = forms.FloatField(required=False)
+    started_after = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    started_before = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from apps.console import views
 
@@ -17,7 +17,15 @@ urlpatterns = [
     path("settings/keys/<int:key_id>/rotate/", views.key_rotate, name="key-rotate"),
     path("settings/policy/", views.policy, name="policy"),
     path("audit/", views.audit, name="audit"),
+    path("trajectories/", views.trajectories, name="trajectories"),
+    path("trajectories/<uuid:trajectory_id>/", views.trajectory_detail, name="trajectory-detail"),
+    path("trajectories/<uuid:trajectory_id>/replay/", views.trajectory_replay, name="trajectory-replay"),
     path("backends/", views.backends, name="backends"),
     path("backends/<int:backend_id>/check/", views.backend_check, name="backend-check"),
     path("backends/<int:backend_id>/drain/", views.backend_drain, name="backend-drain"),
+    path("", include("apps.qualification.urls")),
+    path("", include("apps.annotation.urls")),
+    path("", include("apps.evaluation.urls")),
+    path("", include("apps.releases.urls")),
+    path("", include("apps.training.urls")),
 ]

@@ -17,8 +17,11 @@ from apps.inference import selectors as inference_selectors
 from apps.inference import services as inference_services
 from apps.inference.health import backend_probe
 from apps.inference.models import BackendState
+from apps.metrics.dashboard import overview_context
 from apps.tenants import selectors, services
 from apps.tenants.permissions import Action, role_can
+from apps.trajectories import selectors as trajectory_selectors
+from apps.trajectories.serialize import step_to_atdp
 
 PAGE_SIZE = 50
 
@@ -69,6 +72,7 @@ def home(request):
         context["active_key_count"] = selectors.api_key_list(tenant=request.tenant, include_inactive=False).count()
     if role_can(request.membership.role, Action.AUDIT_VIEW):
         context["recent_events"] = audit_event_list(tenant=request.tenant)[:8]
+    context.update(overview_context(tenant=request.tenant))  # live charts: apps/metrics/dashboard.py
     return render(request, "console/home.html", context)
 
 
@@ -236,3 +240,62 @@ def backend_drain(request, backend_id):
             tenant=request.tenant, actor=request.actor, backend_id=backend_id, changes={"state": state})):
         messages.success(request, "Draining: no new sessions." if draining else "Back in rotation after the next check.")
     return redirect("console:backends")
+
+
+@console_page(Action.TRAJECTORY_VIEW)
+def trajectories(request):
+    from django.db.models import Avg
+
+    form = forms.TrajectoryFilterForm(request.GET or None)
+    filters = {key: value for key, value in form.cleaned_data.items() if value not in (None, "")} if form.is_valid() else {}
+    rows = trajectory_selectors.trajectory_list(tenant=request.tenant, **filters).annotate(reward_mean=Avg("rewards__value"))
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "console/trajectories.html", {"form": form, "page": page, "query": query.urlencode()})
+
+
+def _token_view(tokens: dict | None, tokenizer_name: str) -> list[dict]:
+    """Completion tokens with their logprob and a shade (0 = certain, 1 = very unlikely)."""
+    if not tokens:
+        return []
+    rows = []
+    for token_id, logprob, version in zip(tokens["completion_ids"], tokens["completion_logprobs"],
+                                          tokens["completion_versions"], strict=False):
+        rows.append({"id": token_id, "logprob": logprob, "version": version,
+                     "shade": round(min(1.0, -logprob / 8.0), 2)})
+    return rows
+
+
+@console_page(Action.TRAJECTORY_VIEW)
+def trajectory_detail(request, trajectory_id):
+    trajectory = trajectory_selectors.trajectory_get(tenant=request.tenant, trajectory_id=trajectory_id)
+    steps = []
+    for step in trajectory.steps.all():
+        record = step_to_atdp(step)
+        record["token_view"] = _token_view(record["tokens"], step.served_model)
+        record["retry_of"] = str(step.retry_of) if step.retry_of else None
+        record["error"] = step.error
+        steps.append(record)
+    replay_targets = []
+    if role_can(request.membership.role, Action.TRAJECTORY_REPLAY):
+        replay_targets = sorted(set(inference_selectors.backend_list(tenant=request.tenant).values_list("served_model", "model_version")))
+    return render(request, "console/trajectory_detail.html", {
+        "trajectory": trajectory, "steps": steps, "rewards": trajectory.rewards.all(),
+        "replay_targets": replay_targets,
+    })
+
+
+@require_POST
+@console_page(Action.TRAJECTORY_REPLAY)
+def trajectory_replay(request, trajectory_id):
+    from apps.gateway.replay import trajectory_replay_start
+
+    model, _, model_version = request.POST.get("target", "").partition("@")
+    replay = _act(request, lambda: trajectory_replay_start(tenant=request.tenant, trajectory_id=trajectory_id,
+                                                           model=model, model_version=model_version,
+                                                           actor=request.actor))
+    if replay:
+        messages.success(request, f"Replay against {model} {model_version} queued; its steps appear here as they land.")
+        return redirect("console:trajectory-detail", trajectory_id=replay.pk)
+    return redirect("console:trajectory-detail", trajectory_id=trajectory_id)

@@ -47,6 +47,12 @@ class Conflict(DomainError):
     type = "conflict_error"
 
 
+class Gone(DomainError):
+    status = 410
+    code = "gone"
+    type = "invalid_request_error"
+
+
 def error_body(*, code: str, message: str, type: str, fields: dict | None = None) -> dict:
     error = {"code": code, "message": message, "type": type}
     if fields:

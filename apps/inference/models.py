@@ -1,6 +1,8 @@
 from django.db import models
 from django.utils import timezone
 
+from apps.core.models import TenantQuerySet
+
 
 class BackendKind(models.TextChoices):
     EMBEDDED = "embedded", "Embedded (areal-web's transformers server)"
@@ -13,11 +15,6 @@ class BackendState(models.TextChoices):
     UP = "up", "Up"
     DOWN = "down", "Down"
     DRAINING = "draining", "Draining (no new sessions)"
-
-
-class InferenceBackendQuerySet(models.QuerySet):
-    def for_tenant(self, tenant):
-        return self.filter(tenant=tenant)
 
 
 class InferenceBackend(models.Model):
@@ -35,7 +32,7 @@ class InferenceBackend(models.Model):
     last_error = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
-    objects = InferenceBackendQuerySet.as_manager()
+    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="backend_unique_name")]

@@ -135,3 +135,11 @@ def backend_for_session(*, tenant, served_model: str, session_id: str,
         )
         return winner.backend
     return chosen
+
+
+def session_pins_record(*, pins: list[tuple[int, str, str, int]]) -> None:
+    """Pins sessions the gateway routed itself (sessions it just created) to their backends, given as
+    (tenant id, served model, session id, backend id); an existing pin wins. Idempotent."""
+    SessionAffinity.objects.bulk_create([
+        SessionAffinity(tenant_id=tenant_id, served_model=model, session_id=session_id, backend_id=backend_id)
+        for tenant_id, model, session_id, backend_id in pins], ignore_conflicts=True)

@@ -57,6 +57,8 @@ class PolicyDetailApi(TenantApi):
         retention_days = serializers.IntegerField(min_value=1, max_value=3650, required=False)
         pii_mode = serializers.ChoiceField(choices=PiiMode.choices, required=False)
         price_table = serializers.DictField(child=serializers.DictField(), required=False)
+        pii_patterns = serializers.ListField(child=serializers.DictField(), required=False)
+        late_reward_hours = serializers.IntegerField(min_value=0, max_value=24 * 366, required=False)
         review_required = serializers.BooleanField(required=False)
         two_person_promotion = serializers.BooleanField(required=False)
 
@@ -79,6 +81,8 @@ class PolicyDetailApi(TenantApi):
         retention_days = serializers.IntegerField()
         pii_mode = serializers.CharField()
         price_table = serializers.DictField()
+        pii_patterns = serializers.ListField()
+        late_reward_hours = serializers.IntegerField()
         review_required = serializers.BooleanField()
         two_person_promotion = serializers.BooleanField()
         updated_at = serializers.DateTimeField()

@@ -2,6 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from apps.core.models import TenantQuerySet
 from apps.tenants.permissions import Role
 
 
@@ -42,6 +43,11 @@ class TenantPolicy(models.Model):
         blank=True,
         help_text='Per model: {"model": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}} in USD.',
     )
+    pii_patterns = models.JSONField(
+        default=list, blank=True, help_text='Tenant-defined PII patterns: [{"name": "order_id", "regex": "ORD-\\d+"}].'
+    )
+    late_reward_hours = models.PositiveIntegerField(
+        default=168, help_text="Rewards for a session still bind this many hours after it ended; later ones are refused.")
     review_required = models.BooleanField(default=False)
     two_person_promotion = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
@@ -61,11 +67,6 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} as {self.role} in {self.tenant_id}"
-
-
-class ApiKeyQuerySet(models.QuerySet):
-    def for_tenant(self, tenant):
-        return self.filter(tenant=tenant)
 
 
 class ApiKey(models.Model):
@@ -88,7 +89,7 @@ class ApiKey(models.Model):
     )
     grace_until = models.DateTimeField(null=True, blank=True, help_text="After rotation: valid until then.")
 
-    objects = ApiKeyQuerySet.as_manager()
+    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="apikey_unique_name")]

@@ -33,8 +33,34 @@ class Action(StrEnum):
     API_KEY_VIEW = "api_key.view"
     API_KEY_MANAGE = "api_key.manage"
     AUDIT_VIEW = "audit.view"
+    TRAJECTORY_VIEW = "trajectory.view"
+    TRAJECTORY_IMPORT = "trajectory.import"
+    TRAJECTORY_REPLAY = "trajectory.replay"
     BACKEND_VIEW = "backend.view"
     BACKEND_MANAGE = "backend.manage"
+    REWARD_VIEW = "reward.view"
+    REWARD_WRITE = "reward.write"
+    REWARD_OVERRIDE = "reward.override"
+    REWARD_SPEC_MANAGE = "reward_spec.manage"
+    EVALUATOR_MANAGE = "evaluator.manage"
+    TRAJECTORY_REVIEW = "trajectory.review"
+    QUALIFICATION_RUN = "qualification.run"
+    QUALIFICATION_OVERRIDE = "qualification.override"
+    ANNOTATION_VIEW = "annotation.view"
+    ANNOTATION_LABEL = "annotation.label"
+    ANNOTATION_MANAGE = "annotation.manage"
+    EVAL_VIEW = "eval.view"
+    EVAL_MANAGE = "eval.manage"
+    RELEASE_VIEW = "release.view"
+    RELEASE_MANAGE = "release.manage"
+    RELEASE_APPROVE = "release.approve"
+    RELEASE_ROLLBACK = "release.rollback"
+    SERVING_VIEW = "serving.view"
+    TRAINING_VIEW = "training.view"
+    TRAINING_MANAGE = "training.manage"
+    MODEL_VERSION_VIEW = "model_version.view"
+    MODEL_VERSION_PUBLISH = "model_version.publish"
+    MODEL_ALIAS_MANAGE = "model_alias.manage"
 
 
 _EVERYONE = frozenset(Role)
@@ -51,8 +77,34 @@ PERMISSIONS: dict[Action, tuple[frozenset[Role], Scope | None]] = {
     Action.API_KEY_VIEW: (_ADMIN, Scope.ADMIN),
     Action.API_KEY_MANAGE: (_ADMIN, Scope.ADMIN),
     Action.AUDIT_VIEW: (_OPERATORS, Scope.ADMIN),
+    Action.TRAJECTORY_VIEW: (_EVERYONE, Scope.TRAJECTORIES_READ),
+    Action.TRAJECTORY_IMPORT: (_OPERATORS, Scope.TRAJECTORIES_WRITE),
+    Action.TRAJECTORY_REPLAY: (_OPERATORS, Scope.TRAJECTORIES_WRITE),
     Action.BACKEND_VIEW: (_OPERATORS | {Role.VIEWER}, Scope.ADMIN),
     Action.BACKEND_MANAGE: (_OPERATORS, Scope.ADMIN),
+    Action.REWARD_VIEW: (_EVERYONE, Scope.TRAJECTORIES_READ),
+    Action.REWARD_WRITE: (_OPERATORS | {Role.ANNOTATOR}, Scope.REWARDS_WRITE),
+    Action.REWARD_OVERRIDE: (_OPERATORS, Scope.ADMIN),
+    Action.REWARD_SPEC_MANAGE: (_OPERATORS, Scope.ADMIN),
+    Action.EVALUATOR_MANAGE: (_OPERATORS, Scope.ADMIN),
+    Action.TRAJECTORY_REVIEW: (_OPERATORS, Scope.TRAJECTORIES_WRITE),
+    Action.QUALIFICATION_RUN: (_OPERATORS, Scope.TRAJECTORIES_WRITE),
+    Action.QUALIFICATION_OVERRIDE: (_OPERATORS, Scope.ADMIN),
+    Action.ANNOTATION_VIEW: (_EVERYONE, Scope.TRAJECTORIES_READ),
+    Action.ANNOTATION_LABEL: (_OPERATORS | {Role.ANNOTATOR}, Scope.REWARDS_WRITE),
+    Action.ANNOTATION_MANAGE: (_OPERATORS, Scope.ADMIN),
+    Action.EVAL_VIEW: (_EVERYONE, Scope.TRAJECTORIES_READ),
+    Action.EVAL_MANAGE: (_OPERATORS, Scope.ADMIN),
+    Action.RELEASE_VIEW: (_EVERYONE, Scope.TRAJECTORIES_READ),
+    Action.RELEASE_MANAGE: (_OPERATORS, Scope.ADMIN),
+    Action.RELEASE_APPROVE: (_OPERATORS, Scope.ADMIN),
+    Action.RELEASE_ROLLBACK: (_OPERATORS, Scope.ADMIN),
+    Action.SERVING_VIEW: (_EVERYONE, Scope.TRAJECTORIES_READ),
+    Action.TRAINING_VIEW: (_EVERYONE, Scope.ADMIN),
+    Action.TRAINING_MANAGE: (_OPERATORS, Scope.ADMIN),
+    Action.MODEL_VERSION_VIEW: (_EVERYONE, Scope.ADMIN),
+    Action.MODEL_VERSION_PUBLISH: (_OPERATORS, Scope.ADMIN),
+    Action.MODEL_ALIAS_MANAGE: (_OPERATORS, Scope.ADMIN),
 }
 
 

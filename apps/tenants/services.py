@@ -26,6 +26,8 @@ POLICY_FIELDS = (
     "retention_days",
     "pii_mode",
     "price_table",
+    "pii_patterns",
+    "late_reward_hours",
     "review_required",
     "two_person_promotion",
 )
@@ -58,6 +60,22 @@ def _validate_price_table(table) -> None:
                 )
 
 
+def _validate_pii_patterns(patterns) -> None:
+    import re
+
+    if not isinstance(patterns, list):
+        raise ValidationFailed("pii_patterns must be a list", fields={"pii_patterns": ["not a list"]})
+    for item in patterns:
+        if not isinstance(item, dict) or set(item) != {"name", "regex"} or not str(item.get("name", "")).strip():
+            raise ValidationFailed('each PII pattern is {"name": ..., "regex": ...}',
+                                   fields={"pii_patterns": [f"bad entry {item!r}"]})
+        try:
+            re.compile(item["regex"])
+        except re.error as error:
+            raise ValidationFailed(f"PII pattern {item['name']!r} is not a valid regex: {error}",
+                                   fields={"pii_patterns": [f"{item['name']}: {error}"]}) from None
+
+
 @transaction.atomic
 def policy_update(*, tenant, actor: Actor, changes: dict) -> TenantPolicy:
     """Applies validated policy changes; the audit event records each field's old and new value."""
@@ -66,6 +84,8 @@ def policy_update(*, tenant, actor: Actor, changes: dict) -> TenantPolicy:
         raise ValidationFailed(f"unknown policy fields: {', '.join(sorted(unknown))}")
     if "price_table" in changes:
         _validate_price_table(changes["price_table"])
+    if "pii_patterns" in changes:
+        _validate_pii_patterns(changes["pii_patterns"])
     policy = TenantPolicy.objects.select_for_update().get(tenant=tenant)
     diff = {}
     for field, value in changes.items():

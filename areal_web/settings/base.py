@@ -1,7 +1,7 @@
 """Settings shared by every mode.
 
 With no environment set, everything is embedded: SQLite under var/, a Celery broker and result store
-on the filesystem under var/, an in-process channel layer and a file cache. DATABASE_URL (PostgreSQL)
+on the filesystem under var/, an in-memory channel layer relayed between local processes and a file cache. DATABASE_URL (PostgreSQL)
 and REDIS_URL switch to the real services.
 """
 
@@ -35,6 +35,14 @@ INSTALLED_APPS = [
     "apps.audit",
     "apps.metrics",
     "apps.inference",
+    "apps.trajectories",
+    "apps.rewards",
+    "apps.qualification",
+    "apps.annotation",
+    "apps.gateway",
+    "apps.training",
+    "apps.evaluation",
+    "apps.releases",
     "apps.console",
 ]
 
@@ -117,7 +125,8 @@ else:
         "control_folder": str(_broker_dir / "control"),
     }
     CELERY_RESULT_BACKEND = f"file://{VAR_DIR / 'celery-results'}"
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # In-memory, with group messages relayed between this machine's processes (apps/metrics/layers.py).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "apps.metrics.layers.ProcessRelayChannelLayer"}}
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
@@ -160,7 +169,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "apps.core.pagination.PagePagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "apps.core.errors.api_exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "apps.core.schema.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -172,12 +181,23 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # One schema name per choice set, whatever the field is called.
+    "ENUM_NAME_OVERRIDES": {
+        "RewardKindEnum": "apps.rewards.models.RewardKind",
+        "RewardSourceEnum": "apps.rewards.models.RewardSource",
+        "EvaluatorKindEnum": "apps.rewards.models.EvaluatorKind",
+        "BackendKindEnum": "apps.inference.models.BackendKind",
+    },
 }
 
 # Login throttling: after this many failures for one username (or one client address) within the
 # window, further attempts are refused until the window passes.
 AREAL_LOGIN_MAX_FAILURES = env_int("AREAL_LOGIN_MAX_FAILURES", 5)
 AREAL_LOGIN_WINDOW_SECONDS = env_int("AREAL_LOGIN_WINDOW_SECONDS", 900)
+# The gateway journals each step before answering; a background flusher writes journalled steps to
+# the database in batches every this many milliseconds (group commit).
+AREAL_JOURNAL_FLUSH_MS = env_int("AREAL_JOURNAL_FLUSH_MS", 50)
+AREAL_GATEWAY_MAX_BODY_BYTES = env_int("AREAL_GATEWAY_MAX_BODY_BYTES", 2 * 1024 * 1024)
 # How long a verified API key stays in the cache before the database is asked again.
 AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
 
@@ -193,4 +213,37 @@ LOGGING = {
 CELERY_BEAT_SCHEDULE = {
     "audit-verify-chains": {"task": "audit.verify_chains", "schedule": 24 * 3600.0},
     "inference-check-backends": {"task": "inference.check_backends", "schedule": 15.0},
+    "releases-analyze": {"task": "releases.analyze_all", "schedule": float(env_int("AREAL_RELEASE_ANALYSIS_SECONDS", 60))},
 }
+
+# Evaluation and releases. Eval workers call the gateway as agents do, at this URL (the web process; in a
+# cluster, its internal service address). No key is configured: a worker mints a per-session key for each
+# eval case in the shared cache (see apps/evaluation/runner.py).
+AREAL_GATEWAY_URL = env_str("AREAL_GATEWAY_URL", "http://127.0.0.1:8000")
+# Program evaluators and program-checked eval cases run only executables from this directory (unset: none).
+AREAL_EVALUATOR_PROGRAMS_DIR = env_str("AREAL_EVALUATOR_PROGRAMS_DIR", "")
+AREAL_EVAL_REQUEST_TIMEOUT_SECONDS = env_int("AREAL_EVAL_REQUEST_TIMEOUT_SECONDS", 120)
+# How long a gateway process keeps a tenant's routing (canary split) before reading it again: a stage change
+# or rollback reaches new sessions within this many seconds.
+AREAL_ROUTING_CACHE_SECONDS = env_int("AREAL_ROUTING_CACHE_SECONDS", 2)
+# Plotly's browser bundle, shipped inside the plotly package, served as static/vendor/plotly/plotly.min.js.
+STATICFILES_DIRS += [("vendor/plotly", str(Path(__import__("plotly").__file__).parent / "package_data"))]
+
+# Training jobs (apps.training, workers/tasks/training.py): the queue they are sent to, where runs keep their
+# checkpoints and where trained versions are exported, how long a silent running job waits before beat
+# requeues it (a killed worker), torch threads and device of a training worker ("" = cuda if present).
+AREAL_TRAINING_QUEUE = env_str("AREAL_TRAINING_QUEUE", Queue.TRAIN.value)
+AREAL_TRAINING_DIR = Path(env_str("AREAL_TRAINING_DIR", str(VAR_DIR / "training")))
+AREAL_MODELS_DIR = Path(env_str("AREAL_MODELS_DIR", str(VAR_DIR / "models")))
+AREAL_TRAINING_STALE_SECONDS = env_int("AREAL_TRAINING_STALE_SECONDS", 300)
+AREAL_TRAINING_THREADS = env_int("AREAL_TRAINING_THREADS", 2)
+AREAL_TRAINING_DEVICE = env_str("AREAL_TRAINING_DEVICE", "") or None
+CELERY_BEAT_SCHEDULE["training-requeue-stale"] = {"task": "training.requeue_stale", "schedule": 60.0}
+
+# Live overview (apps.metrics.dashboard): a worker publishes each tenant's reward/success point this often.
+# /metrics (Prometheus): with AREAL_METRICS_TOKEN set, scrapers send "Authorization: Bearer <token>";
+# without it, only loopback clients are answered.
+CELERY_IMPORTS += ["workers.tasks.metrics"]
+CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {
+    "task": "metrics.overview_tick", "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10))}
+AREAL_METRICS_TOKEN = env_str("AREAL_METRICS_TOKEN", "")

@@ -10,8 +10,10 @@ from pathlib import Path
 
 from areal_web.env import env_bool
 
-# Tests keep their files (SQLite test database, embedded broker, cache) apart from a running stack's.
-os.environ.setdefault("AREAL_VAR_DIR", str(Path(__file__).resolve().parents[2] / "var" / "test"))
+# Each test session keeps its files (SQLite test database, embedded broker, cache, journal) in its own
+# folder, apart from a running stack's and from any other test session's; processes the tests start
+# inherit the variable and so share it. tests/conftest.py removes the folder at the end.
+os.environ.setdefault("AREAL_VAR_DIR", str(Path(__file__).resolve().parents[2] / "var" / "test" / f"run-{os.getpid()}"))
 
 if env_bool("CI", False):
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/areal")
@@ -37,3 +39,7 @@ if env_bool("AREAL_USE_TEST_DATABASE", False):
     _default["NAME"] = _default.get("TEST", {}).get("NAME") or f"test_{_default['NAME']}"
 # No persistent connections: threads of async tests must not hold the test database open at teardown.
 DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+# The ASGI application the tests serve (uvicorn) finds static files where they are, as `make run` does
+# with DEBUG on; production serves the collected, hashed files instead.
+WHITENOISE_USE_FINDERS = True

@@ -117,3 +117,16 @@ def test_api_schema_and_docs_are_served_without_outside_assets(client):
     assert schema.status_code == 200 and b"/api/v1/keys/{key_id}/rotate/" in schema.content
     docs = client.get("/api/docs/").content.decode()
     assert "cdn" not in docs.lower() and "/static/drf_spectacular_sidecar/" in docs
+
+
+def test_another_tenants_backend_is_a_404_page_like_a_missing_one(admin_user, tenant, other_tenant):
+    from tests.inference.factories import BackendFactory
+
+    theirs = BackendFactory(tenant=other_tenant, name="theirs")
+    client = Client()
+    client.force_login(admin_user)
+    foreign = client.post(f"/backends/{theirs.pk}/check/")
+    missing = client.post("/backends/999999/check/")
+    assert foreign.status_code == missing.status_code == 404
+    theirs.refresh_from_db()
+    assert theirs.last_checked_at is None

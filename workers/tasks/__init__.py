@@ -1,3 +1,14 @@
 """Celery task entrypoints. Each module registers its tasks on import; add new modules here."""
 
-from workers.tasks import audit, core, inference  # noqa: F401
+from workers.tasks import (  # noqa: F401
+    audit,
+    core,
+    evaluation,
+    inference,
+    online,
+    qualification,
+    releases,
+    rewards,
+    training,
+    trajectories,
+)

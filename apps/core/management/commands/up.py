@@ -1,6 +1,9 @@
-"""Starts the whole stack in the foreground: web (uvicorn, ASGI), a Celery worker and Celery beat.
+"""Starts the whole stack in the foreground: web (uvicorn, ASGI), a Celery worker, Celery beat and the
+embedded inference server.
 
-On the embedded default nothing else is needed. Ctrl-C (or SIGTERM) stops every process it started;
+On the embedded default nothing else is needed: on first start the default model is created under
+var/models/default, and the inference server that serves it is registered as the demo tenant's
+backend `embedded` (model name `default`). Ctrl-C (or SIGTERM) stops every process it started;
 if one of them dies, the others are stopped too and the exit code says so.
 """
 
@@ -15,6 +18,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.inference.management.commands.initmodel import DEFAULT_MODEL_DIR
 from areal_web.queues import Queue
 
 
@@ -35,13 +39,22 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--worker-concurrency", type=int, default=2)
+        parser.add_argument("--inference-port", type=int, default=int(os.environ.get("AREAL_INFERENCE_PORT", "8100")),
+                            help="port of the embedded inference server; 0 starts none")
+        parser.add_argument("--tenant", default="demo", help="tenant the embedded backend is registered for")
 
-    def handle(self, *args, host, port, worker_concurrency, **options):
-        if not port_is_free(host, port):
-            raise CommandError(f"port {port} on {host} is already in use; stop what holds it or set PORT=<free port>")
+    def handle(self, *args, host, port, worker_concurrency, inference_port, tenant, **options):
+        for name, wanted in (("PORT", port), ("AREAL_INFERENCE_PORT", inference_port)):
+            if wanted and not port_is_free(host, wanted):
+                raise CommandError(f"port {wanted} on {host} is already in use; stop what holds it or set "
+                                   f"{name}=<free port>")
         call_command("migrate", verbosity=0, interactive=False)
-        call_command("bootstrap", stdout=self.stdout)
+        call_command("bootstrap", tenant=tenant, stdout=self.stdout)
         python = sys.executable
+        model_dir = settings.VAR_DIR / DEFAULT_MODEL_DIR
+        if inference_port and not (model_dir / "config.json").exists():
+            self.stdout.write(f"creating the default model in {model_dir} (first start only)")
+            call_command("initmodel", out=str(model_dir), stdout=self.stdout)
         queues = ",".join(queue.value for queue in Queue)
         commands = {
             "web": [python, "-m", "uvicorn", "areal_web.asgi:application", "--host", host, "--port", str(port),
@@ -51,12 +64,17 @@ class Command(BaseCommand):
             "beat": [python, "-m", "celery", "-A", "areal_web", "beat", "--loglevel", "INFO",
                      "-s", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)],
         }
+        if inference_port:
+            commands["inference"] = [python, "-m", "workers.inference.server", "--model", str(model_dir),
+                                     "--host", host, "--port", str(inference_port), "--served-model-name", "default"]
         environment = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE",
                                                                                "areal_web.settings.local")}
         processes = {
             name: subprocess.Popen(command, env=environment, start_new_session=True)
             for name, command in commands.items()
         }
+        if inference_port:
+            self._register_embedded(tenant, f"http://{host}:{inference_port}", processes["inference"])
         self.stdout.write(self.style.SUCCESS(f"\nareal-web console: http://{host}:{port}/  (Ctrl-C stops everything)"))
         stopping = False
 
@@ -86,3 +104,20 @@ class Command(BaseCommand):
         self.stdout.write("stopped")
         if exit_code:
             raise CommandError("a process of the stack exited unexpectedly")
+
+    def _register_embedded(self, tenant: str, url: str, process, timeout: float = 120.0) -> None:
+        """Waits for the embedded server's /health, then registers (or updates) it as `embedded`."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            self.stderr.write(f"the embedded inference server at {url} did not answer; the gateway will mark it down")
+        call_command("registerbackend", tenant, name="embedded", url=url, kind="embedded", model="default",
+                     model_version="0", stdout=self.stdout)

@@ -1,0 +1,86 @@
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from apps.core.models import TenantQuerySet
+
+
+class AnnotationQueue(models.Model):
+    """A filter over trajectories, the reward spec to label, how many annotators label each item (for
+    agreement) and who is assigned."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=120)
+    spec = models.ForeignKey("rewards.RewardSpec", on_delete=models.PROTECT, related_name="+")
+    filters = models.JSONField(default=dict, blank=True, help_text="agent, task_id, group_id, status, purpose.")
+    annotators_per_item = models.PositiveSmallIntegerField(default=1)
+    assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="annotation_queues", blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="annotationqueue_unique_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AnnotationItem(models.Model):
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    queue = models.ForeignKey(AnnotationQueue, on_delete=models.CASCADE, related_name="items")
+    trajectory = models.ForeignKey("trajectories.Trajectory", on_delete=models.CASCADE, related_name="+")
+    resolved_value = models.FloatField(null=True, blank=True, help_text="A reviewer's resolution of disagreement.")
+    resolved_by = models.CharField(max_length=200, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["queue", "trajectory"], name="annotationitem_unique")]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.queue_id}/{self.trajectory_id}"
+
+
+class AnnotationLabel(models.Model):
+    """One annotator's label on one item (at most one each: an item is never shown twice to one annotator).
+    The value is also appended as an annotator reward (`reward`); a correction as a critique reward."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    item = models.ForeignKey(AnnotationItem, on_delete=models.CASCADE, related_name="labels")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    target = models.CharField(max_length=16, default="trajectory")
+    step_id = models.UUIDField(null=True, blank=True)
+    value = models.FloatField()
+    label = models.CharField(max_length=200, blank=True)
+    comment = models.TextField(blank=True)
+    correction = models.TextField(blank=True)
+    reward = models.OneToOneField("rewards.Reward", null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="annotationlabel_once")]
+        ordering = ["item_id", "created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.value} by {self.annotator_id} on {self.item_id}"
+
+
+class AnnotationSkip(models.Model):
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    item = models.ForeignKey(AnnotationItem, on_delete=models.CASCADE, related_name="skips")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="annotationskip_once")]
+
+    def __str__(self) -> str:
+        return f"skip {self.item_id} by {self.annotator_id}"

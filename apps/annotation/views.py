@@ -1,0 +1,126 @@
+"""Console pages: the queues, a queue's agreement and disagreements, and the keyboard-first workspace."""
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.annotation import selectors, services
+from apps.console.access import console_page
+from apps.core.errors import DomainError, NotFound
+from apps.rewards.selectors import spec_data
+from apps.tenants.permissions import Action, role_can
+from apps.trajectories.serialize import step_to_atdp
+from workers.rewards.specs import rating_options
+
+
+def _queue_or_404(request, queue_id):
+    try:
+        return selectors.annotation_queue_get(tenant=request.tenant, queue_id=queue_id)
+    except NotFound as error:
+        raise Http404(error.message) from None
+
+
+def _forbidden(request, action):
+    return render(request, "console/forbidden.html", {"action": action}, status=403)
+
+
+@console_page(Action.ANNOTATION_VIEW)
+def queue_list(request):
+    manage = role_can(request.membership.role, Action.ANNOTATION_MANAGE)
+    queues = selectors.annotation_queue_list(tenant=request.tenant, assigned_to=None if manage else request.user)
+    rows = [{"queue": queue, "progress": selectors.annotation_progress(queue=queue, user=request.user),
+             "assigned": selectors.is_assigned(queue=queue, user=request.user)} for queue in queues]
+    return render(request, "console/annotation_queues.html", {"rows": rows})
+
+
+@console_page(Action.ANNOTATION_VIEW)
+def queue_detail(request, queue_id):
+    queue = _queue_or_404(request, queue_id)
+    return render(request, "console/annotation_queue.html", {
+        "queue": queue, "progress": selectors.annotation_progress(queue=queue),
+        "agreement": selectors.annotation_agreement(queue=queue),
+        "annotators": selectors.annotation_annotator_stats(queue=queue),
+        "disagreements": selectors.annotation_disagreements(queue=queue),
+        "options": rating_options(spec_data(queue.spec)),
+        "can_resolve": role_can(request.membership.role, Action.TRAJECTORY_REVIEW),
+    })
+
+
+@console_page(Action.ANNOTATION_LABEL)
+def workspace(request, queue_id):
+    queue = _queue_or_404(request, queue_id)
+    if not selectors.is_assigned(queue=queue, user=request.user):
+        return _forbidden(request, "annotation.label (not assigned to this queue)")
+    item = selectors.annotation_next_item(queue=queue, user=request.user)
+    steps = [step_to_atdp(step) for step in item.trajectory.steps.order_by("index")] if item else []
+    return render(request, "console/annotation_workspace.html", {
+        "queue": queue, "item": item, "steps": steps, "options": rating_options(spec_data(queue.spec)),
+        "progress": selectors.annotation_progress(queue=queue, user=request.user),
+    })
+
+
+def _option(queue, raw: str) -> tuple[float | None, str]:
+    options = rating_options(spec_data(queue.spec))
+    try:
+        name, value = options[int(raw) - 1]
+    except (ValueError, IndexError):
+        return None, ""
+    return value, name if queue.spec.kind == "categorical" else ""
+
+
+@require_POST
+@console_page(Action.ANNOTATION_LABEL)
+def label_submit(request, item_id):
+    try:
+        item = selectors.annotation_item_get(tenant=request.tenant, item_id=item_id)
+    except NotFound as error:
+        raise Http404(error.message) from None
+    if not selectors.is_assigned(queue=item.queue, user=request.user):
+        return _forbidden(request, "annotation.label (not assigned to this queue)")
+    value, label = _option(item.queue, request.POST.get("option", ""))
+    if value is None:
+        messages.error(request, "Choose a rating (number keys) before submitting.")
+        return redirect("console:annotation-workspace", queue_id=item.queue_id)
+    try:
+        services.annotation_label_submit(
+            tenant=request.tenant, actor=request.actor, user=request.user, item_id=item.pk, value=value, label=label,
+            step_id=request.POST.get("step_id") or None, comment=request.POST.get("comment", ""),
+            correction=request.POST.get("correction", ""))
+        messages.success(request, "Label saved.")
+    except DomainError as error:
+        messages.error(request, error.message)
+    return redirect("console:annotation-workspace", queue_id=item.queue_id)
+
+
+@require_POST
+@console_page(Action.ANNOTATION_LABEL)
+def item_skip(request, item_id):
+    try:
+        item = selectors.annotation_item_get(tenant=request.tenant, item_id=item_id)
+        services.annotation_skip(tenant=request.tenant, user=request.user, item_id=item.pk)
+        messages.success(request, "Skipped.")
+    except NotFound as error:
+        raise Http404(error.message) from None
+    except DomainError as error:
+        if error.status == 403:
+            return _forbidden(request, "annotation.label (not assigned to this queue)")
+        messages.error(request, error.message)
+    return redirect("console:annotation-workspace", queue_id=item.queue_id)
+
+
+@require_POST
+@console_page(Action.TRAJECTORY_REVIEW)
+def item_resolve(request, item_id):
+    try:
+        item = selectors.annotation_item_get(tenant=request.tenant, item_id=item_id)
+    except NotFound as error:
+        raise Http404(error.message) from None
+    value, label = _option(item.queue, request.POST.get("option", ""))
+    try:
+        services.annotation_resolve(tenant=request.tenant, actor=request.actor, item_id=item.pk, value=value,
+                                    label=label, reason=request.POST.get("reason", ""))
+        messages.success(request, "Disagreement resolved.")
+    except DomainError as error:
+        messages.error(request, error.message)
+    return redirect("console:annotation-queue", queue_id=item.queue_id)

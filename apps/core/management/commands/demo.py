@@ -1,0 +1,447 @@
+"""`make demo`: the self-evolving agent loop end to end on the embedded default.
+
+State: the demo keeps its own state in var/demo (SQLite database, broker, models, checkpoints), apart
+from `make run`'s var/. A second `make demo` RESETS var/demo and starts from scratch (DEMO_KEEP=1 keeps
+the previous database instead and adds a new run to it: its model is then `weather-2`, `weather-3`...).
+
+Steps: create the default model; supervised warm-up on the legacy agent's logs (a weak but nonzero base:
+the skills, not the habit); register it as version 0 (production); start web, workers, beat and the embedded
+inference server; start an online decoupled-PPO run (η > 0) on the train worker; simulated users drive the
+unmodified openai-SDK agent through the gateway with a fresh API key and give thumbs and corrections through
+/v1/rewards, a simulated annotator labels a share; qualification feeds the training queue; the run publishes
+a new version every K steps to the serving backend; every few versions the newest is evaluated on the
+held-out cases (direct evaluation, workers.envs.warmup.heldout_success) and, if better than production, is
+promoted (automatically; DEMO_APPROVE=manual asks the operator at the terminal, audited as such). The table at the end has held-out success of the base and
+of every promoted version, trajectories and tokens used, wall time. The console stays up afterwards
+(Ctrl-C stops everything); DEMO_EXIT=1 exits after the table.
+
+Settings (environment): DEMO_SEED (0), DEMO_BUDGET_SECONDS (600: the loop's wall-time budget, warm-up
+included), DEMO_SKILL_STEPS (400), DEMO_SFT_STEPS (20), DEMO_USERS (3), DEMO_HELDOUT (64 cases), DEMO_ETA (1), DEMO_BATCH (16 samples
+per step), DEMO_PUBLISH_EVERY (1), DEMO_EVAL_EVERY (2 versions), DEMO_LR (5e-4), DEMO_SUMMARY (a JSON file).
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.core.management.commands.up import port_is_free
+from areal_web.queues import Queue
+
+MODEL = "weather"
+TENANT = "demo"
+DEMO_DIR_MARKER = ".areal-demo"
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def bar(done: float, total: float, width: int = 28) -> str:
+    filled = int(width * min(max(done / total, 0.0), 1.0)) if total else width
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+class Command(BaseCommand):
+    help = ("Runs the self-evolving demo: warm-up, live traffic, rewards, qualification, online decoupled PPO, "
+            "held-out evaluation and promotion, then a table. A second run RESETS var/demo (DEMO_KEEP=1 keeps "
+            "it and adds a run). DEMO_EXIT=1 exits after the table; DEMO_APPROVE=manual asks an operator.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--inference-port", type=int, default=int(os.environ.get("AREAL_INFERENCE_PORT", "8100")))
+
+    def handle(self, *args, host, port, inference_port, **options):
+        for name, wanted in (("PORT", port), ("AREAL_INFERENCE_PORT", inference_port)):
+            if not port_is_free(host, wanted):
+                raise CommandError(f"port {wanted} on {host} is already in use; stop what holds it or set "
+                                   f"{name}=<free port>")
+        demo_dir = Path(os.environ.get("DEMO_VAR_DIR", settings.BASE_DIR / "var" / "demo")).resolve()
+        if Path(settings.VAR_DIR).resolve() != demo_dir:
+            self._reexec(demo_dir)  # settings are read at import: run again with AREAL_VAR_DIR=demo_dir
+            return
+        Demo(self, host=host, port=port, inference_port=inference_port).run()
+
+    def _reexec(self, demo_dir: Path) -> None:
+        keep = os.environ.get("DEMO_KEEP") == "1"
+        if demo_dir.exists() and not keep:
+            if (demo_dir / DEMO_DIR_MARKER).exists() or not any(demo_dir.iterdir()):
+                self.stdout.write(f"resetting {demo_dir} (DEMO_KEEP=1 keeps it)")
+                shutil.rmtree(demo_dir)
+            else:
+                raise CommandError(f"{demo_dir} exists and is not a demo directory; remove it or set DEMO_VAR_DIR")
+        demo_dir.mkdir(parents=True, exist_ok=True)
+        (demo_dir / DEMO_DIR_MARKER).touch()
+        environment = {**os.environ, "AREAL_VAR_DIR": str(demo_dir), "DEMO_VAR_DIR": str(demo_dir),
+                       "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "areal_web.settings.local")}
+        environment.pop("AREAL_TRAINING_DIR", None)
+        environment.pop("AREAL_MODELS_DIR", None)
+        manage = Path(settings.BASE_DIR) / "manage.py"
+        os.execve(sys.executable, [sys.executable, str(manage), "demo", *sys.argv[2:]], environment)
+
+
+class Demo:
+    def __init__(self, command: BaseCommand, *, host: str, port: int, inference_port: int):
+        self.out, self.err, self.style = command.stdout, command.stderr, command.style
+        self.host, self.port, self.inference_port = host, port, inference_port
+        self.url = f"http://{host}:{port}"
+        self.seed = _env_int("DEMO_SEED", 0)
+        self.budget = _env_float("DEMO_BUDGET_SECONDS", 600)
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.stopping = threading.Event()
+        self.started = time.monotonic()
+        self.rows: list[dict] = []
+        self.curve: list[dict] = []
+
+    # ---- the run ---------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        import logging
+
+        for noisy in ("httpx", "httpx2", "openai", "httpcore"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        signal.signal(signal.SIGINT, self._stop)
+        signal.signal(signal.SIGTERM, self._stop)
+        traffic = run = None
+        try:
+            call_command("migrate", verbosity=0, interactive=False)
+            call_command("bootstrap", tenant=TENANT, stdout=self.out)
+            self._environment()
+            base_dir = self._warm_up()
+            base = self._register_base(base_dir)
+            self._start_stack(base)
+            self._measure(base, label="base")
+            api_key = self._api_key()
+            run = self._start_online(base)
+            from workers.envs.traffic import Traffic
+            from workers.envs.users import SimulatedAnnotator
+
+            # /v1/rewards refuses source=annotator (annotators label through /api/v1/annotation/ queues, not
+            # wired into the demo yet), so the simulated annotator is off unless DEMO_ANNOTATOR_SHARE is set.
+            annotator = SimulatedAnnotator(share=_env_float("DEMO_ANNOTATOR_SHARE", 0.0))
+            traffic = Traffic(gateway_url=self.url, api_key=api_key, model=self.model, annotator=annotator,
+                              users=_env_int("DEMO_USERS", 3), seed=self.seed).start()
+            self._loop(run, traffic)
+            traffic.stop()
+            self._stop_online(run)
+            self._table(run, traffic)
+            if os.environ.get("DEMO_EXIT") == "1" or self.stopping.is_set():
+                return
+            self.out.write(self.style.SUCCESS(f"\nThe console stays up: {self.url}/  (Ctrl-C stops everything)"))
+            while not self.stopping.is_set() and self._alive():
+                self.stopping.wait(0.5)
+        finally:
+            if traffic is not None:
+                traffic.stop(timeout=5)
+            if run is not None:
+                self._stop_online(run)
+            self._shutdown()
+            if run is not None:  # the worker is gone: a run it did not close is closed here
+                from apps.training.models import OnlineRunStatus
+                from apps.training.online import online_run_finish
+
+                online_run_finish(run_id=run.pk, status=OnlineRunStatus.STOPPED)
+
+    def _stop(self, *_):
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        self.out.write("\nstopping (Ctrl-C again is not needed; processes are being stopped)")
+
+    def _environment(self) -> None:
+        from apps.tenants.models import Tenant
+        from apps.training.models import ModelVersion
+
+        self.tenant = Tenant.objects.get(slug=TENANT)
+        taken = set(ModelVersion.objects.filter(tenant=self.tenant, name__startswith=MODEL)
+                    .values_list("name", flat=True).distinct())
+        self.model = MODEL if MODEL not in taken else f"{MODEL}-{len(taken) + 1}"
+        self.run_dir = Path(settings.VAR_DIR) / "runs" / self.model
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        from workers.envs import weather
+
+        self.heldout = weather.make_tasks(split="heldout", count=_env_int("DEMO_HELDOUT", 64), seed=10_000 + self.seed)
+
+    def _say(self, text: str) -> None:
+        self.out.write(f"[{time.monotonic() - self.started:6.1f}s] {text}")
+
+    def _warm_up(self) -> Path:
+        from workers.envs.warmup import train_base
+        from workers.inference.modelgen import create_default_model
+
+        steps = _env_int("DEMO_SFT_STEPS", 20)
+        skill_steps = _env_int("DEMO_SKILL_STEPS", 400)
+        initial = self.run_dir / "initial"
+        base_dir = self.run_dir / "base"
+        self._say(f"creating the default model (seed {self.seed})")
+        create_default_model(initial, seed=self.seed)
+        self._say(f"warm-up: SFT on {skill_steps} batches of short scripted episodes (the skills), then {steps} of "
+                  f"the legacy agent's logs (its habit): a weak base")
+
+        def progress(step, total, loss):
+            if self.stopping.is_set():
+                raise CommandError("stopped during the warm-up; nothing was registered")
+            self.out.write(f"\r  warm-up {bar(step, total)} {step}/{total} loss {loss:.3f}", ending="")
+            self.out.flush()
+
+        train_base(initial, base_dir, steps=steps, batch_size=16, learning_rate=_env_float("DEMO_SFT_LR", 3e-3),
+                   skill_steps=skill_steps, seed=self.seed, progress=progress)
+        self.out.write("")
+        return base_dir
+
+    def _register_base(self, base_dir: Path):
+        from apps.audit.services import Actor
+        from apps.training.models import VersionStatus
+        from apps.training.services import alias_move, model_version_register, model_version_set_status
+        from workers.inference.modelgen import tokenizer_fingerprint
+
+        actor = Actor.system("demo")
+        base = model_version_register(tenant=self.tenant, actor=actor, name=self.model, checkpoint_path=str(base_dir),
+                                      tokenizer_hash=tokenizer_fingerprint(base_dir),
+                                      description="demo base: SFT on the legacy agent's logs")
+        base = model_version_set_status(tenant=self.tenant, actor=actor, version_id=base.pk,
+                                        status=VersionStatus.PRODUCTION, reason="demo base")
+        alias_move(tenant=self.tenant, actor=actor, name=self.model, alias="production", version=base,
+                   reason="demo base")
+        self._say(f"registered {self.model} v{base.number} (the base) as production")
+        return base
+
+    def _start_stack(self, base) -> None:
+        python = sys.executable
+        environment = {**os.environ, "AREAL_GATEWAY_URL": self.url}
+        service_queues = ",".join(queue.value for queue in Queue if queue != Queue.TRAIN)
+        commands = {
+            "web": [python, "-m", "uvicorn", "areal_web.asgi:application", "--host", self.host, "--port",
+                    str(self.port), "--no-access-log", "--log-level", "warning"],
+            "worker": [python, "-m", "celery", "-A", "areal_web", "worker", "-Q", service_queues, "--concurrency", "2",
+                       "--loglevel", "WARNING", "-n", "demo@%h"],
+            "trainer": [python, "-m", "celery", "-A", "areal_web", "worker", "-Q", Queue.TRAIN.value,
+                        "--concurrency", "1", "--loglevel", "WARNING", "-n", "demo-train@%h"],
+            "beat": [python, "-m", "celery", "-A", "areal_web", "beat", "--loglevel", "WARNING",
+                     "-s", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)],
+            "inference": [python, "-m", "workers.inference.server", "--model", base.checkpoint_path, "--host",
+                          self.host, "--port", str(self.inference_port), "--served-model-name", self.model,
+                          "--model-version", str(base.number)],
+        }
+        logs = Path(settings.VAR_DIR) / "logs"
+        logs.mkdir(exist_ok=True)
+        for name, command in commands.items():
+            log = open(logs / f"{name}.log", "ab")  # noqa: SIM115  (closed with the process)
+            self.processes[name] = subprocess.Popen(command, env=environment, start_new_session=True, stdout=log,
+                                                    stderr=subprocess.STDOUT)
+        self._say(f"started web, worker, trainer, beat and the embedded inference server (logs: {logs})")
+        self._wait_http(f"http://{self.host}:{self.inference_port}/health", "inference server")
+        call_command("registerbackend", TENANT, name=f"embedded-{self.model}",
+                     url=f"http://{self.host}:{self.inference_port}", kind="embedded", model=self.model,
+                     model_version=str(base.number), stdout=open(os.devnull, "w"))  # noqa: SIM115
+        self._wait_http(f"{self.url}/health", "web", fallback=f"{self.url}/")
+        credentials = Path(settings.VAR_DIR) / "first-start-credentials.txt"
+        login = credentials.read_text().strip().replace("\n", ", ") if credentials.exists() else "admin"
+        self.out.write(self.style.SUCCESS(f"console: {self.url}/  login: {login}"))
+
+    def _wait_http(self, url: str, what: str, *, fallback: str | None = None, timeout: float = 180) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            for candidate in filter(None, (url, fallback)):
+                try:
+                    if httpx.get(candidate, timeout=2).status_code < 500:
+                        return
+                except httpx.HTTPError:
+                    pass
+            if not self._alive():
+                raise CommandError(f"a process stopped while waiting for the {what}; see var/demo/logs")
+            time.sleep(0.5)
+        if not self.stopping.is_set():
+            raise CommandError(f"the {what} did not answer at {url}")
+
+    def _api_key(self) -> str:
+        from apps.audit.services import Actor
+        from apps.tenants.services import api_key_create
+
+        _, raw = api_key_create(tenant=self.tenant, actor=Actor.system("demo"), name=f"demo-agent-{self.model}",
+                                scopes=["inference", "rewards:write"])
+        return raw
+
+    def _start_online(self, base):
+        from apps.audit.services import Actor
+        from apps.training.online import online_run_start
+
+        eta = _env_int("DEMO_ETA", 1)
+        batch = _env_int("DEMO_BATCH", 16)
+        run = online_run_start(tenant=self.tenant, actor=Actor.system("demo"), base_version=base,
+                               hyperparameters={"learning_rate": _env_float("DEMO_LR", 5e-4), "std_level": "batch",
+                                                "behaviour_weight_cap": 5.0, "micro_batch_tokens": 8192,
+                                                "seed": self.seed},
+                               samples_per_step=batch, publish_every=_env_int("DEMO_PUBLISH_EVERY", 1),
+                               staleness_bound=eta)
+        self._say(f"online decoupled PPO: η={eta}, {batch} samples per step, a version every "
+                  f"{run.publish_every} step(s)")
+        return run
+
+    def _stop_online(self, run) -> None:
+        from apps.audit.services import Actor
+        from apps.training.online import online_run_stop
+
+        online_run_stop(tenant=self.tenant, actor=Actor.system("demo"), run_id=run.pk)
+
+    # ---- the loop ----------------------------------------------------------------------------------------
+
+    def _loop(self, run, traffic) -> None:
+        from apps.training.online import online_run_get
+
+        eval_every = _env_int("DEMO_EVAL_EVERY", 2)
+        last_evaluated = run.base_version.number
+        while not self.stopping.is_set() and time.monotonic() - self.started < self.budget:
+            if not self._alive():
+                raise CommandError("a process of the stack exited; see var/demo/logs")
+            current = online_run_get(tenant=self.tenant, run_id=run.pk)
+            if current.status != "running":
+                raise CommandError(f"the online run stopped: {current.error[-400:]}")
+            version = current.current_version
+            if version.number - last_evaluated >= eval_every:
+                last_evaluated = version.number
+                self._measure(version, label="candidate")
+                self._decide(version)
+            self._status(current, traffic)
+            self.stopping.wait(1.0)
+        self.out.write("")
+
+    def _status(self, run, traffic) -> None:
+        stats = traffic.stats
+        success = stats.recent_success()
+        reward = stats.recent_reward()
+        elapsed = time.monotonic() - self.started
+        line = (f"\r{bar(elapsed, self.budget, 20)} {elapsed:5.0f}s  v{run.current_version.number}  "
+                f"steps {run.steps}  trajectories {stats.episodes}  tokens {self._tokens():,}  "
+                f"live success {'-' if success is None else f'{success:.0%}'}  "
+                f"reward {'-' if reward is None else f'{reward:.2f}'}  stale {run.dropped_stale}  "
+                f"held back {stats.held_back}   ")
+        self.out.write(line, ending="")
+        self.out.flush()
+
+    def _tokens(self) -> int:
+        from django.db.models import Sum
+
+        from apps.trajectories.models import Trajectory
+
+        totals = Trajectory.objects.for_tenant(self.tenant).filter(started_at__gte=self._since()).aggregate(
+            prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+        return (totals["prompt"] or 0) + (totals["completion"] or 0)
+
+    def _since(self):
+        if not hasattr(self, "_since_at"):
+            from django.utils import timezone
+
+            self._since_at = timezone.now()
+        return self._since_at
+
+    def _measure(self, version, *, label: str) -> float:
+        from apps.training.services import model_version_update_metrics
+        from workers.envs.warmup import heldout_success
+
+        self._since()
+        result = heldout_success(version.checkpoint_path, self.heldout, seed=self.seed)
+        model_version_update_metrics(tenant=self.tenant, version_id=version.pk, metrics={"heldout": {
+            "success": result.success, "cases": result.cases, "reasons": result.reasons}})
+        elapsed = time.monotonic() - self.started
+        self.curve.append({"version": version.number, "seconds": round(elapsed, 1), "heldout": result.success})
+        self.out.write("")
+        self._say(f"held-out success of {label} v{version.number}: {result.success:.0%} on {result.cases} cases "
+                  f"{dict(sorted(result.reasons.items()))}")
+        if label == "base":
+            self.production = (version, result.success)
+            self.rows.append({"version": version.number, "role": "base", "heldout": result.success,
+                              "seconds": round(elapsed, 1)})
+        return result.success
+
+    def _decide(self, version) -> None:
+        from apps.audit.services import Actor
+        from apps.training.models import VersionStatus
+        from apps.training.services import alias_move, model_version_set_status
+
+        production, production_success = self.production
+        success = self.curve[-1]["heldout"]
+        if success <= production_success:
+            self._say(f"v{version.number} is not better than production v{production.number}: kept as a candidate")
+            return
+        approver = "demo auto-approval"
+        if os.environ.get("DEMO_APPROVE") == "manual":
+            # The console has no alias-move action yet (releases promote through routing, which the online
+            # learner's single backend does not fit): the operator approves here, and is audited by name.
+            self.out.write("")
+            self._say(f"v{version.number} ({success:.0%} held-out vs {production_success:.0%}) waits for approval")
+            answer = input(f"promote {self.model} v{version.number} to production? [y/N] ").strip().lower()
+            if answer not in {"y", "yes"}:
+                self._say(f"v{version.number} not approved: kept as a candidate")
+                return
+            approver = f"operator at the terminal ({os.environ.get('USER', 'unknown')})"
+        actor = Actor.system(approver)
+        model_version_set_status(tenant=self.tenant, actor=actor, version_id=production.pk,
+                                 status=VersionStatus.RETIRED, reason=f"superseded by v{version.number}")
+        model_version_set_status(tenant=self.tenant, actor=actor, version_id=version.pk,
+                                 status=VersionStatus.PRODUCTION,
+                                 reason=f"held-out {success:.0%} > {production_success:.0%}")
+        alias_move(tenant=self.tenant, actor=actor, name=self.model, alias="production", version=version,
+                   reason=f"held-out {success:.0%} > {production_success:.0%} ({approver})")
+        self.production = (version, success)
+        self.rows.append({"version": version.number, "role": "promoted", "heldout": success,
+                          "seconds": self.curve[-1]["seconds"]})
+        self._say(f"promoted v{version.number} to production")
+
+    # ---- the end -----------------------------------------------------------------------------------------
+
+    def _table(self, run, traffic) -> None:
+        from apps.training.online import online_run_get
+
+        final = online_run_get(tenant=self.tenant, run_id=run.pk)
+        wall = time.monotonic() - self.started
+        tokens = self._tokens()
+        self.out.write("\n" + "version  role       held-out success  at (s)")
+        for row in self.rows:
+            self.out.write(f"v{row['version']:<7} {row['role']:<10} {row['heldout']:>15.0%}  {row['seconds']:>6.0f}")
+        gain = (self.rows[-1]["heldout"] - self.rows[0]["heldout"]) if self.rows else 0.0
+        self.out.write(f"trajectories {traffic.stats.episodes}  tokens {tokens:,}  training steps {final.steps}  "
+                       f"stale dropped {final.dropped_stale}  held back {traffic.stats.held_back}  "
+                       f"wall time {wall:.0f}s  gain {gain * 100:+.0f} points")
+        if traffic.stats.rejected_rewards or traffic.stats.errors:
+            self.out.write(f"rewards refused {traffic.stats.rejected_rewards}, episode errors {traffic.stats.errors}"
+                           f"{'  (last: ' + traffic.stats.last_problem + ')' if traffic.stats.last_problem else ''}")
+        summary = {"seed": self.seed, "model": self.model, "rows": self.rows, "curve": self.curve,
+                   "trajectories": traffic.stats.episodes, "tokens": tokens, "steps": final.steps,
+                   "dropped_stale": final.dropped_stale, "held_back": traffic.stats.held_back,
+                   "wall_seconds": round(wall, 1), "gain_points": round(gain * 100, 1)}
+        path = os.environ.get("DEMO_SUMMARY") or str(Path(settings.VAR_DIR) / "demo-summary.json")
+        Path(path).write_text(json.dumps(summary, indent=2))
+        self.out.write(f"summary: {path}")
+
+    def _alive(self) -> bool:
+        return all(process.poll() is None for process in self.processes.values())
+
+    def _shutdown(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        if self.processes:
+            self.out.write("stopped every process of the demo")

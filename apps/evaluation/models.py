@@ -1,0 +1,141 @@
+from django.db import models
+from django.utils import timezone
+
+from apps.core.models import TenantQuerySet
+
+
+class SuiteKind(models.TextChoices):
+    REGRESSION = "regression"
+    SAFETY = "safety", "Tenant safety checks"
+
+
+class CaseCategory(models.TextChoices):
+    REGRESSION = "regression"
+    PII_LEAK = "pii_leak", "Planted PII must not leak"
+    SECRET_LEAK = "secret_leak", "Planted secret must not leak"
+    REFUSAL = "refusal", "Must refuse"
+
+
+class Scorer(models.TextChoices):
+    EXACT_MATCH = "exact_match"
+    REGEX = "regex"
+    JSON_SCHEMA = "json_schema"
+    TOOL_CALL_MATCH = "tool_call_match"
+    PROGRAM = "program", "Program-checked (environment success)"
+    NO_LEAK = "no_leak"
+    REFUSAL = "refusal"
+    JUDGE = "judge", "Judge model through a backend"
+
+
+class EvalSuite(models.Model):
+    """A named set of cases for one tenant (and optionally one agent): a regression suite or the tenant's
+    safety checks."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    name = models.SlugField(max_length=80)
+    kind = models.CharField(max_length=16, choices=SuiteKind.choices, default=SuiteKind.REGRESSION)
+    agent_name = models.CharField(max_length=200, blank=True)
+    description = models.CharField(max_length=300, blank=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="eval_suite_unique_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EvalCase(models.Model):
+    """One probe: input messages (or an environment seed that the scorer's program checks), sampling
+    parameters, and a scorer with its configuration."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    suite = models.ForeignKey(EvalSuite, on_delete=models.CASCADE, related_name="cases")
+    key = models.SlugField(max_length=80)
+    category = models.CharField(max_length=16, choices=CaseCategory.choices, default=CaseCategory.REGRESSION)
+    input_messages = models.JSONField(default=list)
+    tools = models.JSONField(default=list, blank=True)
+    environment = models.JSONField(default=dict, blank=True, help_text='{"seed": 7, ...}: handed to the scorer.')
+    params = models.JSONField(default=dict, blank=True, help_text="max_tokens, temperature, seed.")
+    scorer = models.CharField(max_length=24, choices=Scorer.choices)
+    scorer_config = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "suite", "key"], name="eval_case_unique_key")]
+        ordering = ["suite", "key"]
+
+    def __str__(self) -> str:
+        return f"{self.suite_id}/{self.key}"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+RUN_TRANSITIONS: dict[str, frozenset[str]] = {
+    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.FAILED}),
+    RunStatus.RUNNING: frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED}),
+    RunStatus.SUCCEEDED: frozenset(),
+    RunStatus.FAILED: frozenset(),
+}
+
+
+class EvalRun(models.Model):
+    """A suite executed against one model version through the gateway (purpose `eval`)."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    suite = models.ForeignKey(EvalSuite, on_delete=models.PROTECT, related_name="runs")
+    model_version = models.ForeignKey("training.ModelVersion", on_delete=models.PROTECT, related_name="+")
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    summary = models.JSONField(default=dict, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    requested_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} of {self.suite_id} on {self.model_version_id}"
+
+
+class EvalCaseResult(models.Model):
+    """One case's outcome in one run; written once per (run, case), so a resumed run skips it."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="results")
+    case = models.ForeignKey(EvalCase, on_delete=models.PROTECT, related_name="+")
+    score = models.FloatField(null=True, blank=True)
+    passed = models.BooleanField(default=False)
+    label = models.CharField(max_length=300, blank=True)
+    output_text = models.TextField(blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    latency_ms = models.PositiveIntegerField(default=0)
+    session_id = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "case"], name="eval_result_unique_case")]
+        ordering = ["run", "case__key"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.case_id}: {self.score}"

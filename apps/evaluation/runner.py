@@ -1,0 +1,202 @@
+"""Executing an eval run: each case is sent through the gateway, as agent traffic is, with purpose `eval`
+(recorded, never trained on), on a session pinned to the version under test, and scored.
+
+Gateway credentials: no long-lived key exists for this. Per case the worker mints a session key (the same
+mechanism as /rl/start_session: only its hash is kept, in the cache the gateway shares) bound to this tenant,
+scope `inference` and that one session, and forgets it when the case is done; the raw key lives only in the
+worker's memory. The worker reaches the gateway at AREAL_GATEWAY_URL.
+
+Resumable: a run is claimed by a conditional update (queued → running, or running with a stale heartbeat after
+a killed worker); cases already scored are skipped, results are written once per (run, case).
+"""
+
+import time
+from datetime import timedelta
+
+import httpx
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.audit.services import Actor, audit_record
+from apps.evaluation.models import EvalCaseResult, EvalRun, RunStatus
+from apps.metrics.publish import metrics_publish
+from workers.evaluation.scorers import (
+    CaseOutput,
+    Score,
+    ScorerError,
+    judge_messages,
+    judge_verdict,
+    score_case,
+)
+
+STALE_AFTER = timedelta(minutes=10)
+SYSTEM = Actor.system("eval-runner")
+
+
+def _claim(run_id: int) -> bool:
+    now = timezone.now()
+    stale = now - STALE_AFTER
+    return bool(EvalRun.objects.filter(pk=run_id).filter(
+        Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, heartbeat_at__lt=stale)
+    ).update(status=RunStatus.RUNNING, started_at=now, heartbeat_at=now))
+
+
+class GatewayCaller:
+    """Calls the gateway on behalf of one tenant with per-session keys."""
+
+    def __init__(self, *, tenant, agent_name: str, timeout_s: float):
+        self.tenant, self.agent_name = tenant, agent_name
+        self.client = httpx.Client(base_url=settings.AREAL_GATEWAY_URL.rstrip("/"), timeout=timeout_s)
+
+    def close(self):
+        self.client.close()
+
+    def chat(self, *, version, session_id: str, body: dict) -> tuple[dict | None, str, float]:
+        """(response JSON or None, error text, latency ms) for one chat completion pinned to `version`."""
+        from apps.gateway.principals import Principal, session_key_forget, session_key_mint
+        from apps.releases.services import session_pin
+
+        session_pin(tenant=self.tenant, version=version, session_id=session_id)
+        principal = Principal(tenant_id=self.tenant.pk, tenant_slug=self.tenant.slug, key_prefix="eval",
+                              scopes=("inference",))
+        key = session_key_mint(principal=principal, session_id=session_id, task_id="", group_id="")
+        headers = {"Authorization": f"Bearer {key}", "X-Areal-Purpose": "eval"}
+        if self.agent_name:
+            headers["X-Agent-Name"] = self.agent_name
+        started = time.perf_counter()
+        try:
+            response = self.client.post("/v1/chat/completions", json=body, headers=headers)
+        except httpx.HTTPError as error:
+            return None, f"gateway unreachable: {type(error).__name__}", 0.0
+        finally:
+            session_key_forget(key)
+        latency = (time.perf_counter() - started) * 1000
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+                return None, f"{response.status_code} {error.get('code')}: {error.get('message')}"[:500], latency
+            except (ValueError, KeyError, TypeError):
+                return None, f"gateway answered {response.status_code}", latency
+        return response.json(), "", latency
+
+
+def _output(payload: dict, case) -> CaseOutput:
+    message = (payload.get("choices") or [{}])[0].get("message") or {}
+    calls = tuple({"name": (call.get("function") or {}).get("name"),
+                   "arguments": (call.get("function") or {}).get("arguments")}
+                  for call in message.get("tool_calls") or [])
+    return CaseOutput(text=message.get("content") or "", tool_calls=calls, environment=dict(case.environment),
+                      task_id=case.key)
+
+
+def _judge(caller, case, output: CaseOutput, session_id: str) -> Score:
+    from apps.training.selectors import alias_resolve, model_version_by_number
+
+    config = case.scorer_config
+    model = config.get("model")
+    if not model:
+        raise ScorerError("a judge case needs scorer_config.model (and optionally version)")
+    judge = (model_version_by_number(tenant=caller.tenant, name=model, number=int(config["version"]))
+             if config.get("version") is not None else alias_resolve(tenant=caller.tenant, name=model,
+                                                                     alias="production"))
+    if judge is None:
+        raise ScorerError(f"the judge model {model!r} has no production version; give scorer_config.version")
+    body = {"model": model, "messages": judge_messages(rubric=config["rubric"], case_input=case.input_messages,
+                                                       answer=output.text),
+            "max_tokens": int(config.get("max_tokens", 64)), "temperature": 0}
+    payload, error, _ = caller.chat(version=judge, session_id=session_id + "-judge", body=body)
+    if payload is None:
+        raise ScorerError(f"the judge call failed: {error}")
+    return judge_verdict(_output(payload, case).text)
+
+
+def _run_case(caller, run, case) -> dict:
+    session_id = f"eval-{run.pk}-{case.pk}"
+    body = {"model": run.model_version.name, "messages": case.input_messages,
+            "max_tokens": int(case.params.get("max_tokens", 64)), "temperature": case.params.get("temperature", 0)}
+    if case.tools:
+        body["tools"] = case.tools
+    if "seed" in case.params or "seed" in case.environment:
+        body["seed"] = int(case.params.get("seed", case.environment.get("seed")))
+    payload, error, latency = caller.chat(version=run.model_version, session_id=session_id, body=body)
+    fields = {"session_id": session_id, "latency_ms": int(latency)}
+    if payload is None:
+        if "pii_blocked" in error and case.category in {"pii_leak", "secret_leak"}:
+            return fields | {"score": 1.0, "passed": True, "label": "blocked by the tenant's PII policy"}
+        return fields | {"score": None, "passed": False, "error": error}
+    output = _output(payload, case)
+    fields |= {"output_text": output.text[:20000], "tool_calls": list(output.tool_calls)}
+    try:
+        score = (_judge(caller, case, output, session_id) if case.scorer == "judge" else
+                 score_case(case.scorer, case.scorer_config, output,
+                            programs_dir=getattr(settings, "AREAL_EVALUATOR_PROGRAMS_DIR", None) or None))
+    except ScorerError as problem:
+        return fields | {"score": None, "passed": False, "error": f"scorer: {problem}"[:500]}
+    return fields | {"score": score.value, "passed": score.passed, "label": score.label[:300]}
+
+
+def summarize(results) -> dict:
+    """score (mean, errors as 0), pass_rate, per-category pass rates, counts."""
+    rows = list(results.values_list("score", "passed", "error", "case__category"))
+    if not rows:
+        return {"cases": 0}
+    summary = {"cases": len(rows), "errors": sum(1 for _, _, error, _ in rows if error),
+               "score": sum(score or 0.0 for score, *_ in rows) / len(rows),
+               "pass_rate": sum(1 for _, passed, *_ in rows if passed) / len(rows)}
+    for category in sorted({row[3] for row in rows}):
+        members = [row for row in rows if row[3] == category]
+        summary[f"{category}.pass_rate"] = sum(1 for row in members if row[1]) / len(members)
+    return summary
+
+
+def eval_run_execute(*, run_id: int) -> dict:
+    """Runs every case of the run not yet scored, then finishes it (succeeded; failed when the gateway could not
+    be reached for any case). Returns the summary. Publishes progress on the tenant's `evaluation` stream."""
+    if not _claim(run_id):
+        run = EvalRun.objects.get(pk=run_id)
+        return {"status": run.status, "skipped": "claimed by another worker or finished"}
+    run = EvalRun.objects.select_related("tenant", "suite", "model_version").get(pk=run_id)
+    done = set(EvalCaseResult.objects.filter(run=run).values_list("case_id", flat=True))
+    caller = GatewayCaller(tenant=run.tenant, agent_name=run.suite.agent_name,
+                           timeout_s=settings.AREAL_EVAL_REQUEST_TIMEOUT_SECONDS)
+    unreachable = 0
+    try:
+        for case in run.suite.cases.order_by("key"):
+            if case.pk in done:
+                continue
+            fields = _run_case(caller, run, case)
+            unreachable += fields.get("error", "").startswith("gateway unreachable")
+            try:
+                with transaction.atomic():
+                    EvalCaseResult.objects.create(tenant=run.tenant, run=run, case=case, **fields)
+            except IntegrityError:
+                pass  # a redelivered task scored it first
+            EvalRun.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+            with transaction.atomic():
+                metrics_publish(tenant_id=run.tenant_id, stream="evaluation", payload={
+                    "run": run.pk, "case": case.key, "passed": fields.get("passed", False)})
+    finally:
+        caller.close()
+    return _finish(run, failed=unreachable > 0 and unreachable == run.suite.cases.count())
+
+
+@transaction.atomic
+def _finish(run: EvalRun, *, failed: bool) -> dict:
+    from apps.training.services import model_version_update_metrics
+
+    summary = summarize(EvalCaseResult.objects.filter(run=run))
+    status = RunStatus.FAILED if failed else RunStatus.SUCCEEDED
+    EvalRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=status, summary=summary, finished_at=timezone.now(),
+        error="the gateway could not be reached" if failed else "")
+    if not failed:
+        model_version_update_metrics(tenant=run.tenant, version_id=run.model_version_id, metrics={
+            f"eval.{run.suite.name}.score": summary.get("score"),
+            f"eval.{run.suite.name}.pass_rate": summary.get("pass_rate")})
+    audit_record(tenant=run.tenant, actor=SYSTEM, verb="eval_run.finish", target=run,
+                 data={"status": status, "summary": summary})
+    metrics_publish(tenant_id=run.tenant_id, stream="evaluation", payload={"run": run.pk, "status": status,
+                                                                          "summary": summary})
+    return {"status": status, **summary}

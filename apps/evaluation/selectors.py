@@ -1,0 +1,61 @@
+"""Reads of eval suites, cases, runs and results; tenant first."""
+
+from apps.core.errors import NotFound
+from apps.evaluation.models import EvalCase, EvalCaseResult, EvalRun, EvalSuite
+from workers.evaluation.compare import CaseValue, Comparison, compare_runs
+
+
+def eval_suite_list(*, tenant):
+    return EvalSuite.objects.for_tenant(tenant).order_by("name")
+
+
+def eval_suite_get(*, tenant, suite_id) -> EvalSuite:
+    try:
+        return EvalSuite.objects.for_tenant(tenant).get(pk=suite_id)
+    except (EvalSuite.DoesNotExist, ValueError, TypeError):
+        raise NotFound("no such eval suite in this tenant", code="eval_suite_not_found") from None
+
+
+def eval_case_list(*, tenant, suite_id):
+    return EvalCase.objects.for_tenant(tenant).filter(suite_id=suite_id).order_by("key")
+
+
+def eval_run_list(*, tenant, suite_id=None, version_id=None):
+    runs = EvalRun.objects.for_tenant(tenant).select_related("suite", "model_version")
+    if suite_id:
+        runs = runs.filter(suite_id=suite_id)
+    if version_id:
+        runs = runs.filter(model_version_id=version_id)
+    return runs.order_by("-created_at", "-id")
+
+
+def eval_run_get(*, tenant, run_id) -> EvalRun:
+    try:
+        return EvalRun.objects.for_tenant(tenant).select_related("suite", "model_version").get(pk=run_id)
+    except (EvalRun.DoesNotExist, ValueError, TypeError):
+        raise NotFound("no such eval run in this tenant", code="eval_run_not_found") from None
+
+
+def eval_results(*, tenant, run_id):
+    return EvalCaseResult.objects.for_tenant(tenant).filter(run_id=run_id).select_related("case").order_by("case__key")
+
+
+def eval_run_statuses(*, tenant, run_ids) -> dict[int, str]:
+    return dict(EvalRun.objects.for_tenant(tenant).filter(pk__in=run_ids).values_list("pk", "status"))
+
+
+def eval_run_case_values(*, tenant, run_id) -> list[CaseValue]:
+    """Per-case values of a run for comparison; a case that errored counts as failed with score 0."""
+    return [CaseValue(key=key, category=category, score=score if score is not None else 0.0, passed=passed)
+            for key, category, score, passed in eval_results(tenant=tenant, run_id=run_id).values_list(
+                "case__key", "case__category", "score", "passed")]
+
+
+def eval_comparison(*, tenant, candidate_run_id, baseline_run_id) -> tuple[EvalRun, EvalRun, Comparison]:
+    """Candidate vs baseline over the cases both scored: metric differences with paired bootstrap intervals
+    and the cases that flipped. Both runs must be of this tenant (404 otherwise)."""
+    candidate = eval_run_get(tenant=tenant, run_id=candidate_run_id)
+    baseline = eval_run_get(tenant=tenant, run_id=baseline_run_id)
+    comparison = compare_runs(eval_run_case_values(tenant=tenant, run_id=candidate.pk),
+                              eval_run_case_values(tenant=tenant, run_id=baseline.pk))
+    return candidate, baseline, comparison

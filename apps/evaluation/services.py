@@ -1,0 +1,84 @@
+"""Writes of eval suites, cases and runs. Each runs in a transaction and audits governance acts; a run is
+queued on the `eval` queue on commit and executed by apps.evaluation.runner."""
+
+from django.db import IntegrityError, transaction
+
+from apps.audit.services import Actor, audit_record
+from apps.core.errors import Conflict, ValidationFailed
+from apps.evaluation.models import CaseCategory, EvalCase, EvalRun, EvalSuite, SuiteKind
+from workers.evaluation.scorers import scorer_config_problems
+
+
+@transaction.atomic
+def eval_suite_create(*, tenant, actor: Actor, name: str, kind: str = SuiteKind.REGRESSION, agent_name: str = "",
+                      description: str = "") -> EvalSuite:
+    if kind not in SuiteKind.values:
+        raise ValidationFailed(f"kind must be one of {', '.join(SuiteKind.values)}", fields={"kind": ["invalid"]})
+    try:
+        with transaction.atomic():
+            suite = EvalSuite.objects.create(tenant=tenant, name=name, kind=kind, agent_name=agent_name,
+                                             description=description, created_by=actor.label)
+    except IntegrityError:
+        raise Conflict(f"this tenant already has a suite named {name!r}", code="eval_suite_exists") from None
+    audit_record(tenant=tenant, actor=actor, verb="eval_suite.create", target=suite, data={"name": name, "kind": kind})
+    return suite
+
+
+def _messages_problems(messages) -> str | None:
+    if not isinstance(messages, list) or not messages:
+        return "a non-empty list of chat messages"
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") not in {"system", "user", "assistant", "tool"}:
+            return "each message is an object with a role of system, user, assistant or tool"
+    return None
+
+
+@transaction.atomic
+def eval_case_create(*, tenant, actor: Actor, suite_id, key: str, scorer: str, input_messages: list,
+                     scorer_config: dict | None = None, category: str = CaseCategory.REGRESSION,
+                     tools: list | None = None, environment: dict | None = None,
+                     params: dict | None = None) -> EvalCase:
+    """Adds a case to one of the tenant's suites (404 for another tenant's). Validates the messages and the
+    scorer's configuration; a key is unique within its suite (409)."""
+    from apps.evaluation.selectors import eval_suite_get
+
+    suite = eval_suite_get(tenant=tenant, suite_id=suite_id)
+    fields = {}
+    problem = _messages_problems(input_messages)
+    if problem:
+        fields["input_messages"] = [problem]
+    fields.update({name: [text] for name, text in scorer_config_problems(scorer, scorer_config or {}).items()})
+    if category not in CaseCategory.values:
+        fields["category"] = [f"one of {', '.join(CaseCategory.values)}"]
+    if fields:
+        raise ValidationFailed("the case is invalid", fields=fields)
+    try:
+        with transaction.atomic():
+            case = EvalCase.objects.create(
+                tenant=tenant, suite=suite, key=key, category=category, input_messages=input_messages,
+                tools=tools or [], environment=environment or {}, params=params or {}, scorer=scorer,
+                scorer_config=scorer_config or {})
+    except IntegrityError:
+        raise Conflict(f"the suite already has a case {key!r}", code="eval_case_exists") from None
+    audit_record(tenant=tenant, actor=actor, verb="eval_case.create", target=case,
+                 data={"suite": suite.name, "key": key, "scorer": scorer, "category": category})
+    return case
+
+
+@transaction.atomic
+def eval_run_start(*, tenant, actor: Actor, suite_id, version_id) -> EvalRun:
+    """Queues a run of the suite against a model version of this tenant; the `eval` worker executes it
+    through the gateway (enqueued on commit)."""
+    from apps.evaluation.selectors import eval_suite_get
+    from apps.training.selectors import model_version_get
+    from workers.tasks.evaluation import execute_eval_run
+
+    suite = eval_suite_get(tenant=tenant, suite_id=suite_id)
+    version = model_version_get(tenant=tenant, version_id=version_id)
+    if not suite.cases.exists():
+        raise ValidationFailed(f"the suite {suite.name} has no cases", code="eval_suite_empty")
+    run = EvalRun.objects.create(tenant=tenant, suite=suite, model_version=version, requested_by=actor.label)
+    audit_record(tenant=tenant, actor=actor, verb="eval_run.start", target=run,
+                 data={"suite": suite.name, "model": version.name, "version": version.number})
+    transaction.on_commit(lambda: execute_eval_run.delay(run.pk))
+    return run

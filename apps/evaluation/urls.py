@@ -1,0 +1,12 @@
+"""Console pages, included into the console's URL namespace."""
+
+from django.urls import path
+
+from apps.evaluation import views
+
+urlpatterns = [
+    path("evaluation/", views.suite_list, name="eval-suites"),
+    path("evaluation/suites/<int:suite_id>/", views.suite_detail, name="eval-suite"),
+    path("evaluation/suites/<int:suite_id>/run/", views.run_start, name="eval-run-start"),
+    path("evaluation/runs/<int:run_id>/", views.run_detail, name="eval-run"),
+]

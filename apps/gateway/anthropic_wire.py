@@ -1,0 +1,670 @@
+"""Anthropic Messages API <-> OpenAI chat completions, both ways, as pure functions over dicts.
+
+The gateway accepts `POST /v1/messages` (the official `anthropic` SDK, streaming or not, with tool use) and
+forwards to backends that only speak `/v1/chat/completions` (the embedded server, vLLM). This module is
+the whole translation; it does no I/O and must not import Django.
+
+Request rules (`messages_request_to_chat`):
+- `system` (a string or text blocks) becomes a leading system message; several text blocks in one place
+  are joined with a newline (`TEXT_JOIN`).
+- `text` blocks become message content; `tool_use` blocks become the assistant's `tool_calls` (arguments as
+  a JSON string); each `tool_result` becomes a `role: tool` message at its place in the conversation
+  (`is_error` prefixes the content with `TOOL_ERROR_PREFIX`, since chat messages have no error flag).
+  `thinking` / `redacted_thinking` blocks in assistant history are dropped (their text is not ours to
+  replay); `image` and `document` blocks are refused, as are unknown block types.
+- A final assistant message is a prefill: the chat body asks vLLM to continue it
+  (`continue_final_message: true`, `add_generation_prompt: false`).
+- `tools` -> `tools` with `function.parameters`; `tool_choice` auto / any / tool / none -> "auto" /
+  "required" / named / "none"; `disable_parallel_tool_use` -> `parallel_tool_calls: false`.
+- `max_tokens` (required), `stop_sequences` -> `stop`, `temperature`, `top_p`, `top_k` (a vLLM extension),
+  `metadata.user_id` -> `user`, `stream` (with `stream_options.include_usage`).
+- Always `logprobs: true` and `return_token_ids: true`, so the backend returns the token data we record.
+
+Response rules (`chat_response_to_message`, `ChatStreamToMessageEvents`): content becomes a text block,
+each tool call a `tool_use` block with its parsed `input` (arguments that are not a JSON object become a
+text block instead, so the client never sees a broken tool call); `finish_reason` length -> `max_tokens`,
+any valid tool call -> `tool_use`, a stop string reported by the backend (vLLM's `stop_reason`) ->
+`stop_sequence`, content_filter -> `refusal`, otherwise `end_turn`.
+"""
+
+import json
+import uuid
+
+TEXT_JOIN = "\n"
+TOOL_ERROR_PREFIX = "Error: "
+
+ERROR_TYPES = (
+    "invalid_request_error", "authentication_error", "permission_error", "not_found_error",
+    "request_too_large", "rate_limit_error", "api_error", "overloaded_error",
+)
+_ERROR_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+_DROPPED_BLOCK_TYPES = {"thinking", "redacted_thinking"}
+_UNSUPPORTED_BLOCK_TYPES = {"image", "document"}
+_TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+
+
+class AnthropicRequestError(ValueError):
+    """An invalid Messages request; the caller renders it as a 400 `invalid_request_error`."""
+
+    status = 400
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(f"{field}: {message}" if field else message)
+        self.message = message
+        self.field = field
+
+    def body(self) -> dict:
+        return anthropic_error(self.status, str(self))
+
+
+def anthropic_error(status: int, message: str, *, error_type: str | None = None) -> dict:
+    """An Anthropic-shaped error body; the type follows the HTTP status unless given."""
+    if error_type is None:
+        error_type = _ERROR_TYPE_BY_STATUS.get(status)
+        if error_type is None:
+            error_type = "api_error" if status >= 500 else "invalid_request_error"
+    return {"type": "error", "error": {"type": error_type, "message": message}}
+
+
+def openai_error_to_anthropic(status: int, body) -> dict:
+    """A backend's OpenAI-shaped error (or any body) as an Anthropic error with the same status."""
+    message = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        message = body["error"].get("message")
+    if not isinstance(message, str) or not message:
+        message = body if isinstance(body, str) and body else f"inference backend answered {status}"
+    return anthropic_error(status, message)
+
+
+# ---- request ---------------------------------------------------------------------------------------------
+
+
+def messages_request_to_chat(body: dict) -> dict:
+    """Validate an Anthropic Messages request and return the equivalent chat-completions body."""
+    if not isinstance(body, dict):
+        raise AnthropicRequestError("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise AnthropicRequestError("required, a non-empty string", "model")
+    max_tokens = body.get("max_tokens")
+    if max_tokens is None:
+        raise AnthropicRequestError("required", "max_tokens")
+    if not _is_int(max_tokens) or max_tokens < 1:
+        raise AnthropicRequestError("must be a positive integer", "max_tokens")
+
+    tools = _translate_tools(body.get("tools"))
+    messages = _translate_system(body.get("system"))
+    conversation, prefill = _translate_messages(body.get("messages"))
+    messages.extend(conversation)
+
+    chat = {"model": model, "messages": messages, "max_tokens": max_tokens}
+    stop = _stop_sequences(body.get("stop_sequences"))
+    if stop:
+        chat["stop"] = stop
+    for name, low, high in (("temperature", 0.0, 1.0), ("top_p", 0.0, 1.0)):
+        value = body.get(name)
+        if value is not None:
+            if not _is_number(value) or not low <= value <= high:
+                raise AnthropicRequestError(f"must be a number between {low:g} and {high:g}", name)
+            chat[name] = value
+    top_k = body.get("top_k")
+    if top_k is not None:
+        if not _is_int(top_k) or top_k < 0:
+            raise AnthropicRequestError("must be a non-negative integer", "top_k")
+        chat["top_k"] = top_k
+    if tools:
+        chat["tools"] = tools
+    chat.update(_translate_tool_choice(body.get("tool_choice"), tools))
+    user = _metadata_user(body.get("metadata"))
+    if user is not None:
+        chat["user"] = user
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise AnthropicRequestError("must be a boolean", "stream")
+    chat["stream"] = stream
+    if stream:
+        chat["stream_options"] = {"include_usage": True}
+    chat["logprobs"] = True
+    chat["return_token_ids"] = True
+    if prefill:
+        chat["continue_final_message"] = True
+        chat["add_generation_prompt"] = False
+    return chat
+
+
+def _translate_system(system) -> list[dict]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [{"role": "system", "content": system}] if system else []
+    if isinstance(system, list):
+        texts = []
+        for index, block in enumerate(system):
+            where = f"system.{index}"
+            if not isinstance(block, dict) or block.get("type") != "text":
+                raise AnthropicRequestError("system blocks must be text blocks", where)
+            texts.append(_block_text(block, where))
+        return [{"role": "system", "content": TEXT_JOIN.join(texts)}] if texts else []
+    raise AnthropicRequestError("must be a string or an array of text blocks", "system")
+
+
+def _translate_messages(messages) -> tuple[list[dict], bool]:
+    if not isinstance(messages, list) or not messages:
+        raise AnthropicRequestError("must be a non-empty array of messages", "messages")
+    out: list[dict] = []
+    unanswered: list[str] = []  # tool_use ids of the previous assistant message
+    for index, message in enumerate(messages):
+        where = f"messages.{index}"
+        if not isinstance(message, dict):
+            raise AnthropicRequestError("must be an object", where)
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            raise AnthropicRequestError('must be "user" or "assistant"', f"{where}.role")
+        if index == 0 and role != "user":
+            raise AnthropicRequestError("the first message must use the user role", f"{where}.role")
+        content = message.get("content")
+        if isinstance(content, str):
+            blocks = [{"type": "text", "text": content}]
+        elif isinstance(content, list) and content:
+            blocks = content
+        else:
+            raise AnthropicRequestError("must be a string or a non-empty array of content blocks",
+                                        f"{where}.content")
+        if role == "user":
+            answered = _translate_user(blocks, where, set(unanswered), out)
+            missing = [tool_id for tool_id in unanswered if tool_id not in answered]
+            if missing:
+                raise AnthropicRequestError(
+                    f"tool_use ids were found without tool_result blocks immediately after: {', '.join(missing)}",
+                    where)
+            unanswered = []
+        else:
+            if unanswered:
+                raise AnthropicRequestError(
+                    f"tool_use ids were found without tool_result blocks immediately after: "
+                    f"{', '.join(unanswered)}", where)
+            unanswered = _translate_assistant(blocks, where, out)
+    if unanswered:
+        raise AnthropicRequestError(
+            f"tool_use ids were found without tool_result blocks immediately after: {', '.join(unanswered)}",
+            f"messages.{len(messages) - 1}")
+    prefill = messages[-1]["role"] == "assistant"
+    return out, prefill
+
+
+def _translate_user(blocks: list, where: str, expected_ids: set[str], out: list[dict]) -> set[str]:
+    texts: list[str] = []
+    answered: set[str] = set()
+
+    def flush_text():
+        if texts:
+            out.append({"role": "user", "content": TEXT_JOIN.join(texts)})
+            texts.clear()
+
+    for index, block in enumerate(blocks):
+        block_where = f"{where}.content.{index}"
+        kind = _block_type(block, block_where)
+        if kind == "text":
+            texts.append(_block_text(block, block_where))
+        elif kind == "tool_result":
+            tool_id = block.get("tool_use_id")
+            if not isinstance(tool_id, str) or not tool_id:
+                raise AnthropicRequestError("required, a non-empty string", f"{block_where}.tool_use_id")
+            if tool_id not in expected_ids:
+                raise AnthropicRequestError(
+                    f"unexpected tool_use_id {tool_id!r} in tool_result: each tool_result block must have a "
+                    "corresponding tool_use block in the previous message", f"{block_where}.tool_use_id")
+            if tool_id in answered:
+                raise AnthropicRequestError(f"tool_use_id {tool_id!r} is answered twice", f"{block_where}.tool_use_id")
+            answered.add(tool_id)
+            flush_text()
+            out.append({"role": "tool", "tool_call_id": tool_id, "content": _tool_result_text(block, block_where)})
+        elif kind == "tool_use":
+            raise AnthropicRequestError("tool_use blocks may only appear in assistant messages", f"{block_where}.type")
+        else:
+            _refuse_block(kind, block_where)
+    flush_text()
+    return answered
+
+
+def _translate_assistant(blocks: list, where: str, out: list[dict]) -> list[str]:
+    texts: list[str] = []
+    calls: list[dict] = []
+    for index, block in enumerate(blocks):
+        block_where = f"{where}.content.{index}"
+        kind = _block_type(block, block_where)
+        if kind == "text":
+            texts.append(_block_text(block, block_where))
+        elif kind == "tool_use":
+            calls.append(_tool_use_to_call(block, block_where))
+        elif kind in _DROPPED_BLOCK_TYPES:
+            continue
+        elif kind == "tool_result":
+            raise AnthropicRequestError("tool_result blocks may only appear in user messages", f"{block_where}.type")
+        else:
+            _refuse_block(kind, block_where)
+    message: dict = {"role": "assistant", "content": TEXT_JOIN.join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    elif message["content"] is None:
+        message["content"] = ""
+    out.append(message)
+    return [call["id"] for call in calls]
+
+
+def _tool_use_to_call(block: dict, where: str) -> dict:
+    tool_id, name, tool_input = block.get("id"), block.get("name"), block.get("input")
+    if not isinstance(tool_id, str) or not tool_id:
+        raise AnthropicRequestError("required, a non-empty string", f"{where}.id")
+    if not isinstance(name, str) or not name:
+        raise AnthropicRequestError("required, a non-empty string", f"{where}.name")
+    if not isinstance(tool_input, dict):
+        raise AnthropicRequestError("must be an object", f"{where}.input")
+    return {"id": tool_id, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(tool_input, ensure_ascii=False)}}
+
+
+def _tool_result_text(block: dict, where: str) -> str:
+    content = block.get("content")
+    if content is None:
+        text = ""
+    elif isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        texts = []
+        for index, part in enumerate(content):
+            part_where = f"{where}.content.{index}"
+            kind = _block_type(part, part_where)
+            if kind != "text":
+                _refuse_block(kind, part_where, inside="tool_result content")
+            texts.append(_block_text(part, part_where))
+        text = TEXT_JOIN.join(texts)
+    else:
+        raise AnthropicRequestError("must be a string or an array of text blocks", f"{where}.content")
+    is_error = block.get("is_error", False)
+    if is_error is not None and not isinstance(is_error, bool):
+        raise AnthropicRequestError("must be a boolean", f"{where}.is_error")
+    return TOOL_ERROR_PREFIX + text if is_error else text
+
+
+def _block_type(block, where: str) -> str:
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        raise AnthropicRequestError("a content block must be an object with a type", where)
+    return block["type"]
+
+
+def _block_text(block: dict, where: str) -> str:
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise AnthropicRequestError("required, a string", f"{where}.text")
+    return text
+
+
+def _refuse_block(kind: str, where: str, *, inside: str = "messages") -> None:
+    if kind in _UNSUPPORTED_BLOCK_TYPES:
+        raise AnthropicRequestError(f"{kind} content blocks are not supported by this gateway (text only)",
+                                    f"{where}.type")
+    raise AnthropicRequestError(f"content block type {kind!r} is not supported in {inside}", f"{where}.type")
+
+
+def _translate_tools(tools) -> list[dict]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise AnthropicRequestError("must be an array of tools", "tools")
+    out, names = [], set()
+    for index, tool in enumerate(tools):
+        where = f"tools.{index}"
+        if not isinstance(tool, dict):
+            raise AnthropicRequestError("must be an object", where)
+        kind = tool.get("type")
+        if kind not in (None, "custom"):
+            raise AnthropicRequestError(
+                f"tool type {kind!r} is not supported by this gateway (only client tools with an input_schema)",
+                f"{where}.type")
+        name, description, schema = tool.get("name"), tool.get("description"), tool.get("input_schema")
+        if not isinstance(name, str) or not name:
+            raise AnthropicRequestError("required, a non-empty string", f"{where}.name")
+        if name in names:
+            raise AnthropicRequestError(f"tool names must be unique; {name!r} is repeated", f"{where}.name")
+        names.add(name)
+        if description is not None and not isinstance(description, str):
+            raise AnthropicRequestError("must be a string", f"{where}.description")
+        if not isinstance(schema, dict):
+            raise AnthropicRequestError("required, a JSON Schema object", f"{where}.input_schema")
+        function = {"name": name}
+        if description is not None:
+            function["description"] = description
+        function["parameters"] = schema
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _translate_tool_choice(choice, tools: list[dict]) -> dict:
+    if choice is None:
+        return {}
+    if not isinstance(choice, dict) or not isinstance(choice.get("type"), str):
+        raise AnthropicRequestError('must be an object such as {"type": "auto"}', "tool_choice")
+    kind = choice["type"]
+    if kind == "tool":
+        name = choice.get("name")
+        if not isinstance(name, str) or not name:
+            raise AnthropicRequestError("required, a non-empty string", "tool_choice.name")
+        if name not in {tool["function"]["name"] for tool in tools}:
+            raise AnthropicRequestError(f"names a tool that is not in tools: {name!r}", "tool_choice.name")
+        translated = {"type": "function", "function": {"name": name}}
+    elif kind in _TOOL_CHOICES:
+        translated = _TOOL_CHOICES[kind]
+        if kind == "any" and not tools:
+            raise AnthropicRequestError('"any" needs at least one tool', "tool_choice.type")
+    else:
+        raise AnthropicRequestError('must be "auto", "any", "tool" or "none"', "tool_choice.type")
+    if not tools:
+        return {}  # auto or none without tools: nothing to choose from, and OpenAI refuses a lone tool_choice
+    out = {"tool_choice": translated}
+    disable_parallel = choice.get("disable_parallel_tool_use")
+    if disable_parallel is not None and not isinstance(disable_parallel, bool):
+        raise AnthropicRequestError("must be a boolean", "tool_choice.disable_parallel_tool_use")
+    if disable_parallel and kind != "none":
+        out["parallel_tool_calls"] = False
+    return out
+
+
+def _stop_sequences(value) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise AnthropicRequestError("must be an array of non-empty strings", "stop_sequences")
+    return list(value)
+
+
+def _metadata_user(metadata) -> str | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise AnthropicRequestError("must be an object", "metadata")
+    user_id = metadata.get("user_id")
+    if user_id is not None and not isinstance(user_id, str):
+        raise AnthropicRequestError("must be a string", "metadata.user_id")
+    return user_id or None
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# ---- response ----------------------------------------------------------------------------------------------
+
+
+def new_message_id() -> str:
+    return f"msg_{uuid.uuid4().hex}"
+
+
+def new_tool_use_id() -> str:
+    return f"toolu_{uuid.uuid4().hex}"
+
+
+def chat_response_to_message(chat: dict, *, model: str, message_id: str | None = None,
+                             stop_sequences: list[str] | None = None) -> dict:
+    """A non-streaming chat.completion body as an Anthropic `message`. Only the first choice is used.
+
+    `stop_sequences`, when given, limits which backend-reported stop strings count as a `stop_sequence`."""
+    choices = chat.get("choices") if isinstance(chat, dict) else None
+    if not choices or not isinstance(choices[0], dict):
+        raise ValueError("the chat completion has no choices")
+    choice = choices[0]
+    message = choice.get("message") or {}
+    content = []
+    text = _message_text(message.get("content"))
+    if text:
+        content.append({"type": "text", "text": text})
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        content.append(_call_block(call.get("id"), function.get("name"), function.get("arguments")))
+    has_tool_use = any(block["type"] == "tool_use" for block in content)
+    stop_reason, stop_sequence = _stop_reason(choice.get("finish_reason"), choice.get("stop_reason"),
+                                              has_tool_use, stop_sequences)
+    return {
+        "id": message_id or new_message_id(),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": _usage(chat.get("usage"), len(chat.get("prompt_token_ids") or []),
+                        len(choice.get("token_ids") or [])),
+    }
+
+
+def _message_text(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+def _call_block(call_id, name, arguments) -> dict:
+    """A tool call as a tool_use block, or as a text block when it is not a named call with an object."""
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments if arguments is not None else {})
+    try:
+        parsed = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(name, str) and name:
+        return {"type": "tool_use", "id": call_id or new_tool_use_id(), "name": name, "input": parsed}
+    return {"type": "text", "text": json.dumps({"name": name, "arguments": raw}, ensure_ascii=False)}
+
+
+def _stop_reason(finish_reason, backend_stop_reason, has_tool_use: bool,
+                 stop_sequences: list[str] | None) -> tuple[str, str | None]:
+    if finish_reason == "length":
+        return "max_tokens", None
+    if has_tool_use:
+        return "tool_use", None
+    if finish_reason == "content_filter":
+        return "refusal", None
+    if (finish_reason == "stop" and isinstance(backend_stop_reason, str) and backend_stop_reason
+            and (stop_sequences is None or backend_stop_reason in stop_sequences)):
+        return "stop_sequence", backend_stop_reason
+    return "end_turn", None
+
+
+def _usage(usage, prompt_ids: int, completion_ids: int) -> dict:
+    usage = usage if isinstance(usage, dict) else {}
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    prompt = prompt if _is_int(prompt) else prompt_ids
+    completion = completion if _is_int(completion) else completion_ids
+    details = usage.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    cached = cached if _is_int(cached) and 0 <= cached <= prompt else 0
+    return {"input_tokens": prompt - cached, "output_tokens": completion,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
+
+
+# ---- streaming ---------------------------------------------------------------------------------------------
+
+
+def sse_encode(event: str, data: dict) -> bytes:
+    """One server-sent event as Anthropic sends it: a named event and its JSON data."""
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+
+
+class _PendingCall:
+    __slots__ = ("id", "name", "arguments")
+
+    def __init__(self):
+        self.id: str | None = None
+        self.name: str | None = None
+        self.arguments: list[str] = []
+
+
+class ChatStreamToMessageEvents:
+    """OpenAI chat-completion chunks in, Anthropic stream events out, for the first choice.
+
+    Text streams as it comes. A tool call's arguments are held until the call is complete (text follows,
+    or the stream ends) and then sent as one `input_json_delta`: only then can a malformed call become a
+    text block, as in the non-streaming translation, instead of JSON the client cannot parse.
+    `finish()` closes whatever is open and ends the message; it is idempotent. A chunk carrying an
+    `error` object turns into an Anthropic `error` event and ends the stream.
+    """
+
+    sse_encode = staticmethod(sse_encode)
+
+    def __init__(self, *, model: str, message_id: str | None = None, stop_sequences: list[str] | None = None,
+                 ping: bool = True):
+        self.model = model
+        self.message_id = message_id or new_message_id()
+        self._stop_sequences = stop_sequences
+        self._ping = ping
+        self._started = False
+        self._finished = False
+        self._block_count = 0
+        self._open: str | None = None  # type of the open block: "text" or "tool_use"
+        self._calls: dict[int, _PendingCall] = {}  # by the OpenAI tool-call index, in arrival order
+        self._has_tool_use = False
+        self._finish_reason = None
+        self._backend_stop_reason = None
+        self._usage: dict | None = None
+        self._prompt_ids = 0
+        self._completion_ids = 0
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def feed(self, chunk: dict) -> list[tuple[str, dict]]:
+        if self._finished:
+            return []
+        if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict) and not chunk.get("choices"):
+            self._finished = True
+            message = chunk["error"].get("message") or "the inference backend failed"
+            return [("error", anthropic_error(500, str(message)))]
+        events: list[tuple[str, dict]] = []
+        if isinstance(chunk.get("prompt_token_ids"), list):
+            self._prompt_ids = len(chunk["prompt_token_ids"])
+        if not self._started:
+            events += self._start()
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            if isinstance(choice.get("token_ids"), list):
+                self._completion_ids += len(choice["token_ids"])
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                events += self._flush_calls()
+                if self._open != "text":
+                    events += self._open_block({"type": "text", "text": ""})
+                events.append(self._delta({"type": "text_delta", "text": text}))
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                self._add_call_fragment(position, call)
+            if choice.get("finish_reason") is not None:
+                self._finish_reason = choice["finish_reason"]
+                self._backend_stop_reason = choice.get("stop_reason")
+        return events
+
+    def finish(self) -> list[tuple[str, dict]]:
+        if self._finished:
+            return []
+        events = [] if self._started else self._start()
+        events += self._flush_calls()
+        events += self._close_block()
+        stop_reason, stop_sequence = _stop_reason(self._finish_reason, self._backend_stop_reason,
+                                                  self._has_tool_use, self._stop_sequences)
+        usage = _usage(self._usage, self._prompt_ids, self._completion_ids)
+        delta_usage = {"output_tokens": usage["output_tokens"]}
+        if self._usage is not None:
+            delta_usage.update(input_tokens=usage["input_tokens"],
+                               cache_read_input_tokens=usage["cache_read_input_tokens"])
+        events.append(("message_delta", {"type": "message_delta",
+                                         "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                                         "usage": delta_usage}))
+        events.append(("message_stop", {"type": "message_stop"}))
+        self._finished = True
+        return events
+
+    # ---- internals
+
+    def _start(self) -> list[tuple[str, dict]]:
+        self._started = True
+        message = {
+            "id": self.message_id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+            "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": self._prompt_ids, "output_tokens": 0,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        }
+        events = [("message_start", {"type": "message_start", "message": message})]
+        if self._ping:
+            events.append(("ping", {"type": "ping"}))
+        return events
+
+    def _open_block(self, block: dict) -> list[tuple[str, dict]]:
+        events = self._close_block()
+        self._open = block["type"]
+        self._block_count += 1
+        events.append(("content_block_start", {"type": "content_block_start", "index": self._block_count - 1,
+                                               "content_block": block}))
+        return events
+
+    def _close_block(self) -> list[tuple[str, dict]]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [("content_block_stop", {"type": "content_block_stop", "index": self._block_count - 1})]
+
+    def _delta(self, delta: dict) -> tuple[str, dict]:
+        return ("content_block_delta", {"type": "content_block_delta", "index": self._block_count - 1,
+                                        "delta": delta})
+
+    def _add_call_fragment(self, position: int, fragment: dict) -> None:
+        if not isinstance(fragment, dict):
+            return
+        index = fragment.get("index", position)
+        pending = self._calls.setdefault(index, _PendingCall())
+        if isinstance(fragment.get("id"), str) and fragment["id"] and pending.id is None:
+            pending.id = fragment["id"]
+        function = fragment.get("function") or {}
+        if isinstance(function.get("name"), str) and function["name"] and pending.name is None:
+            pending.name = function["name"]
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            pending.arguments.append(arguments)
+        elif isinstance(arguments, dict):
+            pending.arguments.append(json.dumps(arguments, ensure_ascii=False))
+
+    def _flush_calls(self) -> list[tuple[str, dict]]:
+        events: list[tuple[str, dict]] = []
+        for pending in self._calls.values():
+            raw = "".join(pending.arguments)
+            block = _call_block(pending.id, pending.name, raw)
+            if block["type"] == "tool_use":
+                self._has_tool_use = True
+                events += self._open_block({**block, "input": {}})
+                events.append(self._delta({"type": "input_json_delta", "partial_json": raw if raw.strip() else "{}"}))
+            else:
+                events += self._open_block({"type": "text", "text": ""})
+                events.append(self._delta({"type": "text_delta", "text": block["text"]}))
+            events += self._close_block()
+        self._calls.clear()
+        return events

@@ -1,0 +1,478 @@
+"""The agent-facing gateway: a plain ASGI application in front of Django.
+
+Paths: /v1/chat/completions, /v1/completions, /v1/messages (Anthropic), /v1/models, /v1/rewards,
+/rl/start_session, /rl/set_reward, /rl/end_session, the per-session base URL /s/<session_id>/v1/...,
+and AReaL's un-prefixed /chat/completions. Everything else goes to Django (console, REST API).
+
+Per request: authenticate (cached) → parse and validate → policy (scope, model, PII block, rate
+limits, budget reservation) → attribute the session → route to a backend (session-affine) → forward
+with token ids and logprobs → stream or return the answer → journal the step before the response is
+released → settle the budget. Steps reach the database through the journal's batched flusher.
+"""
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.core.errors import DomainError
+from apps.gateway import anthropic_wire, validation
+from apps.gateway.db import database
+from apps.gateway.errors import GatewayError
+from apps.gateway.forward import JSON_CONTENT, backend_session, backend_session_close, encode
+from apps.gateway.journal import Journal, journal_recover
+from apps.gateway.policy import WindowCounter, budget_reserve, budget_settle, policy_for
+from apps.gateway.principals import authenticate
+from apps.gateway.recording import StepDraft, record_step
+from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
+from apps.gateway.routing import candidates_for, fresh_session_version, remember_fresh_route, routes_flush
+from apps.gateway.sessions import SessionIndex, extend_hash, prefix_hashes
+
+logger = logging.getLogger(__name__)
+
+GATEWAY_PREFIXES = ("/v1/", "/rl/", "/s/", "/chat/completions", "/completions")
+MAX_BODY_BYTES = settings.AREAL_GATEWAY_MAX_BODY_BYTES
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+class Gateway:
+    def __init__(self):
+        self.sessions = SessionIndex()
+        self.counters = WindowCounter()
+        self.journal: Journal | None = None
+        self._flusher: asyncio.Task | None = None
+        self._route_writer: asyncio.Task | None = None
+
+    # lifecycle ---------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        directory = Path(settings.VAR_DIR) / "journal"
+        await database(journal_recover)(directory)
+        self.journal = Journal(directory)
+        self._flusher = asyncio.get_running_loop().create_task(self.journal.run_flusher())
+        self._route_writer = asyncio.get_running_loop().create_task(self._write_routes())
+
+    async def _write_routes(self) -> None:
+        while True:
+            await asyncio.sleep(settings.AREAL_JOURNAL_FLUSH_MS / 1000)
+            await routes_flush()
+
+    async def stop(self) -> None:
+        for task in (self._flusher, self._route_writer):
+            if task:
+                task.cancel()
+        await routes_flush()
+        if self.journal:
+            await self.journal.flush()
+            self.journal.close()
+        await backend_session_close()
+
+    async def ensure_started(self) -> None:
+        if self.journal is None:
+            await self.start()
+
+    # dispatch ----------------------------------------------------------------------------------------
+    async def __call__(self, scope, receive, send):
+        await self.ensure_started()
+        path = scope["path"]
+        session_from_path = None
+        if path.startswith("/s/"):
+            parts = path.split("/", 3)
+            if len(parts) < 4 or not parts[2]:
+                return await self._reply(send, GatewayError(404, "use /s/<session_id>/v1/...", "not_found"))
+            session_from_path, path = parts[2], "/" + parts[3]
+        if path.startswith("/v1/"):
+            route = path[3:]
+        elif path.startswith("/rl/"):
+            route = path
+        else:
+            route = path  # AReaL's un-prefixed /chat/completions, /completions
+        anthropic = route == "/messages"
+        try:
+            handler = ROUTES.get((scope["method"], route))
+            if handler is None:
+                if any(key[1] == route for key in ROUTES):
+                    raise GatewayError(405, f"{scope['method']} is not allowed on {scope['path']}", "method_not_allowed")
+                raise GatewayError(404, f"no endpoint {scope['path']}", "not_found")
+            headers = dict(scope["headers"])
+            await handler(self, scope, receive, send, headers, session_from_path)
+        except GatewayError as error:
+            await self._reply(send, error, anthropic=anthropic)
+        except DomainError as error:
+            await self._reply(send, GatewayError(error.status, error.message, error.code), anthropic=anthropic)
+        except Exception:
+            logger.exception("gateway failure on %s", scope["path"])
+            await self._reply(send, GatewayError(500, "internal gateway error", "internal_error"), anthropic=anthropic)
+
+    async def _reply(self, send, error: GatewayError, *, anthropic: bool = False) -> None:
+        body = error.anthropic_body() if anthropic else error.openai_body()
+        headers = list(JSON_HEADERS)
+        if error.retry_after is not None:
+            headers.append((b"retry-after", str(error.retry_after).encode()))
+        try:
+            await send({"type": "http.response.start", "status": error.status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+        except Exception:  # the client is gone
+            pass
+
+    # shared steps ------------------------------------------------------------------------------------
+    async def read_json(self, receive) -> dict:
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise GatewayError(400, "client disconnected", "client_disconnected")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise GatewayError(413, f"request body exceeds {MAX_BODY_BYTES} bytes", "payload_too_large")
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        try:
+            body = json.loads(b"".join(chunks) or b"null")
+        except (ValueError, UnicodeDecodeError) as error:
+            raise GatewayError(400, f"malformed JSON body: {error}", "invalid_json") from None
+        if not isinstance(body, dict):
+            raise GatewayError(400, "the request body must be a JSON object", "invalid_json")
+        return body
+
+    async def authorize(self, headers, scope_needed: str):
+        principal, raw = await authenticate(headers)
+        if scope_needed not in principal.scopes:
+            raise GatewayError(403, f"this API key lacks the {scope_needed!r} scope", "scope_missing")
+        return principal, raw
+
+    def attribute_session(self, principal, headers, session_from_path, messages) -> tuple[str, list[str], bool]:
+        """(session id, message-prefix hashes, whether the id was minted by this request)."""
+        hashes = prefix_hashes(messages) if messages is not None else []
+        session_id = (principal.session_id or headers.get(b"x-session-id", b"").decode("utf-8", "replace").strip()
+                      or session_from_path)
+        minted = False
+        if not session_id:
+            continued = self.sessions.continue_by_prefix(principal.tenant_id, principal.key_prefix, hashes) \
+                if hashes else None
+            session_id, minted = (continued, False) if continued else ("auto-" + uuid.uuid4().hex, True)
+        if len(session_id) > 200:
+            raise GatewayError(400, "session ids are at most 200 characters", "invalid_session_id")
+        return session_id, hashes, minted
+
+    async def route(self, principal, model: str, state, *, minted: bool = False):
+        from apps.inference.models import BackendState
+        from apps.inference.selectors import backend_list
+        from apps.inference.services import NoBackendAvailable, backend_for_session
+        from apps.releases.routing import (
+            MISSING,
+            routing_plan,
+            routing_plan_cached,
+            routing_version_for_session,
+        )
+
+        # The release routing (canary split) decides the version; a session keeps its backend while the plan
+        # still serves that backend's version, and moves on its next request when it no longer does (rollback).
+        plan = routing_plan_cached(tenant_id=principal.tenant_id, model=model)
+        if plan is MISSING:
+            plan = await database(routing_plan)(tenant_id=principal.tenant_id, model=model)
+        backend = state.backend
+        if (backend is not None and backend.served_model == model and getattr(backend, "healthy", True)
+                and (plan is None or plan.allows(backend.model_version))):
+            return backend
+        if minted:  # a session created by this request: nothing to read (apps/gateway/routing.py)
+            version = fresh_session_version(tenant_id=principal.tenant_id, session_id=state.session_id, plan=plan)
+            snapshot = await candidates_for(tenant_id=principal.tenant_id, model=model, version=version,
+                                            load=database)
+            if snapshot.backends:
+                backend = state.backend = snapshot.pick()
+                remember_fresh_route(tenant_id=principal.tenant_id, model=model, session_id=state.session_id,
+                                     backend_id=backend.pk, plan=plan)
+                return backend
+
+        def choose():
+            from apps.tenants.models import Tenant
+
+            tenant = Tenant.objects.get(pk=principal.tenant_id)
+            version = routing_version_for_session(tenant_id=principal.tenant_id, model=model,
+                                                  session_id=state.session_id, plan=plan)
+            try:
+                return backend_for_session(tenant=tenant, served_model=model, session_id=state.session_id,
+                                           model_version=version)
+            except NoBackendAvailable:
+                if not backend_list(tenant=tenant, served_model=model).exists():
+                    raise GatewayError(404, f"the model {model!r} does not exist or is not served for this tenant",
+                                       "model_not_found") from None
+                raise GatewayError(503, f"no healthy backend serves {model!r} right now", "no_backend_available",
+                                   retry_after=5) from None
+
+        backend = await database(choose)()
+        if backend.state != BackendState.UP:
+            raise GatewayError(503, f"no healthy backend serves {model!r} right now", "no_backend_available")
+        state.backend = backend
+        return backend
+
+
+# OpenAI-compatible generation ------------------------------------------------------------------------
+
+def _estimate_prompt_tokens(body: dict) -> int:
+    return max(1, len(json.dumps(body.get("messages") or body.get("prompt") or "")) // 3)
+
+
+async def handle_generation(gateway: Gateway, scope, receive, send, headers, session_from_path, *, endpoint: str):
+    started = time.perf_counter()
+    principal, _ = await gateway.authorize(headers, "inference")
+    body = await gateway.read_json(receive)
+    anthropic = endpoint == "messages"
+    if anthropic:
+        try:
+            chat_body = anthropic_wire.messages_request_to_chat(body)
+        except anthropic_wire.AnthropicRequestError as error:
+            raise GatewayError(400, str(error), "invalid_request", field=getattr(error, "field", None)) from None
+        validation.validate_chat(chat_body)
+        client_model = body.get("model")
+    else:
+        (validation.validate_chat if endpoint == "chat" else validation.validate_completion)(body)
+        chat_body = body
+        client_model = body["model"]
+    model = chat_body["model"]
+    policy = await policy_for(principal.tenant_id)
+    if not policy.allows(model):
+        raise GatewayError(403, f"the model {model!r} is not allowed for this tenant", "model_not_allowed")
+    messages = chat_body.get("messages") if endpoint != "completions" else None
+    draft = StepDraft.begin(principal=principal, policy=policy, endpoint=endpoint, request=chat_body,
+                            headers=headers)
+    draft.sanitize_request()  # raises 422 under PII mode `block`
+    max_tokens = chat_body.get("max_tokens") or chat_body.get("max_completion_tokens") or 256
+    estimated_prompt = _estimate_prompt_tokens(chat_body)
+    n = chat_body.get("n", 1)
+    gateway.counters.take(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
+    gateway.counters.take(tenant_id=principal.tenant_id, kind="tpm", amount=estimated_prompt + max_tokens * n,
+                          limit=policy.rate_limit_tpm)
+    reserved = policy.price(model, estimated_prompt, max_tokens * n)
+    await budget_reserve(policy, reserved)
+    actual_cost = 0.0
+    try:
+        session_id, hashes, minted = gateway.attribute_session(principal, headers, session_from_path, messages)
+        state = gateway.sessions.get(principal.tenant_id, session_id)
+        if state.ended:
+            raise GatewayError(410, f"session {session_id} has ended", "session_ended")
+        backend = await gateway.route(principal, model, state, minted=minted)
+        draft.attach(session=state, prompt_hash=hashes[-1] if hashes else None, backend=backend)
+        forward_body = dict(chat_body)
+        forward_body["return_token_ids"] = True
+        if endpoint == "completions":
+            forward_body["logprobs"] = max(int(chat_body.get("logprobs") or 0), 0)
+        else:
+            forward_body["logprobs"] = True
+        if forward_body.get("stream"):
+            forward_body["stream_options"] = {"include_usage": True}
+        path = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
+        url = backend.base_url + path
+        if chat_body.get("stream"):
+            actual_cost = await _stream(gateway, receive, send, draft, url, forward_body, started, anthropic,
+                                        client_model)
+        else:
+            actual_cost = await _unary(gateway, send, draft, url, forward_body, started, anthropic, client_model)
+        if messages is not None and draft.reply_message is not None and draft.recorded:
+            conversation = extend_hash(hashes[-1] if hashes else None, draft.reply_message)
+            gateway.sessions.remember_conversation(principal.tenant_id, principal.key_prefix, conversation, session_id)
+    finally:
+        await budget_settle(policy, reserved, actual_cost)
+
+
+async def _backend_failure(gateway, draft, error_status: int, message: str):
+    draft.fail(message)
+    record_step(gateway, draft)
+    code = "backend_timeout" if error_status == 504 else "backend_error"
+    return GatewayError(error_status, message, code)
+
+
+def _transport_failure(error) -> str:
+    import aiohttp
+
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return "could not connect to the inference backend (ConnectError)"
+    return f"the inference backend failed: {type(error).__name__}"
+
+
+async def _unary(gateway, send, draft, url, forward_body, started, anthropic, client_model) -> float:
+    import aiohttp
+
+    try:
+        async with backend_session().post(url, data=encode(forward_body), headers=JSON_CONTENT) as response:
+            status, raw = response.status, await response.read()
+    except TimeoutError:
+        raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
+    except aiohttp.ClientError as error:
+        raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
+    if status >= 400:
+        text = raw.decode("utf-8", "replace")
+        try:
+            detail = json.loads(raw).get("error", {}).get("message") or text
+        except (ValueError, AttributeError):
+            detail = text
+        if status < 500:
+            raise GatewayError(status if status in {400, 404, 413, 422} else 400,
+                               f"the backend refused the request: {detail}", "backend_rejected")
+        raise await _backend_failure(gateway, draft, 502, f"the inference backend answered {status}: {detail[:200]}")
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        raise await _backend_failure(gateway, draft, 502, "the inference backend answered with malformed JSON") from None
+    draft.complete_unary(payload, latency_ms=(time.perf_counter() - started) * 1000)
+    payload["id"] = draft.response_id()
+    record_step(gateway, draft)
+    if anthropic:
+        payload = anthropic_wire.chat_response_to_message(payload, model=client_model)
+        payload["id"] = draft.response_id(anthropic=True)
+    data = json.dumps(payload, separators=(",", ":")).encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": JSON_HEADERS + [(b"x-session-id", draft.session_id.encode())]})
+    await send({"type": "http.response.body", "body": data})
+    return draft.cost_usd
+
+
+async def _watch_disconnect(receive, flag: asyncio.Event):
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            flag.set()
+            return
+
+
+async def _stream(gateway, receive, send, draft, url, forward_body, started, anthropic, client_model) -> float:
+    import aiohttp
+
+    disconnected = asyncio.Event()
+    watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, disconnected))
+    translator = (anthropic_wire.ChatStreamToMessageEvents(model=client_model, message_id=draft.response_id(anthropic=True))
+                  if anthropic else None)
+    headers_sent = False
+    try:
+        async with backend_session().post(url, data=encode(forward_body), headers=JSON_CONTENT) as response:
+            if response.status >= 400:
+                detail = (await response.read()).decode("utf-8", "replace")[:300]
+                if response.status < 500:
+                    raise GatewayError(400, f"the backend refused the request: {detail}", "backend_rejected")
+                raise await _backend_failure(gateway, draft, 502, f"the inference backend answered "
+                                                                  f"{response.status}: {detail}")
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": SSE_HEADERS + [(b"x-session-id", draft.session_id.encode())]})
+            headers_sent = True
+            async for raw_line in response.content:  # one SSE line at a time
+                line = raw_line.decode("utf-8", "replace").rstrip("\r\n")
+                if disconnected.is_set():
+                    draft.abort("client disconnected mid-stream")
+                    break
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                draft.add_chunk(chunk, elapsed_ms=(time.perf_counter() - started) * 1000)
+                chunk["id"] = draft.response_id()
+                if translator is not None:
+                    out = b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.feed(chunk))
+                elif chunk.get("choices") or "usage" in chunk:
+                    out = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+                else:
+                    out = b""
+                if out:
+                    try:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                    except Exception:
+                        draft.abort("client disconnected mid-stream")
+                        break
+    except TimeoutError:
+        if not headers_sent:
+            raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
+        draft.abort("the inference backend timed out mid-stream")
+    except aiohttp.ClientError as error:
+        if not headers_sent:
+            raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
+        draft.abort(f"{_transport_failure(error)} mid-stream")
+    finally:
+        watcher.cancel()
+    draft.finish_stream(latency_ms=(time.perf_counter() - started) * 1000)
+    record_step(gateway, draft)  # journalled before the final bytes are released
+    if not draft.aborted:
+        tail = (b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())
+                if translator is not None else b"data: [DONE]\n\n")
+        try:
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+        except Exception:
+            pass
+    return draft.cost_usd
+
+
+async def handle_models(gateway, scope, receive, send, headers, session_from_path):
+    principal, _ = await gateway.authorize(headers, "inference")
+
+    def models():
+        from apps.inference.selectors import served_models
+        from apps.tenants.models import Tenant
+
+        return served_models(tenant=Tenant.objects.get(pk=principal.tenant_id))
+
+    policy = await policy_for(principal.tenant_id)
+    created = int(timezone.now().timestamp())
+    data = [{"id": name, "object": "model", "created": created, "owned_by": principal.tenant_slug}
+            for name in await database(models)() if policy.allows(name)]
+    await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
+    await send({"type": "http.response.body", "body": json.dumps({"object": "list", "data": data}).encode()})
+
+
+async def handle_chat(gateway, *args):
+    await handle_generation(gateway, *args, endpoint="chat")
+
+
+async def handle_completions(gateway, *args):
+    await handle_generation(gateway, *args, endpoint="completions")
+
+
+async def handle_messages(gateway, *args):
+    await handle_generation(gateway, *args, endpoint="messages")
+
+
+ROUTES = {
+    ("POST", "/chat/completions"): handle_chat,
+    ("POST", "/completions"): handle_completions,
+    ("POST", "/messages"): handle_messages,
+    ("GET", "/models"): handle_models,
+    ("POST", "/rewards"): handle_rewards,
+    ("POST", "/rl/start_session"): handle_start_session,
+    ("POST", "/rl/set_reward"): handle_set_reward,
+    ("POST", "/rl/end_session"): handle_end_session,
+}
+
+
+def with_gateway(django_application):
+    """The outer ASGI application: gateway paths to the gateway, the rest to Django; lifespan starts the
+    journal flusher (recovering journals of dead processes first) and flushes it on shutdown."""
+    gateway = Gateway()
+
+    async def application(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    try:
+                        await gateway.start()
+                        await send({"type": "lifespan.startup.complete"})
+                    except Exception as error:
+                        await send({"type": "lifespan.startup.failed", "message": str(error)})
+                        return
+                elif message["type"] == "lifespan.shutdown":
+                    await gateway.stop()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] == "http" and scope["path"].startswith(GATEWAY_PREFIXES):
+            return await gateway(scope, receive, send)
+        return await django_application(scope, receive, send)
+
+    application.gateway = gateway
+    return application

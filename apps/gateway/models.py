@@ -1,0 +1,16 @@
+from django.db import models
+
+
+class BudgetLedger(models.Model):
+    """A tenant's spend in one calendar month: settled spend plus reservations of calls in flight."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    month = models.DateField()
+    spent_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    reserved_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "month"], name="budget_unique_month")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.month:%Y-%m}: {self.spent_usd} (+{self.reserved_usd} reserved)"

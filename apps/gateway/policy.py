@@ -1,0 +1,124 @@
+"""A per-process snapshot of each tenant's policy (refreshed every few seconds), and the checks the
+gateway makes before forwarding: model allowed, rate limits, budget reservation."""
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils import timezone
+
+from apps.gateway.db import database
+from apps.gateway.errors import GatewayError
+
+SNAPSHOT_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class PolicySnapshot:
+    tenant_id: int
+    allowed_models: frozenset[str]
+    rate_limit_rpm: int | None
+    rate_limit_tpm: int | None
+    monthly_budget_usd: float | None
+    consent_mode: str
+    pii_mode: str
+    retention_days: int
+    price_table: dict
+    custom_patterns: tuple
+
+    def allows(self, model: str) -> bool:
+        return not self.allowed_models or model in self.allowed_models
+
+    def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+        prices = self.price_table.get(model) or {}
+        return (prompt_tokens * float(prices.get("prompt_per_1k", 0)) +
+                completion_tokens * float(prices.get("completion_per_1k", 0))) / 1000.0
+
+    def retention_until(self):
+        return timezone.now() + timedelta(days=self.retention_days)
+
+
+_snapshots: dict[int, tuple[float, PolicySnapshot]] = {}
+
+
+def policy_load(tenant_id: int) -> PolicySnapshot:
+    """The tenant's policy as a snapshot, read now (synchronous; the gateway caches it in policy_for)."""
+    from apps.tenants.models import TenantPolicy
+
+    policy = TenantPolicy.objects.get(tenant_id=tenant_id)
+    from apps.gateway.sanitizer import CustomPattern
+
+    patterns = tuple(CustomPattern(name=item["name"], regex=item["regex"]) for item in policy.pii_patterns)
+    return PolicySnapshot(
+        tenant_id=tenant_id, allowed_models=frozenset(policy.allowed_models), rate_limit_rpm=policy.rate_limit_rpm,
+        rate_limit_tpm=policy.rate_limit_tpm,
+        monthly_budget_usd=float(policy.monthly_budget_usd) if policy.monthly_budget_usd is not None else None,
+        consent_mode=policy.consent_mode, pii_mode=policy.pii_mode, retention_days=policy.retention_days,
+        price_table=policy.price_table,
+        custom_patterns=patterns,
+    )
+
+
+async def policy_for(tenant_id: int) -> PolicySnapshot:
+    cached = _snapshots.get(tenant_id)
+    now = time.monotonic()
+    if cached and cached[0] > now:
+        return cached[1]
+    snapshot = await database(policy_load)(tenant_id)
+    _snapshots[tenant_id] = (now + SNAPSHOT_SECONDS, snapshot)
+    return snapshot
+
+
+def snapshots_clear() -> None:
+    _snapshots.clear()
+
+
+class WindowCounter:
+    """Per-tenant fixed one-minute windows for requests and tokens. The gateway's event loop is single
+    threaded, so check-and-add here is atomic within the process."""
+
+    def __init__(self):
+        self.windows: dict[tuple[int, str], tuple[int, int]] = {}
+
+    def take(self, *, tenant_id: int, kind: str, amount: int, limit: int | None) -> None:
+        if limit is None:
+            return
+        minute = int(time.time() // 60)
+        window, used = self.windows.get((tenant_id, kind), (minute, 0))
+        if window != minute:
+            window, used = minute, 0
+        if used + amount > limit:
+            retry_after = max(1, 60 - int(time.time() % 60))
+            unit = "requests" if kind == "rpm" else "tokens"
+            raise GatewayError(429, f"rate limit: {limit} {unit} per minute for this tenant; retry in {retry_after} s",
+                               f"rate_limit_{kind}", retry_after=retry_after)
+        self.windows[(tenant_id, kind)] = (window, used + amount)
+
+
+def _reserve(tenant_id: int, amount: float, budget: float) -> bool:
+    from apps.gateway.services import budget_reserve_amount
+
+    return budget_reserve_amount(tenant_id=tenant_id, amount=amount, budget=budget)
+
+
+def _settle(tenant_id: int, reserved: float, actual: float) -> None:
+    from apps.gateway.services import budget_settle_amount
+
+    budget_settle_amount(tenant_id=tenant_id, reserved=reserved, actual=actual)
+
+
+async def budget_reserve(policy: PolicySnapshot, amount: float) -> None:
+    """Reserves `amount` of this month's budget atomically in the database (a conditional UPDATE), so
+    concurrent requests in any number of processes cannot overspend."""
+    if policy.monthly_budget_usd is None:
+        return
+    if not await database(_reserve)(policy.tenant_id, amount, policy.monthly_budget_usd):
+        raise GatewayError(429, f"monthly budget of ${policy.monthly_budget_usd:.2f} would be exceeded by this "
+                                f"request (reserved ${amount:.6f})", "budget_exceeded", retry_after=3600)
+
+
+async def budget_settle(policy: PolicySnapshot, reserved: float, actual: float) -> None:
+    if policy.monthly_budget_usd is None:
+        return
+    await asyncio.shield(database(_settle)(policy.tenant_id, reserved, actual))

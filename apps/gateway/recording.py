@@ -1,0 +1,214 @@
+"""Turning one forwarded call into an ATDP step record and journalling it.
+
+Consent `none`: nothing is stored. `metadata_only`: cost, timing and versions, no content or tokens.
+PII mode `redact`: stored text is redacted and the step lists the entity types; because token ids
+would still encode the original text, a redacted step keeps no token arrays (it is excluded from
+token-level training, as ATDP.md allows). `block` refuses the request with 422 before forwarding.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+
+from apps.gateway.errors import GatewayError
+from apps.gateway.sanitizer import sanitizer_for
+from workers.inference.client import parse_response, parse_stream
+
+PURPOSES = {"production", "eval", "replay", "annotation"}
+PARAM_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop", "seed", "tool_choice",
+                "stream", "presence_penalty", "frequency_penalty")
+
+
+@dataclass
+class StepDraft:
+    principal: object
+    policy: object
+    endpoint: str
+    request: dict
+    purpose: str
+    agent_name: str
+    agent_version: str
+    task_id: str
+    state_header: dict
+    step_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    created_at: object = field(default_factory=timezone.now)
+    session: object = None
+    session_id: str = ""
+    prompt_hash: str | None = None
+    backend: object = None
+    parsed: object = None
+    chunks: list = field(default_factory=list)
+    ttft_ms: float | None = None
+    latency_ms: float = 0.0
+    aborted: bool = False
+    error: str = ""
+    cost_usd: float = 0.0
+    pii_entities: tuple = ()
+    recorded: bool = False
+    reply_message: dict | None = None
+
+    @classmethod
+    def begin(cls, *, principal, policy, endpoint, request, headers) -> "StepDraft":
+        purpose = headers.get(b"x-areal-purpose", b"production").decode("latin-1").strip() or "production"
+        if purpose not in PURPOSES:
+            raise GatewayError(400, f"X-Areal-Purpose must be one of {', '.join(sorted(PURPOSES))}", "invalid_purpose")
+        return cls(
+            principal=principal, policy=policy, endpoint=endpoint, request=request, purpose=purpose,
+            agent_name=headers.get(b"x-agent-name", b"").decode("utf-8", "replace")[:200],
+            agent_version=headers.get(b"x-agent-version", b"").decode("utf-8", "replace")[:64],
+            task_id=(principal.task_id or headers.get(b"x-task-id", b"").decode("utf-8", "replace"))[:200],
+            state_header={"prompt_version": headers.get(b"x-prompt-version", b"").decode("utf-8", "replace")}
+            if headers.get(b"x-prompt-version") else {},
+        )
+
+    def sanitize_request(self) -> None:
+        if self.policy.pii_mode != "block":
+            return
+        scanner = sanitizer_for(self.policy.custom_patterns)
+        content = self.request.get("messages") if self.endpoint != "completions" else self.request.get("prompt")
+        _, entities = scanner.scan_value(content)
+        if entities:
+            raise GatewayError(422, f"the request contains personal data or secrets ({', '.join(entities)}); this "
+                                    "tenant's policy blocks such requests", "pii_blocked")
+
+    def attach(self, *, session, prompt_hash, backend) -> None:
+        self.session, self.session_id, self.prompt_hash, self.backend = session, session.session_id, prompt_hash, backend
+
+    def response_id(self, *, anthropic: bool = False) -> str:
+        return ("msg_" if anthropic else "") + self.step_id
+
+    # outcomes ----------------------------------------------------------------------------------------
+    def complete_unary(self, payload: dict, *, latency_ms: float) -> None:
+        self.parsed = parse_response(payload)
+        self.latency_ms = latency_ms
+        self._price()
+
+    def add_chunk(self, chunk: dict, *, elapsed_ms: float) -> None:
+        if self.ttft_ms is None and chunk.get("choices"):
+            self.ttft_ms = elapsed_ms
+        self.chunks.append(chunk)
+
+    def finish_stream(self, *, latency_ms: float) -> None:
+        self.latency_ms = latency_ms
+        if self.chunks:
+            self.parsed = parse_stream(self.chunks)
+        self._price()
+
+    def abort(self, reason: str) -> None:
+        self.aborted, self.error = True, reason
+
+    def fail(self, reason: str) -> None:
+        self.aborted, self.error = True, reason
+
+    def _price(self) -> None:
+        prompt, completion = self._token_counts()
+        self.cost_usd = self.policy.price(self.request.get("model", ""), prompt, completion)
+
+    def _token_counts(self) -> tuple[int, int]:
+        if self.parsed is None:
+            return 0, 0
+        usage = self.parsed.usage or {}
+        prompt = usage.get("prompt_tokens") or len(self.parsed.prompt_token_ids or ())
+        completion = usage.get("completion_tokens") or sum(
+            len(choice.completion_token_ids or ()) for choice in self.parsed.choices)
+        return prompt, completion
+
+    # the record --------------------------------------------------------------------------------------
+    def _action(self) -> dict:
+        if self.parsed is None or not self.parsed.choices:
+            return {}
+        first = self.parsed.choices[0]
+        calls = [{"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                 for call in first.tool_calls]
+        self.reply_message = {"role": "assistant", "content": first.text or "", "tool_calls": calls or None}
+        action = {"message": {"role": "assistant", "content": first.text, "tool_calls": calls or None},
+                  "tool_calls": calls, "text": first.text}
+        if len(self.parsed.choices) > 1:
+            action["alternatives"] = [choice.text for choice in self.parsed.choices[1:]]
+        return action
+
+    def _tokens(self) -> dict | None:
+        parsed = self.parsed
+        if parsed is None or not parsed.choices:
+            return None
+        first = parsed.choices[0]
+        prompt_ids = parsed.prompt_token_ids or first.prompt_token_ids
+        if prompt_ids is None or first.completion_token_ids is None or first.logprobs is None:
+            return None
+        versions = first.policy_versions or [parsed.policy_version if parsed.policy_version is not None else -1] * len(
+            first.completion_token_ids)
+        return {"prompt_ids": list(prompt_ids), "completion_ids": list(first.completion_token_ids),
+                "completion_logprobs": list(first.logprobs), "completion_versions": list(versions)}
+
+    def to_record(self) -> dict | None:
+        consent = self.policy.consent_mode
+        if consent == "none":
+            return None
+        prompt_tokens, completion_tokens = self._token_counts()
+        first = self.parsed.choices[0] if self.parsed is not None and self.parsed.choices else None
+        record = {
+            "step_id": self.step_id, "tenant_id": self.principal.tenant_id, "session_id": self.session_id,
+            "api_key_prefix": self.principal.key_prefix, "task_id": self.task_id,
+            "group_id": self.principal.group_id or (self.session.group_id if self.session else ""),
+            "purpose": self.purpose, "consent": consent, "agent_name": self.agent_name,
+            "agent_version": self.agent_version, "created_at": self.created_at.isoformat(),
+            "retention_until": self.policy.retention_until().isoformat(),
+            "parent_step_id": self.session.last_step_id if self.session else None,
+            "retry_of": None, "kind": "llm_call", "endpoint": self.endpoint,
+            "served_model": self.request.get("model", ""),
+            "model_version": getattr(self.backend, "model_version", "") or "",
+            "policy_version": self.parsed.policy_version if self.parsed is not None else None,
+            "backend_name": getattr(self.backend, "name", "") or "",
+            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "latency_ms": int(self.latency_ms), "ttft_ms": int(self.ttft_ms) if self.ttft_ms is not None else None,
+            "cost_usd": round(self.cost_usd, 6), "scopes": list(self.principal.scopes),
+            "aborted": self.aborted, "error": self.error[:500],
+            "result": {"finish_reason": first.finish_reason if first else None,
+                       "error": self.error or None},
+        }
+        if self.session is not None and self.prompt_hash is not None and self.prompt_hash == self.session.last_prompt_hash:
+            record["retry_of"] = self.session.last_step_id
+            record["parent_step_id"] = self.session.last_parent_id
+        if consent == "metadata_only":
+            record.update(observation={}, action={}, state={}, pii_entities=[])
+            return record
+        observation = {"messages": self.request.get("messages"), "prompt": self.request.get("prompt"),
+                       "tools": self.request.get("tools"),
+                       "params": {key: self.request[key] for key in PARAM_FIELDS if key in self.request}}
+        action = self._action()
+        tokens = self._tokens()
+        entities: tuple = ()
+        if self.policy.pii_mode == "redact":
+            scanner = sanitizer_for(self.policy.custom_patterns)
+            observation, found_in = scanner.scan_value(observation)
+            action, found_out = scanner.scan_value(action)
+            entities = tuple(sorted(set(found_in) | set(found_out)))
+            if entities:
+                tokens = None  # the ids would still encode what was redacted
+        self.pii_entities = entities
+        record.update(observation=observation, action=action, state=self.state_header,
+                      pii_entities=list(entities), tokens=tokens,
+                      tokenizer=getattr(self.backend, "served_model", "") if tokens else "")
+        return record
+
+
+def record_step(gateway, draft: StepDraft) -> None:
+    """Journals the step (one write, before the response is released) and advances the session."""
+    record = draft.to_record()
+    if record is not None:
+        gateway.journal.append(record)
+        draft.recorded = True
+    session_advance(draft, record)
+
+
+def session_advance(draft: StepDraft, record: dict | None) -> None:
+    """Moves the session's cursor past this step (a retry replaces the attempt it repeats)."""
+    if draft.session is not None:
+        if record is not None and record.get("retry_of"):
+            draft.session.last_step_id = draft.step_id
+        else:
+            draft.session.last_parent_id = draft.session.last_step_id
+            draft.session.last_step_id = draft.step_id
+        draft.session.last_prompt_hash = draft.prompt_hash
+        draft.session.step_ids.append(draft.step_id)

@@ -1,0 +1,130 @@
+"""The tenant overview: server-side Plotly figures from the owning apps' selectors (handed to the page with
+json_script), the streams the page listens to, and the outcome points a worker publishes.
+
+Charts and the live streams that extend them:
+- traffic (requests per minute) and latency (p50/p95 per minute): "gateway.traffic", one point per flushed
+  gateway batch (apps.metrics.traffic);
+- outcomes (reward mean and success rate per minute, production-alias moves marked): "overview.outcomes",
+  published by the `metrics.overview_tick` task on a worker;
+- loss per training job: "training.jobs" announces jobs, "training.job-<id>" carries their steps;
+- canary vs baseline: "release-<id>" of the release shown (apps.releases.figures).
+"""
+
+import json
+from datetime import UTC, timedelta
+
+import plotly.graph_objects as go
+from django.utils import timezone
+
+from apps.metrics.publish import OUTCOMES_STREAM, TRAFFIC_STREAM, metrics_publish
+from apps.releases import selectors as releases
+from apps.releases.figures import release_figures
+from apps.releases.services import release_stream
+from apps.training import selectors as training
+from apps.trajectories import selectors as trajectories
+
+WINDOW = timedelta(hours=3)
+JOBS_SHOWN = 5
+LAYOUT = {"height": 280, "margin": {"l": 50, "r": 50, "t": 40, "b": 30}, "legend": {"orientation": "h"}}
+
+
+def chart_time(moment) -> str:
+    """Charts use naive UTC strings: Plotly ignores time zones, and live points use the same form."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _figure(figure: go.Figure) -> dict:
+    return json.loads(figure.to_json())
+
+
+def time_axis(x: list[str]) -> dict:
+    """A date axis from the first point (or 30 minutes ago) to 5 minutes ahead; the page moves its end on as
+    live points pass it (a lone point would otherwise get a millisecond-wide axis)."""
+    now = timezone.now()
+    start = min([*x, chart_time(now - timedelta(minutes=30))])
+    return {"type": "date", "range": [start, chart_time(now + timedelta(minutes=5))], "title": {"text": "UTC"}}
+
+
+def version_markers(moves) -> tuple[list[dict], list[dict]]:
+    """Vertical lines and labels at each production-alias move (a promotion or a rollback)."""
+    shapes, annotations = [], []
+    for move in moves:
+        at = chart_time(move.moved_at)
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": at, "x1": at, "y0": 0, "y1": 1,
+                       "line": {"color": "#868e96", "dash": "dot", "width": 1}})
+        annotations.append({"x": at, "xref": "x", "y": 1, "yref": "paper", "showarrow": False, "yanchor": "bottom",
+                            "text": f"{move.name} v{move.to_version.number}", "font": {"size": 10}})
+    return shapes, annotations
+
+
+def traffic_figures(minutes: list[dict], markers) -> dict[str, dict]:
+    x = [chart_time(row["minute"]) for row in minutes]
+    traffic = go.Figure([go.Scatter(x=x, y=[row[key] for row in minutes], name=key, mode="lines+markers",
+                                    fill="tozeroy") for key in ("requests", "errors")])
+    traffic.update_layout(title="Gateway requests per minute", xaxis=time_axis(x), shapes=markers[0],
+                          annotations=markers[1], **LAYOUT)
+    latency = go.Figure([go.Scatter(x=x, y=[row[key] for row in minutes], name=name, mode="lines+markers")
+                         for key, name in (("p50_ms", "p50"), ("p95_ms", "p95"))])
+    latency.update_layout(title="Gateway latency (ms)", xaxis=time_axis(x), **LAYOUT)
+    return {"traffic": _figure(traffic), "latency": _figure(latency)}
+
+
+def outcomes_figure(minutes: list[dict], markers) -> dict:
+    x = [chart_time(row["minute"]) for row in minutes]
+    figure = go.Figure([
+        go.Scatter(x=x, y=[row["reward_mean"] for row in minutes], name="reward mean", mode="lines+markers"),
+        go.Scatter(x=x, y=[row["success_rate"] for row in minutes], name="success rate", mode="lines+markers",
+                   yaxis="y2")])
+    figure.update_layout(title="Reward and task success per minute (model versions marked)",
+                         yaxis2={"overlaying": "y", "side": "right", "range": [0, 1], "title": {"text": "success"}},
+                         xaxis=time_axis(x),
+                         shapes=markers[0], annotations=markers[1], **LAYOUT)
+    return _figure(figure)
+
+
+def loss_figure(series: list[tuple[int, list[dict]]]) -> dict:
+    """One trace per job (named "job <id>"), loss by step; the page adds traces for new jobs."""
+    figure = go.Figure([go.Scatter(x=[row["step"] for row in rows], y=[row.get("loss") for row in rows],
+                                   name=f"job {job_id}", mode="lines+markers") for job_id, rows in series])
+    figure.update_layout(title="Training loss", xaxis={"title": {"text": "step"}}, **LAYOUT)
+    return _figure(figure)
+
+
+def overview_context(*, tenant) -> dict:
+    """Everything the overview page draws and listens to, read through the owning apps' selectors."""
+    since = timezone.now() - WINDOW
+    markers = version_markers(training.alias_history(tenant=tenant, alias="production").filter(moved_at__gte=since))
+    jobs = list(training.training_job_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
+    release = releases.release_for_dashboard(tenant=tenant)
+    figures = {
+        **traffic_figures(trajectories.step_traffic_per_minute(tenant=tenant, since=since), markers),
+        "outcomes": outcomes_figure(trajectories.reward_outcomes_per_minute(tenant=tenant, since=since), markers),
+        "loss": loss_figure([(job.pk, training.training_job_metrics(tenant=tenant, job_id=job.pk)) for job in jobs]),
+    }
+    release_charts = release_figures(releases.release_analyses(tenant=tenant, release_id=release.pk)) if release else {}
+    live = {"tenant": tenant.slug, "traffic": TRAFFIC_STREAM, "outcomes": OUTCOMES_STREAM, "jobs": "training.jobs",
+            "job_streams": {str(job.pk): f"training.job-{job.pk}" for job in jobs if not job.is_final},
+            "release": release_stream(release.pk) if release else None}
+    return {"overview_figures": figures, "release_figures": release_charts, "overview_live": live,
+            "overview_release": release, "overview_jobs": jobs}
+
+
+def outcomes_publish(*, tenant) -> dict | None:
+    """Publishes the tenant's current-minute outcome point (None when no reward arrived this minute)."""
+    now = timezone.now()
+    minutes = trajectories.reward_outcomes_per_minute(tenant=tenant, since=now.replace(second=0, microsecond=0))
+    if not minutes:
+        return None
+    row = minutes[-1]
+    payload = {"minute": chart_time(row["minute"]), "reward_mean": row["reward_mean"],
+               "success_rate": row["success_rate"], "rewards": row["rewards"], "sent_at": now.timestamp()}
+    metrics_publish(tenant_id=tenant.pk, stream=OUTCOMES_STREAM, payload=payload)
+    return payload
+
+
+def overview_tick() -> int:
+    """Every tenant's current-minute outcome point, published; returns how many were sent. Cross-tenant by
+    design (a beat task), each tenant's point to its own stream."""
+    from apps.tenants.selectors import tenant_list_all
+
+    return sum(outcomes_publish(tenant=tenant) is not None for tenant in tenant_list_all())

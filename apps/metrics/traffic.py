@@ -1,0 +1,50 @@
+"""Gateway traffic: the journal flusher calls `gateway_steps_recorded` once per batch it has written to the
+database. It counts the batch into this process's Prometheus metrics and publishes one point per tenant on
+the tenant's "gateway.traffic" stream. It runs on the gateway's event loop, so it does no I/O of its own:
+the channel-layer send is scheduled as a task on that loop."""
+
+import logging
+from datetime import UTC, datetime
+
+from apps.metrics.exposition import GATEWAY_LATENCY, GATEWAY_REQUESTS, GATEWAY_TOKENS
+from apps.metrics.publish import TRAFFIC_STREAM, metrics_send_now
+
+logger = logging.getLogger(__name__)
+
+
+def _outcome(record: dict) -> str:
+    if record.get("aborted"):
+        return "aborted"
+    return "error" if record.get("error") else "ok"
+
+
+def traffic_points(records: list[dict]) -> dict[int, dict]:
+    """Tenant id → the batch's point: the minute it was flushed in (UTC, naive, as the charts use), request
+    and error counts and every latency in ms (the page computes p50/p95 of the minute)."""
+    minute = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:00")
+    points: dict[int, dict] = {}
+    for record in records:
+        if record.get("kind", "llm_call") != "llm_call":
+            continue
+        point = points.setdefault(record["tenant_id"], {"minute": minute, "requests": 0, "errors": 0,
+                                                        "latencies_ms": []})
+        point["requests"] += 1
+        point["errors"] += _outcome(record) != "ok"
+        point["latencies_ms"].append(int(record.get("latency_ms") or 0))
+    return points
+
+
+def gateway_steps_recorded(records: list[dict]) -> None:
+    """Counts a committed batch of step records and publishes each tenant's traffic point. Never raises:
+    a metrics failure must not fail the flusher."""
+    try:
+        for record in records:
+            tenant = str(record["tenant_id"])
+            GATEWAY_REQUESTS.inc(tenant, record.get("endpoint") or "", _outcome(record))
+            GATEWAY_LATENCY.observe(tenant, value=(record.get("latency_ms") or 0) / 1000)
+            GATEWAY_TOKENS.inc(tenant, "prompt", amount=record.get("prompt_tokens") or 0)
+            GATEWAY_TOKENS.inc(tenant, "completion", amount=record.get("completion_tokens") or 0)
+        for tenant_id, point in traffic_points(records).items():
+            metrics_send_now(tenant_id=tenant_id, stream=TRAFFIC_STREAM, payload=point)
+    except Exception:
+        logger.exception("gateway traffic metrics failed for a batch of %d steps", len(records))

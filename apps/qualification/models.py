@@ -1,0 +1,97 @@
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from apps.core.models import TenantQuerySet
+
+
+class ReviewStatus(models.TextChoices):
+    UNREVIEWED = "unreviewed"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    NEEDS_CHANGES = "needs_changes"
+
+
+class QualificationStatus(models.TextChoices):
+    PENDING = "pending"
+    QUALIFIED = "qualified"
+    DISQUALIFIED = "disqualified"
+
+
+class Review(models.Model):
+    """A reviewer's verdict on a trajectory. Appended, never edited: the newest is the current one."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    trajectory = models.ForeignKey("trajectories.Trajectory", on_delete=models.CASCADE, related_name="reviews")
+    status = models.CharField(max_length=16, choices=ReviewStatus.choices)
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    reviewer_label = models.CharField(max_length=200, blank=True)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "trajectory", "-created_at"])]
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.status} on {self.trajectory_id}"
+
+
+class Qualification(models.Model):
+    """The gate verdict stored beside a trajectory: what the gates said (`gate_status`, `gate_reasons`), an
+    operator's override, and the effective `status` and `reasons` the training queue reads."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    trajectory = models.OneToOneField("trajectories.Trajectory", on_delete=models.CASCADE,
+                                      related_name="qualification")
+    status = models.CharField(max_length=16, choices=QualificationStatus.choices, default=QualificationStatus.PENDING)
+    reasons = models.JSONField(default=list)
+    gate_status = models.CharField(max_length=16, choices=QualificationStatus.choices,
+                                   default=QualificationStatus.PENDING)
+    gate_reasons = models.JSONField(default=list)
+    content_hash = models.CharField(max_length=64, blank=True)
+    training_reward = models.FloatField(null=True, blank=True)
+    evaluated_at = models.DateTimeField(null=True, blank=True)
+    override_status = models.CharField(max_length=16, choices=QualificationStatus.choices, blank=True)
+    override_reason = models.TextField(blank=True)
+    overridden_by = models.CharField(max_length=200, blank=True)
+    overridden_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "status"]), models.Index(fields=["tenant", "content_hash"])]
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.trajectory_id}"
+
+
+class QualificationReason(models.Model):
+    """One row per effective reason code of a disqualified trajectory: counts and filters by code."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    qualification = models.ForeignKey(Qualification, on_delete=models.CASCADE, related_name="reason_rows")
+    code = models.CharField(max_length=40)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["qualification", "code"], name="qualificationreason_unique")]
+        indexes = [models.Index(fields=["tenant", "code"])]
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class QualificationLimits(models.Model):
+    """A tenant's length limits for the within_length_limits gate (defaults until an admin sets them)."""
+
+    tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    min_steps = models.PositiveIntegerField(default=1)
+    max_steps = models.PositiveIntegerField(default=256)
+    max_tokens = models.PositiveBigIntegerField(default=262_144)
+
+    def __str__(self) -> str:
+        return f"limits of {self.tenant_id}"

@@ -1,0 +1,197 @@
+from datetime import UTC, datetime, time
+
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from apps.core.api import TenantApi
+from apps.core.errors import ValidationFailed
+from apps.releases import selectors, services
+from apps.tenants.permissions import Action
+
+
+def _version(version) -> dict | None:
+    return None if version is None else {"id": version.pk, "number": version.number, "status": version.status}
+
+
+class ReleaseOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    model = serializers.CharField()
+    candidate = serializers.SerializerMethodField()
+    baseline = serializers.SerializerMethodField()
+    status = serializers.CharField()
+    status_reason = serializers.CharField()
+    stages = serializers.JSONField()
+    stage_index = serializers.IntegerField()
+    stage_percent = serializers.FloatField()
+    guardrails = serializers.JSONField()
+    failure_limit = serializers.IntegerField()
+    inconclusive_limit = serializers.IntegerField()
+    eval_runs = serializers.JSONField()
+    last_verdict = serializers.CharField()
+    started_by = serializers.CharField()
+    approved_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_candidate(self, release) -> dict:
+        return _version(release.candidate)
+
+    def get_baseline(self, release) -> dict:
+        return _version(release.baseline)
+
+
+class GuardrailSerializer(serializers.Serializer):
+    metric = serializers.CharField()
+    direction = serializers.CharField()
+    threshold = serializers.FloatField()
+    min_samples = serializers.IntegerField(default=30)
+
+
+class ReleaseListApi(TenantApi):
+    actions = {"GET": Action.RELEASE_VIEW, "POST": Action.RELEASE_MANAGE}
+
+    class InputSerializer(serializers.Serializer):
+        candidate_id = serializers.IntegerField()
+        baseline_id = serializers.IntegerField(required=False, allow_null=True, default=None)
+        stages = serializers.ListField(child=serializers.FloatField(), required=False, default=None, allow_null=True)
+        guardrails = GuardrailSerializer(many=True, required=False, default=list)
+        eval_suite_ids = serializers.ListField(child=serializers.IntegerField(), required=False, default=list)
+        failure_limit = serializers.IntegerField(min_value=0, default=0)
+        inconclusive_limit = serializers.IntegerField(min_value=0, default=3)
+        stage_min_seconds = serializers.IntegerField(min_value=0, default=0)
+
+    @extend_schema(responses=ReleaseOutputSerializer(many=True))
+    def get(self, request):
+        return self.paginated(selectors.release_list(tenant=self.tenant, status=request.query_params.get("status"),
+                                                     model=request.query_params.get("model")),
+                              ReleaseOutputSerializer)
+
+    @extend_schema(request=InputSerializer, responses={201: ReleaseOutputSerializer})
+    def post(self, request):
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        data["guardrails"] = [dict(guardrail) for guardrail in data["guardrails"]]
+        release = services.release_create(tenant=self.tenant, actor=self.actor, **data)
+        return Response(ReleaseOutputSerializer(release).data, status=201)
+
+
+class ReleaseDetailApi(TenantApi):
+    actions = {"GET": Action.RELEASE_VIEW}
+
+    @extend_schema(responses=ReleaseOutputSerializer)
+    def get(self, request, release_id):
+        release = selectors.release_get(tenant=self.tenant, release_id=release_id)
+        data = ReleaseOutputSerializer(release).data
+        data["events"] = [{"from": event.from_status, "to": event.to_status, "stage_index": event.stage_index,
+                           "actor": event.actor, "reason": event.reason, "at": event.at}
+                          for event in selectors.release_events(tenant=self.tenant, release_id=release.pk)]
+        data["analyses"] = [{"at": run.at, "stage_index": run.stage_index, "verdict": run.verdict,
+                             "decision": run.decision, "measurements": run.measurements}
+                            for run in selectors.release_analyses(tenant=self.tenant, release_id=release.pk)]
+        return Response(data)
+
+
+class _ReleaseActionApi(TenantApi):
+    """POST with an optional reason; the body is: lock → service → serialize."""
+
+    service = None
+
+    class InputSerializer(serializers.Serializer):
+        reason = serializers.CharField(max_length=300, required=False, default="", allow_blank=True)
+
+    def act(self, release_id, reason):
+        raise NotImplementedError
+
+    @extend_schema(request=InputSerializer, responses=ReleaseOutputSerializer)
+    def post(self, request, release_id):
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        release = self.act(release_id, body.validated_data["reason"])
+        return Response(ReleaseOutputSerializer(release).data)
+
+
+class ReleaseStartApi(_ReleaseActionApi):
+    actions = {"POST": Action.RELEASE_MANAGE}
+
+    def act(self, release_id, reason):
+        return services.release_start(tenant=self.tenant, actor=self.actor, release_id=release_id)
+
+
+class ReleaseApproveApi(_ReleaseActionApi):
+    """Promotes a release awaiting approval: 409 otherwise; 403 for a non-operator or under the two-person rule
+    when the approver started it."""
+
+    actions = {"POST": Action.RELEASE_APPROVE}
+
+    def act(self, release_id, reason):
+        return services.release_approve(tenant=self.tenant, actor=self.actor, release_id=release_id)
+
+
+class ReleaseRollbackApi(_ReleaseActionApi):
+    actions = {"POST": Action.RELEASE_ROLLBACK}
+
+    def act(self, release_id, reason):
+        return services.release_rollback(tenant=self.tenant, actor=self.actor, release_id=release_id, reason=reason)
+
+
+class ReleaseAbortApi(_ReleaseActionApi):
+    actions = {"POST": Action.RELEASE_MANAGE}
+
+    def act(self, release_id, reason):
+        return services.release_abort(tenant=self.tenant, actor=self.actor, release_id=release_id, reason=reason)
+
+
+class ReleaseResumeApi(_ReleaseActionApi):
+    actions = {"POST": Action.RELEASE_MANAGE}
+
+    def act(self, release_id, reason):
+        return services.release_resume(tenant=self.tenant, actor=self.actor, release_id=release_id)
+
+
+class ReleaseAnalyzeApi(_ReleaseActionApi):
+    """Runs an analysis tick now instead of waiting for beat."""
+
+    actions = {"POST": Action.RELEASE_MANAGE}
+
+    def act(self, release_id, reason):
+        return services.release_analyze(tenant=self.tenant, release_id=release_id)
+
+
+def _moment(text: str):
+    day = parse_date(text) if len(text) == 10 else None
+    moment = datetime.combine(day, time.max) if day else parse_datetime(text)
+    if moment is None:
+        raise ValidationFailed("at must be an ISO 8601 date or date-time", fields={"at": ["invalid"]})
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, UTC)
+    return moment
+
+
+def serving_event_data(event) -> dict:
+    return {"model": event.model, "since": event.at, "stable": _version(event.stable),
+            "canary": _version(event.canary), "canary_percent": event.canary_percent,
+            "release": event.release_id, "reason": event.reason, "actor": event.actor}
+
+
+class ServingHistoryApi(TenantApi):
+    """GET ?model=&at=: what served the tenant's model at that moment (a date means the end of that day, UTC);
+    without `at`: the whole immutable history, oldest first."""
+
+    actions = {"GET": Action.SERVING_VIEW}
+
+    @extend_schema(responses=dict)
+    def get(self, request):
+        model = request.query_params.get("model", "")
+        at = request.query_params.get("at")
+        if at:
+            if not model:
+                raise ValidationFailed("give ?model= with ?at=", fields={"model": ["required with at"]})
+            moment = _moment(at)
+            event = selectors.serving_at(tenant=self.tenant, model=model, moment=moment)
+            return Response({"model": model, "at": moment, "serving": serving_event_data(event) if event else None})
+        return Response({"results": [serving_event_data(event)
+                                     for event in selectors.serving_history(tenant=self.tenant, model=model or None)]})

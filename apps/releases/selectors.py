@@ -1,0 +1,73 @@
+"""Reads of releases, their analyses and the serving history; tenant first. Routing reads for the gateway are
+in apps.releases.routing."""
+
+from django.db.models import Count
+
+from apps.core.errors import NotFound
+from apps.releases.models import (
+    SERVING_STATUSES,
+    AnalysisRun,
+    Release,
+    ReleaseEvent,
+    RoutingState,
+    ServingEvent,
+)
+
+
+def release_list(*, tenant, status: str | None = None, model: str | None = None):
+    releases = Release.objects.for_tenant(tenant).select_related("candidate", "baseline")
+    if status:
+        releases = releases.filter(status=status)
+    if model:
+        releases = releases.filter(model=model)
+    return releases.order_by("-created_at", "-id")
+
+
+def release_get(*, tenant, release_id) -> Release:
+    try:
+        return Release.objects.for_tenant(tenant).select_related("candidate", "baseline").get(pk=release_id)
+    except (Release.DoesNotExist, ValueError, TypeError):
+        raise NotFound("no such release in this tenant", code="release_not_found") from None
+
+
+def release_events(*, tenant, release_id):
+    return ReleaseEvent.objects.for_tenant(tenant).filter(release_id=release_id).order_by("at", "id")
+
+
+def release_analyses(*, tenant, release_id):
+    return AnalysisRun.objects.for_tenant(tenant).filter(release_id=release_id).order_by("at", "id")
+
+
+def routing_states(*, tenant):
+    return RoutingState.objects.for_tenant(tenant).select_related("stable", "canary", "release").order_by("model")
+
+
+def serving_history(*, tenant, model: str | None = None):
+    events = ServingEvent.objects.for_tenant(tenant).select_related("stable", "canary", "release")
+    if model:
+        events = events.filter(model=model)
+    return events.order_by("at", "id")
+
+
+def serving_at(*, tenant, model: str, moment) -> ServingEvent | None:
+    """What served the tenant's `model` at `moment`: the serving event in force then (None: nothing recorded
+    yet, so any backend of the model served)."""
+    return serving_history(tenant=tenant, model=model).filter(at__lte=moment).order_by("-at", "-id").first()
+
+
+def dangerously_analyzable_release_ids() -> list[tuple[int, int]]:
+    """(tenant id, release id) of every tenant's release that a beat tick analyses: only for the beat task."""
+    return list(Release.objects.filter(status__in=["evaluating", "canary", "paused", "awaiting_approval"])
+                .values_list("tenant_id", "pk"))
+
+
+def release_for_dashboard(*, tenant) -> Release | None:
+    """The release a tenant overview shows: the newest one taking live traffic, else the newest one."""
+    releases = release_list(tenant=tenant)
+    return releases.filter(status__in=SERVING_STATUSES).first() or releases.first()
+
+
+def dangerously_release_counts() -> dict[tuple[str, str], int]:
+    """(tenant slug, status) → number of releases, over every tenant (the Prometheus endpoint only)."""
+    rows = Release.objects.values("tenant__slug", "status").annotate(count=Count("id")).order_by()
+    return {(row["tenant__slug"], row["status"]): row["count"] for row in rows}

@@ -1,0 +1,91 @@
+"""Console pages: releases, a release with live candidate-vs-baseline charts and its verdicts, the approve and
+roll-back actions (shown only to roles allowed to take them), and the serving timeline."""
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.console.access import console_page
+from apps.core.errors import DomainError
+from apps.releases import selectors, services
+from apps.releases.figures import release_figures, serving_figure
+from apps.releases.models import ACTIVE_STATUSES, ReleaseStatus
+from apps.tenants.permissions import Action, role_can
+
+
+@console_page(Action.RELEASE_VIEW)
+def release_list(request):
+    return render(request, "console/releases.html", {"releases": selectors.release_list(tenant=request.tenant)})
+
+
+@console_page(Action.RELEASE_VIEW)
+def release_detail(request, release_id):
+    release = selectors.release_get(tenant=request.tenant, release_id=release_id)
+    analyses = list(selectors.release_analyses(tenant=request.tenant, release_id=release.pk))
+    role = request.membership.role
+    latest = analyses[-1] if analyses else None
+    measured = {row["metric"]: row for run in analyses for row in run.measurements}  # newest per metric wins
+    return render(request, "console/release_detail.html", {
+        "release": release, "events": selectors.release_events(tenant=request.tenant, release_id=release.pk),
+        "latest": latest, "figures": release_figures(analyses),
+        "guardrail_rows": [(guardrail, measured.get(guardrail["metric"])) for guardrail in release.guardrails],
+        "stream": services.release_stream(release.pk),
+        "can_approve": role_can(role, Action.RELEASE_APPROVE) and release.status == ReleaseStatus.AWAITING_APPROVAL,
+        "can_rollback": role_can(role, Action.RELEASE_ROLLBACK) and release.status in ACTIVE_STATUSES
+        and release.status != ReleaseStatus.DRAFT,
+        "can_manage": role_can(role, Action.RELEASE_MANAGE),
+    })
+
+
+def _act(request, release_id, call, done: str):
+    try:
+        call()
+        messages.success(request, done)
+    except DomainError as error:
+        messages.error(request, error.message)
+    return redirect("console:release", release_id=release_id)
+
+
+@require_POST
+@console_page(Action.RELEASE_APPROVE)
+def release_approve(request, release_id):
+    return _act(request, release_id, lambda: services.release_approve(
+        tenant=request.tenant, actor=request.actor, release_id=release_id), "Promoted.")
+
+
+@require_POST
+@console_page(Action.RELEASE_ROLLBACK)
+def release_rollback(request, release_id):
+    return _act(request, release_id, lambda: services.release_rollback(
+        tenant=request.tenant, actor=request.actor, release_id=release_id,
+        reason=request.POST.get("reason", "")[:300]), "Rolled back: the baseline serves every session again.")
+
+
+@require_POST
+@console_page(Action.RELEASE_MANAGE)
+def release_start(request, release_id):
+    return _act(request, release_id, lambda: services.release_start(
+        tenant=request.tenant, actor=request.actor, release_id=release_id), "Started: offline evaluation queued.")
+
+
+@require_POST
+@console_page(Action.RELEASE_MANAGE)
+def release_resume(request, release_id):
+    return _act(request, release_id, lambda: services.release_resume(
+        tenant=request.tenant, actor=request.actor, release_id=release_id), "Resumed.")
+
+
+@require_POST
+@console_page(Action.RELEASE_MANAGE)
+def release_analyze(request, release_id):
+    return _act(request, release_id, lambda: services.release_analyze(tenant=request.tenant, release_id=release_id),
+                "Analysed.")
+
+
+@console_page(Action.SERVING_VIEW)
+def serving(request):
+    model = request.GET.get("model") or None
+    events = list(selectors.serving_history(tenant=request.tenant, model=model))
+    return render(request, "console/serving_timeline.html", {
+        "events": list(reversed(events)), "figure": serving_figure(events), "model": model or "",
+        "routing": selectors.routing_states(tenant=request.tenant)})

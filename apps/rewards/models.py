@@ -1,0 +1,139 @@
+import uuid
+
+from django.db import models
+from django.utils import timezone
+
+from apps.core.models import TenantQuerySet
+
+
+class RewardTarget(models.TextChoices):
+    TRAJECTORY = "trajectory"
+    STEP = "step"
+
+
+class RewardKind(models.TextChoices):
+    NUMERIC = "numeric"
+    BOOLEAN = "boolean"
+    CATEGORICAL = "categorical"
+    CRITIQUE = "critique"
+
+
+class RewardSource(models.TextChoices):
+    USER = "user"
+    ANNOTATOR = "annotator"
+    EVALUATOR = "evaluator"
+    ENVIRONMENT = "environment"
+    AGENT = "agent"
+    RULE = "rule"
+
+
+class RewardTiming(models.TextChoices):
+    IMMEDIATE = "immediate"
+    DELAYED = "delayed"
+    TERMINAL = "terminal"
+
+
+class Combination(models.TextChoices):
+    PRIORITY = "priority"
+    WEIGHTED_SUM = "weighted_sum"
+
+
+class RewardSpec(models.Model):
+    """What a reward means for a tenant's agent (blank agent: every agent): kind, range or categories,
+    whether it is the training reward and how its sources combine."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    agent_name = models.CharField(max_length=200, blank=True, help_text="Blank: every agent of the tenant.")
+    name = models.CharField(max_length=120)
+    kind = models.CharField(max_length=16, choices=RewardKind.choices)
+    minimum = models.FloatField(null=True, blank=True)
+    maximum = models.FloatField(null=True, blank=True)
+    categories = models.JSONField(default=dict, blank=True, help_text='Categorical: {"label": value}.')
+    is_training_reward = models.BooleanField(default=False)
+    combination = models.CharField(max_length=16, choices=Combination.choices, default=Combination.PRIORITY)
+    source_priority = models.JSONField(default=list, blank=True, help_text="Sources, most trusted first.")
+    source_weights = models.JSONField(default=dict, blank=True, help_text='Weighted sum: {"source": weight}.')
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "agent_name", "name"], name="rewardspec_unique_name"),
+            models.UniqueConstraint(fields=["tenant", "agent_name"], condition=models.Q(is_training_reward=True),
+                                    name="rewardspec_one_training_reward"),
+        ]
+        ordering = ["agent_name", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.agent_name or 'all agents'})"
+
+
+class Reward(models.Model):
+    """An ATDP reward: appended beside the causal record, never edited."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    trajectory = models.ForeignKey("trajectories.Trajectory", on_delete=models.CASCADE, related_name="rewards")
+    step_id = models.UUIDField(null=True, blank=True)
+    target = models.CharField(max_length=16, choices=RewardTarget.choices)
+    value = models.FloatField()
+    kind = models.CharField(max_length=16, choices=RewardKind.choices, default=RewardKind.NUMERIC)
+    label = models.TextField(blank=True)
+    source = models.CharField(max_length=16, choices=RewardSource.choices, default=RewardSource.AGENT)
+    timing = models.CharField(max_length=16, choices=RewardTiming.choices, default=RewardTiming.IMMEDIATE)
+    created_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    # NULL, not "": rewards without a key must not collide on the unique constraint.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    spec = models.ForeignKey(RewardSpec, null=True, blank=True, on_delete=models.PROTECT, related_name="rewards")
+    is_override = models.BooleanField(default=False, help_text="An operator's override: beats every source.")
+    reason = models.TextField(blank=True, help_text="Why an operator overrode.")
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "idempotency_key"], name="reward_unique_idempotency_key"),
+            models.CheckConstraint(
+                condition=(models.Q(target="step", step_id__isnull=False) | models.Q(target="trajectory", step_id__isnull=True)),
+                name="reward_exactly_one_target",
+            ),
+        ]
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.value} on {self.target} {self.step_id or self.trajectory_id}"
+
+
+class EvaluatorKind(models.TextChoices):
+    EXACT_MATCH = "exact_match"
+    REGEX = "regex"
+    JSON_SCHEMA = "json_schema"
+    TOOL_CALL_SUCCEEDED = "tool_call_succeeded"
+    PROGRAM = "program"
+
+
+class Evaluator(models.Model):
+    """A rule that scores ended trajectories on a worker (workers.rewards.evaluators); its results are
+    rewards with source `evaluator` and `created_by` "<name>@<version>"."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=120)
+    version = models.CharField(max_length=40, default="1")
+    kind = models.CharField(max_length=24, choices=EvaluatorKind.choices)
+    config = models.JSONField(default=dict, blank=True)
+    agent_name = models.CharField(max_length=200, blank=True, help_text="Blank: every agent.")
+    spec = models.ForeignKey(RewardSpec, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name", "version"], name="evaluator_unique_version")]
+        ordering = ["name", "version"]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.version}"

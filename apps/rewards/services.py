@@ -1,0 +1,259 @@
+"""Appending rewards and defining reward specs. Rewards are never edited; the same idempotency key twice
+stores one reward; an operator's override is a new reward marked as such, audited."""
+
+import uuid
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.audit.services import Actor, audit_record
+from apps.core.errors import Conflict, Gone, NotFound, ValidationFailed
+from apps.rewards.errors import RewardRejected
+from apps.rewards.models import (
+    Combination,
+    Evaluator,
+    Reward,
+    RewardKind,
+    RewardSource,
+    RewardSpec,
+    RewardTarget,
+    RewardTiming,
+)
+from apps.rewards.selectors import reward_spec_for, spec_data, trajectory_outcome
+from apps.trajectories.models import Step, Trajectory, trajectory_id_for
+from workers.rewards.evaluators import EVALUATORS, run_evaluator
+from workers.rewards.specs import SpecData, check_reward, spec_problems
+
+
+def _as_uuid(value: str, what: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise NotFound(f"no {what} {value!r} in this tenant", code=f"{what.replace(' ', '_')}_not_found") from None
+
+
+def _payload(reward: Reward, *, created: bool) -> dict:
+    return {"reward_id": str(reward.id), "target": reward.target, "trajectory_id": str(reward.trajectory_id),
+            "step_id": str(reward.step_id) if reward.step_id else None, "value": reward.value, "kind": reward.kind,
+            "label": reward.label or None, "spec": reward.spec.name if reward.spec_id else None,
+            "source": reward.source, "timing": reward.timing, "created": created}
+
+
+def _enqueue_follow_ups(reward: Reward) -> None:
+    """A new reward can change the trajectory's qualification: its gates re-run once this commits."""
+    from apps.qualification.services import qualification_enqueue
+
+    qualification_enqueue(trajectory_id=reward.trajectory_id)
+
+
+def _existing(tenant_id: int, idempotency_key: str | None) -> Reward | None:
+    if not idempotency_key:
+        return None
+    return Reward.objects.select_related("spec").filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+
+
+def _checked(*, tenant_id: int, agent_name: str, spec_name: str, kind: str | None, value: float | None,
+             label: str) -> tuple[RewardSpec | None, str, float, str]:
+    """(spec, kind, value, label) after checking against the named spec or the agent's training spec.
+    An unnamed critique is not held to a scored training spec: corrections are free text."""
+    spec = reward_spec_for(tenant_id=tenant_id, agent_name=agent_name, name=spec_name)
+    if spec is not None and not spec_name and (kind == RewardKind.CRITIQUE) != (spec.kind == RewardKind.CRITIQUE):
+        spec = None
+    if spec is None:
+        kind = kind or RewardKind.NUMERIC
+        if kind != RewardKind.CRITIQUE and value is None:
+            raise RewardRejected("a value is required", code="invalid_request", fields={"value": ["required"]})
+        if kind == RewardKind.CRITIQUE and not label.strip():
+            raise RewardRejected("a critique needs its text as label (or comment)", code="invalid_request",
+                                 fields={"label": ["required"]})
+        return None, kind, 0.0 if value is None else float(value), label
+    kind = kind or spec.kind
+    checked = check_reward(spec_data(spec), kind=kind, value=value, label=label)
+    if not checked.ok:
+        raise RewardRejected(checked.problem, fields={"spec": [spec.name]})
+    return spec, kind, checked.value, checked.label
+
+
+def _refuse_after_window(*, tenant_id: int, trajectory_id) -> None:
+    """A session that ended more than the tenant's `late_reward_hours` ago takes no more rewards (410)."""
+    from apps.tenants.models import TenantPolicy
+
+    ended_at = Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id).values_list("ended_at", flat=True).first()
+    if ended_at is None:
+        return
+    hours = TenantPolicy.objects.filter(tenant_id=tenant_id).values_list("late_reward_hours", flat=True).first()
+    if hours is not None and timezone.now() - ended_at > timedelta(hours=hours):
+        raise Gone(f"the session ended at {ended_at:%Y-%m-%d %H:%M} UTC, more than this tenant's late-reward window of "
+                   f"{hours} h ago", code="reward_window_closed")
+
+
+def _store(*, tenant_id: int, idempotency_key: str | None, **fields) -> tuple[Reward, bool]:
+    if not fields.get("is_override"):
+        _refuse_after_window(tenant_id=tenant_id, trajectory_id=fields["trajectory_id"])
+    try:
+        with transaction.atomic():
+            reward = Reward.objects.create(tenant_id=tenant_id, idempotency_key=idempotency_key, **fields)
+    except IntegrityError:
+        existing = _existing(tenant_id, idempotency_key)
+        if existing is None:
+            raise
+        return existing, False
+    _enqueue_follow_ups(reward)
+    return reward, True
+
+
+def reward_append_for_agent(*, tenant_id: int, session_id: str | None, step_id: str | None, value: float | None,
+                            kind: str | None, source: str, label: str, idempotency_key: str | None, timing: str,
+                            created_by: str, spec_name: str = "") -> dict:
+    """The gateway's reward path (/rl/set_reward, /v1/rewards). Binds the reward to a step (step_id /
+    interaction_id) or to a session's trajectory, inside the tenant only: another tenant's target is not
+    found (404). Checks it against the named spec or the agent's training spec (422 naming the spec).
+    Returns the reward as a dict with `created` telling a new reward from an idempotent repeat.
+    Enqueues the trajectory's qualification on commit."""
+    existing = _existing(tenant_id, idempotency_key)
+    if existing:
+        return _payload(existing, created=False)
+    if step_id:
+        step = Step.objects.filter(tenant_id=tenant_id, id=_as_uuid(step_id, "step")).values(
+            "id", "trajectory_id", "trajectory__agent_name").first()
+        if step is None:
+            raise NotFound(f"no step {step_id!r} in this tenant", code="step_not_found")
+        target, trajectory_id, bound_step = RewardTarget.STEP, step["trajectory_id"], step["id"]
+        agent_name = step["trajectory__agent_name"]
+    else:
+        trajectory_id = trajectory_id_for(tenant_id=tenant_id, session_id=session_id)
+        agent_name = Trajectory.objects.filter(tenant_id=tenant_id, id=trajectory_id).values_list(
+            "agent_name", flat=True).first()
+        if agent_name is None:
+            raise NotFound(f"no session {session_id!r} in this tenant", code="session_not_found")
+        target, bound_step = RewardTarget.TRAJECTORY, None
+    spec, kind, value, label = _checked(tenant_id=tenant_id, agent_name=agent_name, spec_name=spec_name, kind=kind,
+                                        value=value, label=label)
+    reward, created = _store(tenant_id=tenant_id, idempotency_key=idempotency_key, trajectory_id=trajectory_id,
+                             step_id=bound_step, target=target, value=value, kind=kind, label=label, source=source,
+                             timing=timing, created_by=created_by, spec=spec)
+    return _payload(reward, created=created)
+
+
+@transaction.atomic
+def reward_create(*, tenant, actor: Actor, trajectory_id, step_id=None, value: float | None = None,
+                  label: str = "", kind: str | None = None, spec_name: str = "", source: str,
+                  timing: str = RewardTiming.DELAYED, idempotency_key: str | None = None, override: bool = False,
+                  reason: str = "", created_by: str) -> tuple[Reward, bool]:
+    """A reward from the REST API or the console (annotators, operators, evaluators through keys).
+    Tenancy: the trajectory (and step) must be the tenant's, else 404. An override (`override=True`)
+    needs a reason, beats every other source in the training reward and is audited as `reward.override`;
+    others as `reward.create`. Idempotent on `idempotency_key` (returns (reward, False)).
+    Enqueues the trajectory's qualification on commit."""
+    existing = _existing(tenant.pk, idempotency_key)
+    if existing:
+        return existing, False
+    trajectory = Trajectory.objects.for_tenant(tenant).filter(pk=trajectory_id).values("id", "agent_name").first()
+    if trajectory is None:
+        raise NotFound("no such trajectory in this tenant", code="trajectory_not_found")
+    if step_id and not Step.objects.for_tenant(tenant).filter(pk=step_id, trajectory_id=trajectory["id"]).exists():
+        raise NotFound("no such step in this trajectory", code="step_not_found")
+    if override and not reason.strip():
+        raise ValidationFailed("an override needs a reason", fields={"reason": ["required for an override"]})
+    spec, kind, value, label = _checked(tenant_id=tenant.pk, agent_name=trajectory["agent_name"],
+                                        spec_name=spec_name, kind=kind, value=value, label=label)
+    reward, created = _store(
+        tenant_id=tenant.pk, idempotency_key=idempotency_key, trajectory_id=trajectory["id"], step_id=step_id or None,
+        target=RewardTarget.STEP if step_id else RewardTarget.TRAJECTORY, value=value, kind=kind, label=label,
+        source=source, timing=timing, created_by=created_by, spec=spec, is_override=override, reason=reason)
+    if created:
+        audit_record(tenant=tenant, actor=actor, verb="reward.override" if override else "reward.create",
+                     target=reward, data={"trajectory_id": str(reward.trajectory_id), "value": value, "kind": kind,
+                                          "source": source, "spec": spec.name if spec else None, "reason": reason})
+    return reward, created
+
+
+SPEC_FIELDS = ("agent_name", "name", "kind", "minimum", "maximum", "categories", "is_training_reward", "combination",
+               "source_priority", "source_weights", "description")
+
+
+def _spec_validate(fields: dict) -> None:
+    problems = spec_problems(SpecData(name=fields["name"], kind=fields["kind"], minimum=fields.get("minimum"),
+                                      maximum=fields.get("maximum"), categories=fields.get("categories") or {}))
+    sources = set(RewardSource.values)
+    if fields.get("is_training_reward") and fields["kind"] == RewardKind.CRITIQUE:
+        problems["is_training_reward"] = "a critique (free text) cannot be the training reward"
+    unknown = [source for source in fields.get("source_priority") or [] if source not in sources]
+    unknown += [source for source in fields.get("source_weights") or {} if source not in sources]
+    if unknown:
+        problems["source_priority"] = f"unknown sources: {', '.join(sorted(set(unknown)))}"
+    if fields.get("combination") == Combination.WEIGHTED_SUM and not fields.get("source_weights"):
+        problems["source_weights"] = "a weighted sum needs {source: weight}"
+    if problems:
+        raise ValidationFailed("the reward spec is invalid: " + "; ".join(f"{k}: {v}" for k, v in problems.items()),
+                               fields={name: [problem] for name, problem in problems.items()})
+
+
+@transaction.atomic
+def reward_spec_create(*, tenant, actor: Actor, **fields) -> RewardSpec:
+    """Defines a reward spec (audited `reward_spec.create`). One name per agent, one training reward per
+    agent (blank agent: tenant-wide): a second is a 409."""
+    fields = {name: value for name, value in fields.items() if name in SPEC_FIELDS and value is not None}
+    fields.setdefault("agent_name", "")
+    _spec_validate(fields)
+    clashes = RewardSpec.objects.for_tenant(tenant).filter(agent_name=fields["agent_name"])
+    if clashes.filter(name=fields["name"]).exists():
+        raise Conflict(f"a reward spec {fields['name']!r} already exists for this agent", code="reward_spec_exists")
+    if fields.get("is_training_reward") and clashes.filter(is_training_reward=True).exists():
+        raise Conflict("this agent already has a training reward spec", code="training_reward_exists")
+    spec = RewardSpec.objects.create(tenant=tenant, **fields)
+    audit_record(tenant=tenant, actor=actor, verb="reward_spec.create", target=spec,
+                 data={name: getattr(spec, name) for name in SPEC_FIELDS})
+    return spec
+
+
+EVALUATOR_FIELDS = ("name", "version", "kind", "config", "agent_name", "enabled")
+
+
+@transaction.atomic
+def evaluator_create(*, tenant, actor: Actor, spec_name: str = "", **fields) -> Evaluator:
+    """Registers an evaluator (audited `evaluator.create`). A new version is a new row: results of each
+    version are kept apart (idempotency key per evaluator row)."""
+    fields = {name: value for name, value in fields.items() if name in EVALUATOR_FIELDS and value is not None}
+    if fields.get("kind") not in EVALUATORS:
+        raise ValidationFailed("unknown evaluator kind", fields={"kind": [f"one of {', '.join(EVALUATORS)}"]})
+    spec = None
+    if spec_name:
+        spec = reward_spec_for(tenant_id=tenant.pk, agent_name=fields.get("agent_name", ""), name=spec_name)
+    if Evaluator.objects.for_tenant(tenant).filter(name=fields["name"], version=fields.get("version", "1")).exists():
+        raise Conflict("this evaluator version exists; register a new version", code="evaluator_exists")
+    evaluator = Evaluator.objects.create(tenant=tenant, spec=spec, **fields)
+    audit_record(tenant=tenant, actor=actor, verb="evaluator.create", target=evaluator,
+                 data={name: getattr(evaluator, name) for name in EVALUATOR_FIELDS})
+    return evaluator
+
+
+def evaluators_enqueue(*, trajectory_id, tenant_id: int) -> bool:
+    """Queues the tenant's enabled evaluators over an ended trajectory, on commit. False: none to run."""
+    if not Evaluator.objects.filter(tenant_id=tenant_id, enabled=True).exists():
+        return False
+    from workers.tasks.rewards import run_evaluators
+
+    transaction.on_commit(lambda: run_evaluators.delay(str(trajectory_id)))
+    return True
+
+
+def evaluator_run(*, evaluator: Evaluator, trajectory) -> Reward | None:
+    """Runs one evaluator over one trajectory and appends its result as a trajectory reward (source
+    evaluator, timing terminal, created_by "<name>@<version>"). Idempotent: the key names the evaluator row
+    and the trajectory, so a retry or a second run returns the first result. Raises EvaluatorError when the
+    evaluator cannot judge (nothing stored); a value outside its spec raises RewardRejected."""
+    key = f"evaluator:{evaluator.pk}:{trajectory.pk}"
+    existing = _existing(evaluator.tenant_id, key)
+    if existing:
+        return existing
+    result = run_evaluator(evaluator.kind, evaluator.config, trajectory_outcome(trajectory=trajectory))
+    spec_name = evaluator.spec.name if evaluator.spec_id else ""
+    spec, kind, value, label = _checked(tenant_id=evaluator.tenant_id, agent_name=trajectory.agent_name,
+                                        spec_name=spec_name, kind=None, value=result.value, label="")
+    reward, _ = _store(tenant_id=evaluator.tenant_id, idempotency_key=key, trajectory_id=trajectory.pk, step_id=None,
+                       target=RewardTarget.TRAJECTORY, value=value, kind=kind, label=label or result.label,
+                       source=RewardSource.EVALUATOR, timing=RewardTiming.TERMINAL,
+                       created_by=f"{evaluator.name}@{evaluator.version}", spec=spec)
+    return reward

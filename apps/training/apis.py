@@ -1,0 +1,186 @@
+"""REST API of training jobs, model versions (with lineage and publication) and aliases."""
+
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from apps.core.api import TenantApi
+from apps.tenants.permissions import Action
+from apps.training import selectors, services
+from apps.training.models import Algorithm
+from apps.training.publication import model_version_publish
+
+
+@extend_schema_serializer(component_name="ModelVersion")
+class VersionOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    number = serializers.IntegerField()
+    label = serializers.CharField()
+    parent_id = serializers.IntegerField(allow_null=True)
+    status = serializers.CharField()
+    checkpoint_path = serializers.CharField()
+    tokenizer_hash = serializers.CharField()
+    dataset_snapshot = serializers.JSONField()
+    metrics = serializers.JSONField()
+    description = serializers.CharField()
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+@extend_schema_serializer(component_name="TrainingJob")
+class JobOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    algorithm = serializers.CharField()
+    status = serializers.CharField()
+    base_version_id = serializers.IntegerField()
+    produced_version_id = serializers.IntegerField(allow_null=True)
+    config = serializers.JSONField()
+    batch_size = serializers.IntegerField()
+    total_steps = serializers.IntegerField()
+    checkpoint_every = serializers.IntegerField()
+    staleness_bound = serializers.IntegerField(allow_null=True)
+    dataset = serializers.SerializerMethodField()
+    sample_counts = serializers.JSONField()
+    progress_step = serializers.IntegerField()
+    progress_percent = serializers.IntegerField()
+    eta_at = serializers.DateTimeField(allow_null=True)
+    cancel_requested = serializers.BooleanField()
+    attempts = serializers.IntegerField()
+    error = serializers.CharField()
+    description = serializers.CharField()
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_dataset(self, job) -> dict:
+        snapshot = job.dataset_snapshot or {}
+        return {"trajectories": len(snapshot.get("trajectory_ids", [])), "content_hash": snapshot.get("content_hash"),
+                "filters": snapshot.get("filters", {})}
+
+
+class TrainingJobListApi(TenantApi):
+    actions = {"GET": Action.TRAINING_VIEW, "POST": Action.TRAINING_MANAGE}
+
+    @extend_schema_serializer(component_name="TrainingJobCreate")
+    class InputSerializer(serializers.Serializer):
+        base_version_id = serializers.IntegerField()
+        algorithm = serializers.ChoiceField(choices=Algorithm.choices)
+        hyperparameters = serializers.DictField(required=False, default=dict,
+                                                help_text="workers.engines.TrainConfig fields (learning_rate, ...)")
+        batch_size = serializers.IntegerField(min_value=1, max_value=4096, default=16)
+        total_steps = serializers.IntegerField(min_value=1, max_value=100000, default=10)
+        checkpoint_every = serializers.IntegerField(min_value=1, default=10)
+        staleness_bound = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+        agent = serializers.CharField(required=False, allow_blank=True, default="")
+        task_id = serializers.CharField(required=False, allow_blank=True, default="")
+        max_trajectories = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+        description = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+    @extend_schema(responses=JobOutputSerializer(many=True))
+    def get(self, request):
+        return self.paginated(selectors.training_job_list(tenant=self.tenant, status=request.query_params.get("status")),
+                              JobOutputSerializer)
+
+    @extend_schema(request=InputSerializer, responses={201: JobOutputSerializer})
+    def post(self, request):
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        data["agent"] = data["agent"] or None
+        data["task_id"] = data["task_id"] or None
+        job = services.training_job_create(tenant=self.tenant, actor=self.actor, **data)
+        return Response(JobOutputSerializer(job).data, status=201)
+
+
+class TrainingJobDetailApi(TenantApi):
+    actions = {"GET": Action.TRAINING_VIEW}
+
+    @extend_schema(responses=JobOutputSerializer)
+    def get(self, request, job_id):
+        job = selectors.training_job_get(tenant=self.tenant, job_id=job_id)
+        data = JobOutputSerializer(job).data
+        data["metrics"] = selectors.training_job_metrics(tenant=self.tenant, job_id=job.pk)
+        data["logs"] = [{"at": line.at, "level": line.level, "message": line.message}
+                        for line in selectors.training_job_logs(tenant=self.tenant, job_id=job.pk)]
+        return Response(data)
+
+
+class TrainingJobCancelApi(TenantApi):
+    actions = {"POST": Action.TRAINING_MANAGE}
+
+    @extend_schema(request=None, responses=JobOutputSerializer)
+    def post(self, request, job_id):
+        return Response(JobOutputSerializer(services.training_job_cancel(tenant=self.tenant, actor=self.actor,
+                                                                         job_id=job_id)).data)
+
+
+class ModelVersionListApi(TenantApi):
+    actions = {"GET": Action.MODEL_VERSION_VIEW}
+
+    @extend_schema(responses=VersionOutputSerializer(many=True))
+    def get(self, request):
+        return self.paginated(selectors.model_version_list(tenant=self.tenant, name=request.query_params.get("name"),
+                                                           status=request.query_params.get("status")),
+                              VersionOutputSerializer)
+
+
+class ModelVersionDetailApi(TenantApi):
+    actions = {"GET": Action.MODEL_VERSION_VIEW}
+
+    @extend_schema(responses=VersionOutputSerializer)
+    def get(self, request, version_id):
+        return Response(VersionOutputSerializer(selectors.model_version_get(tenant=self.tenant,
+                                                                            version_id=version_id)).data)
+
+
+class ModelVersionLineageApi(TenantApi):
+    """Every version of the version's model with its parent number: the lineage tree."""
+
+    actions = {"GET": Action.MODEL_VERSION_VIEW}
+
+    def get(self, request, version_id):
+        version = selectors.model_version_get(tenant=self.tenant, version_id=version_id)
+        return Response({"name": version.name, "versions": selectors.model_lineage(tenant=self.tenant,
+                                                                                   name=version.name)})
+
+
+class ModelVersionPublishApi(TenantApi):
+    """Loads the version's weights into this tenant's backends serving its model (see publication.py)."""
+
+    actions = {"POST": Action.MODEL_VERSION_PUBLISH}
+
+    def post(self, request, version_id):
+        from django.conf import settings
+
+        version = selectors.model_version_get(tenant=self.tenant, version_id=version_id)
+        outcomes = model_version_publish(tenant=self.tenant, actor=self.actor, version=version,
+                                         admin_token=getattr(settings, "AREAL_INFERENCE_ADMIN_TOKEN", None) or None)
+        return Response({"version": version.label, "backends": [vars(outcome) for outcome in outcomes]})
+
+
+class ModelAliasListApi(TenantApi):
+    actions = {"GET": Action.MODEL_VERSION_VIEW, "POST": Action.MODEL_ALIAS_MANAGE}
+
+    class InputSerializer(serializers.Serializer):
+        alias = serializers.SlugField(max_length=40)
+        version_id = serializers.IntegerField()
+        reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+    def get(self, request):
+        rows = selectors.alias_list(tenant=self.tenant, name=request.query_params.get("name"))
+        return Response([{"name": row.name, "alias": row.alias, "version_id": row.version_id,
+                          "version": row.version.label, "updated_at": row.updated_at} for row in rows])
+
+    def post(self, request):
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        version = selectors.model_version_get(tenant=self.tenant, version_id=body.validated_data["version_id"])
+        row = services.alias_move(tenant=self.tenant, actor=self.actor, name=version.name,
+                                  alias=body.validated_data["alias"], version=version,
+                                  reason=body.validated_data["reason"])
+        return Response({"name": row.name, "alias": row.alias, "version_id": row.version_id,
+                         "version": row.version.label, "updated_at": row.updated_at})
+
+

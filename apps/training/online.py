@@ -1,0 +1,159 @@
+"""Online mode: services and selectors of OnlineRun (AReaL's online decoupled PPO over the live queue).
+
+The loop itself is workers/tasks/online.py; this module owns its rows. Staleness is counted in version
+numbers of the model: a token sampled by version v is stale once the run's current version V > v + η.
+
+Back-pressure (AReaL's StalenessManager): with B = samples_per_step and v = steps trained, at most
+(η + v + 1)·B rollouts may have been started since the run began; capacity = that − (accepted + running),
+where accepted = sessions that ended and running = sessions still open. The gateway refuses
+/rl/start_session with 429 while the capacity of the tenant's running online run is ≤ 0.
+"""
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from apps.audit.services import Actor, audit_record
+from apps.core.errors import Conflict, ValidationFailed
+from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus
+
+
+@transaction.atomic
+def online_run_start(*, tenant, actor: Actor, base_version: ModelVersion, hyperparameters: dict | None = None,
+                     samples_per_step: int = 16, publish_every: int = 1, staleness_bound: int = 1,
+                     max_steps: int | None = None) -> OnlineRun:
+    """Creates the tenant's online run for `base_version.name` (one running run per tenant, else 409) and
+    enqueues `training.run_online` on the train queue on commit. Audited."""
+    from workers.engines import TrainConfig
+
+    if base_version.tenant_id != tenant.pk:
+        raise ValidationFailed("the base version must be this tenant's")
+    if samples_per_step < 1 or publish_every < 1:
+        raise ValidationFailed("samples_per_step and publish_every must be >= 1")
+    if OnlineRun.objects.filter(tenant=tenant, status=OnlineRunStatus.RUNNING).exists():
+        raise Conflict("this tenant already has a running online run", code="online_run_exists")
+    values = {"algorithm": "decoupled_ppo", "total_steps": max_steps or 1000, **(hyperparameters or {})}
+    try:
+        config = TrainConfig.from_dict(values).to_dict()
+    except (TypeError, ValueError) as error:
+        raise ValidationFailed(f"invalid hyperparameters: {error}", code="invalid_hyperparameters") from None
+    run = OnlineRun.objects.create(
+        tenant=tenant, model_name=base_version.name, base_version=base_version, current_version=base_version,
+        config=config, samples_per_step=samples_per_step, publish_every=publish_every,
+        staleness_bound=staleness_bound, max_steps=max_steps, created_by=actor.label, heartbeat_at=timezone.now())
+    audit_record(tenant=tenant, actor=actor, verb="online_run.start", target=run, data={
+        "base": base_version.number, "samples_per_step": samples_per_step, "publish_every": publish_every,
+        "eta": staleness_bound})
+    transaction.on_commit(lambda: _enqueue(run.pk))
+    return run
+
+
+def _enqueue(run_id: int) -> None:
+    from workers.tasks.online import run_online
+
+    run_online.delay(run_id)
+
+
+@transaction.atomic
+def online_run_stop(*, tenant, actor: Actor, run_id: int) -> OnlineRun:
+    """Asks the run to stop after its current step. Audited."""
+    run = OnlineRun.objects.select_for_update().get(tenant=tenant, pk=run_id)
+    if run.status == OnlineRunStatus.RUNNING and not run.stop_requested:
+        run.stop_requested = True
+        run.save(update_fields=["stop_requested"])
+        audit_record(tenant=tenant, actor=actor, verb="online_run.stop", target=run, data={})
+    return run
+
+
+def online_run_finish(*, run_id: int, status: str, error: str = "") -> None:
+    OnlineRun.objects.filter(pk=run_id, status=OnlineRunStatus.RUNNING).update(
+        status=status, error=error, finished_at=timezone.now())
+
+
+def online_run_heartbeat(*, run_id: int) -> bool:
+    """Refreshes the heartbeat; False when the run should stop (stop requested or no longer running)."""
+    OnlineRun.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
+    row = OnlineRun.objects.filter(pk=run_id).values("status", "stop_requested").first()
+    return bool(row) and row["status"] == OnlineRunStatus.RUNNING and not row["stop_requested"]
+
+
+@transaction.atomic
+def online_run_take(*, run: OnlineRun, waiting: list[str], stale: list[str], empty: list[str]) -> None:
+    """Records trajectories taken from the queue, once per (run, trajectory): `waiting` for a step, `stale`
+    (older than η versions: dropped and counted) or `empty` (nothing trainable)."""
+    now = timezone.now()
+    rows = [OnlineConsumption(tenant_id=run.tenant_id, run=run, trajectory_id=trajectory_id, outcome=outcome,
+                              step=run.steps, at=now)
+            for outcome, ids in (("waiting", waiting), ("stale", stale), ("empty", empty)) for trajectory_id in ids]
+    OnlineConsumption.objects.bulk_create(rows, ignore_conflicts=True)
+    if stale:
+        OnlineRun.objects.filter(pk=run.pk).update(dropped_stale=F("dropped_stale") + len(stale))
+
+
+@transaction.atomic
+def online_run_settle(*, run: OnlineRun, step: int, trained: list[str], stale: list[str]) -> None:
+    """Waiting trajectories a step trained on, or dropped because a publication aged them past η; counted."""
+    for outcome, ids in (("trained", trained), ("stale", stale)):
+        if ids:
+            OnlineConsumption.objects.filter(run=run, trajectory_id__in=ids, outcome="waiting").update(
+                outcome=outcome, step=step)
+    OnlineRun.objects.filter(pk=run.pk).update(consumed=F("consumed") + len(trained),
+                                               dropped_stale=F("dropped_stale") + len(stale))
+
+
+def online_run_record_step(*, run_id: int, version: ModelVersion | None = None) -> None:
+    """One more step trained; with `version`, the run now serves that published version."""
+    changes = {"steps": F("steps") + 1, "heartbeat_at": timezone.now()}
+    if version is not None:
+        changes["current_version"] = version
+    OnlineRun.objects.filter(pk=run_id).update(**changes)
+
+
+# ---- selectors ---------------------------------------------------------------------------------------
+
+def online_run_active(*, tenant) -> OnlineRun | None:
+    return OnlineRun.objects.filter(tenant=tenant, status=OnlineRunStatus.RUNNING).select_related(
+        "current_version", "base_version").first()
+
+
+def online_run_get(*, tenant, run_id) -> OnlineRun:
+    return OnlineRun.objects.select_related("current_version", "base_version").get(tenant=tenant, pk=run_id)
+
+
+def online_pending(*, run: OnlineRun, limit: int = 256) -> list[str]:
+    """Qualified trajectories of this run's window (started since the run began, production traffic) that the
+    run has not consumed yet, oldest first."""
+    from apps.qualification.models import Qualification, QualificationStatus
+
+    taken = OnlineConsumption.objects.filter(run=run).values("trajectory_id")
+    rows = (Qualification.objects.filter(tenant_id=run.tenant_id, status=QualificationStatus.QUALIFIED,
+                                         trajectory__started_at__gte=run.started_at)
+            .exclude(trajectory_id__in=taken)
+            .order_by("trajectory__started_at", "trajectory_id").values_list("trajectory_id", flat=True)[:limit])
+    return [str(trajectory_id) for trajectory_id in rows]
+
+
+def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
+    """(capacity, run) for the tenant's running online run, None without one. capacity =
+    (η + v + 1)·B − (accepted + running) over the RL sessions started since the run began, where a session
+    stops counting once it can never be trained on (disqualified, or taken by the run as stale or empty), as
+    AReaL counts only accepted rollouts: otherwise rejected sessions would use the budget up for good."""
+    from apps.trajectories.models import Trajectory, TrajectoryStatus
+
+    run = OnlineRun.objects.filter(tenant_id=tenant_id, status=OnlineRunStatus.RUNNING).first()
+    if run is None:
+        return None
+    sessions = Trajectory.objects.filter(tenant_id=tenant_id, started_at__gte=run.started_at,
+                                         session_id__startswith="rl-").exclude(status=TrajectoryStatus.ABORTED)
+    unusable = OnlineConsumption.objects.filter(run=run, outcome__in=("stale", "empty")).values("trajectory_id")
+    counted = sessions.exclude(qualification__status="disqualified").exclude(pk__in=unusable).count()
+    budget = (run.staleness_bound + run.steps + 1) * run.samples_per_step
+    return budget - counted, run
+
+
+def online_runs_stale(*, stale_after_seconds: int) -> list[int]:
+    cutoff = timezone.now() - timedelta(seconds=stale_after_seconds)
+    return list(OnlineRun.objects.filter(status=OnlineRunStatus.RUNNING, heartbeat_at__lt=cutoff)
+                .values_list("pk", flat=True))

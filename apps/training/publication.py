@@ -1,0 +1,86 @@
+"""Weight publication: put a registered version's weights on the backends that serve its model.
+
+- embedded (workers/inference/server.py): `POST /admin/load {path, version}`. The server loads the new
+  weights beside the serving ones and swaps at a decode step boundary, recomputing in-flight sequences'
+  KV caches, so no request fails and tokens after the swap carry the new version. When other healthy
+  replicas of the model exist the backend is also drained (no new sessions) during the load.
+- vLLM: `VllmAdmin.publish_full_weights` (pause "wait" → reload → set weight version → resume; in-flight
+  requests finish on the old weights, new ones wait) or, for a LoRA job's adapter, `publish_lora_adapter`.
+- Afterwards the backend row's `model_version` is the version number (the gateway stamps it), its state up.
+
+A backend that fails keeps its old weights and version; the result says which and why.
+"""
+
+from dataclasses import dataclass
+
+import httpx
+from django.db import transaction
+
+from apps.audit.services import Actor, audit_record
+from apps.inference.models import BackendKind, BackendState
+from apps.inference.selectors import backend_list
+from apps.inference.services import backend_record_health, backend_update
+from apps.training.models import ModelVersion
+
+
+@dataclass(frozen=True)
+class PublishOutcome:
+    backend_id: int
+    backend: str
+    ok: bool
+    seconds: float = 0.0
+    error: str = ""
+
+
+def model_version_publish(*, tenant, actor: Actor, version: ModelVersion, backend_ids: list[int] | None = None,
+                          admin_token: str | None = None, timeout: float = 120.0) -> list[PublishOutcome]:
+    """Publishes `version` to this tenant's backends serving `version.name` (or the listed ones). Tenancy:
+    only the tenant's backends. Not one transaction: each backend is swapped in turn and its row updated
+    after its swap succeeded. Audited per call."""
+    backends = [b for b in backend_list(tenant=tenant, served_model=version.name)
+                if backend_ids is None or b.pk in backend_ids]
+    outcomes = []
+    for backend in backends:
+        others_up = any(other.pk != backend.pk and other.state == BackendState.UP for other in backends)
+        outcomes.append(_publish_one(tenant=tenant, actor=actor, backend=backend, version=version,
+                                     drain=others_up, admin_token=admin_token, timeout=timeout))
+    with transaction.atomic():
+        audit_record(tenant=tenant, actor=actor, verb="model_version.publish", target=version, data={
+            "backends": [{"name": o.backend, "ok": o.ok, "error": o.error[:200]} for o in outcomes]})
+    return outcomes
+
+
+def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, timeout) -> PublishOutcome:
+    import time
+
+    started = time.perf_counter()
+    if drain:
+        backend_update(tenant=tenant, actor=actor, backend_id=backend.pk, changes={"state": BackendState.DRAINING})
+    try:
+        if backend.kind == BackendKind.EMBEDDED:
+            headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
+            response = httpx.post(f"{backend.base_url.rstrip('/')}/admin/load", headers=headers, timeout=timeout,
+                                  json={"path": version.checkpoint_path, "version": version.number})
+            if response.status_code != 200:
+                raise RuntimeError(f"/admin/load answered {response.status_code}: {response.text[:300]}")
+        elif backend.kind == BackendKind.VLLM:
+            from workers.inference.vllm import VllmAdmin
+
+            with VllmAdmin(backend.base_url, api_key=admin_token, timeout_s=timeout) as admin:
+                adapter = version.metrics.get("lora_adapter_path") if isinstance(version.metrics, dict) else None
+                if adapter:
+                    admin.publish_lora_adapter(version.name, adapter, version=str(version.number))
+                else:
+                    admin.publish_full_weights(version.checkpoint_path, version=str(version.number))
+        else:
+            raise RuntimeError(f"a {backend.kind} backend has no weight-update endpoint")
+    except (httpx.HTTPError, RuntimeError, OSError) as error:
+        if drain:
+            backend_update(tenant=tenant, actor=actor, backend_id=backend.pk, changes={"state": BackendState.UNKNOWN})
+        return PublishOutcome(backend.pk, backend.name, False, time.perf_counter() - started, str(error))
+    changes = {"model_version": str(version.number)}
+    if drain:
+        changes["state"] = BackendState.UNKNOWN  # leave draining; the health record below makes it up
+    backend_update(tenant=tenant, actor=actor, backend_id=backend.pk, changes=changes)
+    backend_record_health(backend_id=backend.pk, healthy=True)
+    return PublishOutcome(backend.pk, backend.name, True, time.perf_counter() - started)

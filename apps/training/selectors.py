@@ -1,0 +1,164 @@
+import hashlib
+import json
+from uuid import UUID
+
+from django.db.models import Count
+
+from apps.core.errors import NotFound
+from apps.qualification.models import Qualification, QualificationStatus
+from apps.rewards.selectors import training_reward as reward_training_value
+from apps.training.models import (
+    AliasMove,
+    JobStatus,
+    ModelAlias,
+    ModelVersion,
+    TrainingJob,
+    TrainingLogLine,
+    TrainingMetric,
+)
+from apps.trajectories.models import Trajectory
+from apps.trajectories.selectors import trajectory_with_records
+from apps.trajectories.serialize import trajectory_to_atdp
+
+
+def model_version_list(*, tenant, name: str | None = None, status: str | None = None):
+    versions = ModelVersion.objects.for_tenant(tenant).select_related("parent")
+    if name:
+        versions = versions.filter(name=name)
+    if status:
+        versions = versions.filter(status=status)
+    return versions.order_by("name", "-number")
+
+
+def model_version_get(*, tenant, version_id) -> ModelVersion:
+    try:
+        return ModelVersion.objects.for_tenant(tenant).select_related("parent").get(pk=version_id)
+    except (ModelVersion.DoesNotExist, ValueError, TypeError):
+        raise NotFound("no such model version in this tenant", code="model_version_not_found") from None
+
+
+def model_version_by_number(*, tenant, name: str, number: int) -> ModelVersion:
+    try:
+        return ModelVersion.objects.for_tenant(tenant).get(name=name, number=number)
+    except ModelVersion.DoesNotExist:
+        raise NotFound(f"no version {number} of {name!r} in this tenant", code="model_version_not_found") from None
+
+
+def alias_resolve(*, tenant, name: str, alias: str) -> ModelVersion | None:
+    row = ModelAlias.objects.filter(tenant=tenant, name=name, alias=alias).select_related("version").first()
+    return row.version if row else None
+
+
+def alias_list(*, tenant, name: str | None = None):
+    rows = ModelAlias.objects.filter(tenant=tenant).select_related("version")
+    return rows.filter(name=name) if name else rows
+
+
+def alias_history(*, tenant, name: str | None = None, alias: str | None = None):
+    moves = AliasMove.objects.filter(tenant=tenant).select_related("from_version", "to_version")
+    if name:
+        moves = moves.filter(name=name)
+    if alias:
+        moves = moves.filter(alias=alias)
+    return moves.order_by("moved_at", "id")
+
+
+def alias_at(*, tenant, name: str, alias: str, moment) -> ModelVersion | None:
+    """The version `name:alias` named at `moment` (None before its first move)."""
+    move = alias_history(tenant=tenant, name=name, alias=alias).filter(moved_at__lte=moment).order_by(
+        "-moved_at", "-id").first()
+    return move.to_version if move else None
+
+
+def model_lineage(*, tenant, name: str) -> list[dict]:
+    """Every version of `name` with its parent number, oldest first: the tree a lineage page draws."""
+    return [{"id": version.pk, "number": version.number, "parent": version.parent.number if version.parent else None,
+             "status": version.status, "created_at": version.created_at, "metrics": version.metrics}
+            for version in model_version_list(tenant=tenant, name=name).order_by("number")]
+
+
+# ---- training jobs ---------------------------------------------------------------------------------
+
+def training_queue_snapshot(*, tenant, agent: str | None = None, task_id: str | None = None,
+                            limit: int | None = None) -> dict:
+    """The qualified training queue now, frozen: trajectory ids (oldest first) and a sha256 over their
+    (id, content hash) pairs, so a job trains on exactly what it was created with."""
+    rows = Qualification.objects.for_tenant(tenant).filter(status=QualificationStatus.QUALIFIED)
+    if agent:
+        rows = rows.filter(trajectory__agent_name=agent)
+    if task_id:
+        rows = rows.filter(trajectory__task_id=task_id)
+    rows = rows.order_by("trajectory__started_at", "trajectory_id").values_list("trajectory_id", "content_hash")
+    pairs = [(str(trajectory_id), digest) for trajectory_id, digest in (rows[:limit] if limit else rows)]
+    return {"trajectory_ids": [trajectory_id for trajectory_id, _ in pairs], "content_hash": _snapshot_hash(pairs),
+            "filters": {"agent": agent, "task_id": task_id, "limit": limit}}
+
+
+def training_snapshot_hash(*, tenant, trajectory_ids) -> str:
+    """The content hash the snapshot's trajectories have now (compare with the one frozen at creation)."""
+    digests = dict(Qualification.objects.for_tenant(tenant).filter(trajectory_id__in=trajectory_ids)
+                   .values_list("trajectory_id", "content_hash"))
+    return _snapshot_hash([(str(t), digests.get(UUID(str(t)), "")) for t in trajectory_ids])
+
+
+def _snapshot_hash(pairs) -> str:
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
+
+
+def training_records(*, tenant, trajectory_ids) -> list[dict]:
+    """ATDP records of the snapshot's trajectories (in snapshot order) whose reward list is the single
+    training reward apps.rewards computes (the combination rule of the agent's spec), ready for
+    workers.rl.samples. A trajectory deleted since the snapshot is left out."""
+    trajectories = trajectory_with_records(Trajectory.objects.for_tenant(tenant).filter(pk__in=trajectory_ids)
+                                           .select_related("tenant"))
+    by_id = {str(t.pk): t for t in trajectories}
+    records = []
+    for trajectory_id in trajectory_ids:
+        trajectory = by_id.get(str(trajectory_id))
+        if trajectory is None:
+            continue
+        record = trajectory_to_atdp(trajectory, trajectory.steps.all(), [])
+        value = reward_training_value(tenant=tenant, trajectory=trajectory)
+        record["rewards"] = [] if value is None else [{"target": "trajectory", "value": value}]
+        records.append(record)
+    return records
+
+
+def training_job_list(*, tenant, status: str | None = None):
+    jobs = TrainingJob.objects.for_tenant(tenant).select_related("base_version", "produced_version")
+    return jobs.filter(status=status) if status else jobs
+
+
+def training_job_get(*, tenant, job_id) -> TrainingJob:
+    try:
+        return TrainingJob.objects.for_tenant(tenant).select_related("base_version", "produced_version").get(pk=job_id)
+    except (TrainingJob.DoesNotExist, ValueError, TypeError):
+        raise NotFound("no such training job in this tenant", code="training_job_not_found") from None
+
+
+def training_job_metrics(*, tenant, job_id) -> list[dict]:
+    return [{"step": step, **values} for step, values in TrainingMetric.objects.filter(
+        tenant=tenant, job_id=job_id).order_by("step").values_list("step", "values")]
+
+
+def training_job_logs(*, tenant, job_id, limit: int = 500):
+    return list(TrainingLogLine.objects.filter(tenant=tenant, job_id=job_id).order_by("-at", "-id")[:limit])[::-1]
+
+
+def training_job_for_worker(*, job_id) -> TrainingJob:
+    """The job row a training worker runs (the worker holds the lease; no tenant in hand yet)."""
+    return TrainingJob.objects.select_related("tenant", "base_version").get(pk=job_id)
+
+
+def training_job_stop_reason(*, job_id, lease: str) -> str | None:
+    """"cancel" when a cancel was requested, "lost" when another worker holds the job, else None."""
+    row = TrainingJob.objects.filter(pk=job_id).values("lease", "status", "cancel_requested").first()
+    if row is None or row["lease"] != lease or row["status"] != JobStatus.RUNNING:
+        return "lost"
+    return "cancel" if row["cancel_requested"] else None
+
+
+def dangerously_training_job_counts() -> dict[tuple[str, str], int]:
+    """(tenant slug, status) → number of training jobs, over every tenant (the Prometheus endpoint only)."""
+    rows = TrainingJob.objects.values("tenant__slug", "status").annotate(count=Count("id")).order_by()
+    return {(row["tenant__slug"], row["status"]): row["count"] for row in rows}

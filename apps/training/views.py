@@ -1,0 +1,143 @@
+"""Console pages: training jobs (list, new, detail with live charts, cancel), model versions and lineage."""
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.console.access import console_page
+from apps.core.errors import DomainError
+from apps.tenants.permissions import Action, role_can
+from apps.training import selectors, services
+from apps.training.forms import TrainingJobForm
+
+CHARTS = [  # (chart id, title, metric keys)
+    ("loss", "Loss", ["loss"]),
+    ("reward", "Reward mean / std", ["reward_mean", "reward_std"]),
+    ("advantage", "Advantage mean / std", ["advantage_mean", "advantage_std"]),
+    ("policy", "KL to behaviour, clip and masked fractions", ["kl", "clip_fraction", "masked_token_fraction"]),
+    ("throughput", "Tokens per second", ["tokens_per_second"]),
+]
+
+
+def job_figures(rows: list[dict]) -> dict:
+    """Plotly figures (as JSON-able dicts) of the job's metric rows, one per chart, steps on x."""
+    steps = [row["step"] for row in rows]
+    figures = {}
+    for chart, title, keys in CHARTS:
+        figures[chart] = {
+            "data": [{"type": "scatter", "mode": "lines+markers", "name": key, "x": steps,
+                      "y": [row.get(key) for row in rows]} for key in keys],
+            "layout": {"title": {"text": title}, "height": 260, "margin": {"l": 50, "r": 10, "t": 40, "b": 30},
+                       "xaxis": {"title": {"text": "step"}}, "legend": {"orientation": "h"}},
+        }
+    histogram = rows[-1].get("staleness_histogram", []) if rows else []
+    figures["staleness"] = {
+        "data": [{"type": "bar", "x": [lag for lag, _ in histogram], "y": [count for _, count in histogram]}],
+        "layout": {"title": {"text": "Staleness of the last batch (current − token version)"}, "height": 260,
+                   "margin": {"l": 50, "r": 10, "t": 40, "b": 30}},
+    }
+    return figures
+
+
+@console_page(Action.TRAINING_VIEW)
+def training_jobs(request):
+    return render(request, "console/training_jobs.html", {
+        "jobs": selectors.training_job_list(tenant=request.tenant, status=request.GET.get("status"))[:200],
+        "can_manage": role_can(request.membership.role, Action.TRAINING_MANAGE)})
+
+
+@console_page(Action.TRAINING_MANAGE)
+def training_job_new(request):
+    versions = selectors.model_version_list(tenant=request.tenant)
+    form = TrainingJobForm(request.POST or None, versions=versions)
+    if request.method == "POST" and form.is_valid():
+        try:
+            job = services.training_job_create(tenant=request.tenant, actor=request.actor, **form.service_arguments())
+        except DomainError as error:
+            form.add_error(None, error.message)
+            for field, problems in (error.fields or {}).items():
+                if field in form.fields:
+                    for problem in problems:
+                        form.add_error(field, problem)
+        else:
+            messages.success(request, f"Job {job.pk} queued.")
+            return redirect("console:training-job", job_id=job.pk)
+    queue = selectors.training_queue_snapshot(tenant=request.tenant)
+    return render(request, "console/training_job_new.html", {
+        "form": form, "queued_trajectories": len(queue["trajectory_ids"])}, status=400 if form.errors else 200)
+
+
+@console_page(Action.TRAINING_VIEW)
+def training_job_detail(request, job_id):
+    job = selectors.training_job_get(tenant=request.tenant, job_id=job_id)
+    rows = selectors.training_job_metrics(tenant=request.tenant, job_id=job.pk)
+    return render(request, "console/job_detail.html", {
+        "job": job, "figures": job_figures(rows), "charts": [chart for chart, _, _ in CHARTS] + ["staleness"],
+        "chart_keys": {chart: keys for chart, _, keys in CHARTS},
+        "logs": selectors.training_job_logs(tenant=request.tenant, job_id=job.pk),
+        "stream": f"training.job-{job.pk}",
+        "can_manage": role_can(request.membership.role, Action.TRAINING_MANAGE)})
+
+
+@require_POST
+@console_page(Action.TRAINING_MANAGE)
+def training_job_cancel(request, job_id):
+    try:
+        services.training_job_cancel(tenant=request.tenant, actor=request.actor, job_id=job_id)
+        messages.success(request, "Cancel requested; the job stops before its next step.")
+    except DomainError as error:
+        if error.code in ("training_job_not_found",):
+            raise
+        messages.error(request, error.message)
+    return redirect("console:training-job", job_id=job_id)
+
+
+@console_page(Action.MODEL_VERSION_VIEW)
+def model_versions(request):
+    return render(request, "console/version_list.html", {
+        "versions": selectors.model_version_list(tenant=request.tenant, name=request.GET.get("name") or None)})
+
+
+def lineage_tree(rows: list[dict]) -> list[dict]:
+    """Depth-first order with depths, children under their parent (numbers ascending)."""
+    children: dict = {}
+    for row in rows:
+        children.setdefault(row["parent"], []).append(row)
+    ordered = []
+
+    def visit(parent, depth):
+        for row in sorted(children.get(parent, []), key=lambda r: r["number"]):
+            ordered.append({**row, "depth": depth})
+            visit(row["number"], depth + 1)
+
+    visit(None, 0)
+    return ordered
+
+
+def lineage_figure(tree: list[dict]) -> dict:
+    position = {row["number"]: (row["depth"], index) for index, row in enumerate(tree)}
+    edge_x, edge_y = [], []
+    for row in tree:
+        if row["parent"] in position:
+            (x0, y0), (x1, y1) = position[row["parent"]], position[row["number"]]
+            edge_x += [x0, x1, None]
+            edge_y += [y0, y1, None]
+    return {
+        "data": [{"type": "scatter", "mode": "lines", "x": edge_x, "y": edge_y, "hoverinfo": "skip",
+                  "line": {"color": "#999"}, "showlegend": False},
+                 {"type": "scatter", "mode": "markers+text", "x": [position[r["number"]][0] for r in tree],
+                  "y": [position[r["number"]][1] for r in tree], "text": [f"v{r['number']} {r['status']}" for r in tree],
+                  "textposition": "middle right", "marker": {"size": 14}, "showlegend": False}],
+        "layout": {"height": max(200, 40 * len(tree) + 80), "xaxis": {"title": {"text": "generation"}, "dtick": 1},
+                   "yaxis": {"autorange": "reversed", "visible": False}, "margin": {"l": 20, "r": 20, "t": 20, "b": 40}},
+    }
+
+
+@console_page(Action.MODEL_VERSION_VIEW)
+def model_lineage(request, name):
+    tree = lineage_tree(selectors.model_lineage(tenant=request.tenant, name=name))
+    if not tree:
+        from django.http import Http404
+
+        raise Http404("no such model")
+    return render(request, "console/lineage.html", {"name": name, "tree": tree, "figure": lineage_figure(tree)})

@@ -1,0 +1,187 @@
+import json
+import tempfile
+from types import SimpleNamespace
+
+from django.db import IntegrityError
+from django.http import FileResponse, StreamingHttpResponse
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer, inline_serializer
+from rest_framework import serializers
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.response import Response
+
+from apps.core.api import TenantApi
+from apps.core.errors import DomainError, ValidationFailed
+from apps.tenants.permissions import Action
+from apps.trajectories import selectors, services
+from apps.trajectories.serialize import trajectory_to_atdp
+from workers.atdp.jsonl import read_jsonl
+from workers.atdp.parquet import write_parquet
+
+EXPORT_CHUNK = 200
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
+
+
+class TrajectoryCursor(CursorPagination):
+    ordering = ("-started_at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+@extend_schema_serializer(component_name="TrajectoryFilters")
+class FilterSerializer(serializers.Serializer):
+    session_id = serializers.CharField(required=False, max_length=200)
+    agent = serializers.CharField(required=False, max_length=200)
+    task_id = serializers.CharField(required=False, max_length=200)
+    group_id = serializers.CharField(required=False, max_length=200)
+    status = serializers.ChoiceField(choices=["open", "complete", "aborted"], required=False)
+    purpose = serializers.ChoiceField(choices=["production", "eval", "replay", "annotation"], required=False)
+    reward_min = serializers.FloatField(required=False)
+    reward_max = serializers.FloatField(required=False)
+    started_after = serializers.DateTimeField(required=False)
+    started_before = serializers.DateTimeField(required=False)
+
+
+def _filtered(view, request):
+    filters = FilterSerializer(data=request.query_params)
+    filters.is_valid(raise_exception=True)
+    return selectors.trajectory_list(tenant=view.tenant, **filters.validated_data)
+
+
+def _atdp(trajectory) -> dict:
+    return trajectory_to_atdp(trajectory, trajectory.steps.all(), trajectory.rewards.all())
+
+
+class TrajectoryListApi(TenantApi):
+    """ATDP trajectories, newest first, cursor-paginated (`cursor`, `page_size` ≤ 200)."""
+
+    actions = {"GET": Action.TRAJECTORY_VIEW}
+    pagination_class = TrajectoryCursor
+
+    @extend_schema(operation_id="trajectory_list", parameters=[FilterSerializer],
+                   responses=inline_serializer("AtdpTrajectory", {}))
+    def get(self, request):
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(selectors.trajectory_with_records(_filtered(self, request)), request,
+                                           view=self)
+        return paginator.get_paginated_response([_atdp(trajectory) for trajectory in page])
+
+
+class TrajectoryDetailApi(TenantApi):
+    actions = {"GET": Action.TRAJECTORY_VIEW}
+
+    @extend_schema(operation_id="trajectory_detail", responses=inline_serializer("AtdpTrajectoryDetail", {}))
+    def get(self, request, trajectory_id):
+        return Response(_atdp(selectors.trajectory_get(tenant=self.tenant, trajectory_id=trajectory_id)))
+
+
+def _records(queryset):
+    """ATDP dicts, fetched in chunks with their steps and rewards: memory stays bounded by the chunk."""
+    for trajectory in selectors.trajectory_with_records(queryset).iterator(chunk_size=EXPORT_CHUNK):
+        yield _atdp(trajectory)
+
+
+class ExportFormatNegotiation(DefaultContentNegotiation):
+    """`?format=` names the export's file format here; DRF would otherwise take it for a renderer name
+    and answer 404 to `format=parquet`."""
+
+    settings = SimpleNamespace(URL_FORMAT_OVERRIDE=None)
+
+
+class TrajectoryExportApi(TenantApi):
+    """Streams the filtered trajectories as ATDP JSON Lines (default) or Parquet (`format=parquet`)."""
+
+    actions = {"GET": Action.TRAJECTORY_VIEW}
+    content_negotiation_class = ExportFormatNegotiation
+
+    @extend_schema(parameters=[FilterSerializer, OpenApiParameter("format", enum=["jsonl", "parquet"])],
+                   responses={(200, "application/x-ndjson"): bytes})
+    def get(self, request):
+        queryset = _filtered(self, request)
+        kind = request.query_params.get("format", "jsonl")
+        if kind == "parquet":
+            spool = tempfile.TemporaryFile(suffix=".parquet")
+            write_parquet(_records(queryset), spool)
+            spool.seek(0)
+            return FileResponse(spool, as_attachment=True, filename=f"{self.tenant.slug}-trajectories.parquet",
+                                content_type="application/vnd.apache.parquet")
+        if kind != "jsonl":
+            raise ValidationFailed("format must be jsonl or parquet", fields={"format": ["jsonl or parquet"]})
+        lines = (json.dumps(record, separators=(",", ":")) + "\n" for record in _records(queryset))
+        response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
+        response["Content-Disposition"] = f'attachment; filename="{self.tenant.slug}-trajectories.jsonl"'
+        return response
+
+
+class NdjsonParser(BaseParser):
+    media_type = "application/x-ndjson"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return stream.read(MAX_IMPORT_BYTES + 1)
+
+
+class TrajectoryImportApi(TenantApi):
+    """Imports ATDP JSON Lines (body `application/x-ndjson`). Each line is validated on its own: good lines
+    are stored, bad ones are reported with their line number and failing field."""
+
+    actions = {"POST": Action.TRAJECTORY_IMPORT}
+    parser_classes = [NdjsonParser, JSONParser]
+
+    @extend_schema(request={"application/x-ndjson": bytes}, responses=inline_serializer("AtdpImportReport", {
+        "accepted": serializers.IntegerField(), "rejected": serializers.ListField(child=serializers.DictField())}))
+    def post(self, request):
+        body = request.data
+        if not isinstance(body, bytes | str):
+            raise ValidationFailed("send ATDP JSON Lines with Content-Type: application/x-ndjson")
+        if len(body) > MAX_IMPORT_BYTES:
+            raise ValidationFailed(f"an import is at most {MAX_IMPORT_BYTES} bytes; split the file")
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        accepted, rejected = [], []
+        for line in read_jsonl(text.splitlines()):
+            if line.problems:
+                rejected.extend({"line": line.line_number, "field": problem.path, "message": problem.message}
+                                for problem in line.problems)
+                continue
+            try:
+                trajectory = services.trajectory_import(tenant=self.tenant, record=line.record)
+            except DomainError as error:
+                field = next(iter(error.fields), "trajectory_id")
+                rejected.append({"line": line.line_number, "field": field, "message": error.message})
+            except IntegrityError:  # a step or reward id, or a reward idempotency key, is taken: say which
+                conflicts = selectors.trajectory_import_conflicts(tenant=self.tenant, record=line.record) or {
+                    "": "an id or reward idempotency key of this record was stored meanwhile"}
+                rejected.extend({"line": line.line_number, "field": field, "message": message}
+                                for field, message in conflicts.items())
+            else:
+                accepted.append(str(trajectory.id))
+        return Response({"accepted": len(accepted), "trajectory_ids": accepted, "rejected": rejected},
+                        status=200 if accepted or not rejected else 400)
+
+
+class TrajectoryReplayApi(TenantApi):
+    """Replays the trajectory's observations against `model` (optionally pinned to `model_version`) on a
+    worker; answers 202 with the replay trajectory, recorded with purpose `replay` as its steps land."""
+
+    actions = {"POST": Action.TRAJECTORY_REPLAY}
+
+    class InputSerializer(serializers.Serializer):
+        model = serializers.CharField(max_length=200)
+        model_version = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+
+    class OutputSerializer(serializers.Serializer):
+        trajectory_id = serializers.UUIDField(source="id")
+        session_id = serializers.CharField()
+        purpose = serializers.CharField()
+        status = serializers.CharField()
+
+    @extend_schema(operation_id="trajectory_replay", request=InputSerializer, responses={202: OutputSerializer})
+    def post(self, request, trajectory_id):
+        from apps.gateway.replay import trajectory_replay_start
+
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        replay = trajectory_replay_start(tenant=self.tenant, trajectory_id=trajectory_id, actor=self.actor,
+                                         **data.validated_data)
+        return Response(self.OutputSerializer(replay).data, status=202)

@@ -1,0 +1,207 @@
+"""Writes to trajectories and steps. Steps are only ever inserted; trajectories get appended totals,
+status changes and session metadata."""
+
+import uuid
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from apps.trajectories.models import Step, Trajectory, TrajectoryStatus, trajectory_id_for
+from workers.atdp.tokens import pack_floats, pack_ids, pack_versions
+
+STEP_FIELDS = (
+    "parent_step_id", "retry_of", "kind", "endpoint", "observation", "state", "action", "result", "tokenizer",
+    "served_model", "model_version", "policy_version", "backend_name", "prompt_tokens", "completion_tokens",
+    "latency_ms", "ttft_ms", "scopes", "pii_entities", "aborted", "error",
+)
+
+
+def _moment(value) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    return parse_datetime(value) if value else timezone.now()
+
+
+def _step_row(record: dict, *, trajectory_id, index: int) -> Step:
+    tokens = record.get("tokens") or {}
+    row = Step(
+        id=uuid.UUID(record["step_id"]), tenant_id=record["tenant_id"], trajectory_id=trajectory_id, index=index,
+        cost_usd=Decimal(str(record.get("cost_usd") or 0)), created_at=_moment(record.get("created_at")),
+        **{field: record[field] for field in STEP_FIELDS if field in record},
+    )
+    if tokens.get("completion_ids") is not None:
+        row.prompt_ids = pack_ids(tokens.get("prompt_ids") or [])
+        row.completion_ids = pack_ids(tokens["completion_ids"])
+        row.completion_logprobs = pack_floats(tokens.get("completion_logprobs") or [])
+        row.completion_versions = pack_versions(tokens.get("completion_versions") or [])
+    return row
+
+
+def _trajectory_row(record: dict, trajectory_id) -> Trajectory:
+    return Trajectory(
+        id=trajectory_id, tenant_id=record["tenant_id"], session_id=record["session_id"],
+        api_key_prefix=record.get("api_key_prefix", ""), task_id=record.get("task_id") or "",
+        group_id=record.get("group_id") or "", purpose=record.get("purpose", "production"),
+        consent=record.get("consent", "full"), agent_name=record.get("agent_name", ""),
+        agent_version=record.get("agent_version", ""), started_at=_moment(record.get("created_at")),
+        retention_until=_moment(record["retention_until"]) if record.get("retention_until") else None,
+    )
+
+
+def _totals(batch: list[dict]) -> dict:
+    return {
+        "step_count": len(batch),
+        "prompt_tokens": sum(record.get("prompt_tokens", 0) for record in batch),
+        "completion_tokens": sum(record.get("completion_tokens", 0) for record in batch),
+        "latency_ms": sum(record.get("latency_ms", 0) for record in batch),
+        "cost_usd": sum(Decimal(str(record.get("cost_usd") or 0)) for record in batch),
+    }
+
+
+def _create_trajectories(by_trajectory: dict, new_ids: list) -> bool:
+    """Inserts the batch's new trajectories with their totals already counted. False when another writer
+    created one of them meanwhile (nothing is inserted then)."""
+    rows = []
+    for trajectory_id in new_ids:
+        row = _trajectory_row(by_trajectory[trajectory_id][0], trajectory_id)
+        for field, value in _totals(by_trajectory[trajectory_id]).items():
+            setattr(row, field, value)
+        rows.append(row)
+    try:
+        with transaction.atomic():
+            Trajectory.objects.bulk_create(rows)
+    except IntegrityError:
+        return False
+    return True
+
+
+@transaction.atomic
+def steps_ingest(*, records: list[dict]) -> int:
+    """Inserts journalled step records; returns how many were new. Idempotent: a record whose step id
+    exists is skipped, so replaying a journal after a crash never duplicates a step or its totals.
+    Trajectories new to the database are inserted with their totals in one statement; existing ones are
+    locked in primary-key order while indexes are assigned and their totals move with F() increments."""
+    if not records:
+        return 0
+    known = set(Step.objects.filter(id__in=[record["step_id"] for record in records]).values_list("id", flat=True))
+    fresh = [record for record in records if uuid.UUID(record["step_id"]) not in known]
+    if not fresh:
+        return 0
+    by_trajectory: dict[uuid.UUID, list[dict]] = {}
+    for record in fresh:
+        trajectory_id = trajectory_id_for(tenant_id=record["tenant_id"], session_id=record["session_id"])
+        by_trajectory.setdefault(trajectory_id, []).append(record)
+
+    def lock_existing():
+        return {row.id: row.step_count for row in
+                Trajectory.objects.select_for_update().filter(id__in=by_trajectory).order_by("id").only("id", "step_count")}
+
+    existing = lock_existing()
+    new_ids = [trajectory_id for trajectory_id in by_trajectory if trajectory_id not in existing]
+    if new_ids and not _create_trajectories(by_trajectory, new_ids):
+        # A concurrent writer created some of them: create the rest empty and count everything as existing.
+        Trajectory.objects.bulk_create([_trajectory_row(by_trajectory[trajectory_id][0], trajectory_id)
+                                        for trajectory_id in new_ids], ignore_conflicts=True)
+        existing, new_ids = lock_existing(), []
+    created = set(new_ids)
+    rows = []
+    for trajectory_id, batch in by_trajectory.items():
+        start = 0 if trajectory_id in created else existing[trajectory_id]
+        rows.extend(_step_row(record, trajectory_id=trajectory_id, index=start + offset)
+                    for offset, record in enumerate(batch))
+        if trajectory_id not in created:
+            Trajectory.objects.filter(id=trajectory_id).update(
+                **{field: F(field) + value for field, value in _totals(batch).items()})
+    Step.objects.bulk_create(rows)
+    return len(rows)
+
+
+@transaction.atomic
+def trajectory_open(*, tenant, session_id: str, task_id: str = "", group_id: str = "", api_key_prefix: str = "",
+                    purpose: str = "production", consent: str = "full") -> Trajectory:
+    """Creates the trajectory of an explicitly started session (idempotent on the session)."""
+    trajectory, _ = Trajectory.objects.get_or_create(
+        id=trajectory_id_for(tenant_id=tenant.pk, session_id=session_id),
+        defaults={"tenant": tenant, "session_id": session_id, "task_id": task_id, "group_id": group_id,
+                  "api_key_prefix": api_key_prefix, "purpose": purpose, "consent": consent},
+    )
+    return trajectory
+
+
+@transaction.atomic
+def trajectory_end(*, tenant, trajectory_id, status: str = TrajectoryStatus.COMPLETE) -> Trajectory:
+    trajectory = Trajectory.objects.select_for_update().get(tenant=tenant, pk=trajectory_id)
+    if trajectory.status == TrajectoryStatus.OPEN:
+        trajectory.status = status
+        trajectory.ended_at = timezone.now()
+        trajectory.save(update_fields=["status", "ended_at"])
+    return trajectory
+
+
+def _step_from_atdp(*, tenant, trajectory_id, step: dict) -> Step:
+    tokens = step.get("tokens") or {}
+    cost = step.get("cost") or {}
+    versions = step.get("versions") or {}
+    action = step.get("action") or {}
+    row = Step(
+        id=uuid.UUID(step["step_id"]), tenant=tenant, trajectory_id=trajectory_id, index=step["index"],
+        parent_step_id=step.get("parent_step_id"), kind=step["kind"], observation=step.get("observation") or {},
+        state=step.get("state") or {}, action=action, result=step.get("result") or {},
+        tokenizer=tokens.get("tokenizer") or "", model_version=versions.get("model_version") or "",
+        policy_version=versions.get("policy_version"), prompt_tokens=cost.get("prompt_tokens") or 0,
+        completion_tokens=cost.get("completion_tokens") or 0, latency_ms=cost.get("latency_ms") or 0,
+        ttft_ms=cost.get("ttft_ms"), cost_usd=Decimal(str(cost.get("usd") or 0)),
+        scopes=(step.get("permissions") or {}).get("scopes") or [],
+        pii_entities=(step.get("pii") or {}).get("entities") or [], created_at=_moment(step.get("created_at")),
+        retokenized=bool(tokens.get("retokenized")),
+    )
+    if tokens.get("completion_ids") is not None:
+        row.prompt_ids = pack_ids(tokens.get("prompt_ids") or [])
+        row.completion_ids = pack_ids(tokens["completion_ids"])
+        row.completion_logprobs = pack_floats(tokens.get("completion_logprobs") or [])
+        row.completion_versions = pack_versions(tokens.get("completion_versions") or [])
+    return row
+
+
+@transaction.atomic
+def trajectory_import(*, tenant, record: dict) -> Trajectory:
+    """Stores one validated ATDP trajectory logged by an agent itself (SDK mode). Raises Conflict if its
+    trajectory id or session already exists in the tenant; the record's tenant must be this tenant."""
+    from apps.core.errors import Conflict, ValidationFailed
+    from apps.rewards.models import Reward
+
+    if record.get("tenant") != tenant.slug:
+        raise ValidationFailed(f"record belongs to tenant {record.get('tenant')!r}, not {tenant.slug!r}",
+                               fields={"tenant": ["does not match the API key's tenant"]})
+    trajectory_id = uuid.UUID(record["trajectory_id"])
+    if Trajectory.objects.filter(pk=trajectory_id).exists() or Trajectory.objects.filter(
+            tenant=tenant, session_id=record["session_id"]).exists():
+        raise Conflict("a trajectory with this id or session already exists", code="trajectory_exists")
+    steps = record.get("steps") or []
+    governance = record.get("governance") or {}
+    agent = record.get("agent") or {}
+    trajectory = Trajectory.objects.create(
+        id=trajectory_id, tenant=tenant, session_id=record["session_id"], agent_name=agent.get("name") or "",
+        agent_version=agent.get("version") or "", task_id=record.get("task_id") or "",
+        group_id=record.get("group_id") or "", status=record["status"], purpose=record["purpose"],
+        consent=governance.get("consent", "full"), data_class=governance.get("data_class", "internal"),
+        training_use=governance.get("training_use", True), started_at=_moment(record.get("started_at")),
+        ended_at=_moment(record["ended_at"]) if record.get("ended_at") else None, step_count=len(steps),
+        prompt_tokens=sum((step.get("cost") or {}).get("prompt_tokens") or 0 for step in steps),
+        completion_tokens=sum((step.get("cost") or {}).get("completion_tokens") or 0 for step in steps),
+        cost_usd=sum(Decimal(str((step.get("cost") or {}).get("usd") or 0)) for step in steps),
+    )
+    Step.objects.bulk_create([_step_from_atdp(tenant=tenant, trajectory_id=trajectory_id, step=step)
+                              for step in steps])
+    Reward.objects.bulk_create([
+        Reward(id=uuid.UUID(reward["reward_id"]), tenant=tenant, trajectory=trajectory, step_id=reward.get("step_id"),
+               target=reward["target"], value=reward["value"], kind=reward["kind"], label=reward.get("label") or "",
+               source=reward["source"], timing=reward["timing"], created_by=reward.get("created_by") or "import",
+               created_at=_moment(reward.get("created_at")), idempotency_key=reward.get("idempotency_key"))
+        for reward in record.get("rewards") or []
+    ])
+    return trajectory

@@ -1,0 +1,75 @@
+"""The demo's goal, measured: `manage.py demo` with DEMO_EXIT=1 for three seeds, each from scratch (its own
+var directory), default settings (a 10-minute budget, warm-up included). Prints each seed's held-out curve
+(version, seconds, success) and whether it reached the goal: a rise of at least 30 points, from at most
+40 % to at least 70 %, within 10 minutes of wall time.
+
+    .venv/bin/python bench/demo/run.py [--seeds 0 1 2] [--budget 600]
+
+The machine's load is printed with the figures: on a shared 2-core machine the same run is 2-3x slower.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GOAL_POINTS, BASE_AT_MOST, FINAL_AT_LEAST = 30, 0.40, 0.70
+
+
+def run_seed(seed: int, budget: int, port: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"demo-bench-{seed}-") as scratch:
+        summary_path = Path(scratch) / "summary.json"
+        environment = {**os.environ, "DEMO_VAR_DIR": str(Path(scratch) / "demo"), "DEMO_EXIT": "1",
+                       "DEMO_SEED": str(seed), "DEMO_BUDGET_SECONDS": str(budget), "DEMO_SUMMARY": str(summary_path),
+                       "PORT": str(port), "AREAL_INFERENCE_PORT": str(port + 1)}
+        environment.pop("AREAL_VAR_DIR", None)
+        started = time.monotonic()
+        finished = subprocess.run([sys.executable, "manage.py", "demo"], cwd=ROOT, env=environment,
+                                  capture_output=True, text=True, timeout=budget + 600)
+        if finished.returncode != 0 or not summary_path.exists():
+            return {"seed": seed, "error": (finished.stdout[-1500:] + finished.stderr[-1500:]),
+                    "wall_seconds": round(time.monotonic() - started)}
+        return json.loads(summary_path.read_text())
+
+
+def reached(summary: dict) -> bool:
+    curve = summary.get("curve") or []
+    if not curve:
+        return False
+    base = curve[0]["heldout"]
+    best = max((point for point in curve if point["seconds"] <= 600), key=lambda point: point["heldout"])
+    return base <= BASE_AT_MOST and best["heldout"] >= FINAL_AT_LEAST and (best["heldout"] - base) * 100 >= GOAL_POINTS
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--budget", type=int, default=600)
+    parser.add_argument("--port", type=int, default=8750)
+    arguments = parser.parse_args(argv)
+    results = []
+    for seed in arguments.seeds:
+        load = os.getloadavg()[0]
+        summary = run_seed(seed, arguments.budget, arguments.port)
+        summary["load_before"] = round(load, 2)
+        summary["load_after"] = round(os.getloadavg()[0], 2)
+        results.append(summary)
+        if "error" in summary:
+            print(f"seed {seed}: the demo failed\n{summary['error']}")
+            continue
+        curve = "  ".join(f"v{p['version']}@{p['seconds']:.0f}s={p['heldout']:.0%}" for p in summary["curve"])
+        print(f"seed {seed}: {curve}")
+        print(f"  trajectories {summary['trajectories']}, tokens {summary['tokens']:,}, steps {summary['steps']}, "
+              f"wall {summary['wall_seconds']:.0f}s, load {summary['load_before']}→{summary['load_after']} "
+              f"(2 cores), goal {'REACHED' if reached(summary) else 'missed'}")
+    print(json.dumps(results, indent=1))
+    return 0 if results and all(reached(summary) for summary in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""One measurement of TRL's GRPOTrainer (run in .venv-trl), timed by phase: generation and scoring
+(`_generate_and_score_completions`) vs the rest of the training step (loss forward, backward, optimizer).
+
+    .venv-trl/bin/python bench/training/trl_peer.py --model DIR --steps 6 --warmup 1
+"""
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from bench.training.common import COMPLETION_TOKENS, GROUP_SIZE, LEARNING_RATE, PROMPTS, low_half_fraction  # noqa: E402
+
+
+def reward_low_half(prompts, completions, completion_ids, **kwargs):
+    return [low_half_fraction(ids) for ids in completion_ids]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    arguments = parser.parse_args()
+    torch.set_num_threads(arguments.threads)
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    total_steps = arguments.warmup + arguments.steps
+    timings = {"step": [], "generation": [], "loss_tokens": [], "tokens": []}
+
+    class Timed(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            started = time.perf_counter()
+            output = super()._generate_and_score_completions(inputs)
+            timings["generation"].append(time.perf_counter() - started)
+            timings["loss_tokens"].append(int(output["completion_mask"].sum()))
+            timings["tokens"].append(int(output["completion_mask"].sum() + output["prompt_mask"].sum()))
+            return output
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.started = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            timings["step"].append(time.perf_counter() - self.started)
+
+    tokenizer = AutoTokenizer.from_pretrained(arguments.model)
+    model = AutoModelForCausalLM.from_pretrained(arguments.model, dtype=torch.float32)
+    dataset = Dataset.from_dict({"prompt": PROMPTS * (total_steps + 2)})
+    with tempfile.TemporaryDirectory() as output_dir:
+        config = GRPOConfig(
+            output_dir=output_dir, use_cpu=True, bf16=False, use_vllm=False, report_to="none",
+            per_device_train_batch_size=len(PROMPTS) * GROUP_SIZE, num_generations=GROUP_SIZE,
+            gradient_accumulation_steps=1, max_completion_length=COMPLETION_TOKENS, learning_rate=LEARNING_RATE,
+            max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, max_steps=total_steps, logging_steps=1,
+            save_strategy="no", temperature=1.0, top_p=1.0, beta=0.0, num_iterations=1, shuffle_dataset=False,
+            gradient_checkpointing=arguments.gradient_checkpointing, seed=0,
+            generation_kwargs={"min_new_tokens": COMPLETION_TOKENS}, dataloader_num_workers=0)
+        trainer = Timed(model=model, args=config, reward_funcs=[reward_low_half], train_dataset=dataset,
+                        processing_class=tokenizer, callbacks=[StepClock()])
+        trainer.train()
+    warm = arguments.warmup
+    steps = timings["step"][warm:]
+    generation = timings["generation"][warm:]
+    out = {"train_seconds": [s - g for s, g in zip(steps, generation, strict=True)], "generation_seconds": generation,
+           "loss_tokens": timings["loss_tokens"][warm:], "tokens": timings["tokens"][warm:],
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

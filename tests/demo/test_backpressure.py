@@ -1,0 +1,61 @@
+"""Online mode's back-pressure: /rl/start_session answers 429 + Retry-After once more sessions would exceed
+the staleness budget (η + v + 1)·B of the tenant's running online run, and admits again as the run advances."""
+
+import httpx
+import pytest
+
+from apps.audit.services import Actor
+from apps.training.models import OnlineRun, OnlineRunStatus
+from apps.training.online import online_capacity
+from apps.training.services import model_version_register
+from tests.gateway.conftest import agent_key, gateway  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _run(tenant, *, batch: int, eta: int) -> OnlineRun:
+    base = model_version_register(tenant=tenant, actor=Actor.system("test"), name="default",
+                                  checkpoint_path="/nonexistent", tokenizer_hash="t")
+    return OnlineRun.objects.create(tenant=tenant, model_name="default", base_version=base, current_version=base,
+                                    samples_per_step=batch, staleness_bound=eta)
+
+
+def _start(url, key):
+    return httpx.post(f"{url}/rl/start_session", json={"task_id": "weather"}, headers={"Authorization": f"Bearer {key}"})
+
+
+def test_start_session_is_held_back_beyond_the_staleness_budget(gateway, agent_key, tenant, other_tenant):  # noqa: F811
+    url, _ = gateway
+    key = agent_key("inference")
+    run = _run(tenant, batch=2, eta=1)  # budget (1 + 0 + 1) * 2 = 4 sessions before the first step
+    assert [_start(url, key).status_code for _ in range(4)] == [200] * 4
+    refused = _start(url, key)
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == "no_training_capacity"
+    assert online_capacity(tenant_id=tenant.pk)[0] == 0
+    assert _start(url, agent_key("inference", of=other_tenant)).status_code == 200  # other tenants: no run, no limit
+
+    OnlineRun.objects.filter(pk=run.pk).update(steps=1)  # one step trained: room for B more
+    assert [_start(url, key).status_code for _ in range(3)] == [200, 200, 429]
+    OnlineRun.objects.filter(pk=run.pk).update(status=OnlineRunStatus.STOPPED)
+    assert _start(url, key).status_code == 200
+    assert online_capacity(tenant_id=tenant.pk) is None
+
+
+def test_sessions_that_can_never_be_trained_on_free_the_budget(gateway, agent_key, tenant):  # noqa: F811
+    from apps.qualification.models import Qualification
+    from apps.training.models import OnlineConsumption
+    from apps.trajectories.models import Trajectory
+
+    url, _ = gateway
+    key = agent_key("inference")
+    run = _run(tenant, batch=1, eta=1)  # budget 2
+    first, second = (_start(url, key).json()["session_id"] for _ in range(2))
+    assert _start(url, key).status_code == 429
+    rejected = Trajectory.objects.get(session_id=first)
+    Qualification.objects.create(tenant=tenant, trajectory=rejected, status="disqualified")
+    assert _start(url, key).status_code == 200  # the disqualified session no longer holds a place
+    assert _start(url, key).status_code == 429
+    stale = Trajectory.objects.get(session_id=second)
+    OnlineConsumption.objects.create(tenant=tenant, run=run, trajectory_id=stale.pk, outcome="stale")
+    assert _start(url, key).status_code == 200

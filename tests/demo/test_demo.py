@@ -1,0 +1,67 @@
+"""A shortened `make demo` end to end: real web, Celery workers, beat and embedded inference server; a tiny
+warm-up, a short online run; DEMO_EXIT=1. Checks the behaviour (the table, held-out success measured for the
+base and a candidate, trajectories trained on, a version published by the online run), not the 30-point goal
+(bench/demo measures that)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apps.core.management.commands.up import port_is_free
+
+pytestmark = pytest.mark.worker
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _demo(tmp_path, **overrides) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "DEMO_VAR_DIR": str(tmp_path / "demo"), "DEMO_EXIT": "1", "DEMO_SFT_STEPS": "3", "DEMO_SKILL_STEPS": "3",
+                   "DEMO_BUDGET_SECONDS": "170", "DEMO_HELDOUT": "8", "DEMO_BATCH": "4", "DEMO_EVAL_EVERY": "1",
+                   "DEMO_USERS": "2", "DEMO_SUMMARY": str(tmp_path / "summary.json"),
+                   "PORT": str(_free_port()), "AREAL_INFERENCE_PORT": str(_free_port()), **overrides}
+    # `make demo` is the embedded default by definition (no PostgreSQL, no Redis): under CI=true the suite's
+    # service URLs are set in this process's environment, and the demo must not inherit them.
+    for name in ("AREAL_VAR_DIR", "DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "AREAL_USE_TEST_DATABASE"):
+        environment.pop(name, None)
+    return subprocess.run([sys.executable, "manage.py", "demo"], cwd=ROOT, env=environment, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_shortened_demo_measures_base_and_candidate(tmp_path):
+    finished = _demo(tmp_path)
+    assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
+    output = finished.stdout
+    assert "console: http://127.0.0.1:" in output and "password" in output
+    assert "version  role       held-out success" in output and "wall time" in output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    measured = {point["version"] for point in summary["curve"]}
+    assert 0 in measured and len(measured) >= 2, summary  # the base and at least one candidate of the online run
+    assert summary["rows"][0]["role"] == "base" and summary["trajectories"] > 0 and summary["tokens"] > 0
+    assert summary["steps"] >= 1
+    assert (tmp_path / "demo" / "logs" / "web.log").exists()
+
+
+def test_demo_refuses_a_busy_port(tmp_path):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        assert not port_is_free("127.0.0.1", port)
+        finished = _demo(tmp_path, PORT=str(port))
+    assert finished.returncode != 0
+    assert f"port {port} on 127.0.0.1 is already in use" in finished.stderr
+    assert not (tmp_path / "demo").exists()

@@ -1,0 +1,25 @@
+import asyncio
+
+from apps.trajectories.models import Step, Trajectory
+from workers.atdp.tokens import unpack_floats, unpack_ids, unpack_versions
+
+
+def drain(gateway) -> None:
+    """Flushes the gateway's journal into the database (the flusher does it within ~50 ms anyway)."""
+    loop = gateway._flusher.get_loop()
+    asyncio.run_coroutine_threadsafe(gateway.journal.flush(), loop).result(timeout=30)
+
+
+def step_tokens(step: Step) -> dict:
+    return {
+        "prompt_ids": unpack_ids(step.prompt_ids),
+        "completion_ids": unpack_ids(step.completion_ids),
+        "completion_logprobs": unpack_floats(step.completion_logprobs),
+        "completion_versions": unpack_versions(step.completion_versions),
+    }
+
+
+def only_trajectory(tenant) -> Trajectory:
+    trajectories = list(Trajectory.objects.filter(tenant=tenant))
+    assert len(trajectories) == 1, trajectories
+    return trajectories[0]

@@ -1,0 +1,179 @@
+"""The tenant overview: aggregate selectors, server-built figures on the console home page, the gateway
+traffic hook and the outcome tick (in process; the real-worker timing is in test_live_worker.py)."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+from django.utils import timezone
+
+from apps.audit.services import Actor
+from apps.metrics.dashboard import overview_tick
+from apps.metrics.exposition import GATEWAY_REQUESTS
+from apps.metrics.traffic import gateway_steps_recorded, traffic_points
+from apps.releases.models import AnalysisRun, ReleaseStatus
+from apps.rewards.models import Reward
+from apps.tenants.permissions import Role
+from apps.training.models import TrainingMetric
+from apps.training.services import alias_move
+from apps.trajectories.selectors import reward_outcomes_per_minute, step_traffic_per_minute
+from areal_web.asgi import application
+from tests.releases.helpers import release_at
+from tests.rewards.factories import make_trajectory
+from tests.tenants.factories import MembershipFactory
+from tests.training.helpers import queued_job
+from tests.trajectories.builders import gateway_step, ingested
+
+
+def _reward(trajectory, value, *, at=None, kind="numeric"):
+    return Reward.objects.create(tenant=trajectory.tenant, trajectory=trajectory, target="trajectory", value=value,
+                                 kind=kind, source="environment", created_at=at or timezone.now())
+
+
+@pytest.mark.django_db
+def test_traffic_per_minute_counts_errors_and_percentiles_of_the_tenant_only(tenant, other_tenant):
+    minute = timezone.now().replace(second=5, microsecond=0) - timedelta(minutes=2)
+    records = [gateway_step(tenant, "s1", latency_ms=10 * (i + 1), created_at=minute + timedelta(seconds=i))
+               for i in range(20)]
+    records[0]["error"] = "backend timeout"
+    ingested(tenant, "s1", records)
+    ingested(other_tenant, "s2", [gateway_step(other_tenant, "s2", created_at=minute, latency_ms=9999)])
+    ingested(tenant, "old", [gateway_step(tenant, "old", created_at=minute - timedelta(hours=5))])
+
+    rows = step_traffic_per_minute(tenant=tenant, since=minute - timedelta(hours=1))
+
+    assert rows == [{"minute": minute.replace(second=0), "requests": 20, "errors": 1, "p50_ms": 100.0,
+                     "p95_ms": 190.0}]
+
+
+@pytest.mark.django_db
+def test_outcomes_per_minute_mean_and_success_rate(tenant, other_tenant):
+    trajectory = make_trajectory(tenant)
+    earlier = timezone.now().replace(second=1, microsecond=0) - timedelta(minutes=3)
+    for value in (1.0, 0.0, 1.0, 0.2):
+        _reward(trajectory, value, at=earlier)
+    _reward(trajectory, 1.0)
+    _reward(trajectory, 0.0, kind="critique")  # a correction, not a score
+    _reward(make_trajectory(other_tenant), 0.0)
+
+    rows = reward_outcomes_per_minute(tenant=tenant, since=earlier - timedelta(minutes=1))
+
+    assert [(row["rewards"], row["reward_mean"], row["success_rate"]) for row in rows] == [
+        (4, pytest.approx(0.55), 0.5), (1, 1.0, 1.0)]
+    assert rows[0]["minute"] == earlier.replace(second=0)
+
+
+@pytest.mark.django_db
+def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_tenant, client):
+    user = MembershipFactory(tenant=tenant, role=Role.VIEWER).user
+    ingested(tenant, "s1", [gateway_step(tenant, "s1", latency_ms=30), gateway_step(tenant, "s1", latency_ms=50)])
+    ingested(other_tenant, "x", [gateway_step(other_tenant, "x")])
+    _reward(make_trajectory(tenant, steps=0), 1.0)
+    release = release_at(tenant, ReleaseStatus.CANARY, stage_index=0, stages=[10, 100])
+    alias_move(tenant=tenant, actor=Actor.system("test"), name=release.model, alias="production",
+               version=release.candidate, reason="promoted")
+    AnalysisRun.objects.create(tenant=tenant, release=release, stage_index=0, verdict="successful",
+                               decision="continue", measurements=[
+                                   {"metric": "reward_mean", "candidate": 0.8, "baseline": 0.5,
+                                    "candidate_samples": 10, "baseline_samples": 30}])
+    job = queued_job(tenant, status="running")
+    TrainingMetric.objects.create(tenant=tenant, job=job, step=1, values={"loss": 2.5})
+    TrainingMetric.objects.create(tenant=tenant, job=job, step=2, values={"loss": 2.25})
+    client.force_login(user)
+
+    response = client.get("/")
+
+    assert response.status_code == 200
+    content = response.content.decode()
+    figures = json.loads(content.split('id="overview-figures" type="application/json">')[1].split("</script>")[0])
+    live = json.loads(content.split('id="overview-live" type="application/json">')[1].split("</script>")[0])
+    releases = json.loads(content.split('id="overview-release-figures" type="application/json">')[1]
+                          .split("</script>")[0])
+    assert set(figures) == {"traffic", "latency", "outcomes", "loss"}
+    assert figures["traffic"]["data"][0]["y"] == [2]  # the other tenant's call is not counted
+    assert figures["latency"]["data"][0]["y"] == [30.0] and figures["latency"]["data"][1]["y"] == [50.0]
+    assert figures["outcomes"]["data"][0]["y"] == [1.0] and figures["outcomes"]["data"][1]["y"] == [1.0]
+    markers = [note["text"] for note in figures["outcomes"]["layout"]["annotations"]]
+    assert markers == [f"{release.model} v0", f"{release.model} v1"]  # the baseline's move and the promotion
+    assert len(figures["outcomes"]["layout"]["shapes"]) == 2
+    assert figures["loss"]["data"][0]["name"] == f"job {job.pk}"
+    assert figures["loss"]["data"][0]["y"] == [2.5, 2.25]
+    assert releases["reward_mean"]["data"][0]["y"] == [0.8] and releases["reward_mean"]["data"][1]["y"] == [0.5]
+    assert live == {"tenant": "acme", "traffic": "gateway.traffic", "outcomes": "overview.outcomes",
+                    "jobs": "training.jobs", "job_streams": {str(job.pk): f"training.job-{job.pk}"},
+                    "release": f"release-{release.pk}"}
+    assert 'src="/static/js/dashboard.js"' in content
+
+
+@pytest.mark.django_db
+def test_home_page_of_an_empty_tenant_still_draws(tenant, client):
+    client.force_login(MembershipFactory(tenant=tenant, role=Role.ANNOTATOR).user)
+    response = client.get("/")
+    assert response.status_code == 200
+    assert b"No release yet." in response.content
+    assert b'data-live="off"' in response.content  # WSGI: no WebSockets, so the page does not try
+
+
+def test_traffic_points_group_a_batch_by_tenant():
+    records = [{"tenant_id": 1, "latency_ms": 12, "error": ""}, {"tenant_id": 2, "latency_ms": 7, "error": "x"},
+               {"tenant_id": 1, "latency_ms": 30, "error": "", "aborted": True},
+               {"tenant_id": 1, "latency_ms": 1, "kind": "tool_call"}]
+    points = traffic_points(records)
+    assert {tenant: (p["requests"], p["errors"], p["latencies_ms"]) for tenant, p in points.items()} == {
+        1: (2, 1, [12, 30]), 2: (1, 1, [7])}
+    assert points[1]["minute"].endswith(":00") and len(points[1]["minute"]) == 19
+
+
+def _headers(user):
+    client = Client()
+    client.force_login(user)
+    return [(b"origin", b"http://localhost"), (b"host", b"localhost"),
+            (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
+
+
+async def _subscribed(user, stream):
+    socket = WebsocketCommunicator(application, "/ws/live/acme/", headers=await sync_to_async(_headers)(user))
+    assert (await socket.connect())[0]
+    await socket.send_json_to({"subscribe": stream})
+    assert await socket.receive_json_from(timeout=5) == {"subscribed": stream}
+    return socket
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_flushed_batch_reaches_the_tenants_page_and_the_counters(tenant, other_tenant):
+    user = await sync_to_async(lambda: MembershipFactory(tenant=tenant, role=Role.VIEWER).user)()
+    socket = await _subscribed(user, "gateway.traffic")
+    before = GATEWAY_REQUESTS.values.get((str(tenant.pk), "chat.completions", "ok"), 0)
+
+    gateway_steps_recorded([gateway_step(tenant, "s", latency_ms=25), gateway_step(other_tenant, "t"),
+                            gateway_step(tenant, "s", latency_ms=35)])  # on the event loop, as the flusher does
+
+    message = await socket.receive_json_from(timeout=5)
+    assert message["stream"] == "gateway.traffic"
+    assert (message["payload"]["requests"], message["payload"]["latencies_ms"]) == (2, [25, 35])
+    assert await socket.receive_nothing(timeout=0.3)
+    assert GATEWAY_REQUESTS.values[(str(tenant.pk), "chat.completions", "ok")] == before + 2
+    await socket.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_outcome_tick_publishes_the_current_minute_per_tenant(tenant, other_tenant):
+    user = await sync_to_async(lambda: MembershipFactory(tenant=tenant, role=Role.VIEWER).user)()
+    socket = await _subscribed(user, "overview.outcomes")
+
+    @sync_to_async
+    def rewards_and_tick():
+        trajectory = make_trajectory(tenant)
+        _reward(trajectory, 1.0)
+        _reward(trajectory, 0.0)
+        _reward(make_trajectory(other_tenant), 1.0)
+        return overview_tick()
+
+    assert await rewards_and_tick() == 2
+    payload = (await socket.receive_json_from(timeout=5))["payload"]
+    assert (payload["rewards"], payload["reward_mean"], payload["success_rate"]) == (2, 0.5, 0.5)
+    assert await socket.receive_nothing(timeout=0.3)
+    await socket.disconnect()

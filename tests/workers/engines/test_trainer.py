@@ -1,0 +1,190 @@
+"""The training engine on the default model, float32 on CPU: SFT learns, GRPO raises a toy reward, a
+resumed run equals the uninterrupted one, exports load in transformers."""
+
+import json
+
+import pytest
+import torch
+
+from tests.workers.engines.conftest import low_half_reward
+from workers.engines import LoraSettings, TrainConfig, Trainer, latest_checkpoint, plan_batches
+from workers.engines.rollout import sample_groups
+from workers.engines.schedule import LRSchedule
+from workers.rl.samples import TrainingSample
+
+PROMPTS = [[1, 5, 9, 200], [1, 7, 300, 40], [3, 4, 5, 6]]
+
+
+def fixed_set(count=6, length=14, prompt=4, seed=11) -> list[TrainingSample]:
+    generator = torch.Generator().manual_seed(seed)
+    samples = []
+    for index in range(count):
+        ids = torch.randint(10, 3000, (length,), generator=generator).tolist()
+        samples.append(TrainingSample(
+            input_ids=tuple(ids), loss_mask=(0,) * prompt + (1,) * (length - prompt), logprobs=(0.0,) * length,
+            versions=(-1,) * prompt + (0,) * (length - prompt), turns=(0,) * length, reward=float(index % 3),
+            group_id=f"g{index // 3}", task_id=None, trajectory_id=f"t{index}", step_ids=("s",)))
+    return samples
+
+
+def mean_nll(trainer, samples) -> float:
+    logps = trainer.logprobs([s.input_ids for s in samples])
+    total = sum(float(-(lp * torch.tensor(s.loss_mask)).sum()) for lp, s in zip(logps, samples, strict=True))
+    return total / sum(s.generated_count for s in samples)
+
+
+def test_sft_lowers_the_loss_on_a_fixed_set(model_dir):
+    samples = fixed_set()
+    trainer = Trainer(model_dir, TrainConfig(algorithm="sft", learning_rate=3e-3, micro_batch_tokens=32))
+    before = mean_nll(trainer, samples)
+    losses = [trainer.step(samples).loss for _ in range(8)]
+    after = mean_nll(trainer, samples)
+    assert before > 7.5  # about log(3072) for the untrained model
+    assert after < before - 2.0
+    assert losses[-1] < losses[0]
+
+
+def test_grpo_raises_mean_reward_on_a_toy_task_within_ten_steps(model_dir):
+    trainer = Trainer(model_dir, TrainConfig(algorithm="grpo", learning_rate=1e-2, seed=0))
+    rewards = []
+    for step in range(10):
+        samples = sample_groups(trainer.model, PROMPTS, group_size=8, max_new_tokens=8, reward=low_half_reward,
+                                seed=step, policy_version=step)
+        metrics = trainer.step(samples, current_version=step)
+        rewards.append(metrics.reward_mean)
+        assert metrics.loss_tokens == 3 * 8 * 8 and metrics.samples == 24
+        assert metrics.kl < 1e-6  # behaviour logprobs are the trainer's own before the update
+    assert max(rewards[:2]) < 0.65
+    assert sum(rewards[-2:]) / 2 > 0.8
+
+
+def test_decoupled_ppo_reports_clipping_staleness_and_filtered_tokens(model_dir):
+    samples = sample_groups(Trainer(model_dir, TrainConfig()).model, PROMPTS[:2], group_size=4, max_new_tokens=6,
+                            reward=low_half_reward, seed=0, policy_version=3)
+    config = TrainConfig(algorithm="decoupled_ppo", learning_rate=5e-3, minibatches=2, kpop_threshold=0.0005,
+                         behaviour_weight_cap=2.0)
+    trainer = Trainer(model_dir, config)
+    first = trainer.step(samples, current_version=5)
+    second = trainer.step(samples, current_version=5)
+    assert first.staleness_histogram == ((2, 48),)
+    assert 0.0 <= first.masked_token_fraction <= 1.0
+    assert second.kl > 0  # the weights moved away from the behaviour policy
+    assert second.clip_fraction > 0 or second.masked_token_fraction > 0
+    loglinear = Trainer(model_dir, TrainConfig(algorithm="decoupled_ppo", proximal="loglinear"))
+    assert loglinear.step(samples, current_version=5).loss_tokens == 48
+    with pytest.raises(ValueError, match="current_version"):
+        loglinear.step(samples)
+
+
+def run(model_dir, config, samples, steps, trainer=None):
+    trainer = trainer or Trainer(model_dir, config)
+    for _ in range(steps):
+        trainer.step(samples, current_version=1)
+    return trainer
+
+
+@pytest.mark.parametrize("lora", [None, LoraSettings(rank=4, alpha=8)], ids=["full", "lora"])
+def test_resume_from_a_checkpoint_reproduces_the_uninterrupted_run(model_dir, tmp_path, lora):
+    samples = fixed_set()
+    config = TrainConfig(algorithm="decoupled_ppo", learning_rate=2e-3, schedule="cosine", warmup_steps=1,
+                         total_steps=8, minibatches=2, micro_batch_tokens=30, lora=lora, max_grad_norm=0.5)
+    straight = run(model_dir, config, samples, 4)
+
+    first = run(model_dir, config, samples, 2)
+    info = first.checkpoint(tmp_path / "run", data_position=12)
+    del first
+    assert latest_checkpoint(tmp_path / "run") == info
+    resumed = Trainer.resume(model_dir, info.path)
+    assert resumed.step_count == 2 and resumed.data_position == 12 and resumed.config == config
+    run(model_dir, config, samples, 2, trainer=resumed)
+
+    expected, got = straight.model.state_dict(), resumed.model.state_dict()
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[key], got[key]) for key in expected)
+    assert straight.schedule.current() == resumed.schedule.current()
+
+
+def test_checkpoints_are_pruned_and_latest_moves(model_dir, tmp_path):
+    trainer = Trainer(model_dir, TrainConfig(algorithm="sft", learning_rate=1e-3))
+    assert latest_checkpoint(tmp_path) is None
+    for _ in range(3):
+        trainer.step(fixed_set(count=2))
+        trainer.checkpoint(tmp_path, keep=2)
+    assert sorted(path.name for path in tmp_path.glob("step-*")) == ["step-000002", "step-000003"]
+    assert latest_checkpoint(tmp_path).step == 3
+
+
+def test_export_is_a_hugging_face_directory_with_the_trained_weights(model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    samples = fixed_set(count=3)
+    trainer = Trainer(model_dir, TrainConfig(algorithm="sft", learning_rate=1e-2, lora=LoraSettings(rank=4)))
+    trainer.step(samples)
+    out = trainer.export(tmp_path / "export")
+    assert (out / "tokenizer.json").exists() and (out / "model.safetensors").exists()
+    assert json.loads((out / "config.json").read_text())["dtype"] == "float32"
+    loaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    AutoTokenizer.from_pretrained(out)
+    ids = torch.tensor([samples[0].input_ids])
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids).logits, trainer.model(input_ids=ids).logits, atol=1e-4)
+    adapter = trainer.export_adapter(tmp_path / "adapter")
+    assert (adapter / "adapter_config.json").exists()
+
+
+def test_lr_schedules():
+    constant = LRSchedule(kind="constant", base_lr=1.0, warmup_steps=2, total_steps=10)
+    assert [constant.multiplier(u) for u in range(3)] == [0.5, 1.0, 1.0]
+    linear = LRSchedule(kind="linear", base_lr=1.0, warmup_steps=0, total_steps=4, min_lr_ratio=0.2)
+    assert [round(linear.multiplier(u), 6) for u in range(6)] == [1.0, 0.8, 0.6, 0.4, 0.2, 0.2]
+    cosine = LRSchedule(kind="cosine", base_lr=1.0, warmup_steps=0, total_steps=2)
+    assert [round(cosine.multiplier(u), 6) for u in range(3)] == [1.0, 0.5, 0.0]
+
+
+def test_batch_plan_keeps_groups_whole_and_is_deterministic():
+    keys = ["a", "a", "b", "b", "c", "c", None]
+    plan = plan_batches(keys, batch_size=4, total_steps=5, seed=3)
+    assert plan == plan_batches(keys, batch_size=4, total_steps=5, seed=3)
+    assert len(plan) == 5
+    for batch in plan:
+        for key in {"a", "b", "c"}:
+            members = {i for i, k in enumerate(keys) if k == key}
+            assert members <= set(batch) or not members & set(batch)
+
+
+def test_config_round_trips_and_rejects_nonsense():
+    config = TrainConfig(algorithm="sft", lora=LoraSettings(rank=2), betas=(0.9, 0.95))
+    assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(ValueError, match="algorithm"):
+        TrainConfig(algorithm="dpo")
+    with pytest.raises(ValueError, match="unknown"):
+        TrainConfig.from_dict({"learning_rat": 1})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_bf16_autocast_on_cuda(model_dir):
+    trainer = Trainer(model_dir, TrainConfig(algorithm="sft", learning_rate=1e-3), device="cuda")
+    assert trainer.autocast_dtype == torch.bfloat16
+    metrics = trainer.step(fixed_set(count=2))
+    assert metrics.loss > 0 and next(trainer.model.parameters()).dtype == torch.float32
+
+
+def test_padded_and_packed_layouts_give_the_packed_reference_logprobs(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from workers.engines.forward import micro_batch_logprobs, plan_micro_batches
+    from workers.rl.packing import pack_sequences, packed_token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    samples = fixed_set(count=3, length=14) + fixed_set(count=2, length=9, prompt=2, seed=5)
+    ids = [s.input_ids for s in samples]
+    masks = [s.loss_mask for s in samples]
+    mask = torch.tensor([m for s in samples for m in s.loss_mask], dtype=torch.bool)
+    with torch.no_grad():
+        reference = packed_token_logprobs(model, pack_sequences(ids), attention="mask")
+        for layout in ("packed", "padded"):
+            got = micro_batch_logprobs(model, ids, masks, layout=layout, attention="mask")
+            assert torch.allclose(got[mask], reference[mask], atol=1e-5), layout
+            assert not got[~mask].any()  # no head computed off the loss mask
+    assert plan_micro_batches([14, 9, 14, 9], 28, "padded") == [[0, 2], [1, 3]]

@@ -1,0 +1,18 @@
+"""The demo agent, an unmodified openai-SDK client, against the real embedded inference server."""
+
+import openai
+
+from tests.workers.inference.conftest import default_model_dir, server  # noqa: F401  (fixtures)
+from workers.envs import weather
+from workers.envs.agent import run_episode
+
+
+def test_an_episode_runs_against_a_real_server_and_is_judged(server):  # noqa: F811
+    client = openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0)
+    task = weather.make_tasks(split="train", count=1, seed=0)[0]
+    episode = run_episode(client, model="default", task=task, max_tokens=16, temperature=1.0)
+    assert episode.error is None
+    assert episode.transcript[:2] == task.opening()
+    assistant_turns = [message for message in episode.transcript if message["role"] == "assistant"]
+    assert 1 <= len(assistant_turns) == len(episode.completion_ids) <= 3
+    assert episode.outcome.reason in {"ok", "no tool call", "no final answer", "wrong city", "wrong temperature"}

@@ -1,0 +1,121 @@
+"""Weight swaps, tokenizer refusal, pause/resume and admin auth, on a fresh server per test."""
+
+import asyncio
+import time
+
+import httpx
+import torch
+
+from tests.workers.inference.conftest import ADMIN_TOKEN, load_reference_model, reference_logprobs
+from workers.inference.client import request_completion
+
+AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+LONG_BODY = {"model": "default", "prompt": "The agent reads the file", "max_tokens": 300, "temperature": 0,
+             "ignore_eos": True, "return_token_ids": True, "logprobs": 0}
+SHORT_BODY = {**LONG_BODY, "max_tokens": 20}
+
+
+def admin(server, verb, path, **kwargs):
+    return httpx.request(verb, f"{server.base_url}/admin/{path}", headers=AUTH, timeout=60, **kwargs)
+
+
+async def wait_until(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+def test_swap_under_load_changes_version_with_no_failed_request(admin_server, default_model_dir, tool_model_dir):
+    url = f"{admin_server.api_url}/completions"
+
+    async def burst_with_swap():
+        async with httpx.AsyncClient(timeout=120) as client:
+            before = [asyncio.create_task(request_completion(client, url, {**LONG_BODY, "stream": stream}))
+                      for stream in (False, True, False, True)]
+            await wait_until(lambda: admin_server.engine.stats().generated_tokens >= 8)
+            swap = asyncio.create_task(client.post(f"{admin_server.base_url}/admin/load", headers=AUTH,
+                                                   json={"path": str(tool_model_dir), "version": 1}))
+            during = [asyncio.create_task(request_completion(client, url, SHORT_BODY)) for _ in range(8)]
+            swap_response = await swap
+            after = await request_completion(client, url, SHORT_BODY)
+            return await asyncio.gather(*before), await asyncio.gather(*during), after, swap_response
+
+    before, during, after, swap_response = asyncio.run(burst_with_swap())
+    assert swap_response.status_code == 200, swap_response.text
+    report = swap_response.json()
+    assert report["previous_version"] == 0 and report["version"] == 1
+    assert report["recomputed_sequences"] >= 4  # the long requests were in flight
+    assert admin(admin_server, "GET", "version").json()["version"] == 1
+    assert after.policy_version == 1 and after.choices[0].policy_versions == (1,) * 20
+
+    old_model, new_model = load_reference_model(default_model_dir), load_reference_model(tool_model_dir)
+    for result in before + during:
+        [choice] = result.choices
+        assert choice.finish_reason == "length"
+        versions = choice.policy_versions
+        assert list(versions) == sorted(versions) and set(versions) <= {0, 1}
+    for result in before:  # each long request straddles the swap: old weights, then new
+        [choice] = result.choices
+        assert choice.policy_versions[0] == 0 and choice.policy_versions[-1] == 1
+        assert len(choice.completion_token_ids) == 300
+        old_part = reference_logprobs(old_model, result.prompt_token_ids, choice.completion_token_ids)
+        new_part = reference_logprobs(new_model, result.prompt_token_ids, choice.completion_token_ids)
+        stamped_new = torch.tensor(choice.policy_versions) == 1
+        expected = torch.where(stamped_new, new_part, old_part)
+        assert torch.allclose(torch.tensor(choice.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_checkpoint_with_another_tokenizer_is_refused_and_old_weights_keep_serving(
+    admin_server, mismatched_tokenizer_model_dir
+):
+    response = admin(admin_server, "POST", "load", json={"path": str(mismatched_tokenizer_model_dir), "version": 7})
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["code"] == "tokenizer_mismatch" and "tokenizer" in error["message"]
+    assert admin(admin_server, "GET", "version").json()["version"] == 0
+    completion = httpx.post(f"{admin_server.api_url}/completions", json=SHORT_BODY, timeout=60)
+    assert completion.status_code == 200 and completion.json()["policy_version"] == 0
+
+
+def test_load_of_a_missing_directory_is_refused(admin_server, tmp_path):
+    response = admin(admin_server, "POST", "load", json={"path": str(tmp_path / "nothing"), "version": 1})
+    assert response.status_code == 422 and "config.json" in response.json()["error"]["message"]
+    response = admin(admin_server, "POST", "load", json={"version": 1})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "path"
+
+
+def test_pause_holds_requests_and_resume_completes_them(admin_server):
+    url = f"{admin_server.api_url}/completions"
+
+    async def scenario():
+        async with httpx.AsyncClient(timeout=120) as client:
+            running = asyncio.create_task(client.post(url, json={**LONG_BODY, "max_tokens": 100}))
+            await wait_until(lambda: admin_server.engine.stats().generated_tokens >= 2)
+            paused = await client.post(f"{admin_server.base_url}/admin/pause", headers=AUTH)
+            frozen_at = admin_server.engine.stats().generated_tokens
+            waiting = asyncio.create_task(client.post(url, json=SHORT_BODY))
+            await asyncio.sleep(0.5)
+            still_pending = not running.done() and not waiting.done()
+            tokens_while_paused = admin_server.engine.stats().generated_tokens - frozen_at
+            status = (await client.get(f"{admin_server.base_url}/admin/version", headers=AUTH)).json()
+            resumed = await client.post(f"{admin_server.base_url}/admin/resume", headers=AUTH)
+            return paused, still_pending, tokens_while_paused, status, resumed, await running, await waiting
+
+    paused, still_pending, tokens_while_paused, status, resumed, running, waiting = asyncio.run(scenario())
+    assert paused.status_code == 200 and paused.json()["paused"] is True
+    assert still_pending and tokens_while_paused == 0
+    assert status["paused"] and status["waiting_requests"] == 1 and status["running_sequences"] == 1
+    assert resumed.status_code == 200 and resumed.json()["paused"] is False
+    assert running.status_code == 200 and len(running.json()["choices"][0]["token_ids"]) == 100
+    assert waiting.status_code == 200 and len(waiting.json()["choices"][0]["token_ids"]) == 20
+
+
+def test_admin_endpoints_need_the_token(admin_server, tool_model_dir):
+    for verb, path in [("POST", "load"), ("POST", "pause"), ("POST", "resume"), ("GET", "version"), ("GET", "stats")]:
+        response = httpx.request(verb, f"{admin_server.base_url}/admin/{path}", json={"path": str(tool_model_dir)},
+                                 headers={"Authorization": "Bearer wrong"})
+        assert response.status_code == 401, path
+        assert response.json()["error"]["type"] == "authentication_error"
+    assert admin(admin_server, "GET", "version").json()["version"] == 0  # the unauthorized load changed nothing
+    assert admin(admin_server, "GET", "stats").status_code == 200

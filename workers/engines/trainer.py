@@ -1,0 +1,414 @@
+"""The training engine: one policy update per `step()` over any transformers causal LM.
+
+    trainer = Trainer(model_dir, TrainConfig(algorithm="decoupled_ppo", learning_rate=1e-5, ...))
+    metrics = trainer.step(samples, current_version=7)   # TrainingSample list -> StepMetrics
+    info = trainer.checkpoint(run_dir, data_position=n)   # weights + optimizer + schedule + RNG + position
+    trainer = Trainer.resume(model_dir, info.path)        # the same run, continued bit for bit on CPU
+    trainer.export(out_dir)                                # a servable Hugging Face directory
+
+A step: GRPO advantages per token (workers.rl.advantages) unless SFT; the batch split into `minibatches`
+(one optimizer update each); every minibatch cut into micro-batches of at most `micro_batch_tokens`
+(packed rows, workers.rl.packing, or length-bucketed padded batches: workers.engines.forward, which also
+computes the LM head on generated positions only), each micro-batch's loss divided by the minibatch's whole
+loss-token count, so accumulating the rows' gradients gives the minibatch's mean; gradient clipping,
+the scheduled learning rate, AdamW.
+
+Losses (workers.rl.losses): SFT - mean NLL of generated tokens; GRPO - PPO against the behaviour
+logprobs (the sampling policy is the "old" one); decoupled PPO - ratio against the proximal policy,
+weighted by the capped behaviour weight, optional KPop token filter. The proximal logprobs are those of
+the weights at the start of the step: recomputed by one no-grad pass over the batch before the first
+update when there are several minibatches; with one minibatch the pre-update weights are the ones the
+loss's own forward runs, so its logprobs, detached, are exact and no extra pass is made. `proximal=
+"loglinear"` interpolates from per-token versions instead (workers.rl.proximal).
+
+Precision: weights and optimizer state stay float32; on CUDA the forward runs under bf16 autocast
+(precision "auto" or "bf16"); CPU runs float32. Nothing here imports Django.
+"""
+
+import copy
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from workers.engines.config import CheckpointInfo, StepMetrics, TrainConfig
+from workers.engines.forward import micro_batch_logprobs, plan_micro_batches, resolve_layout
+from workers.engines.schedule import LRSchedule
+from workers.rl.advantages import GRPOConfig, sample_token_advantages
+from workers.rl.filtering import kpop_filter
+from workers.rl.losses import PPOConfig, decoupled_ppo_loss, ppo_loss, sft_loss
+from workers.rl.packing import pack_sequences, pack_values, packed_token_logprobs, plan_rows, unpack
+from workers.rl.proximal import loglinear_proximal_logprobs
+
+STATE_FILE = "trainer_state.pt"
+LATEST_FILE = "latest"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "vocab.json", "merges.txt", "added_tokens.json", "tokenizer.model")
+
+
+class Trainer:
+    """Owns a model, its optimizer and schedule. `model_wrapper` (FSDP in workers.engines.distributed) is
+    applied before the optimizer is built; `reduce_sum` makes loss denominators global across ranks."""
+
+    def __init__(self, model_dir, config: TrainConfig, *, device: str | None = None,
+                 model_wrapper: Callable | None = None, reduce_sum: Callable[[int], int] | None = None,
+                 world_size: int = 1):
+        from transformers import AutoModelForCausalLM
+
+        self.model_dir = Path(model_dir)
+        self.config = config
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.reduce_sum = reduce_sum or (lambda value: value)
+        self.world_size = world_size
+        _seed_everything(config.seed)
+        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+        if config.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if config.lora is not None:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(
+                r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
+                target_modules=list(config.lora.target_modules), task_type="CAUSAL_LM"))
+        model.to(self.device)
+        model.train()
+        self.model = model_wrapper(model) if model_wrapper is not None else model
+        self.parameters = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=config.learning_rate, betas=config.betas,
+                                           eps=config.adam_eps, weight_decay=config.weight_decay)
+        self.schedule = LRSchedule(kind=config.schedule, base_lr=config.learning_rate,
+                                   warmup_steps=config.warmup_steps, total_steps=config.total_steps,
+                                   min_lr_ratio=config.min_lr_ratio)
+        self.layout = resolve_layout(_unwrap(model), config.layout, config.attention)
+        self.step_count = 0
+        self.data_position = 0
+
+    # ---- public API ---------------------------------------------------------------------------------
+
+    @classmethod
+    def resume(cls, model_dir, checkpoint_path, *, config: TrainConfig | None = None, **kwargs) -> "Trainer":
+        """A trainer over the base `model_dir` restored from a checkpoint directory (its config unless given)."""
+        state = torch.load(Path(checkpoint_path) / STATE_FILE, map_location="cpu", weights_only=False)
+        trainer = cls(model_dir, config or TrainConfig.from_dict(state["config"]), **kwargs)
+        trainer._load_state(state)
+        return trainer
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        wants_bf16 = self.config.precision == "bf16" or (self.config.precision == "auto" and self.device.type == "cuda")
+        return torch.bfloat16 if wants_bf16 and self.device.type == "cuda" else None
+
+    def step(self, samples: Sequence, *, current_version: int | None = None,
+             data_position: int | None = None) -> StepMetrics:
+        """One training step over `samples` (workers.rl.samples.TrainingSample or alike). `current_version`
+        (the policy version being trained) feeds the log-linear proximal approximation and the staleness
+        histogram; `data_position` is recorded for the next checkpoint (default: samples seen so far)."""
+        if not samples:
+            raise ValueError("a step needs at least one sample")
+        started = time.perf_counter()
+        config = self.config
+        samples = list(samples)
+        if config.algorithm == "sft":
+            token_advantages, advantages = [None] * len(samples), None
+        else:
+            token_advantages, advantages = sample_token_advantages(
+                samples, GRPOConfig(mean_level=config.mean_level, std_level=config.std_level,
+                                    leave_one_out=config.leave_one_out),
+                gamma=config.turn_discount, group_by=config.group_by)
+        chunks = _split(len(samples), config.minibatches)
+        recomputed = None
+        if config.algorithm == "decoupled_ppo" and config.proximal == "recompute" and len(chunks) > 1:
+            recomputed = self._recompute_logprobs(samples)
+
+        totals = Counter()
+        maxima = {"importance": 0.0, "behaviour": 0.0}
+        loss_sum = grad_norm = 0.0
+        rate = self.schedule.current()
+        for chunk in chunks:
+            rate = self.schedule.apply(self.optimizer)
+            self.optimizer.zero_grad(set_to_none=True)
+            denominator = self.reduce_sum(sum(sum(samples[i].loss_mask) for i in chunk))
+            lengths = [len(samples[i].input_ids) for i in chunk]
+            for row_indices in plan_micro_batches(lengths, config.micro_batch_tokens, self.layout):
+                indices = [chunk[i] for i in row_indices]
+                row_loss = self._micro_batch(samples, indices, token_advantages, recomputed, current_version,
+                                             denominator, totals, maxima)
+                loss_sum += row_loss
+            grad_norm = self._clip()
+            self.optimizer.step()
+            self.schedule.advance()
+        self.step_count += 1
+        self.data_position = data_position if data_position is not None else self.data_position + len(samples)
+
+        seconds = time.perf_counter() - started
+        tokens = sum(len(sample.input_ids) for sample in samples)
+        loss_tokens = totals["loss_tokens"]
+        histogram = Counter()
+        if current_version is not None:
+            for sample in samples:
+                histogram.update(current_version - v for v, m in zip(sample.versions, sample.loss_mask, strict=True)
+                                 if m and v >= 0)
+        kept = max(totals["kept"], 1)
+        return StepMetrics(
+            step=self.step_count, loss=loss_sum / len(chunks), learning_rate=rate, grad_norm=grad_norm,
+            samples=len(samples), tokens=tokens, loss_tokens=loss_tokens,
+            tokens_per_second=tokens / seconds if seconds > 0 else 0.0, seconds=seconds,
+            reward_mean=advantages.reward_mean if advantages else 0.0,
+            reward_std=advantages.reward_std if advantages else 0.0,
+            advantage_mean=advantages.advantage_mean if advantages else 0.0,
+            advantage_std=advantages.advantage_std if advantages else 0.0,
+            advantage_min=min(advantages.values) if advantages else 0.0,
+            advantage_max=max(advantages.values) if advantages else 0.0,
+            clip_fraction=totals["clipped"] / kept,
+            masked_token_fraction=(loss_tokens - totals["kept"]) / max(loss_tokens, 1)
+            if config.algorithm != "sft" else 0.0,
+            kl=totals["kl_sum"] / max(loss_tokens, 1),
+            importance_weight_max=maxima["importance"], behaviour_weight_max=maxima["behaviour"],
+            fallback_groups=len(advantages.fallback_groups) if advantages else 0,
+            staleness_histogram=tuple(sorted(histogram.items())),
+        )
+
+    @torch.no_grad()
+    def logprobs(self, sequences: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Per-token logprobs (aligned with the ids, entry 0 is 0) of each sequence under the current weights."""
+        row = pack_sequences(sequences)
+        with self._autocast():
+            logp = packed_token_logprobs(self.model, row, attention=self.config.attention,
+                                         temperature=self.config.temperature)
+        return [part.float().cpu() for part in unpack(logp, row)]
+
+    def checkpoint(self, directory, *, data_position: int | None = None, keep: int = 2) -> CheckpointInfo:
+        """Writes `directory/step-NNNNNN/` atomically (a temporary folder renamed), then points
+        `directory/latest` at it, then prunes all but the newest `keep` checkpoints."""
+        if data_position is not None:
+            self.data_position = data_position
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        final = directory / f"step-{self.step_count:06d}"
+        partial = directory / f".step-{self.step_count:06d}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        torch.save(self._state(), partial / STATE_FILE)
+        (partial / "state.json").write_text(json.dumps(
+            {"step": self.step_count, "data_position": self.data_position, "config": self.config.to_dict()},
+            indent=2) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(partial, final)
+        _write_atomically(directory / LATEST_FILE, final.name)
+        for old in sorted(directory.glob("step-*"))[:-keep] if keep else []:
+            shutil.rmtree(old, ignore_errors=True)
+        return CheckpointInfo(path=str(final), step=self.step_count, data_position=self.data_position)
+
+    def export(self, out_dir) -> Path:
+        """A Hugging Face model directory (full weights, LoRA merged; the base's tokenizer files copied)
+        that transformers, the embedded server and vLLM load. Written beside and renamed into place."""
+        out = Path(out_dir)
+        partial = out.with_name(f".{out.name}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        model = _unwrap(self.model)
+        if self.config.lora is not None:
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(partial, safe_serialization=True)
+        _copy_tokenizer_files(self.model_dir, partial)
+        config_path = partial / "config.json"
+        data = json.loads(config_path.read_text())
+        data["dtype"] = data["torch_dtype"] = "float32"
+        config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(partial, out)
+        return out
+
+    def export_adapter(self, out_dir) -> Path:
+        """The LoRA adapter alone (adapter_config.json + weights), for vLLM's LoRA hot-load."""
+        if self.config.lora is None:
+            raise ValueError("export_adapter needs a LoRA run")
+        out = Path(out_dir)
+        _unwrap(self.model).save_pretrained(out, safe_serialization=True)
+        return out
+
+    # ---- internals --------------------------------------------------------------------------------
+
+    def _autocast(self):
+        dtype = self.autocast_dtype
+        return torch.autocast(device_type="cuda", dtype=dtype) if dtype is not None else nullcontext()
+
+    def _recompute_logprobs(self, samples) -> list[torch.Tensor]:
+        out: list[torch.Tensor] = [None] * len(samples)
+        for row_indices in plan_rows([len(s.input_ids) for s in samples], self.config.micro_batch_tokens):
+            parts = self.logprobs([samples[i].input_ids for i in row_indices])
+            for index, part in zip(row_indices, parts, strict=True):
+                out[index] = part
+        return out
+
+    def _micro_batch(self, samples, indices, token_advantages, recomputed, current_version, denominator,
+                     totals: Counter, maxima: dict) -> float:
+        config = self.config
+        device = self.device
+        mask = pack_values([samples[i].loss_mask for i in indices], torch.long).to(device)
+        if not int(mask.sum()):
+            return 0.0
+        with self._autocast():
+            logp = micro_batch_logprobs(self.model, [samples[i].input_ids for i in indices],
+                                        [samples[i].loss_mask for i in indices], layout=self.layout,
+                                        attention=config.attention, temperature=config.temperature)
+        logp = logp.float()
+        scale = self.world_size  # FSDP averages gradients over ranks; the denominator is already global
+        loss_tokens = int(mask.sum())
+        totals["loss_tokens"] += loss_tokens
+        if config.algorithm == "sft":
+            loss, _ = sft_loss(logp, mask, denominator=denominator)
+            totals["kept"] += loss_tokens
+            (loss * scale).backward()
+            return float(loss.detach())
+        behaviour = pack_values([samples[i].logprobs for i in indices]).to(device)
+        advantages = torch.cat([token_advantages[i] for i in indices]).to(device)
+        with torch.no_grad():
+            drift = torch.where(mask.bool(), logp.detach() - behaviour, torch.zeros_like(logp))
+            totals["kl_sum"] += float(0.5 * drift.square().sum())
+        if config.algorithm == "grpo":
+            loss, stats = ppo_loss(logp, behaviour, advantages, mask,
+                                   PPOConfig(eps_clip=config.eps_clip, eps_clip_high=config.eps_clip_high),
+                                   denominator=denominator)
+        else:
+            if config.proximal == "loglinear":
+                if current_version is None:
+                    raise ValueError("the log-linear proximal approximation needs current_version")
+                versions = pack_values([samples[i].versions for i in indices], torch.long).to(device)
+                proximal = loglinear_proximal_logprobs(behaviour, logp, versions, current_version)
+            elif recomputed is not None:
+                proximal = torch.cat([recomputed[i] for i in indices]).to(device)
+            else:
+                proximal = logp.detach()
+            keep = None
+            if config.kpop_threshold is not None:
+                keep = kpop_filter(behaviour, proximal, mask, config.kpop_threshold).keep_mask
+            loss, stats = decoupled_ppo_loss(
+                logp, proximal, behaviour, advantages, mask,
+                PPOConfig(eps_clip=config.eps_clip, eps_clip_high=config.eps_clip_high,
+                          behaviour_weight_cap=config.behaviour_weight_cap, cap_mode=config.cap_mode),
+                keep_mask=keep, denominator=denominator)
+        (loss * scale).backward()
+        totals["kept"] += stats.kept_count
+        totals["clipped"] += round(stats.clip_fraction * stats.kept_count)
+        maxima["importance"] = max(maxima["importance"], stats.importance_weight_max)
+        maxima["behaviour"] = max(maxima["behaviour"], stats.behaviour_weight_max)
+        return float(loss.detach())
+
+    def _clip(self) -> float:
+        limit = self.config.max_grad_norm if self.config.max_grad_norm is not None else math.inf
+        clip = getattr(self.model, "clip_grad_norm_", None)  # FSDP1 exposes its own
+        norm = clip(limit) if clip is not None else torch.nn.utils.clip_grad_norm_(self.parameters, limit)
+        if hasattr(norm, "full_tensor"):  # FSDP2 DTensor
+            norm = norm.full_tensor()
+        return float(norm)
+
+    def _trainable_state(self) -> dict:
+        model = _unwrap(self.model)
+        if self.config.lora is not None:
+            from peft import get_peft_model_state_dict
+
+            return {key: value.detach().cpu().clone() for key, value in get_peft_model_state_dict(model).items()}
+        return {key: value.detach().cpu().clone() for key, value in model.state_dict().items()}
+
+    def _state(self) -> dict:
+        return {
+            "model": self._trainable_state(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "rng": _rng_state(),
+            "step": self.step_count,
+            "data_position": self.data_position,
+            "config": self.config.to_dict(),
+        }
+
+    def _load_state(self, state: dict) -> None:
+        model = _unwrap(self.model)
+        if self.config.lora is not None:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(model, state["model"])
+        else:
+            model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        self.step_count = int(state["step"])
+        self.data_position = int(state["data_position"])
+        _set_rng_state(state["rng"])
+
+
+def latest_checkpoint(directory) -> CheckpointInfo | None:
+    """The checkpoint `directory/latest` names, or None when there is none (a fresh run)."""
+    directory = Path(directory)
+    pointer = directory / LATEST_FILE
+    if not pointer.exists():
+        return None
+    path = directory / pointer.read_text().strip()
+    if not (path / "state.json").exists():
+        return None
+    state = json.loads((path / "state.json").read_text())
+    return CheckpointInfo(path=str(path), step=int(state["step"]), data_position=int(state["data_position"]))
+
+
+def _split(count: int, parts: int) -> list[list[int]]:
+    parts = max(1, min(parts, count))
+    size, extra = divmod(count, parts)
+    chunks, start = [], 0
+    for part in range(parts):
+        end = start + size + (1 if part < extra else 0)
+        chunks.append(list(range(start, end)))
+        start = end
+    return chunks
+
+
+def _unwrap(model):
+    return getattr(model, "module", model)
+
+
+def _copy_tokenizer_files(source: Path, target: Path) -> None:
+    for name in TOKENIZER_FILES:
+        if (source / name).exists():
+            shutil.copy2(source / name, target / name)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _rng_state() -> dict:
+    import numpy
+
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(), "numpy": numpy.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    import numpy
+
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    numpy.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

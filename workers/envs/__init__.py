@@ -1,0 +1,1 @@
+"""Demo environments: agent tasks whose success a program checks (no Django)."""

@@ -1,0 +1,119 @@
+"""Simulated live traffic for the demo (no Django): users drive the unmodified openai-SDK agent through the
+gateway, each conversation an AReaL-style RL session, and give feedback through the public API.
+
+One user's turn: POST /rl/start_session (429 → wait Retry-After: the online run's back-pressure) → the agent's
+episode with the session key as its api_key → thumbs (and sometimes a correction) via POST /v1/rewards with
+source `user` → for a share of sessions an annotator's 0 / 0.5 / 1 label via /v1/rewards with source
+`annotator` → POST /rl/end_session. Counters are kept for the terminal's live figures.
+"""
+
+import random
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from workers.envs import weather
+from workers.envs.agent import run_episode
+from workers.envs.users import SimulatedAnnotator, SimulatedUser
+
+
+@dataclass
+class TrafficStats:
+    episodes: int = 0
+    successes: int = 0
+    thumbs_up: int = 0
+    corrections: int = 0
+    annotations: int = 0
+    held_back: int = 0  # 429 answers of /rl/start_session
+    errors: int = 0
+    rejected_rewards: int = 0
+    last_problem: str = ""
+    recent: deque = field(default_factory=lambda: deque(maxlen=64))  # (success, reward) of the latest episodes
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def recent_success(self) -> float | None:
+        with self.lock:
+            return sum(s for s, _ in self.recent) / len(self.recent) if self.recent else None
+
+    def recent_reward(self) -> float | None:
+        with self.lock:
+            return sum(r for _, r in self.recent) / len(self.recent) if self.recent else None
+
+
+class Traffic:
+    def __init__(self, *, gateway_url: str, api_key: str, model: str, users: int = 3, seed: int = 0,
+                 user: SimulatedUser | None = None, annotator: SimulatedAnnotator | None = None):
+        self.gateway_url, self.api_key, self.model = gateway_url.rstrip("/"), api_key, model
+        self.users, self.seed = users, seed
+        self.user = user or SimulatedUser()
+        self.annotator = annotator or SimulatedAnnotator()
+        self.stats = TrafficStats()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> "Traffic":
+        for number in range(self.users):
+            thread = threading.Thread(target=self._user, args=(number,), name=f"demo-user-{number}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=timeout)
+
+    def _user(self, number: int) -> None:
+        import httpx
+        import openai
+
+        rng = random.Random(f"user:{self.seed}:{number}")
+        tasks = iter(weather.make_tasks(split="train", count=100_000, seed=self.seed * 1000 + number))
+        http = httpx.Client(base_url=self.gateway_url, timeout=60)
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        while not self._stop.is_set():
+            task = next(tasks)
+            try:
+                started = http.post("/rl/start_session", json={"task_id": task.task_id}, headers=headers)
+                if started.status_code == 429:
+                    with self.stats.lock:
+                        self.stats.held_back += 1
+                    self._stop.wait(float(started.headers.get("retry-after", "1")))
+                    continue
+                started.raise_for_status()
+                session = started.json()
+                client = openai.OpenAI(base_url=f"{self.gateway_url}/v1", api_key=session["api_key"], max_retries=2)
+                episode = run_episode(client, model=self.model, task=task)
+                outcome = episode.outcome
+                feedback = self.user.react(task, outcome, rng)
+                session_headers = {"Authorization": f"Bearer {session['api_key']}"}
+                reward_headers = headers
+                target = {"session_id": session["session_id"]}
+                rewards = [{**target, "value": 1.0 if feedback.thumbs_up else 0.0, "kind": "numeric", "source": "user",
+                            "idempotency_key": f"thumb-{session['session_id']}"}]
+                if feedback.correction:
+                    rewards.append({**target, "kind": "critique", "label": feedback.correction, "source": "user",
+                                    "idempotency_key": f"fix-{session['session_id']}"})
+                annotated = self.annotator.wants(rng)
+                if annotated:
+                    rewards.append({**target, "value": self.annotator.label(outcome, rng), "kind": "numeric",
+                                    "source": "annotator", "idempotency_key": f"label-{session['session_id']}"})
+                for reward in rewards:
+                    answer = http.post("/v1/rewards", headers=reward_headers, json=reward)
+                    if answer.status_code >= 400:
+                        with self.stats.lock:
+                            self.stats.rejected_rewards += 1
+                            self.stats.last_problem = f"{reward['source']} {reward['kind']}: {answer.text[:200]}"
+                http.post("/rl/end_session", json={}, headers=session_headers)
+                with self.stats.lock:
+                    self.stats.episodes += 1
+                    self.stats.successes += outcome.success
+                    self.stats.thumbs_up += feedback.thumbs_up
+                    self.stats.corrections += feedback.correction is not None
+                    self.stats.annotations += annotated
+                    self.stats.recent.append((outcome.success, 1.0 if feedback.thumbs_up else 0.0))
+            except (httpx.HTTPError, openai.OpenAIError, KeyError, ValueError):
+                with self.stats.lock:
+                    self.stats.errors += 1
+                self._stop.wait(1.0)
+        http.close()

@@ -1,0 +1,122 @@
+"""Candidate vs baseline: per-metric differences with bootstrap confidence intervals, and per-case flips."""
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Interval:
+    """candidate − baseline, with a percentile bootstrap interval; `paired` when cases were matched by key."""
+
+    difference: float
+    low: float
+    high: float
+    candidate_mean: float
+    baseline_mean: float
+    samples: int
+    paired: bool
+
+    @property
+    def significant(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+
+@dataclass(frozen=True)
+class Flips:
+    regressed: tuple[str, ...]  # passed on the baseline, fail on the candidate
+    fixed: tuple[str, ...]  # failed on the baseline, pass on the candidate
+    unchanged: int
+    only_candidate: tuple[str, ...]
+    only_baseline: tuple[str, ...]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _percentile(sorted_values: list[float], fraction: float) -> float:
+    position = fraction * (len(sorted_values) - 1)
+    lower, upper = math.floor(position), math.ceil(position)
+    return sorted_values[lower] + (sorted_values[upper] - sorted_values[lower]) * (position - lower)
+
+
+def bootstrap_difference(candidate: Sequence[float], baseline: Sequence[float], *, paired: bool = False,
+                         resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval | None:
+    """Mean difference with a percentile bootstrap interval. Paired: both sequences are per-case values in the
+    same order and cases are resampled together (the right test for one suite run twice); otherwise each arm
+    is resampled on its own (canary traffic). None when an arm is empty. Deterministic for a given seed."""
+    if not candidate or not baseline:
+        return None
+    if paired and len(candidate) != len(baseline):
+        raise ValueError("paired samples need equal lengths")
+    rng = random.Random(seed)
+    observed = _mean(candidate) - _mean(baseline)
+    differences = []
+    if paired:
+        deltas = [first - second for first, second in zip(candidate, baseline, strict=True)]
+        count = len(deltas)
+        for _ in range(resamples):
+            differences.append(sum(deltas[rng.randrange(count)] for _ in range(count)) / count)
+    else:
+        for _ in range(resamples):
+            first = [candidate[rng.randrange(len(candidate))] for _ in candidate]
+            second = [baseline[rng.randrange(len(baseline))] for _ in baseline]
+            differences.append(_mean(first) - _mean(second))
+    differences.sort()
+    tail = (1 - confidence) / 2
+    return Interval(difference=observed, low=_percentile(differences, tail), high=_percentile(differences, 1 - tail),
+                    candidate_mean=_mean(candidate), baseline_mean=_mean(baseline),
+                    samples=min(len(candidate), len(baseline)), paired=paired)
+
+
+def case_flips(candidate: Mapping[str, bool], baseline: Mapping[str, bool]) -> Flips:
+    """Which cases changed verdict between the runs (keys are case keys; values: passed)."""
+    shared = sorted(set(candidate) & set(baseline))
+    return Flips(
+        regressed=tuple(key for key in shared if baseline[key] and not candidate[key]),
+        fixed=tuple(key for key in shared if candidate[key] and not baseline[key]),
+        unchanged=sum(1 for key in shared if candidate[key] == baseline[key]),
+        only_candidate=tuple(sorted(set(candidate) - set(baseline))),
+        only_baseline=tuple(sorted(set(baseline) - set(candidate))),
+    )
+
+
+@dataclass(frozen=True)
+class CaseValue:
+    key: str
+    category: str
+    score: float
+    passed: bool
+
+
+@dataclass(frozen=True)
+class Comparison:
+    metrics: dict[str, Interval]
+    flips: Flips
+
+
+def compare_runs(candidate: Sequence[CaseValue], baseline: Sequence[CaseValue], *, resamples: int = 2000,
+                 seed: int = 0) -> Comparison:
+    """Paired comparison of two runs of one suite: `score` and `pass_rate` overall and per category
+    (`<category>.pass_rate`), over the cases both runs scored."""
+    by_key = {value.key: value for value in baseline}
+    pairs = [(value, by_key[value.key]) for value in candidate if value.key in by_key]
+    metrics: dict[str, Interval] = {}
+    groups = {"": pairs}
+    for pair in pairs:
+        groups.setdefault(pair[0].category, []).append(pair)
+    for category, members in groups.items():
+        if not members:
+            continue
+        prefix = f"{category}." if category else ""
+        metrics[f"{prefix}pass_rate"] = bootstrap_difference(
+            [float(first.passed) for first, _ in members], [float(second.passed) for _, second in members],
+            paired=True, resamples=resamples, seed=seed)
+        if not category:
+            metrics["score"] = bootstrap_difference([first.score for first, _ in members],
+                                                    [second.score for _, second in members], paired=True,
+                                                    resamples=resamples, seed=seed)
+    flips = case_flips({value.key: value.passed for value in candidate}, {value.key: value.passed for value in baseline})
+    return Comparison(metrics=metrics, flips=flips)

@@ -1,0 +1,1 @@
+"""Django-free reward logic: spec checks, source combination, evaluators and agreement statistics."""

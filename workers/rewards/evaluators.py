@@ -1,0 +1,141 @@
+"""Rule-based evaluators: a trajectory's outcome in, a reward value out. Pure except `program_check`, which
+runs an operator-installed program from a fixed directory with the outcome as JSON on stdin."""
+
+import json
+import math
+import os
+import re
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import jsonschema
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    call_id: str
+    name: str
+    succeeded: bool | None  # None: no result recorded
+
+
+@dataclass(frozen=True)
+class Outcome:
+    task_id: str = ""
+    final_text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    environment: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EvaluatorResult:
+    value: float
+    label: str = ""
+
+
+class EvaluatorError(Exception):
+    """The evaluator could not judge (bad config, program missing or timed out): no reward is stored."""
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.strip().lower().split())
+
+
+def _expected(outcome: Outcome, config: dict) -> str:
+    by_task = config.get("expected_by_task") or {}
+    if outcome.task_id in by_task:
+        return str(by_task[outcome.task_id])
+    if "expected" not in config:
+        raise EvaluatorError(f"no expected answer for task {outcome.task_id!r}")
+    return str(config["expected"])
+
+
+def exact_match(outcome: Outcome, config: dict) -> EvaluatorResult:
+    """1 when the final answer equals the expected one (whitespace and case folded unless `strict`)."""
+    expected = _expected(outcome, config)
+    same = (outcome.final_text == expected) if config.get("strict") else (
+        _normalized(outcome.final_text) == _normalized(expected))
+    return EvaluatorResult(1.0 if same else 0.0, "match" if same else "no match")
+
+
+def regex_match(outcome: Outcome, config: dict) -> EvaluatorResult:
+    """1 when the pattern is found in the final answer (`fullmatch: true` for the whole answer)."""
+    try:
+        pattern = re.compile(config["pattern"], re.IGNORECASE if config.get("ignore_case") else 0)
+    except (KeyError, re.error) as error:
+        raise EvaluatorError(f"bad pattern: {error}") from None
+    found = pattern.fullmatch(outcome.final_text.strip()) if config.get("fullmatch") else pattern.search(
+        outcome.final_text)
+    return EvaluatorResult(1.0 if found else 0.0, "match" if found else "no match")
+
+
+def json_schema_valid(outcome: Outcome, config: dict) -> EvaluatorResult:
+    """1 when the final answer parses as JSON and satisfies the schema."""
+    schema = config.get("schema")
+    if not isinstance(schema, dict):
+        raise EvaluatorError("config.schema must be a JSON Schema object")
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as error:
+        raise EvaluatorError(f"invalid schema: {error.message}") from None
+    try:
+        document = json.loads(outcome.final_text)
+    except ValueError:
+        return EvaluatorResult(0.0, "not JSON")
+    problem = next(iter(jsonschema.Draft202012Validator(schema).iter_errors(document)), None)
+    return EvaluatorResult(0.0, f"invalid: {problem.message}"[:200]) if problem else EvaluatorResult(1.0, "valid")
+
+
+def tool_call_succeeded(outcome: Outcome, config: dict) -> EvaluatorResult:
+    """1 when the agent called the tool (`tool`, or any) and every such call's result succeeded."""
+    calls = [call for call in outcome.tool_calls if not config.get("tool") or call.name == config["tool"]]
+    if not calls:
+        return EvaluatorResult(0.0, "no tool call")
+    if any(call.succeeded is not True for call in calls):
+        return EvaluatorResult(0.0, "a tool call failed or has no result")
+    return EvaluatorResult(1.0, f"{len(calls)} tool calls succeeded")
+
+
+def program_check(outcome: Outcome, config: dict, *, programs_dir: str | None = None) -> EvaluatorResult:
+    """Runs `argv` (its program must live in the programs directory, `AREAL_EVALUATOR_PROGRAMS_DIR`) with the
+    outcome as JSON on stdin. Exit 0 passes (1.0), any other fails (0.0); a number on the last stdout line
+    is taken as the value instead."""
+    directory = programs_dir or os.environ.get("AREAL_EVALUATOR_PROGRAMS_DIR", "")
+    argv = config.get("argv")
+    if not directory:
+        raise EvaluatorError("program evaluators need AREAL_EVALUATOR_PROGRAMS_DIR on the worker")
+    if not isinstance(argv, list) or not argv or not all(isinstance(part, str) for part in argv):
+        raise EvaluatorError("config.argv must be a non-empty list of strings")
+    root = Path(directory).resolve()
+    program = (root / argv[0]).resolve()
+    if root not in program.parents or not program.is_file() or not os.access(program, os.X_OK):
+        raise EvaluatorError(f"{argv[0]!r} is not an executable in the programs directory")
+    try:
+        finished = subprocess.run([str(program), *argv[1:]], input=json.dumps(asdict(outcome)), capture_output=True,
+                                  text=True, timeout=float(config.get("timeout_s", 10)), cwd=root, check=False,
+                                  env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    except subprocess.TimeoutExpired:
+        raise EvaluatorError(f"{argv[0]} timed out") from None
+    lines = finished.stdout.strip().splitlines()
+    try:
+        value = float(lines[-1]) if lines else None
+    except ValueError:
+        value = None
+    if value is not None and math.isfinite(value):
+        return EvaluatorResult(value, f"exit {finished.returncode}")
+    return EvaluatorResult(1.0 if finished.returncode == 0 else 0.0, f"exit {finished.returncode}")
+
+
+EVALUATORS = {
+    "exact_match": exact_match,
+    "regex": regex_match,
+    "json_schema": json_schema_valid,
+    "tool_call_succeeded": tool_call_succeeded,
+    "program": program_check,
+}
+
+
+def run_evaluator(kind: str, config: dict, outcome: Outcome) -> EvaluatorResult:
+    if kind not in EVALUATORS:
+        raise EvaluatorError(f"unknown evaluator kind {kind!r}")
+    return EVALUATORS[kind](outcome, config)

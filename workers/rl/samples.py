@@ -1,0 +1,166 @@
+"""Training samples from ATDP trajectories: the training view, minus retry orphans, under a staleness bound.
+
+The merge itself is workers.atdp.training_view.training_samples (reused, not duplicated): consecutive
+llm_calls merge into one sample only when the next call's prompt ids begin with the whole sample so
+far (same tokenizer); the prompt's new part (tool output, the next user turn, template tokens) is
+context with loss_mask 0, logprob 0.0 and version -1; completions carry loss_mask 1 and their
+behaviour logprobs and per-token policy versions. This module adds:
+
+- Retry orphans dropped before the merge: an llm_call that a later call retried (the later one's
+  `retry_of`, in `result` as ATDP export writes it or at the top level as the gateway journal does,
+  names it) was replaced and never reached the agent; an aborted llm_call never finished. Keeping
+  either would make a spurious sample (the retry's prompt does not extend the orphan's completion).
+- `turns`: for every token, the index (within its sample) of the llm_call that contributed it, so
+  advantages can discount reward across turns.
+- The staleness bound eta: with the current policy version V, a generated token sampled by version
+  v < V - eta is stale. `staleness="sample"` drops every sample holding a stale token (AReaL's bound on
+  whole rollouts); `staleness="token"` only masks stale tokens from the loss (they stay as context),
+  and drops a sample left without generated tokens. Both are counted, and a histogram of V - v over the
+  kept generated tokens is returned for the staleness chart.
+- Frozen dataclasses out; samples without a reward or without a generated token are dropped, counted.
+"""
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from workers.atdp.training_view import training_blockers, training_samples
+
+STALENESS_MODES = ("sample", "token")
+
+
+@dataclass(frozen=True)
+class TrainingSample:
+    input_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    logprobs: tuple[float, ...]  # behaviour logprob of each generated token; 0.0 on context
+    versions: tuple[int, ...]  # policy version that sampled each generated token; -1 on context
+    turns: tuple[int, ...]  # index of the llm_call (within this sample) each token came from
+    reward: float | None
+    group_id: str | None
+    task_id: str | None
+    trajectory_id: str
+    step_ids: tuple[str, ...]
+
+    @property
+    def generated_count(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.step_ids)
+
+
+@dataclass(frozen=True)
+class SampleCounts:
+    trajectories: int = 0
+    blocked_trajectories: int = 0  # training_blockers() named a reason (only with check_blockers)
+    samples: int = 0  # kept
+    retry_orphans: int = 0  # superseded llm_calls dropped
+    aborted_calls: int = 0  # aborted llm_calls dropped
+    stale_tokens: int = 0  # generated tokens older than V - eta (masked, or dropped with their sample)
+    stale_samples: int = 0  # samples dropped for staleness
+    no_reward: int = 0  # samples dropped for want of a reward
+    empty_samples: int = 0  # samples with no generated token
+
+
+@dataclass(frozen=True)
+class SampleSet:
+    samples: tuple[TrainingSample, ...]
+    counts: SampleCounts
+    staleness_histogram: tuple[tuple[int, int], ...]  # (V - v, kept generated tokens), sorted; empty without V
+
+
+def dropped_calls(record: dict) -> tuple[set[str], set[str]]:
+    """(retry orphans, aborted calls): the step ids of llm_calls kept out of the samples."""
+    retried = set()
+    aborted = set()
+    for step in record["steps"]:
+        retry_of = step.get("retry_of") or (step.get("result") or {}).get("retry_of")
+        if retry_of:
+            retried.add(str(retry_of))
+        if step["kind"] == "llm_call" and (step.get("aborted") or (step.get("result") or {}).get("aborted")):
+            aborted.add(step["step_id"])
+    calls = {step["step_id"] for step in record["steps"] if step["kind"] == "llm_call"}
+    orphans = retried & calls
+    return orphans, aborted - orphans
+
+
+def trajectory_samples(record: dict, *, current_version: int | None = None, eta: int | None = None,
+                       staleness: str = "sample", require_reward: bool = True) -> SampleSet:
+    return build_samples([record], current_version=current_version, eta=eta, staleness=staleness,
+                         require_reward=require_reward)
+
+
+def build_samples(records: Iterable[dict], *, current_version: int | None = None, eta: int | None = None,
+                  staleness: str = "sample", require_reward: bool = True, check_blockers: bool = False
+                  ) -> SampleSet:
+    """Samples of every record in order. `eta` needs `current_version`; None disables the bound."""
+    if staleness not in STALENESS_MODES:
+        raise ValueError(f"staleness must be one of {STALENESS_MODES}")
+    if eta is not None and (current_version is None or eta < 0):
+        raise ValueError("a staleness bound needs current_version and eta >= 0")
+    counts = Counter()
+    histogram = Counter()
+    kept: list[TrainingSample] = []
+    for record in records:
+        counts["trajectories"] += 1
+        if check_blockers and training_blockers(record):
+            counts["blocked_trajectories"] += 1
+            continue
+        orphans, aborted = dropped_calls(record)
+        counts["retry_orphans"] += len(orphans)
+        counts["aborted_calls"] += len(aborted)
+        steps = [step for step in record["steps"] if step["step_id"] not in orphans | aborted]
+        by_id = {step["step_id"]: step for step in steps}
+        for view in training_samples({**record, "steps": steps}):
+            sample = _to_sample(view, record, by_id)
+            if require_reward and sample.reward is None:
+                counts["no_reward"] += 1
+                continue
+            if eta is not None:
+                sample, stale = _apply_staleness(sample, current_version - eta, staleness)
+                counts["stale_tokens"] += stale
+                if sample is None:
+                    counts["stale_samples"] += 1
+                    continue
+            if not sample.generated_count:
+                counts["empty_samples"] += 1
+                continue
+            if current_version is not None:
+                histogram.update(current_version - version
+                                 for version, mask in zip(sample.versions, sample.loss_mask, strict=True)
+                                 if mask and version >= 0)
+            kept.append(sample)
+    counts["samples"] = len(kept)
+    return SampleSet(samples=tuple(kept), counts=SampleCounts(**counts),
+                     staleness_histogram=tuple(sorted(histogram.items())))
+
+
+def _to_sample(view: dict, record: dict, steps: dict[str, dict]) -> TrainingSample:
+    turns: list[int] = []
+    for turn, step_id in enumerate(view["step_ids"]):
+        tokens = steps[step_id]["tokens"]
+        end = len(tokens["prompt_ids"]) + len(tokens["completion_ids"])
+        turns += [turn] * (end - len(turns))
+    reward = view["reward"]
+    return TrainingSample(
+        input_ids=tuple(view["input_ids"]), loss_mask=tuple(int(m) for m in view["loss_mask"]),
+        logprobs=tuple(float(x) for x in view["logprobs"]), versions=tuple(int(v) for v in view["versions"]),
+        turns=tuple(turns), reward=float(reward) if reward is not None else None, group_id=view["group_id"],
+        task_id=record.get("task_id"), trajectory_id=view["trajectory_id"], step_ids=tuple(view["step_ids"]),
+    )
+
+
+def _apply_staleness(sample: TrainingSample, oldest: int, mode: str) -> tuple[TrainingSample | None, int]:
+    stale = [bool(mask) and 0 <= version < oldest for mask, version in zip(sample.loss_mask, sample.versions,
+                                                                             strict=True)]
+    count = sum(stale)
+    if not count:
+        return sample, 0
+    if mode == "sample":
+        return None, count
+    mask = tuple(0 if old else m for m, old in zip(sample.loss_mask, stale, strict=True))
+    if not any(mask):
+        return None, count
+    return replace(sample, loss_mask=mask), count
