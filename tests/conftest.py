@@ -59,11 +59,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 
 
+def clear_cache():
+    """Empties this session's cache. On Redis only this session's keys go: `cache.clear()` would FLUSHDB the
+    database the Celery broker and the channel layer share, under any other test session on the machine."""
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
+        cache.clear()
+        return
+    client = cache._cache.get_client(write=True)
+    prefix = settings.CACHES["default"].get("KEY_PREFIX") or ""
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    cache.clear()
+    clear_cache()
     yield
-    cache.clear()
+    clear_cache()
 
 
 @pytest.fixture

@@ -110,7 +110,8 @@ if REDIS_URL:
             "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("AREAL_CHANNEL_PREFIX", "areal")},
         }
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": env_str("AREAL_CACHE_PREFIX", "")}}
 else:
     _broker_dir = VAR_DIR / "broker"
     for _folder in ("queue", "processed", "control"):

@@ -18,7 +18,11 @@ os.environ.setdefault("AREAL_VAR_DIR", str(Path(__file__).resolve().parents[2] /
 if env_bool("CI", False):
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/areal")
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/11")
+    # Two test sessions on one machine (a developer's run beside CI's) must not share a test database, cache
+    # keys or channel groups: each takes names of its own, inherited by the processes it starts.
+    os.environ.setdefault("AREAL_TEST_DATABASE_NAME", f"test_areal_{os.getpid()}")
     os.environ.setdefault("AREAL_CHANNEL_PREFIX", f"areal-test-{os.getpid()}")
+    os.environ.setdefault("AREAL_CACHE_PREFIX", f"areal-test-{os.getpid()}")
 
 from areal_web.settings.base import *  # noqa: E402, F403
 from areal_web.settings.base import DATABASES  # noqa: E402
@@ -32,6 +36,8 @@ STORAGES = {
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A file, not :memory:, so that worker processes and the live server see the same test database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405
+elif os.environ.get("AREAL_TEST_DATABASE_NAME"):
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["AREAL_TEST_DATABASE_NAME"]}
 
 # Worker processes started by the tests must use the test database the suite created.
 if env_bool("AREAL_USE_TEST_DATABASE", False):

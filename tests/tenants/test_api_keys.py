@@ -76,9 +76,9 @@ def test_rotation_keeps_old_key_for_the_grace_period_then_refuses_it(api_client,
     assert admin.get(f"/api/v1/keys/{old['id']}/").json()["status"] == "rotating"
     # The grace period ends: the cached entry carries grace_until, so no eviction is needed.
     ApiKey.objects.filter(pk=old["id"]).update(grace_until=timezone.now() - timedelta(seconds=1))
-    from django.core.cache import cache
+    from tests.conftest import clear_cache
 
-    cache.clear()
+    clear_cache()
     response = _use(old["key"])
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "key_rotated"

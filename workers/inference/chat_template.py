@@ -1,4 +1,8 @@
-"""The default model's chat template (jinja, stored in tokenizer_config.json by modelgen)."""
+"""The default model's chat template (jinja, stored in tokenizer_config.json by modelgen).
+
+Tool definitions and tool-call arguments are rendered with sorted keys: PostgreSQL's jsonb does not keep key
+order, so a tool list read back from the database (an eval case, a replayed step) must render the same
+prompt as the one the agent sent live."""
 
 CHAT_TEMPLATE = r"""{#- Qwen-style ChatML: tools go into the system turn, tool calls are <tool_call>{json}</tool_call>,
     consecutive tool results share one user turn wrapped in <tool_response> tags. -#}
@@ -12,7 +16,7 @@ CHAT_TEMPLATE = r"""{#- Qwen-style ChatML: tools go into the system turn, tool c
     {{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' }}
     {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}
     {%- for tool in tools %}
-        {{- '\n' + (tool | tojson) }}
+        {{- '\n' + (tool | tojson(sort_keys=True)) }}
     {%- endfor %}
     {{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments ' }}
     {{- 'within <tool_call></tool_call> XML tags:\n' }}
@@ -46,7 +50,7 @@ CHAT_TEMPLATE = r"""{#- Qwen-style ChatML: tools go into the system turn, tool c
             {%- if tool_call.arguments is string %}
                 {{- tool_call.arguments }}
             {%- else %}
-                {{- tool_call.arguments | tojson }}
+                {{- tool_call.arguments | tojson(sort_keys=True) }}
             {%- endif %}
             {{- '}</tool_call>' }}
         {%- endfor %}

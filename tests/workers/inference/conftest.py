@@ -27,6 +27,7 @@ WEATHER_TOOL = {
 WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 WEATHER_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 ADMIN_TOKEN = "test-admin-token"
+MEMORIZED_MARGIN = 5.0  # logits
 
 
 @dataclass(frozen=True)
@@ -60,20 +61,23 @@ def tool_model_dir(default_model_dir, tmp_path_factory):
     labels = torch.tensor([[-100] * len(prompt_ids) + target_ids])
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    steps_after_memorized = None
-    for _ in range(300):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    target = torch.tensor(target_ids)
+    positions = torch.arange(len(target_ids))
+    for _ in range(400):
         output = model(input_ids=input_ids, labels=labels)
-        predicted = output.logits[0, len(prompt_ids) - 1: -1].argmax(dim=-1)
-        if predicted.tolist() == target_ids:  # teacher-forced argmax == greedy decoding of the target
-            steps_after_memorized = (steps_after_memorized or 0) + 1
-        if steps_after_memorized == 10:  # a margin, so batching's float noise cannot flip a token
+        logits = output.logits[0, len(prompt_ids) - 1: -1].detach()
+        # Teacher-forced margin of each target token over the best other token: greedy decoding emits the
+        # call, and a margin this wide cannot be flipped by batching's float noise in another process.
+        chosen = logits[positions, target]
+        logits[positions, target] = float("-inf")
+        if (chosen - logits.max(dim=-1).values).min() >= MEMORIZED_MARGIN:
             break
         optimizer.zero_grad()
         output.loss.backward()
         optimizer.step()
     else:
-        raise AssertionError("the tool-call transcript was not memorized in 300 steps")
+        raise AssertionError(f"the tool-call transcript was not memorized (margin {MEMORIZED_MARGIN}) in 400 steps")
     model.eval()
     model.save_pretrained(out)
     return out

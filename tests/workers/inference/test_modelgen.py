@@ -66,7 +66,11 @@ def test_chat_template_renders_tools_calls_and_results(default_model_dir):
     ]
     text = tokenizer.apply_chat_template(messages, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=False)
     assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
-    assert json.dumps(WEATHER_TOOL) in text
+    assert json.dumps(WEATHER_TOOL, sort_keys=True) in text
+    # Key order is not part of a tool definition (PostgreSQL's jsonb reorders keys): the prompt is the same.
+    reordered = {"function": dict(reversed(list(WEATHER_TOOL["function"].items()))), "type": "function"}
+    assert tokenizer.apply_chat_template(messages, tools=[reordered], add_generation_prompt=True,
+                                         tokenize=False) == text
     assert '<|im_start|>assistant\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' \
            '<|im_end|>\n' in text
     assert '<|im_start|>user\n<tool_response>\n{"celsius": 21}\n</tool_response><|im_end|>\n' in text
