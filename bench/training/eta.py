@@ -1,0 +1,301 @@
+"""Asynchronous (η = 2) vs synchronous (η = 0) online RL on the weather desk, in one process, no Django.
+
+    .venv/bin/python -m bench.training.eta --base DIR --samples 96 --batch 16 [--rounds 2]
+
+Real components: a rollout thread plays the environment's two-turn episodes (workers.envs.weather) on an
+in-process InferenceEngine and keeps every generated token's id, behaviour logprob and policy version;
+episodes become ATDP-shaped records, turned into samples by workers.rl.samples.build_samples under the
+staleness bound (as the product's online run does); the main thread trains one decoupled-PPO step per
+`--batch` episodes, exports the weights and swaps them into the engine (InferenceEngine.load_checkpoint,
+what the embedded server's /admin/load calls) as the next version.
+
+Back-pressure is AReaL's (apps.training.online.online_capacity): with v versions published, at most
+(η + v + 1)·B episodes may have been started, dropped ones not counted. η = 0 is strictly synchronous:
+generate B, train, publish, generate B... Both arms start from the same base, seed and tasks and train the
+same number of episodes; the wall clock runs from the first rollout to the last publication. The held-out
+success of each arm's final version is measured afterwards (workers.envs.warmup.heldout_success).
+"""
+
+import argparse
+import json
+import queue
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from workers.envs import warmup, weather  # noqa: E402
+
+ARM_ETAS = {"sync": 0, "async": 2}
+
+
+def play(engine, tokenizer, tasks, *, first_number: int, group: int, max_tokens: int, seed: int) -> list[dict]:
+    """`group` episodes per task, all submitted at once (the engine batches them), as ATDP-shaped records
+    whose llm_call steps keep the engine's token ids, behaviour logprobs and per-token policy versions.
+    Reward: 1.0 when weather.check passes (the simulated user's thumbs, without noise), else 0.0."""
+    from workers.inference.chat import parse_assistant_text
+    from workers.inference.sampling import SamplingParams
+
+    episodes = []
+    for index, task in enumerate(tasks):
+        for member in range(group):
+            number = first_number + index * group + member
+            episodes.append({"task": task, "number": number, "messages": task.opening(), "steps": []})
+    live = episodes
+    for turn in range(2):
+        streams = []
+        for episode in live:
+            prompt = warmup._render(tokenizer, episode["messages"], generation_prompt=True)
+            params = SamplingParams(max_tokens=max_tokens, temperature=1.0,
+                                    seed=seed * 100_003 + episode["number"] * 7 + turn)
+            streams.append((episode, prompt, engine.submit(prompt, params, incremental=False)))
+        following = []
+        for episode, prompt, stream in streams:
+            choice = stream.result().choices[0]
+            episode["steps"].append({
+                "step_id": f"episode-{episode['number']}-turn-{turn}", "kind": "llm_call", "pii": {"redacted": False},
+                "tokens": {"tokenizer": "bench", "prompt_ids": list(prompt), "completion_ids": list(choice.token_ids),
+                           "completion_logprobs": list(choice.logprobs),
+                           "completion_versions": list(choice.policy_versions), "loss_mask": None}})
+            reply = parse_assistant_text(choice.text)
+            calls = [call.to_openai() for call in reply.tool_calls]
+            episode["messages"].append({"role": "assistant", "content": reply.content or "",
+                                        **({"tool_calls": calls} if calls else {})})
+            for call in calls:
+                episode["messages"].append({"role": "tool", "tool_call_id": call["id"], "content": weather.tool_result(
+                    episode["task"], call["function"]["name"], call["function"]["arguments"])})
+            if calls:
+                following.append(episode)
+        live = following
+        if not live:
+            break
+    return [_record(episode) for episode in episodes]
+
+
+def _record(episode: dict) -> dict:
+    task = episode["task"]
+    success = weather.check(task, episode["messages"]).success
+    return {"trajectory_id": f"episode-{episode['number']}", "group_id": task.task_id, "task_id": task.task_id,
+            "rewards": [{"target": "trajectory", "value": 1.0 if success else 0.0}], "steps": episode["steps"]}
+
+
+class Pipeline:
+    """The producer's side: a rollout thread that starts episodes while the staleness budget allows."""
+
+    def __init__(self, engine, *, eta: int, samples: int, batch: int, group: int, max_tokens: int, seed: int):
+        self.engine, self.eta, self.samples, self.batch, self.group = engine, eta, samples, batch, group
+        self.max_tokens, self.seed = max_tokens, seed
+        self.tasks = weather.make_tasks(split="train", count=samples, seed=seed)  # enough for no drop at all
+        self.ready: queue.Queue = queue.Queue()  # lists of records, or the producer's exception
+        self.changed = threading.Condition()
+        self.published = 0  # versions the engine serves beyond the base
+        self.counted = 0  # episodes started and not dropped as stale
+        self.started = 0
+        self.rollout_seconds = 0.0
+        self.finished = False
+        self.thread = threading.Thread(target=self._run, name="rollout", daemon=True)
+
+    def capacity(self) -> int:
+        return min((self.eta + self.published + 1) * self.batch, self.samples) - self.counted
+
+    def publish(self, version: int) -> None:
+        with self.changed:
+            self.published = version
+            self.changed.notify_all()
+
+    def dropped(self, count: int) -> None:
+        with self.changed:
+            self.counted -= count
+            self.changed.notify_all()
+
+    def finish(self) -> None:
+        with self.changed:
+            self.finished = True
+            self.changed.notify_all()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self.changed:
+                    self.changed.wait_for(lambda: self.finished or self.capacity() >= self.group)
+                    if self.finished:
+                        return
+                    groups = self.capacity() // self.group
+                    self.counted += groups * self.group
+                first_task = self.started // self.group
+                tasks = [self.tasks[(first_task + index) % len(self.tasks)] for index in range(groups)]
+                began = time.perf_counter()
+                records = play(self.engine, self.engine.tokenizer, tasks, first_number=self.started,
+                               group=self.group, max_tokens=self.max_tokens, seed=self.seed)
+                self.rollout_seconds += time.perf_counter() - began
+                self.started += groups * self.group
+                self.ready.put(records)
+        except Exception as error:  # handed to the trainer's thread, which raises it
+            self.ready.put(error)
+
+
+def run_arm(base, work_dir: Path, *, eta: int, samples: int, batch: int, group: int, max_tokens: int,
+            learning_rate: float, seed: int) -> dict:
+    """One online run from `base`: `samples` episodes trained in steps of `batch`, a version per step."""
+    from workers.engines import TrainConfig, Trainer
+    from workers.inference.engine import InferenceEngine
+    from workers.rl.samples import build_samples
+
+    steps = samples // batch
+    config = TrainConfig(algorithm="decoupled_ppo", learning_rate=learning_rate, std_level="batch",
+                         behaviour_weight_cap=5.0, micro_batch_tokens=8192, total_steps=steps, seed=seed)
+    trainer = Trainer(base, config)
+    engine = InferenceEngine(base, max_batch_size=64).start()
+    pipeline = Pipeline(engine, eta=eta, samples=samples, batch=batch, group=group, max_tokens=max_tokens, seed=seed)
+    waiting: list[dict] = []
+    lags: dict[int, int] = {}
+    trained = sequences = loss_tokens = stale = 0
+    train_seconds = publish_seconds = 0.0
+    rewards = []
+    started = time.perf_counter()
+    pipeline.thread.start()
+    try:
+        for version in range(steps):
+            taken: list = []
+            while len(taken) < batch:
+                if not waiting:
+                    item = pipeline.ready.get()
+                    if isinstance(item, Exception):
+                        raise item
+                    waiting.extend(item)
+                record = waiting.pop(0)
+                sample_set = build_samples([record], current_version=version, eta=eta)
+                if sample_set.counts.stale_samples:
+                    stale += 1
+                    pipeline.dropped(1)
+                    continue
+                taken.append((record, sample_set.samples))
+            batch_samples = [sample for _, samples_of in taken for sample in samples_of]
+            began = time.perf_counter()
+            metrics = trainer.step(batch_samples, current_version=version)
+            trained_at = time.perf_counter()
+            train_seconds += trained_at - began
+            for lag, count in metrics.staleness_histogram:
+                lags[lag] = lags.get(lag, 0) + count
+            trained += len(taken)
+            sequences += len(batch_samples)
+            loss_tokens += metrics.loss_tokens
+            rewards.append(metrics.reward_mean)
+            out = trainer.export(work_dir / f"version-{version + 1}")
+            engine.load_checkpoint(out, version=version + 1)
+            publish_seconds += time.perf_counter() - trained_at
+            pipeline.publish(version + 1)
+        wall = time.perf_counter() - started
+    finally:
+        pipeline.finish()
+        engine.stop()  # a rollout still waiting on the engine (after an error) is failed and ends
+        pipeline.thread.join(timeout=10)
+    return {"eta": eta, "wall_seconds": wall, "trained_samples": trained, "training_sequences": sequences,
+            "dropped_stale": stale, "episodes_started": pipeline.started, "loss_tokens": loss_tokens,
+            "tokens_per_second": loss_tokens / wall, "steps": steps, "rollout_seconds": pipeline.rollout_seconds,
+            "train_seconds": train_seconds, "publish_seconds": publish_seconds, "reward_means": rewards,
+            "staleness_histogram": {str(lag): count for lag, count in sorted(lags.items())},
+            "final_dir": str(work_dir / f"version-{steps}")}
+
+
+def run_benchmark(base, *, samples: int, batch: int, group: int = 4, max_tokens: int = 40, rounds: int = 1,
+                  heldout: int = 64, learning_rate: float = 5e-4, seed: int = 0, work_dir=None) -> dict:
+    """Both arms from `base`, `rounds` times (the order alternates); the last round's final versions are
+    measured on `heldout` held-out tasks. Returns the JSON-able result."""
+    if samples % batch or batch % group:
+        raise ValueError("--samples must be a multiple of --batch, and --batch of --group")
+    with tempfile.TemporaryDirectory(prefix="eta-bench-", dir=work_dir) as scratch:
+        # One untimed step first: the first run in a process pays for loading libraries and warming caches.
+        run_arm(base, Path(scratch) / "warm-up", eta=0, samples=batch, batch=batch, group=group, max_tokens=max_tokens,
+                learning_rate=learning_rate, seed=seed)
+        runs = []
+        for round_index in range(rounds):
+            order = ["sync", "async"] if round_index % 2 == 0 else ["async", "sync"]
+            arms = {}
+            for arm in order:
+                arms[arm] = run_arm(base, Path(scratch) / f"round-{round_index}-{arm}", eta=ARM_ETAS[arm],
+                                    samples=samples, batch=batch, group=group, max_tokens=max_tokens,
+                                    learning_rate=learning_rate, seed=seed)
+                print(f"round {round_index + 1}/{rounds} {arm}: {arms[arm]['wall_seconds']:.1f} s", flush=True)
+            runs.append({"order": order, "arms": arms,
+                         "ratio_sync_over_async": arms["sync"]["wall_seconds"] / arms["async"]["wall_seconds"]})
+        tasks = weather.make_tasks(split="heldout", count=heldout, seed=seed)
+        final = {arm: warmup.heldout_success(runs[-1]["arms"][arm]["final_dir"], tasks, seed=seed).success
+                 for arm in ARM_ETAS}
+        base_success = warmup.heldout_success(base, tasks, seed=seed).success
+    for run in runs:
+        for arm in run["arms"].values():
+            del arm["final_dir"]
+    ratios = [run["ratio_sync_over_async"] for run in runs]
+    return {"settings": {"samples": samples, "batch": batch, "group": group, "max_tokens": max_tokens,
+                         "rounds": rounds, "heldout": heldout, "learning_rate": learning_rate, "seed": seed,
+                         "etas": ARM_ETAS},
+            "runs": runs, "heldout_success": {"base": base_success, **final},
+            "ratio_sync_over_async": {"per_round": ratios, "median": statistics.median(ratios)}}
+
+
+def table(result: dict) -> str:
+    lines = [f"{'round':>5} {'arm':<6} {'η':>2} {'wall s':>8} {'trained':>8} {'dropped':>8} {'tokens/s':>9} "
+             f"{'rollout s':>10} {'train s':>8} {'publish s':>10}"]
+    for number, run in enumerate(result["runs"], 1):
+        for name in ARM_ETAS:
+            arm = run["arms"][name]
+            lines.append(f"{number:>5} {name:<6} {arm['eta']:>2} {arm['wall_seconds']:>8.1f} "
+                         f"{arm['trained_samples']:>8} {arm['dropped_stale']:>8} {arm['tokens_per_second']:>9.1f} "
+                         f"{arm['rollout_seconds']:>10.1f} {arm['train_seconds']:>8.1f} {arm['publish_seconds']:>10.1f}")
+        lines.append(f"{number:>5} sync/async wall clock: {run['ratio_sync_over_async']:.2f}×")
+    success = result["heldout_success"]
+    lines.append(f"median sync/async: {result['ratio_sync_over_async']['median']:.2f}× (goal ≥ 1.3×)")
+    lines.append(f"held-out success ({result['settings']['heldout']} tasks): base {success['base']:.3f}, "
+                 f"sync {success['sync']:.3f}, async {success['async']:.3f} (last round's final versions)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", help="base checkpoint directory; default: build one (modelgen + train_base)")
+    parser.add_argument("--base-steps", type=int, default=20, help="train_base steps when building the base")
+    parser.add_argument("--base-skill-steps", type=int, default=20, help="train_base skill_steps when building it")
+    parser.add_argument("--samples", type=int, default=96, help="episodes each arm trains on")
+    parser.add_argument("--batch", type=int, default=16, help="episodes per training step (and version)")
+    parser.add_argument("--group", type=int, default=4, help="episodes per task (one GRPO group)")
+    parser.add_argument("--max-tokens", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=1, help="alternate the arms this many times")
+    parser.add_argument("--heldout", type=int, default=64, help="held-out tasks for the final score")
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--out", default=str(ROOT / "test-artifacts" / "bench-training-eta.json"))
+    arguments = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(arguments.threads)
+    with tempfile.TemporaryDirectory(prefix="eta-base-") as scratch:
+        base = arguments.base
+        if base is None:
+            from workers.inference.modelgen import create_default_model
+
+            print(f"building a base: {arguments.base_skill_steps} skill + {arguments.base_steps} SFT steps", flush=True)
+            base = warmup.train_base(create_default_model(Path(scratch) / "initial", seed=arguments.seed),
+                                     Path(scratch) / "base", steps=arguments.base_steps,
+                                     skill_steps=arguments.base_skill_steps, seed=arguments.seed)
+        result = run_benchmark(base, samples=arguments.samples, batch=arguments.batch, group=arguments.group,
+                               max_tokens=arguments.max_tokens, rounds=arguments.rounds, heldout=arguments.heldout,
+                               learning_rate=arguments.learning_rate, seed=arguments.seed)
+    result["settings"]["base"] = arguments.base or "built"
+    result["settings"]["threads"] = arguments.threads
+    print(table(result))
+    out = Path(arguments.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()
