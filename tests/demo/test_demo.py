@@ -28,7 +28,7 @@ def _free_port() -> int:
 
 def _demo(tmp_path, **overrides) -> subprocess.CompletedProcess:
     environment = {**os.environ, "DEMO_VAR_DIR": str(tmp_path / "demo"), "DEMO_EXIT": "1", "DEMO_SFT_STEPS": "3", "DEMO_SKILL_STEPS": "3",
-                   "DEMO_BUDGET_SECONDS": "170", "DEMO_HELDOUT": "8", "DEMO_BATCH": "4", "DEMO_EVAL_EVERY": "1",
+                   "DEMO_BUDGET_SECONDS": "120", "DEMO_HELDOUT": "8", "DEMO_BATCH": "4", "DEMO_EVAL_EVERY": "1",
                    "DEMO_USERS": "2", "DEMO_SUMMARY": str(tmp_path / "summary.json"),
                    "PORT": str(_free_port()), "AREAL_INFERENCE_PORT": str(_free_port()), **overrides}
     # `make demo` is the embedded default by definition (no PostgreSQL, no Redis): under CI=true the suite's
@@ -51,6 +51,12 @@ def test_shortened_demo_measures_base_and_candidate(tmp_path):
     assert summary["rows"][0]["role"] == "base" and summary["trajectories"] > 0 and summary["tokens"] > 0
     assert summary["steps"] >= 1
     assert (tmp_path / "demo" / "logs" / "web.log").exists()
+
+    # A second run resets var/demo (a fresh database: the model is `weather` again) and reuses the base.
+    again = _demo(tmp_path, DEMO_BUDGET_SECONDS="5")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "resetting" in again.stdout and "reusing the base trained by an earlier run" in again.stdout
+    assert json.loads((tmp_path / "summary.json").read_text())["model"] == "weather"
 
 
 def test_demo_refuses_a_busy_port(tmp_path):

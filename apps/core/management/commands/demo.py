@@ -15,9 +15,13 @@ promoted (automatically; DEMO_APPROVE=manual asks the operator at the terminal, 
 of every promoted version, trajectories and tokens used, wall time. The console stays up afterwards
 (Ctrl-C stops everything); DEMO_EXIT=1 exits after the table.
 
-Settings (environment): DEMO_SEED (0), DEMO_BUDGET_SECONDS (600: the loop's wall-time budget, warm-up
-included), DEMO_SKILL_STEPS (400), DEMO_SFT_STEPS (20), DEMO_USERS (3), DEMO_HELDOUT (64 cases), DEMO_ETA (1), DEMO_BATCH (16 samples
-per step), DEMO_PUBLISH_EVERY (1), DEMO_EVAL_EVERY (2 versions), DEMO_LR (5e-4), DEMO_SUMMARY (a JSON file).
+The warm-up's base is kept in var/demo-cache, keyed by the seed, the warm-up settings and the initial
+weights, so a second `make demo` starts its loop in seconds (DEMO_FRESH_BASE=1 trains it again).
+
+Settings (environment): DEMO_SEED (0), DEMO_BUDGET_SECONDS (300: the loop's wall-time budget, counted from
+the base's held-out measurement; the warm-up is timed apart), DEMO_SKILL_STEPS (200), DEMO_SFT_STEPS (60),
+DEMO_SFT_LR (1e-3), DEMO_USERS (3), DEMO_HELDOUT (64 cases), DEMO_ETA (1), DEMO_BATCH (16 samples per step),
+DEMO_PUBLISH_EVERY (1), DEMO_EVAL_EVERY (2 versions), DEMO_LR (1e-4), DEMO_SUMMARY (a JSON file).
 """
 
 import json
@@ -100,10 +104,13 @@ class Demo:
         self.host, self.port, self.inference_port = host, port, inference_port
         self.url = f"http://{host}:{port}"
         self.seed = _env_int("DEMO_SEED", 0)
-        self.budget = _env_float("DEMO_BUDGET_SECONDS", 600)
+        self.budget = _env_float("DEMO_BUDGET_SECONDS", 300)
         self.processes: dict[str, subprocess.Popen] = {}
         self.stopping = threading.Event()
         self.started = time.monotonic()
+        self.loop_started: float | None = None  # set once the base is measured: the budget counts from there
+        self.warmup_seconds = 0.0
+        self.base_reused = False
         self.rows: list[dict] = []
         self.curve: list[dict] = []
 
@@ -125,6 +132,7 @@ class Demo:
             base = self._register_base(base_dir)
             self._start_stack(base)
             self._measure(base, label="base")
+            self.loop_started = time.monotonic()
             api_key = self._api_key()
             run = self._start_online(base)
             from workers.envs.traffic import Traffic
@@ -180,15 +188,27 @@ class Demo:
         self.out.write(f"[{time.monotonic() - self.started:6.1f}s] {text}")
 
     def _warm_up(self) -> Path:
+        import hashlib
+
         from workers.envs.warmup import train_base
         from workers.inference.modelgen import create_default_model
 
-        steps = _env_int("DEMO_SFT_STEPS", 20)
-        skill_steps = _env_int("DEMO_SKILL_STEPS", 400)
+        steps = _env_int("DEMO_SFT_STEPS", 60)
+        skill_steps = _env_int("DEMO_SKILL_STEPS", 200)
+        learning_rate = _env_float("DEMO_SFT_LR", 1e-3)
+        started = time.monotonic()
         initial = self.run_dir / "initial"
         base_dir = self.run_dir / "base"
         self._say(f"creating the default model (seed {self.seed})")
         create_default_model(initial, seed=self.seed)
+        weights = hashlib.sha256((initial / "model.safetensors").read_bytes()).hexdigest()[:12]
+        cached = (Path(settings.VAR_DIR).parent / "demo-cache" /
+                  f"base-{weights}-skill{skill_steps}-sft{steps}-lr{learning_rate:g}-seed{self.seed}")
+        if (cached / "model.safetensors").exists() and os.environ.get("DEMO_FRESH_BASE") != "1":
+            shutil.copytree(cached, base_dir)
+            self.base_reused = True
+            self._say(f"warm-up: reusing the base trained by an earlier run ({cached}; DEMO_FRESH_BASE=1 retrains)")
+            return base_dir
         self._say(f"warm-up: SFT on {skill_steps} batches of short scripted episodes (the skills), then {steps} of "
                   f"the legacy agent's logs (its habit): a weak base")
 
@@ -198,9 +218,15 @@ class Demo:
             self.out.write(f"\r  warm-up {bar(step, total)} {step}/{total} loss {loss:.3f}", ending="")
             self.out.flush()
 
-        train_base(initial, base_dir, steps=steps, batch_size=16, learning_rate=_env_float("DEMO_SFT_LR", 3e-3),
+        train_base(initial, base_dir, steps=steps, batch_size=16, learning_rate=learning_rate,
                    skill_steps=skill_steps, seed=self.seed, progress=progress)
         self.out.write("")
+        self.warmup_seconds = time.monotonic() - started
+        partial = cached.with_name(cached.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(base_dir, partial)
+        shutil.rmtree(cached, ignore_errors=True)
+        partial.rename(cached)
         return base_dir
 
     def _register_base(self, base_dir: Path):
@@ -285,7 +311,7 @@ class Demo:
         eta = _env_int("DEMO_ETA", 1)
         batch = _env_int("DEMO_BATCH", 16)
         run = online_run_start(tenant=self.tenant, actor=Actor.system("demo"), base_version=base,
-                               hyperparameters={"learning_rate": _env_float("DEMO_LR", 5e-4), "std_level": "batch",
+                               hyperparameters={"learning_rate": _env_float("DEMO_LR", 1e-4), "std_level": "batch",
                                                 "behaviour_weight_cap": 5.0, "micro_batch_tokens": 8192,
                                                 "seed": self.seed},
                                samples_per_step=batch, publish_every=_env_int("DEMO_PUBLISH_EVERY", 1),
@@ -307,7 +333,7 @@ class Demo:
 
         eval_every = _env_int("DEMO_EVAL_EVERY", 2)
         last_evaluated = run.base_version.number
-        while not self.stopping.is_set() and time.monotonic() - self.started < self.budget:
+        while not self.stopping.is_set() and self._loop_seconds() < self.budget:
             if not self._alive():
                 raise CommandError("a process of the stack exited; see var/demo/logs")
             current = online_run_get(tenant=self.tenant, run_id=run.pk)
@@ -326,7 +352,7 @@ class Demo:
         stats = traffic.stats
         success = stats.recent_success()
         reward = stats.recent_reward()
-        elapsed = time.monotonic() - self.started
+        elapsed = self._loop_seconds()
         line = (f"\r{bar(elapsed, self.budget, 20)} {elapsed:5.0f}s  v{run.current_version.number}  "
                 f"steps {run.steps}  trajectories {stats.episodes}  tokens {self._tokens():,}  "
                 f"live success {'-' if success is None else f'{success:.0%}'}  "
@@ -359,7 +385,7 @@ class Demo:
         result = heldout_success(version.checkpoint_path, self.heldout, seed=self.seed)
         model_version_update_metrics(tenant=self.tenant, version_id=version.pk, metrics={"heldout": {
             "success": result.success, "cases": result.cases, "reasons": result.reasons}})
-        elapsed = time.monotonic() - self.started
+        elapsed = self._loop_seconds()
         self.curve.append({"version": version.number, "seconds": round(elapsed, 1), "heldout": result.success})
         self.out.write("")
         self._say(f"held-out success of {label} v{version.number}: {result.success:.0%} on {result.cases} cases "
@@ -369,6 +395,9 @@ class Demo:
             self.rows.append({"version": version.number, "role": "base", "heldout": result.success,
                               "seconds": round(elapsed, 1)})
         return result.success
+
+    def _loop_seconds(self) -> float:
+        return 0.0 if self.loop_started is None else time.monotonic() - self.loop_started
 
     def _decide(self, version) -> None:
         from apps.audit.services import Actor
@@ -412,20 +441,22 @@ class Demo:
         final = online_run_get(tenant=self.tenant, run_id=run.pk)
         wall = time.monotonic() - self.started
         tokens = self._tokens()
-        self.out.write("\n" + "version  role       held-out success  at (s)")
+        self.out.write("\n" + "version  role       held-out success  at (s, loop)")
         for row in self.rows:
             self.out.write(f"v{row['version']:<7} {row['role']:<10} {row['heldout']:>15.0%}  {row['seconds']:>6.0f}")
         gain = (self.rows[-1]["heldout"] - self.rows[0]["heldout"]) if self.rows else 0.0
         self.out.write(f"trajectories {traffic.stats.episodes}  tokens {tokens:,}  training steps {final.steps}  "
                        f"stale dropped {final.dropped_stale}  held back {traffic.stats.held_back}  "
-                       f"wall time {wall:.0f}s  gain {gain * 100:+.0f} points")
+                       f"loop {self._loop_seconds():.0f}s  warm-up {'reused' if self.base_reused else f'{self.warmup_seconds:.0f}s'}  wall time {wall:.0f}s  "
+                       f"gain {gain * 100:+.0f} points")
         if traffic.stats.rejected_rewards or traffic.stats.errors:
             self.out.write(f"rewards refused {traffic.stats.rejected_rewards}, episode errors {traffic.stats.errors}"
                            f"{'  (last: ' + traffic.stats.last_problem + ')' if traffic.stats.last_problem else ''}")
         summary = {"seed": self.seed, "model": self.model, "rows": self.rows, "curve": self.curve,
                    "trajectories": traffic.stats.episodes, "tokens": tokens, "steps": final.steps,
                    "dropped_stale": final.dropped_stale, "held_back": traffic.stats.held_back,
-                   "wall_seconds": round(wall, 1), "gain_points": round(gain * 100, 1)}
+                   "wall_seconds": round(wall, 1), "loop_seconds": round(self._loop_seconds(), 1),
+                   "warmup_seconds": round(self.warmup_seconds, 1), "base_reused": self.base_reused, "gain_points": round(gain * 100, 1)}
         path = os.environ.get("DEMO_SUMMARY") or str(Path(settings.VAR_DIR) / "demo-summary.json")
         Path(path).write_text(json.dumps(summary, indent=2))
         self.out.write(f"summary: {path}")
