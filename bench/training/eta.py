@@ -205,7 +205,7 @@ def run_arm(base, work_dir: Path, *, eta: int, samples: int, batch: int, group: 
 
 
 def run_benchmark(base, *, samples: int, batch: int, group: int = 4, max_tokens: int = 40, rounds: int = 1,
-                  heldout: int = 64, learning_rate: float = 5e-4, seed: int = 0, work_dir=None) -> dict:
+                  heldout: int = 64, learning_rate: float = 1e-4, seed: int = 0, work_dir=None) -> dict:
     """Both arms from `base`, `rounds` times (the order alternates); the last round's final versions are
     measured on `heldout` held-out tasks. Returns the JSON-able result."""
     if samples % batch or batch % group:
@@ -268,7 +268,7 @@ def main(argv=None) -> None:
     parser.add_argument("--max-tokens", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=1, help="alternate the arms this many times")
     parser.add_argument("--heldout", type=int, default=64, help="held-out tasks for the final score")
-    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--out", default=str(ROOT / "test-artifacts" / "bench-training-eta.json"))
