@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
+from django.db import DataError, IntegrityError, transaction
 
 from apps.gateway.db import flusher_database
 from apps.metrics.traffic import gateway_steps_recorded
@@ -33,6 +34,30 @@ def _ingest(records: list[dict]) -> int:
     return steps_ingest(records=records)
 
 
+def _ingest_isolating(records: list[dict], rejected_path: Path) -> int:
+    try:
+        with transaction.atomic():
+            return _ingest(records)
+    except (DataError, IntegrityError):
+        return _ingest_each(records, rejected_path)
+
+
+def _ingest_each(records: list[dict], rejected_path: Path) -> int:
+    """Stores records one at a time; those the database refuses are appended to `rejected_path` (one JSON
+    line each, with the error) and logged."""
+    written = 0
+    for record in records:
+        try:
+            with transaction.atomic():
+                written += _ingest([record])
+        except (DataError, IntegrityError) as error:
+            logger.error("step %s refused by the database (%s); kept in %s", record.get("step_id"), error,
+                         rejected_path.name)
+            with open(rejected_path, "a") as rejected:
+                rejected.write(json.dumps({"error": str(error), "record": record}, default=str) + "\n")
+    return written
+
+
 class Journal:
     def __init__(self, directory: Path):
         self.directory = directory
@@ -40,6 +65,7 @@ class Journal:
         self.pending: list[tuple[dict, int]] = []  # (record, end offset in the file)
         self.wakeup = asyncio.Event()
         self.flushing = asyncio.Lock()  # a flush returns only once everything journalled before it is in the database
+        self.rejected_path = directory / "rejected.jsonl"
         self._open_new_file()
 
     def _open_new_file(self) -> None:
@@ -77,6 +103,11 @@ class Journal:
             batch, self.pending = self.pending[:FLUSH_BATCH], self.pending[FLUSH_BATCH:]
             try:
                 written += await flusher_database(_ingest)([record for record, _ in batch])
+            except (DataError, IntegrityError):
+                # A record the database refuses would block every later step: store the others one by one
+                # and set the refused ones aside, with the error, for an operator.
+                logger.exception("the database refused a batch of %d journalled steps; isolating", len(batch))
+                written += await flusher_database(_ingest_each)([record for record, _ in batch], self.rejected_path)
             except Exception:
                 logger.exception("flushing %d journalled steps failed; will retry", len(batch))
                 self.pending = batch + self.pending
@@ -110,9 +141,9 @@ def _replay(path: Path, start: int) -> int:
                 break  # a torn last write: its response was never released
             batch.append(json.loads(line))
             if len(batch) >= FLUSH_BATCH:
-                inserted += _ingest(batch)
+                inserted += _ingest_isolating(batch, path.parent / "rejected.jsonl")
                 batch = []
-        inserted += _ingest(batch)
+        inserted += _ingest_isolating(batch, path.parent / "rejected.jsonl")
     return inserted
 
 

@@ -79,6 +79,19 @@ def _create_trajectories(by_trajectory: dict, new_ids: list) -> bool:
     return True
 
 
+def _storable(value):
+    """`value` with every NUL character in its strings replaced by U+FFFD: PostgreSQL's text and jsonb cannot
+    hold NUL, which a small model can generate. Token ids keep what was generated. Lists of numbers (token ids,
+    logprobs) are passed through without a look, to keep the flusher cheap."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {key: _storable(item) for key, item in value.items()}
+    if isinstance(value, list) and value and isinstance(value[0], (str, dict, list)):
+        return [_storable(item) for item in value]
+    return value
+
+
 @transaction.atomic
 def steps_ingest(*, records: list[dict]) -> int:
     """Inserts journalled step records; returns how many were new. Idempotent: a record whose step id
@@ -87,6 +100,7 @@ def steps_ingest(*, records: list[dict]) -> int:
     locked in primary-key order while indexes are assigned and their totals move with F() increments."""
     if not records:
         return 0
+    records = [_storable(record) for record in records]
     known = set(Step.objects.filter(id__in=[record["step_id"] for record in records]).values_list("id", flat=True))
     fresh = [record for record in records if uuid.UUID(record["step_id"]) not in known]
     if not fresh:

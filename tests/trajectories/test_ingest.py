@@ -47,3 +47,14 @@ def test_a_trajectory_created_meanwhile_makes_the_fast_insert_step_aside(tenant)
     assert not Trajectory.objects.filter(session_id="fresh").exists()  # all or nothing
     assert steps_ingest(records=records) == 2
     assert {t.session_id: t.step_count for t in Trajectory.objects.filter(tenant=tenant)} == {"raced": 1, "fresh": 1}
+
+
+def test_a_generated_nul_character_is_stored_as_a_replacement_character(tenant):
+    # PostgreSQL's jsonb and text cannot hold NUL, which a small model can emit: the batch must still land.
+    record = _record(tenant, "nul", observation={"messages": [{"role": "user", "content": "hi\x00"}]},
+                     action={"text": "a\x00b", "tool_calls": []})
+    assert steps_ingest(records=[record, _record(tenant, "nul")]) == 2
+    step = Step.objects.get(id=record["step_id"])
+    assert step.action["text"] == "a\ufffdb"
+    assert step.observation["messages"][0]["content"] == "hi\ufffd"
+    assert step.completion_ids is not None  # the generated token ids are kept as they were
