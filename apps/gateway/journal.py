@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
-from django.db import DataError, IntegrityError, transaction
+from django.db import DataError, IntegrityError
 
 from apps.gateway.db import flusher_database
 from apps.metrics.traffic import gateway_steps_recorded
@@ -35,10 +35,12 @@ def _ingest(records: list[dict]) -> int:
 
 
 def _ingest_isolating(records: list[dict], rejected_path: Path) -> int:
+    """Stores `records` in one transaction (steps_ingest is atomic). If the database refuses one, which would
+    otherwise block every later step, stores them one by one and sets the refused ones aside."""
     try:
-        with transaction.atomic():
-            return _ingest(records)
+        return _ingest(records)
     except (DataError, IntegrityError):
+        logger.exception("the database refused a batch of %d journalled steps; isolating", len(records))
         return _ingest_each(records, rejected_path)
 
 
@@ -48,8 +50,7 @@ def _ingest_each(records: list[dict], rejected_path: Path) -> int:
     written = 0
     for record in records:
         try:
-            with transaction.atomic():
-                written += _ingest([record])
+            written += _ingest([record])
         except (DataError, IntegrityError) as error:
             logger.error("step %s refused by the database (%s); kept in %s", record.get("step_id"), error,
                          rejected_path.name)
@@ -102,12 +103,8 @@ class Journal:
         while self.pending:
             batch, self.pending = self.pending[:FLUSH_BATCH], self.pending[FLUSH_BATCH:]
             try:
-                written += await flusher_database(_ingest)([record for record, _ in batch])
-            except (DataError, IntegrityError):
-                # A record the database refuses would block every later step: store the others one by one
-                # and set the refused ones aside, with the error, for an operator.
-                logger.exception("the database refused a batch of %d journalled steps; isolating", len(batch))
-                written += await flusher_database(_ingest_each)([record for record, _ in batch], self.rejected_path)
+                written += await flusher_database(_ingest_isolating)([record for record, _ in batch],
+                                                                     self.rejected_path)
             except Exception:
                 logger.exception("flushing %d journalled steps failed; will retry", len(batch))
                 self.pending = batch + self.pending
@@ -133,6 +130,7 @@ class Journal:
 
 def _replay(path: Path, start: int) -> int:
     inserted = 0
+    rejected_path = path.parent / "rejected.jsonl"
     with open(path, "rb") as handle:
         handle.seek(start)
         batch = []
@@ -141,9 +139,9 @@ def _replay(path: Path, start: int) -> int:
                 break  # a torn last write: its response was never released
             batch.append(json.loads(line))
             if len(batch) >= FLUSH_BATCH:
-                inserted += _ingest_isolating(batch, path.parent / "rejected.jsonl")
+                inserted += _ingest_isolating(batch, rejected_path)
                 batch = []
-        inserted += _ingest_isolating(batch, path.parent / "rejected.jsonl")
+        inserted += _ingest_isolating(batch, rejected_path)
     return inserted
 
 
