@@ -67,6 +67,18 @@ class AnnotationQueueDetailApi(TenantApi):
         })
 
 
+class AnnotationQueueFillApi(TenantApi):
+    """Takes in the trajectories that match the queue's filter now (the beat does it every
+    AREAL_ANNOTATION_FILL_SECONDS); answers the queue's item count."""
+
+    actions = {"POST": Action.ANNOTATION_MANAGE}
+
+    @extend_schema(operation_id="annotation_queue_fill", request=None)
+    def post(self, request, queue_id):
+        queue = selectors.annotation_queue_get(tenant=self.tenant, queue_id=queue_id)
+        return Response({"queue_id": queue.pk, "item_count": services.annotation_queue_fill(queue=queue)})
+
+
 class AnnotationNextItemApi(TenantApi):
     """The next item for the signed-in annotator (never one they labelled or skipped); 204 when done."""
 

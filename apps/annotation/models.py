@@ -16,6 +16,9 @@ class AnnotationQueue(models.Model):
     annotators_per_item = models.PositiveSmallIntegerField(default=1)
     assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="annotation_queues", blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # When the queue last took in matching trajectories; a refill looks at trajectories started since (less
+    # FILL_OVERLAP, for those that were still running and did not match yet).
+    filled_at = models.DateTimeField(null=True, blank=True)
 
     objects = TenantQuerySet.as_manager()
 

@@ -1,5 +1,7 @@
 """Writes: queues (audited), items, labels, skips and reviewers' resolutions of disagreement."""
 
+from datetime import timedelta
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -16,16 +18,36 @@ from apps.trajectories.models import Step
 from apps.trajectories.selectors import trajectory_list
 
 FILTER_NAMES = ("agent", "task_id", "group_id", "status", "purpose")
+# A refill re-examines trajectories started this long before the last fill: one still running then (say,
+# filtered on status=completed) is taken once it matches.
+FILL_OVERLAP = timedelta(hours=1)
 
 
 def annotation_queue_fill(*, queue: AnnotationQueue) -> int:
-    """Adds every trajectory matching the queue's filter that is not an item yet (idempotent); returns how
-    many items the queue has."""
+    """Adds the trajectories matching the queue's filter that are not items yet: all of them the first time,
+    then those started since the last fill (less FILL_OVERLAP). Idempotent (the item is unique per queue and
+    trajectory); returns how many items the queue has. Called at creation, by the beat task
+    `annotation.fill_queues` and by `POST .../fill/`."""
+    now = timezone.now()
     matching = trajectory_list(tenant=queue.tenant, **{name: queue.filters.get(name) for name in FILTER_NAMES})
+    if queue.filled_at is not None:
+        matching = matching.filter(started_at__gte=queue.filled_at - FILL_OVERLAP)
+    taken = AnnotationItem.objects.filter(queue=queue).values("trajectory_id")
     AnnotationItem.objects.bulk_create(
         [AnnotationItem(tenant=queue.tenant, queue=queue, trajectory_id=trajectory_id)
-         for trajectory_id in matching.values_list("id", flat=True)], ignore_conflicts=True)
+         for trajectory_id in matching.exclude(pk__in=taken).values_list("id", flat=True)], ignore_conflicts=True)
+    AnnotationQueue.objects.filter(pk=queue.pk).update(filled_at=now)
+    queue.filled_at = now
     return AnnotationItem.objects.filter(queue=queue).count()
+
+
+def annotation_queues_fill_all() -> int:
+    """Refills every queue of every tenant (the beat task; each queue within its own tenant). Returns how
+    many queues were filled."""
+    queues = list(AnnotationQueue.objects.select_related("tenant").all())
+    for queue in queues:
+        annotation_queue_fill(queue=queue)
+    return len(queues)
 
 
 @transaction.atomic

@@ -210,9 +210,10 @@ class OnlineRunStatus(models.TextChoices):
 
 class OnlineRun(models.Model):
     """An online decoupled-PPO run (AReaL's online mode): a long-running worker consumes the qualified training
-    queue as it fills, trains one step per `samples_per_step` samples, registers and publishes a version every
-    `publish_every` steps, drops data staler than `staleness_bound` versions, and holds new RL sessions back
-    (the gateway's 429) when more in flight would exceed the staleness budget."""
+    queue as it fills, trains one step per `samples_per_step` samples, registers a version every `publish_every`
+    steps (and loads it onto the model's backends unless `publish_to_backends` is off), drops data staler than
+    `staleness_bound` versions, and holds new RL sessions back (the gateway's 429) when more in flight would
+    exceed the staleness budget."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="online_runs")
     model_name = models.CharField(max_length=200)
@@ -223,6 +224,9 @@ class OnlineRun(models.Model):
     samples_per_step = models.PositiveIntegerField(default=16)
     publish_every = models.PositiveIntegerField(default=1)
     staleness_bound = models.PositiveIntegerField(default=1)
+    # True: each published version is loaded onto the model's backends at once (the learner serves its newest
+    # version). False: versions are only registered; releases (canary, approval) decide what serves.
+    publish_to_backends = models.BooleanField(default=True)
     max_steps = models.PositiveIntegerField(null=True, blank=True)
     steps = models.PositiveIntegerField(default=0)
     consumed = models.PositiveIntegerField(default=0)  # trajectories trained on

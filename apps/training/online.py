@@ -23,9 +23,11 @@ from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, Onl
 @transaction.atomic
 def online_run_start(*, tenant, actor: Actor, base_version: ModelVersion, hyperparameters: dict | None = None,
                      samples_per_step: int = 16, publish_every: int = 1, staleness_bound: int = 1,
-                     max_steps: int | None = None) -> OnlineRun:
+                     max_steps: int | None = None, publish_to_backends: bool = True) -> OnlineRun:
     """Creates the tenant's online run for `base_version.name` (one running run per tenant, else 409) and
-    enqueues `training.run_online` on the train queue on commit. Audited."""
+    enqueues `training.run_online` on the train queue on commit. With `publish_to_backends` off the run only
+    registers its versions, and releases decide what serves (its data then comes from the released versions,
+    so η must cover how far production lags behind the learner). Audited."""
     from workers.engines import TrainConfig
 
     if base_version.tenant_id != tenant.pk:
@@ -42,10 +44,11 @@ def online_run_start(*, tenant, actor: Actor, base_version: ModelVersion, hyperp
     run = OnlineRun.objects.create(
         tenant=tenant, model_name=base_version.name, base_version=base_version, current_version=base_version,
         config=config, samples_per_step=samples_per_step, publish_every=publish_every,
-        staleness_bound=staleness_bound, max_steps=max_steps, created_by=actor.label, heartbeat_at=timezone.now())
+        staleness_bound=staleness_bound, max_steps=max_steps, publish_to_backends=publish_to_backends,
+        created_by=actor.label, heartbeat_at=timezone.now())
     audit_record(tenant=tenant, actor=actor, verb="online_run.start", target=run, data={
         "base": base_version.number, "samples_per_step": samples_per_step, "publish_every": publish_every,
-        "eta": staleness_bound})
+        "eta": staleness_bound, "publish_to_backends": publish_to_backends})
     transaction.on_commit(lambda: _enqueue(run.pk))
     return run
 

@@ -118,6 +118,7 @@ else:
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
     (VAR_DIR / "celery-results").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT = "areal_web.broker:AtomicFilesystemTransport"  # atomic message files (see there)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
@@ -215,6 +216,8 @@ CELERY_BEAT_SCHEDULE = {
     "audit-verify-chains": {"task": "audit.verify_chains", "schedule": 24 * 3600.0},
     "inference-check-backends": {"task": "inference.check_backends", "schedule": 15.0},
     "releases-analyze": {"task": "releases.analyze_all", "schedule": float(env_int("AREAL_RELEASE_ANALYSIS_SECONDS", 60))},
+    # Annotation queues take in newly matching trajectories this often.
+    "annotation-fill": {"task": "annotation.fill_queues", "schedule": float(env_int("AREAL_ANNOTATION_FILL_SECONDS", 30))},
 }
 
 # Evaluation and releases. Eval workers call the gateway as agents do, at this URL (the web process; in a

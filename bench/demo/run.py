@@ -1,7 +1,8 @@
 """The demo's goal, measured: `manage.py demo` with DEMO_EXIT=1 for three seeds, each from scratch (its own
 var directory, so the warm-up runs every time), default settings. Prints each seed's held-out curve
-(version, seconds since the base was measured, success) and whether it reached the goal: a rise of at least
-30 points, from at most 40 % to at least 70 %, within 10 minutes of the loop. The warm-up that makes the
+(version, seconds since the base was measured, success), the versions its releases promoted to production
+(through canary and approval), and whether it reached the goal: a version PROMOTED within 10 minutes of the
+loop whose held-out success is at least 70 % and at least 30 points above a base of at most 40 %. The warm-up that makes the
 base (SFT, about 3.5 minutes on an idle 2-core machine) is timed apart and printed with the figures.
 
     .venv/bin/python bench/demo/run.py [--seeds 0 1 2] [--budget 600]
@@ -38,13 +39,17 @@ def run_seed(seed: int, budget: int, port: int) -> dict:
         return json.loads(summary_path.read_text())
 
 
+def promoted(summary: dict) -> list[dict]:
+    return [row for row in summary.get("rows") or [] if row["role"] == "promoted" and row["seconds"] <= 600]
+
+
 def reached(summary: dict) -> bool:
-    curve = summary.get("curve") or []
-    if not curve:
+    rows = summary.get("rows") or []
+    if not rows or rows[0]["role"] != "base" or not promoted(summary):
         return False
-    base = curve[0]["heldout"]
-    best = max((point for point in curve if point["seconds"] <= 600), key=lambda point: point["heldout"])
-    return base <= BASE_AT_MOST and best["heldout"] >= FINAL_AT_LEAST and (best["heldout"] - base) * 100 >= GOAL_POINTS
+    base = rows[0]["heldout"]
+    best = max(row["heldout"] for row in promoted(summary))
+    return base <= BASE_AT_MOST and best >= FINAL_AT_LEAST and (best - base) * 100 >= GOAL_POINTS
 
 
 def main(argv=None) -> int:
@@ -65,6 +70,9 @@ def main(argv=None) -> int:
             continue
         curve = "  ".join(f"v{p['version']}@{p['seconds']:.0f}s={p['heldout']:.0%}" for p in summary["curve"])
         print(f"seed {seed}: {curve}")
+        rows = "  ".join(f"v{row['version']}@{row['seconds']:.0f}s={row['heldout']:.0%} {row['role']}"
+                         for row in summary["rows"])
+        print(f"  base and releases: {rows}")
         print(f"  trajectories {summary['trajectories']}, tokens {summary['tokens']:,}, steps {summary['steps']}, "
               f"warm-up {summary.get('warmup_seconds', 0):.0f}s, wall {summary['wall_seconds']:.0f}s, load {summary['load_before']}→{summary['load_after']} "
               f"(2 cores), goal {'REACHED' if reached(summary) else 'missed'}")

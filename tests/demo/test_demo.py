@@ -1,6 +1,7 @@
-"""A shortened `make demo` end to end: real web, Celery workers, beat and embedded inference server; a tiny
-warm-up, a short online run; DEMO_EXIT=1. Checks the behaviour (the table, held-out success measured for the
-base and a candidate, trajectories trained on, a version published by the online run), not the 30-point goal
+"""A shortened `make demo` end to end: real web, Celery workers, beat and two embedded inference servers; a
+tiny warm-up, a short online run; DEMO_EXIT=1. Checks the behaviour (the table, held-out success measured for
+the base and a candidate, trajectories trained on, a release of a candidate through apps.releases that ends
+promoted, rolled back or aborted, the annotator's labels through the annotation API), not the 30-point goal
 (bench/demo measures that)."""
 
 import json
@@ -29,7 +30,7 @@ def _free_port() -> int:
 def _demo(tmp_path, **overrides) -> subprocess.CompletedProcess:
     environment = {**os.environ, "DEMO_VAR_DIR": str(tmp_path / "demo"), "DEMO_EXIT": "1", "DEMO_SFT_STEPS": "3", "DEMO_SKILL_STEPS": "3",
                    "DEMO_BUDGET_SECONDS": "120", "DEMO_HELDOUT": "8", "DEMO_BATCH": "4", "DEMO_EVAL_EVERY": "1",
-                   "DEMO_USERS": "2", "DEMO_SUMMARY": str(tmp_path / "summary.json"),
+                   "DEMO_USERS": "2", "DEMO_SUMMARY": str(tmp_path / "summary.json"), "DEMO_ANNOTATOR_SHARE": "1",
                    "PORT": str(_free_port()), "AREAL_INFERENCE_PORT": str(_free_port()), **overrides}
     # `make demo` is the embedded default by definition (no PostgreSQL, no Redis): under CI=true the suite's
     # service URLs are set in this process's environment, and the demo must not inherit them.
@@ -44,12 +45,16 @@ def test_shortened_demo_measures_base_and_candidate(tmp_path):
     assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
     output = finished.stdout
     assert "console: http://127.0.0.1:" in output and "password" in output
-    assert "version  role       held-out success" in output and "wall time" in output
+    assert "version  role         held-out success" in output and "wall time" in output
     summary = json.loads((tmp_path / "summary.json").read_text())
     measured = {point["version"] for point in summary["curve"]}
     assert 0 in measured and len(measured) >= 2, summary  # the base and at least one candidate of the online run
     assert summary["rows"][0]["role"] == "base" and summary["trajectories"] > 0 and summary["tokens"] > 0
     assert summary["steps"] >= 1
+    released = [row for row in summary["rows"] if "release" in row]
+    assert released and {row["role"] for row in released} <= {"promoted", "rolled back", "aborted"}, summary
+    assert "canary at 50% of new sessions" in output
+    assert summary["annotator_labels"] >= 1, output[-3000:]
     assert (tmp_path / "demo" / "logs" / "web.log").exists()
 
     # A second run resets var/demo (a fresh database: the model is `weather` again) and reuses the base.

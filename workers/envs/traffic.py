@@ -3,18 +3,21 @@ gateway, each conversation an AReaL-style RL session, and give feedback through 
 
 One user's turn: POST /rl/start_session (429 → wait Retry-After: the online run's back-pressure) → the agent's
 episode with the session key as its api_key → thumbs (and sometimes a correction) via POST /v1/rewards with
-source `user` → for a share of sessions an annotator's 0 / 0.5 / 1 label via /v1/rewards with source
-`annotator` → POST /rl/end_session. Counters are kept for the terminal's live figures.
+source `user` → POST /rl/end_session. Counters are kept for the terminal's live figures, and each episode's
+outcome by session id (`outcomes`, the latest `OUTCOMES_KEPT`): the simulated annotator
+(workers/envs/annotator.py), who labels through the annotation API, reads its ground truth there.
 """
 
 import random
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from workers.envs import weather
 from workers.envs.agent import run_episode
-from workers.envs.users import SimulatedAnnotator, SimulatedUser
+from workers.envs.users import SimulatedUser
+
+OUTCOMES_KEPT = 20_000
 
 
 @dataclass
@@ -23,7 +26,6 @@ class TrafficStats:
     successes: int = 0
     thumbs_up: int = 0
     corrections: int = 0
-    annotations: int = 0
     held_back: int = 0  # 429 answers of /rl/start_session
     errors: int = 0
     rejected_rewards: int = 0
@@ -42,12 +44,12 @@ class TrafficStats:
 
 class Traffic:
     def __init__(self, *, gateway_url: str, api_key: str, model: str, users: int = 3, seed: int = 0,
-                 user: SimulatedUser | None = None, annotator: SimulatedAnnotator | None = None):
+                 user: SimulatedUser | None = None):
         self.gateway_url, self.api_key, self.model = gateway_url.rstrip("/"), api_key, model
         self.users, self.seed = users, seed
         self.user = user or SimulatedUser()
-        self.annotator = annotator or SimulatedAnnotator()
         self.stats = TrafficStats()
+        self.outcomes: OrderedDict = OrderedDict()  # session id -> the episode's Outcome (ground truth)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -94,10 +96,6 @@ class Traffic:
                 if feedback.correction:
                     rewards.append({**target, "kind": "critique", "label": feedback.correction, "source": "user",
                                     "idempotency_key": f"fix-{session['session_id']}"})
-                annotated = self.annotator.wants(rng)
-                if annotated:
-                    rewards.append({**target, "value": self.annotator.label(outcome, rng), "kind": "numeric",
-                                    "source": "annotator", "idempotency_key": f"label-{session['session_id']}"})
                 for reward in rewards:
                     answer = http.post("/v1/rewards", headers=reward_headers, json=reward)
                     if answer.status_code >= 400:
@@ -106,11 +104,13 @@ class Traffic:
                             self.stats.last_problem = f"{reward['source']} {reward['kind']}: {answer.text[:200]}"
                 http.post("/rl/end_session", json={}, headers=session_headers)
                 with self.stats.lock:
+                    self.outcomes[session["session_id"]] = outcome
+                    while len(self.outcomes) > OUTCOMES_KEPT:
+                        self.outcomes.popitem(last=False)
                     self.stats.episodes += 1
                     self.stats.successes += outcome.success
                     self.stats.thumbs_up += feedback.thumbs_up
                     self.stats.corrections += feedback.correction is not None
-                    self.stats.annotations += annotated
                     self.stats.recent.append((outcome.success, 1.0 if feedback.thumbs_up else 0.0))
             except (httpx.HTTPError, openai.OpenAIError, KeyError, ValueError):
                 with self.stats.lock:

@@ -20,7 +20,8 @@ def run_online(run_id: int, poll_seconds: float = 0.5) -> dict:
     staleness bound η against the run's current version V (samples holding a token older than V − η are
     dropped and counted), and once `samples_per_step` samples are waiting, train one decoupled-PPO step on
     them; every `publish_every` steps export the weights, register them as the next version (parent: the
-    previous one) and publish them to the model's backends, which then stamp V + 1 on new tokens.
+    previous one) and, unless the run leaves serving to releases (`publish_to_backends` off), publish them
+    to the model's backends, which then stamp V + 1 on new tokens.
     Idempotency: consumption is recorded once per (run, trajectory); a redelivered task resumes from the
     run's current version (the optimizer state of unpublished steps is lost, by design)."""
     from apps.training.models import OnlineRun, OnlineRunStatus
@@ -110,7 +111,8 @@ def _loop(run, poll_seconds: float) -> dict:
                 tokenizer_hash=version.tokenizer_hash, parent=version,
                 metrics={"online": {"run": run.pk, "step": steps, **_summary(metrics)}},
                 description=f"online run {run.pk}, step {steps}")
-            model_version_publish(tenant=tenant, actor=actor, version=published)
+            if run.publish_to_backends:
+                model_version_publish(tenant=tenant, actor=actor, version=published)
             version = published
         online_run_record_step(run_id=run.pk, version=published)
     final = OnlineRun.objects.get(pk=run.pk)

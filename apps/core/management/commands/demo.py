@@ -4,24 +4,32 @@ State: the demo keeps its own state in var/demo (SQLite database, broker, models
 from `make run`'s var/. A second `make demo` RESETS var/demo and starts from scratch (DEMO_KEEP=1 keeps
 the previous database instead and adds a new run to it: its model is then `weather-2`, `weather-3`...).
 
-Steps: create the default model; supervised warm-up on the legacy agent's logs (a weak but nonzero base:
-the skills, not the habit); register it as version 0 (production); start web, workers, beat and the embedded
-inference server; start an online decoupled-PPO run (η > 0) on the train worker; simulated users drive the
-unmodified openai-SDK agent through the gateway with a fresh API key and give thumbs and corrections through
-/v1/rewards, a simulated annotator labels a share; qualification feeds the training queue; the run publishes
-a new version every K steps to the serving backend; every few versions the newest is evaluated on the
-held-out cases (direct evaluation, workers.envs.warmup.heldout_success) and, if better than production, is
-promoted (automatically; DEMO_APPROVE=manual asks the operator at the terminal, audited as such). The table at the end has held-out success of the base and
-of every promoted version, trajectories and tokens used, wall time. The console stays up afterwards
-(Ctrl-C stops everything); DEMO_EXIT=1 exits after the table.
+Steps: create the default model; supervised warm-up (a weak but nonzero base: the skills, not the habit);
+register it as version 0 (production); start web, workers, beat and two embedded inference servers (serving
+slots A and B: production on one, a canary candidate on the other); start an online decoupled-PPO run
+(η > 0) on the train worker that registers a new version every K steps but serves none itself; simulated
+users drive the unmodified openai-SDK agent through the gateway with a fresh API key and give thumbs and
+corrections through /v1/rewards; a simulated annotator signs in and labels a share of the annotation queue
+through the annotation API; qualification feeds the training queue. Every few versions the newest is
+evaluated offline on the held-out cases (workers.envs.warmup.heldout_success); one that is not worse than
+production (within DEMO_TOLERANCE) is loaded onto the free slot and released through apps.releases (one that
+is worse restarts the learner from production: it has drifted, and its data would soon all be older than η): a canary
+takes DEMO_CANARY_PERCENT of new sessions for at least DEMO_CANARY_SECONDS under guardrails (reward mean,
+error rate), measured by the beat's analysis ticks, which roll a bad candidate back; a release awaiting
+approval is approved by the demo (audited as "demo auto-approval") or, with DEMO_APPROVE=manual, waits for
+an operator to approve it in the console. The table at the end has held-out success of the base and of
+every released version, trajectories and tokens used, wall time. The console stays up afterwards (Ctrl-C
+stops everything); DEMO_EXIT=1 exits after the table.
 
 The warm-up's base is kept in var/demo-cache, keyed by the seed, the warm-up settings and the initial
 weights, so a second `make demo` starts its loop in seconds (DEMO_FRESH_BASE=1 trains it again).
 
 Settings (environment): DEMO_SEED (0), DEMO_BUDGET_SECONDS (300: the loop's wall-time budget, counted from
 the base's held-out measurement; the warm-up is timed apart), DEMO_SKILL_STEPS (200), DEMO_SFT_STEPS (60),
-DEMO_SFT_LR (1e-3), DEMO_USERS (3), DEMO_HELDOUT (64 cases), DEMO_ETA (1), DEMO_BATCH (16 samples per step),
-DEMO_PUBLISH_EVERY (1), DEMO_EVAL_EVERY (2 versions), DEMO_LR (1e-4), DEMO_SUMMARY (a JSON file).
+DEMO_SFT_LR (1e-3), DEMO_USERS (3), DEMO_HELDOUT (64 cases), DEMO_ETA (8: production lags the learner by the
+versions a release takes), DEMO_BATCH (16 samples per step), DEMO_PUBLISH_EVERY (1), DEMO_EVAL_EVERY
+(2 versions), DEMO_LR (1e-4), DEMO_TOLERANCE (0.05), DEMO_CANARY_PERCENT (50), DEMO_CANARY_SECONDS (10),
+DEMO_ANNOTATOR_SHARE (0.3), DEMO_SUMMARY (a JSON file).
 """
 
 import json
@@ -70,7 +78,8 @@ class Command(BaseCommand):
         parser.add_argument("--inference-port", type=int, default=int(os.environ.get("AREAL_INFERENCE_PORT", "8100")))
 
     def handle(self, *args, host, port, inference_port, **options):
-        for name, wanted in (("PORT", port), ("AREAL_INFERENCE_PORT", inference_port)):
+        for name, wanted in (("PORT", port), ("AREAL_INFERENCE_PORT", inference_port),
+                             ("AREAL_INFERENCE_PORT (+1: serving slot B)", inference_port + 1)):
             if not port_is_free(host, wanted):
                 raise CommandError(f"port {wanted} on {host} is already in use; stop what holds it or set "
                                    f"{name}=<free port>")
@@ -92,6 +101,8 @@ class Command(BaseCommand):
         (demo_dir / DEMO_DIR_MARKER).touch()
         environment = {**os.environ, "AREAL_VAR_DIR": str(demo_dir), "DEMO_VAR_DIR": str(demo_dir),
                        "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "areal_web.settings.local")}
+        environment.setdefault("AREAL_RELEASE_ANALYSIS_SECONDS", "3")  # canary ticks: seconds, not a minute
+        environment.setdefault("AREAL_ANNOTATION_FILL_SECONDS", "5")
         environment.pop("AREAL_TRAINING_DIR", None)
         environment.pop("AREAL_MODELS_DIR", None)
         manage = Path(settings.BASE_DIR) / "manage.py"
@@ -106,6 +117,10 @@ class Demo:
         self.seed = _env_int("DEMO_SEED", 0)
         self.budget = _env_float("DEMO_BUDGET_SECONDS", 300)
         self.processes: dict[str, subprocess.Popen] = {}
+        self.slots = {"a": inference_port, "b": inference_port + 1}  # serving slots: production and canary
+        self.release = None  # the release under way (apps.releases.models.Release)
+        self.learner = None  # the online run now learning (a rejected candidate restarts it from production)
+        self.run_ids: list[int] = []
         self.stopping = threading.Event()
         self.started = time.monotonic()
         self.loop_started: float | None = None  # set once the base is measured: the budget counts from there
@@ -123,7 +138,7 @@ class Demo:
             logging.getLogger(noisy).setLevel(logging.WARNING)
         signal.signal(signal.SIGINT, self._stop)
         signal.signal(signal.SIGTERM, self._stop)
-        traffic = run = None
+        traffic = annotator = None
         try:
             call_command("migrate", verbosity=0, interactive=False)
             call_command("bootstrap", tenant=TENANT, stdout=self.out)
@@ -134,19 +149,17 @@ class Demo:
             self._measure(base, label="base")
             self.loop_started = time.monotonic()
             api_key = self._api_key()
-            run = self._start_online(base)
+            self.learner = self._start_online(base)
             from workers.envs.traffic import Traffic
-            from workers.envs.users import SimulatedAnnotator
 
-            # /v1/rewards refuses source=annotator (annotators label through /api/v1/annotation/ queues, not
-            # wired into the demo yet), so the simulated annotator is off unless DEMO_ANNOTATOR_SHARE is set.
-            annotator = SimulatedAnnotator(share=_env_float("DEMO_ANNOTATOR_SHARE", 0.0))
-            traffic = Traffic(gateway_url=self.url, api_key=api_key, model=self.model, annotator=annotator,
+            traffic = Traffic(gateway_url=self.url, api_key=api_key, model=self.model,
                               users=_env_int("DEMO_USERS", 3), seed=self.seed).start()
-            self._loop(run, traffic)
+            annotator = self._start_annotator(traffic)
+            self._loop(traffic)
             traffic.stop()
-            self._stop_online(run)
-            self._table(run, traffic)
+            annotator.stop()
+            self._stop_online(self.learner)
+            self._table(traffic, annotator)
             if os.environ.get("DEMO_EXIT") == "1" or self.stopping.is_set():
                 return
             self.out.write(self.style.SUCCESS(f"\nThe console stays up: {self.url}/  (Ctrl-C stops everything)"))
@@ -155,14 +168,16 @@ class Demo:
         finally:
             if traffic is not None:
                 traffic.stop(timeout=5)
-            if run is not None:
-                self._stop_online(run)
+            if annotator is not None:
+                annotator.stop(timeout=5)
+            if self.learner is not None:
+                self._stop_online(self.learner)
             self._shutdown()
-            if run is not None:  # the worker is gone: a run it did not close is closed here
+            if self.learner is not None:  # the worker is gone: a run it did not close is closed here
                 from apps.training.models import OnlineRunStatus
                 from apps.training.online import online_run_finish
 
-                online_run_finish(run_id=run.pk, status=OnlineRunStatus.STOPPED)
+                online_run_finish(run_id=self.learner.pk, status=OnlineRunStatus.STOPPED)
 
     def _stop(self, *_):
         if self.stopping.is_set():
@@ -259,21 +274,32 @@ class Demo:
                         "--concurrency", "1", "--loglevel", "WARNING", "-n", "demo-train@%h"],
             "beat": [python, "-m", "celery", "-A", "areal_web", "beat", "--loglevel", "WARNING",
                      "-s", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)],
-            "inference": [python, "-m", "workers.inference.server", "--model", base.checkpoint_path, "--host",
-                          self.host, "--port", str(self.inference_port), "--served-model-name", self.model,
-                          "--model-version", str(base.number)],
         }
+        for slot, port in self.slots.items():
+            commands[f"inference-{slot}"] = [
+                python, "-m", "workers.inference.server", "--model", base.checkpoint_path, "--host", self.host,
+                "--port", str(port), "--served-model-name", self.model, "--model-version", str(base.number)]
         logs = Path(settings.VAR_DIR) / "logs"
         logs.mkdir(exist_ok=True)
         for name, command in commands.items():
             log = open(logs / f"{name}.log", "ab")  # noqa: SIM115  (closed with the process)
             self.processes[name] = subprocess.Popen(command, env=environment, start_new_session=True, stdout=log,
                                                     stderr=subprocess.STDOUT)
-        self._say(f"started web, worker, trainer, beat and the embedded inference server (logs: {logs})")
-        self._wait_http(f"http://{self.host}:{self.inference_port}/health", "inference server")
-        call_command("registerbackend", TENANT, name=f"embedded-{self.model}",
-                     url=f"http://{self.host}:{self.inference_port}", kind="embedded", model=self.model,
-                     model_version=str(base.number), stdout=open(os.devnull, "w"))  # noqa: SIM115
+        self._say(f"started web, worker, trainer, beat and two embedded inference servers (serving slots A and "
+                  f"B; logs: {logs})")
+        from apps.audit.services import Actor
+        from apps.inference.models import InferenceBackend
+        from apps.releases.services import routing_initialize
+
+        for slot, port in self.slots.items():
+            self._wait_http(f"http://{self.host}:{port}/health", f"inference server {slot.upper()}")
+            call_command("registerbackend", TENANT, name=f"embedded-{self.model}-{slot}",
+                         url=f"http://{self.host}:{port}", kind="embedded", model=self.model,
+                         model_version=str(base.number), stdout=open(os.devnull, "w"))  # noqa: SIM115
+        backends = InferenceBackend.objects.for_tenant(self.tenant)
+        self.backends = {slot: backends.get(name=f"embedded-{self.model}-{slot}") for slot in self.slots}
+        routing_initialize(tenant=self.tenant, actor=Actor.system("demo"), version=base,
+                           reason="demo: the base serves")
         self._wait_http(f"{self.url}/health", "web", fallback=f"{self.url}/")
         credentials = Path(settings.VAR_DIR) / "first-start-credentials.txt"
         login = credentials.read_text().strip().replace("\n", ", ") if credentials.exists() else "admin"
@@ -308,17 +334,71 @@ class Demo:
         from apps.audit.services import Actor
         from apps.training.online import online_run_start
 
-        eta = _env_int("DEMO_ETA", 1)
+        eta = _env_int("DEMO_ETA", 8)
         batch = _env_int("DEMO_BATCH", 16)
         run = online_run_start(tenant=self.tenant, actor=Actor.system("demo"), base_version=base,
                                hyperparameters={"learning_rate": _env_float("DEMO_LR", 1e-4), "std_level": "batch",
                                                 "behaviour_weight_cap": 5.0, "micro_batch_tokens": 8192,
                                                 "seed": self.seed},
                                samples_per_step=batch, publish_every=_env_int("DEMO_PUBLISH_EVERY", 1),
-                               staleness_bound=eta)
-        self._say(f"online decoupled PPO: η={eta}, {batch} samples per step, a version every "
-                  f"{run.publish_every} step(s)")
+                               staleness_bound=eta, publish_to_backends=False)
+        self.run_ids.append(run.pk)
+        self._say(f"online decoupled PPO from v{base.number}: η={eta}, {batch} samples per step, a version every "
+                  f"{run.publish_every} step(s); releases decide what serves")
         return run
+
+    def _restart_learner(self) -> None:
+        """A candidate failed the offline gate: the learner has drifted, and its data (served by production,
+        now ever further behind it) would soon all be older than η. It starts again from production."""
+        from apps.training.models import OnlineRun, OnlineRunStatus
+
+        self._stop_online(self.learner)
+        deadline = time.monotonic() + 120
+        while OnlineRun.objects.filter(pk=self.learner.pk, status=OnlineRunStatus.RUNNING).exists():
+            if time.monotonic() > deadline or self.stopping.is_set():
+                raise CommandError(f"online run {self.learner.pk} did not stop within two minutes")
+            time.sleep(0.5)
+        self.learner = self._start_online(self.production[0])
+
+    def _start_annotator(self, traffic):
+        """An annotator account (role annotator, a fresh password), a 0–1 `quality` spec and a queue over the
+        demo's production traffic assigned to it; the simulated annotator signs in and works the queue."""
+        import secrets
+
+        from django.contrib.auth import get_user_model
+
+        from apps.annotation.models import AnnotationQueue
+        from apps.annotation.services import annotation_queue_create
+        from apps.audit.services import Actor
+        from apps.rewards.models import RewardSpec
+        from apps.rewards.services import reward_spec_create
+        from apps.tenants.models import Membership
+        from apps.tenants.services import membership_add
+        from workers.envs.annotator import AnnotatorClient
+        from workers.envs.users import SimulatedAnnotator
+
+        actor = Actor.system("demo")
+        password = secrets.token_urlsafe(12)
+        user, created = get_user_model().objects.get_or_create(username="demo-annotator")
+        user.set_password(password)
+        user.save()
+        if not Membership.objects.filter(tenant=self.tenant, user=user).exists():
+            membership_add(tenant=self.tenant, actor=actor, user_identifier=user.username, role="annotator")
+        spec = (RewardSpec.objects.filter(tenant=self.tenant, agent_name="", name="quality").first()
+                or reward_spec_create(tenant=self.tenant, actor=actor, name="quality", kind="numeric", minimum=0.0,
+                                      maximum=1.0, description="1: answered right; 0.5: right call, wrong answer"))
+        name = f"{self.model} live traffic"
+        queue = (AnnotationQueue.objects.for_tenant(self.tenant).filter(name=name).first()
+                 or annotation_queue_create(tenant=self.tenant, actor=actor, name=name, spec_id=spec.pk,
+                                            filters={"purpose": "production", "status": "complete"},
+                                            annotators_per_item=1, assignee_ids=[user.pk]))
+        share = _env_float("DEMO_ANNOTATOR_SHARE", 0.3)
+        client = AnnotatorClient(console_url=self.url, username=user.username, password=password, queue_id=queue.pk,
+                                 outcomes=traffic.outcomes, annotator=SimulatedAnnotator(share=share),
+                                 seed=self.seed).start()
+        self._say(f"a simulated annotator ({user.username}) labels about {share:.0%} of queue "
+                  f"{name!r} through the annotation API")
+        return client
 
     def _stop_online(self, run) -> None:
         from apps.audit.services import Actor
@@ -328,25 +408,48 @@ class Demo:
 
     # ---- the loop ----------------------------------------------------------------------------------------
 
-    def _loop(self, run, traffic) -> None:
+    def _loop(self, traffic) -> None:
+        """Every DEMO_EVAL_EVERY versions (while no release is under way) the newest is evaluated offline and,
+        if not worse than production within DEMO_TOLERANCE, released; a release under way is followed."""
         from apps.training.online import online_run_get
 
         eval_every = _env_int("DEMO_EVAL_EVERY", 2)
-        last_evaluated = run.base_version.number
+        last_evaluated = self.learner.base_version.number
         while not self.stopping.is_set() and self._loop_seconds() < self.budget:
             if not self._alive():
                 raise CommandError("a process of the stack exited; see var/demo/logs")
-            current = online_run_get(tenant=self.tenant, run_id=run.pk)
+            current = online_run_get(tenant=self.tenant, run_id=self.learner.pk)
             if current.status != "running":
                 raise CommandError(f"the online run stopped: {current.error[-400:]}")
             version = current.current_version
-            if version.number - last_evaluated >= eval_every:
+            if self.release is not None:
+                self._follow_release()
+            elif version.number - last_evaluated >= eval_every:
                 last_evaluated = version.number
-                self._measure(version, label="candidate")
-                self._decide(version)
+                success = self._measure(version, label="candidate")
+                self._release_start(version, success)
             self._status(current, traffic)
             self.stopping.wait(1.0)
         self.out.write("")
+        if self.release is not None:
+            self._release_close()
+
+    def _release_close(self) -> None:
+        """The budget ended during a release: it is aborted (production keeps serving), so nothing is left
+        half-done in the database."""
+        from apps.audit.services import Actor
+        from apps.releases.services import release_abort
+
+        try:
+            release = release_abort(tenant=self.tenant, actor=Actor.system("demo"), release_id=self.release.pk,
+                                    reason="the demo's budget ended before the release finished")
+        except Exception as error:  # it may have finished meanwhile (promoted or rolled back): say so
+            self._say(f"release {self.release.pk} was not aborted: {error}")
+        else:
+            self.rows.append({"version": release.candidate.number, "role": "aborted", "heldout": self.release_offline,
+                              "seconds": round(self._loop_seconds(), 1), "release": release.pk})
+            self._say(f"release {release.pk} (v{release.candidate.number}) aborted: the budget ended")
+        self.release = None
 
     def _status(self, run, traffic) -> None:
         stats = traffic.stats
@@ -355,11 +458,20 @@ class Demo:
         elapsed = self._loop_seconds()
         line = (f"\r{bar(elapsed, self.budget, 20)} {elapsed:5.0f}s  v{run.current_version.number}  "
                 f"steps {run.steps}  trajectories {stats.episodes}  tokens {self._tokens():,}  "
+                f"prod v{self.production[0].number}  {self._release_label()}  "
                 f"live success {'-' if success is None else f'{success:.0%}'}  "
                 f"reward {'-' if reward is None else f'{reward:.2f}'}  stale {run.dropped_stale}  "
                 f"held back {stats.held_back}   ")
         self.out.write(line, ending="")
         self.out.flush()
+
+    def _release_label(self) -> str:
+        if self.release is None:
+            return "no release"
+        from apps.releases.models import Release
+
+        status = Release.objects.filter(pk=self.release.pk).values_list("status", flat=True).first()
+        return f"release v{self.release.candidate.number}: {status}"
 
     def _tokens(self) -> int:
         from django.db.models import Sum
@@ -399,64 +511,117 @@ class Demo:
     def _loop_seconds(self) -> float:
         return 0.0 if self.loop_started is None else time.monotonic() - self.loop_started
 
-    def _decide(self, version) -> None:
+    def _release_start(self, version, success: float) -> None:
+        """Offline gate, then a release: the candidate is loaded onto the slot not serving production and
+        released over production (canary stage, guardrails); the beat's analysis ticks take it from there."""
         from apps.audit.services import Actor
-        from apps.training.models import VersionStatus
-        from apps.training.services import alias_move, model_version_set_status
+        from apps.releases.services import release_create, release_start
+        from apps.training.publication import model_version_publish
 
         production, production_success = self.production
-        success = self.curve[-1]["heldout"]
-        if success <= production_success:
-            self._say(f"v{version.number} is not better than production v{production.number}: kept as a candidate")
+        tolerance = _env_float("DEMO_TOLERANCE", 0.05)
+        if success < production_success - tolerance:
+            self._say(f"v{version.number} is worse than production v{production.number} offline "
+                      f"({success:.0%} < {production_success:.0%} − {tolerance:.0%}): not released; the learner "
+                      f"starts again from v{production.number}")
+            self.rows.append({"version": version.number, "role": "rejected", "heldout": success,
+                              "seconds": round(self._loop_seconds(), 1)})
+            self._restart_learner()
             return
-        approver = "demo auto-approval"
-        if os.environ.get("DEMO_APPROVE") == "manual":
-            # The console has no alias-move action yet (releases promote through routing, which the online
-            # learner's single backend does not fit): the operator approves here, and is audited by name.
+        actor = Actor.system("demo")
+        # The slot not serving production (at the start both serve the base: the second one is taken).
+        serving = [backend for backend in self.backends.values() if backend.model_version == str(production.number)]
+        free = next((backend for backend in self.backends.values() if backend not in serving), serving[-1])
+        outcome, = model_version_publish(tenant=self.tenant, actor=actor, version=version, backend_ids=[free.pk])
+        if not outcome.ok:
+            self._say(f"loading v{version.number} onto {free.name} failed: {outcome.error}")
+            return
+        free.model_version = str(version.number)
+        percent = _env_float("DEMO_CANARY_PERCENT", 50)
+        release = release_create(
+            tenant=self.tenant, actor=actor, candidate_id=version.pk, baseline_id=production.pk, stages=[percent],
+            stage_min_seconds=_env_int("DEMO_CANARY_SECONDS", 10), failure_limit=1, inconclusive_limit=30,
+            guardrails=[{"metric": "reward_mean", "direction": "higher_is_better", "threshold": 0.25,
+                         "min_samples": 10},
+                        {"metric": "error_rate", "direction": "lower_is_better", "threshold": 0.05,
+                         "min_samples": 10}])
+        self.release = release_start(tenant=self.tenant, actor=actor, release_id=release.pk)
+        self.release_offline = success
+        self._say(f"release {release.pk}: v{version.number} ({success:.0%} offline) loaded on {free.name}, canary "
+                  f"at {percent:g}% of new sessions over production v{production.number} "
+                  f"({self.url}/releases/{release.pk}/)")
+
+    def _follow_release(self) -> None:
+        """Approves a release awaiting approval (DEMO_APPROVE=manual: an operator does, in the console), and
+        settles one that ended: promoted → production, rolled back → noted; a paused one is aborted."""
+        from apps.audit.services import Actor
+        from apps.releases.models import Release, ReleaseStatus
+        from apps.releases.services import release_abort, release_approve
+
+        release = Release.objects.select_related("candidate", "baseline").get(pk=self.release.pk)
+        if release.status == ReleaseStatus.AWAITING_APPROVAL:
+            if os.environ.get("DEMO_APPROVE") == "manual":
+                if self.release.status != release.status:
+                    self.out.write("")
+                    self._say(f"release {release.pk} (v{release.candidate.number}) passed its canary and waits for "
+                              f"an operator: approve it at {self.url}/releases/{release.pk}/")
+            else:
+                release = release_approve(tenant=self.tenant, actor=Actor.system("demo auto-approval"),
+                                          release_id=release.pk)
+        elif release.status == ReleaseStatus.PAUSED:
+            release = release_abort(tenant=self.tenant, actor=Actor.system("demo"), release_id=release.pk,
+                                    reason="the canary stayed inconclusive; the demo moves on")
+        self.release = release
+        if release.status == ReleaseStatus.PROMOTED:
+            self.production = (release.candidate, self.release_offline)
+            self.rows.append({"version": release.candidate.number, "role": "promoted", "heldout": self.release_offline,
+                              "seconds": round(self._loop_seconds(), 1), "release": release.pk,
+                              "approved_by": release.approved_by})
             self.out.write("")
-            self._say(f"v{version.number} ({success:.0%} held-out vs {production_success:.0%}) waits for approval")
-            answer = input(f"promote {self.model} v{version.number} to production? [y/N] ").strip().lower()
-            if answer not in {"y", "yes"}:
-                self._say(f"v{version.number} not approved: kept as a candidate")
-                return
-            approver = f"operator at the terminal ({os.environ.get('USER', 'unknown')})"
-        actor = Actor.system(approver)
-        model_version_set_status(tenant=self.tenant, actor=actor, version_id=production.pk,
-                                 status=VersionStatus.RETIRED, reason=f"superseded by v{version.number}")
-        model_version_set_status(tenant=self.tenant, actor=actor, version_id=version.pk,
-                                 status=VersionStatus.PRODUCTION,
-                                 reason=f"held-out {success:.0%} > {production_success:.0%}")
-        alias_move(tenant=self.tenant, actor=actor, name=self.model, alias="production", version=version,
-                   reason=f"held-out {success:.0%} > {production_success:.0%} ({approver})")
-        self.production = (version, success)
-        self.rows.append({"version": version.number, "role": "promoted", "heldout": success,
-                          "seconds": self.curve[-1]["seconds"]})
-        self._say(f"promoted v{version.number} to production")
+            self._say(f"release {release.pk}: v{release.candidate.number} promoted by {release.approved_by}; it now "
+                      f"serves every new session")
+        elif release.status in {ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}:
+            self.rows.append({"version": release.candidate.number, "role": release.status.replace("_", " "),
+                              "heldout": self.release_offline, "seconds": round(self._loop_seconds(), 1),
+                              "release": release.pk})
+            self.out.write("")
+            self._say(f"release {release.pk}: v{release.candidate.number} {release.status.replace('_', ' ')} "
+                      f"({release.status_reason})")
+        if release.status in {ReleaseStatus.PROMOTED, ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}:
+            self.release = None
 
     # ---- the end -----------------------------------------------------------------------------------------
 
-    def _table(self, run, traffic) -> None:
-        from apps.training.online import online_run_get
+    def _table(self, traffic, annotator) -> None:
+        from django.db.models import Sum
 
-        final = online_run_get(tenant=self.tenant, run_id=run.pk)
+        from apps.training.models import OnlineRun
+
+        final = OnlineRun.objects.filter(pk__in=self.run_ids).aggregate(steps=Sum("steps"), stale=Sum("dropped_stale"))
         wall = time.monotonic() - self.started
         tokens = self._tokens()
-        self.out.write("\n" + "version  role       held-out success  at (s, loop)")
+        warmup = "reused" if self.base_reused else f"{self.warmup_seconds:.0f}s"
+        self.out.write("\n" + "version  role         held-out success  at (s, loop)")
         for row in self.rows:
-            self.out.write(f"v{row['version']:<7} {row['role']:<10} {row['heldout']:>15.0%}  {row['seconds']:>6.0f}")
-        gain = (self.rows[-1]["heldout"] - self.rows[0]["heldout"]) if self.rows else 0.0
-        self.out.write(f"trajectories {traffic.stats.episodes}  tokens {tokens:,}  training steps {final.steps}  "
-                       f"stale dropped {final.dropped_stale}  held back {traffic.stats.held_back}  "
-                       f"loop {self._loop_seconds():.0f}s  warm-up {'reused' if self.base_reused else f'{self.warmup_seconds:.0f}s'}  wall time {wall:.0f}s  "
+            self.out.write(f"v{row['version']:<7} {row['role']:<12} {row['heldout']:>15.0%}  {row['seconds']:>6.0f}")
+        served = [row for row in self.rows if row["role"] in {"base", "promoted"}]
+        gain = (served[-1]["heldout"] - served[0]["heldout"]) if served else 0.0
+        self.out.write(f"trajectories {traffic.stats.episodes}  tokens {tokens:,}  training steps {final['steps']}  "
+                       f"stale dropped {final['stale']}  online runs {len(self.run_ids)}  held back {traffic.stats.held_back}  "
+                       f"loop {self._loop_seconds():.0f}s  warm-up {warmup}  wall time {wall:.0f}s  "
                        f"gain {gain * 100:+.0f} points")
+        problems = annotator.stats
+        self.out.write(f"annotator: {problems.labelled} labelled, {problems.skipped} skipped through the annotation API"
+                       + (f", {problems.errors} errors (last: {problems.last_problem})" if problems.errors else ""))
         if traffic.stats.rejected_rewards or traffic.stats.errors:
             self.out.write(f"rewards refused {traffic.stats.rejected_rewards}, episode errors {traffic.stats.errors}"
                            f"{'  (last: ' + traffic.stats.last_problem + ')' if traffic.stats.last_problem else ''}")
         summary = {"seed": self.seed, "model": self.model, "rows": self.rows, "curve": self.curve,
-                   "trajectories": traffic.stats.episodes, "tokens": tokens, "steps": final.steps,
-                   "dropped_stale": final.dropped_stale, "held_back": traffic.stats.held_back,
+                   "trajectories": traffic.stats.episodes, "tokens": tokens, "steps": final["steps"],
+                   "dropped_stale": final["stale"], "online_runs": len(self.run_ids), "held_back": traffic.stats.held_back,
                    "wall_seconds": round(wall, 1), "loop_seconds": round(self._loop_seconds(), 1),
-                   "warmup_seconds": round(self.warmup_seconds, 1), "base_reused": self.base_reused, "gain_points": round(gain * 100, 1)}
+                   "warmup_seconds": round(self.warmup_seconds, 1), "base_reused": self.base_reused,
+                   "annotator_labels": annotator.stats.labelled, "gain_points": round(gain * 100, 1)}
         path = os.environ.get("DEMO_SUMMARY") or str(Path(settings.VAR_DIR) / "demo-summary.json")
         Path(path).write_text(json.dumps(summary, indent=2))
         self.out.write(f"summary: {path}")

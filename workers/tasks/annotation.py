@@ -1,0 +1,11 @@
+from celery import shared_task
+
+from areal_web.queues import Queue
+
+
+@shared_task(name="annotation.fill_queues", queue=Queue.DEFAULT.value, ignore_result=True, max_retries=0)
+def fill_annotation_queues() -> int:
+    """Beat (every AREAL_ANNOTATION_FILL_SECONDS): adds newly matching trajectories to every annotation queue."""
+    from apps.annotation.services import annotation_queues_fill_all
+
+    return annotation_queues_fill_all()
