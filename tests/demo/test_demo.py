@@ -27,6 +27,39 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+class Operator:
+    """An operator in another window: signs in to the running demo's console as the admin and approves every
+    release that awaits approval, through the same API the console's Approve button calls."""
+
+    def __init__(self, tmp_path, port: int):
+        import threading
+
+        self.credentials = tmp_path / "demo" / "first-start-credentials.txt"
+        self.url = f"http://127.0.0.1:{port}"
+        self.approved: list[int] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+
+    def _work(self) -> None:
+        import httpx
+
+        from workers.envs.annotator import console_sign_in
+
+        with httpx.Client(base_url=self.url, timeout=10) as http:
+            while not self.stop.wait(1.0):
+                try:
+                    if "sessionid" not in http.cookies:
+                        lines = dict(line.split(": ", 1) for line in self.credentials.read_text().splitlines())
+                        console_sign_in(http, console_url=self.url, username=lines["username"],
+                                        password=lines["password"])
+                    waiting = http.get("/api/v1/releases/", params={"status": "awaiting_approval"}).json()
+                    for release in waiting["results"]:
+                        if http.post(f"/api/v1/releases/{release['id']}/approve/").status_code == 200:
+                            self.approved.append(release["id"])
+                except (OSError, httpx.HTTPError, KeyError, ValueError, PermissionError):
+                    continue  # the demo is not up yet, or going down
+
+
 def _demo(tmp_path, **overrides) -> subprocess.CompletedProcess:
     environment = {**os.environ, "DEMO_VAR_DIR": str(tmp_path / "demo"), "DEMO_EXIT": "1", "DEMO_SFT_STEPS": "3", "DEMO_SKILL_STEPS": "3",
                    "DEMO_BUDGET_SECONDS": "120", "DEMO_HELDOUT": "8", "DEMO_BATCH": "4", "DEMO_EVAL_EVERY": "1",
@@ -41,7 +74,14 @@ def _demo(tmp_path, **overrides) -> subprocess.CompletedProcess:
 
 
 def test_shortened_demo_measures_base_and_candidate(tmp_path):
-    finished = _demo(tmp_path)
+    port = _free_port()
+    operator = Operator(tmp_path, port)
+    operator.thread.start()
+    try:
+        finished = _demo(tmp_path, PORT=str(port), DEMO_APPROVE="manual")
+    finally:
+        operator.stop.set()
+        operator.thread.join(timeout=15)
     assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
     output = finished.stdout
     assert "console: http://127.0.0.1:" in output and "password" in output
@@ -54,6 +94,10 @@ def test_shortened_demo_measures_base_and_candidate(tmp_path):
     released = [row for row in summary["rows"] if "release" in row]
     assert released and {row["role"] for row in released} <= {"promoted", "rolled back", "aborted"}, summary
     assert "canary at 50% of new sessions" in output
+    # DEMO_APPROVE=manual: the demo waited for the operator, who approved in the console's API.
+    promoted = [row for row in released if row["role"] == "promoted"]
+    assert "waits for an operator: approve it at" in output and operator.approved, output[-3000:]
+    assert promoted and {row["approved_by"] for row in promoted} == {"admin"}, summary
     assert summary["annotator_labels"] >= 1, output[-3000:]
     assert (tmp_path / "demo" / "logs" / "web.log").exists()
 

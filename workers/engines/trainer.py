@@ -54,6 +54,18 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.json", "merges.txt", "added_tokens.json", "tokenizer.model")
 
 
+def _adamw(parameters, config, *, sharded: bool) -> torch.optim.AdamW:
+    """AdamW with the fused kernel (one pass over all parameters, CPU and CUDA) where it applies: plain
+    float tensors on one device type. Sharded (FSDP) parameters take the multi-tensor (foreach) path. Same
+    state either way, so checkpoints move between them."""
+    arguments = {"lr": config.learning_rate, "betas": config.betas, "eps": config.adam_eps,
+                 "weight_decay": config.weight_decay}
+    fusable = (not sharded and parameters and {p.device.type for p in parameters} <= {"cpu", "cuda"}
+               and len({p.device.type for p in parameters}) == 1
+               and all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in parameters))
+    return torch.optim.AdamW(parameters, **arguments, **({"fused": True} if fusable else {"foreach": True}))
+
+
 class Trainer:
     """Owns a model, its optimizer and schedule. `model_wrapper` (FSDP in workers.engines.distributed) is
     applied before the optimizer is built; `reduce_sum` makes loss denominators global across ranks."""
@@ -82,8 +94,7 @@ class Trainer:
         model.train()
         self.model = model_wrapper(model) if model_wrapper is not None else model
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.parameters, lr=config.learning_rate, betas=config.betas,
-                                           eps=config.adam_eps, weight_decay=config.weight_decay)
+        self.optimizer = _adamw(self.parameters, config, sharded=model_wrapper is not None)
         self.schedule = LRSchedule(kind=config.schedule, base_lr=config.learning_rate,
                                    warmup_steps=config.warmup_steps, total_steps=config.total_steps,
                                    min_lr_ratio=config.min_lr_ratio)

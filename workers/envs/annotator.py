@@ -25,6 +25,21 @@ class AnnotatorStats:
     last_problem: str = ""
 
 
+def console_sign_in(http, *, console_url: str, username: str, password: str) -> None:
+    """Signs `http` (an httpx.Client on the console) in through the console's form, as a browser does: its
+    CSRF cookie, then the credentials; the session cookie stays on `http`, and unsafe API calls send the
+    CSRF token back as `X-CSRFToken`. PermissionError when the console refuses."""
+    console_url = console_url.rstrip("/")
+    http.get("/login/").raise_for_status()
+    token = http.cookies.get("csrftoken", "")
+    answer = http.post("/login/", headers={"Referer": f"{console_url}/login/"}, data={
+        "username": username, "password": password, "csrfmiddlewaretoken": token})
+    if answer.status_code != 302 or "sessionid" not in http.cookies:
+        raise PermissionError(f"{username} could not sign in ({answer.status_code})")
+    http.headers["X-CSRFToken"] = http.cookies.get("csrftoken", token)
+    http.headers["Referer"] = f"{console_url}/"
+
+
 class AnnotatorClient:
     def __init__(self, *, console_url: str, username: str, password: str, queue_id: int,
                  outcomes: Mapping, annotator: SimulatedAnnotator, seed: int = 0, idle_seconds: float = 2.0):
@@ -48,16 +63,7 @@ class AnnotatorClient:
             self._thread.join(timeout=timeout)
 
     def sign_in(self, http) -> None:
-        """The console's sign-in form: its CSRF cookie, then the credentials; the session cookie stays on
-        `http`, and unsafe API calls send the CSRF token back as `X-CSRFToken`."""
-        http.get("/login/").raise_for_status()
-        token = http.cookies.get("csrftoken", "")
-        answer = http.post("/login/", headers={"Referer": f"{self.console_url}/login/"}, data={
-            "username": self.username, "password": self.password, "csrfmiddlewaretoken": token})
-        if answer.status_code != 302 or "sessionid" not in http.cookies:
-            raise PermissionError(f"{self.username} could not sign in ({answer.status_code})")
-        http.headers["X-CSRFToken"] = http.cookies.get("csrftoken", token)
-        http.headers["Referer"] = f"{self.console_url}/"
+        console_sign_in(http, console_url=self.console_url, username=self.username, password=self.password)
 
     def work_once(self, http) -> bool:
         """Takes one item: True when there was one (labelled or skipped), False when the queue is empty."""
