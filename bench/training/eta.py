@@ -17,9 +17,11 @@ success of each arm's final version is measured afterwards (workers.envs.warmup.
 
 Threads: each arm runs as it would be deployed on the machine's two cores. The synchronous arm runs one
 phase at a time, so each phase gets every core (`--threads`, 2). The asynchronous arm runs rollout and
-training at once, so each gets its own core (`--async-threads`, 1 torch thread per phase), as AReaL gives
-rollout and training their own devices; with 2 threads each they would fight over the cores (measured:
-each phase 1.2-1.7x slower while the other ran).
+training at once, as AReaL gives them their own devices: the engine's decode thread gets
+`--async-rollout-threads` (1) torch threads and the trainer `--async-train-threads` (1), a core each. OpenMP
+keeps a thread count per thread: the engine's thread takes its count from its first operation, so it is
+started, and runs one token, before the trainer's count is set. Measured splits are in the README (1/1 and
+2/2 came out the same; 1/2 oversubscribes the cores and loses the overlap).
 """
 
 import argparse
@@ -147,31 +149,37 @@ class Pipeline:
 
 
 def run_arm(base, work_dir: Path, *, eta: int, samples: int, batch: int, group: int, max_tokens: int,
-            learning_rate: float, seed: int, threads: int = 2) -> dict:
-    """One online run from `base`: `samples` episodes trained in steps of `batch`, a version per step, with
-    `threads` torch threads per phase."""
+            learning_rate: float, seed: int, rollout_threads: int = 2, train_threads: int = 2) -> dict:
+    """One online run from `base`: `samples` episodes trained in steps of `batch`, a version per step; the
+    engine's decode thread uses `rollout_threads` torch threads, the trainer `train_threads`."""
     import torch
 
+    from workers.inference.engine import InferenceEngine
+    from workers.inference.sampling import SamplingParams
+
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(rollout_threads)
+    engine = InferenceEngine(base, max_batch_size=64).start()
     try:
-        return _run_arm(base, work_dir, eta=eta, samples=samples, batch=batch, group=group, max_tokens=max_tokens,
-                        learning_rate=learning_rate, seed=seed, threads=threads)
+        engine.submit([0, 1], SamplingParams(max_tokens=1, temperature=1.0, seed=0)).result()  # fixes its count
+        torch.set_num_threads(train_threads)
+        result = _run_arm(base, work_dir, engine, eta=eta, samples=samples, batch=batch, group=group,
+                          max_tokens=max_tokens, learning_rate=learning_rate, seed=seed)
+        return {**result, "threads": {"rollout": rollout_threads, "train": train_threads}}
     finally:
+        engine.stop()  # a rollout still waiting on the engine (after an error) is failed and ends
         torch.set_num_threads(previous_threads)
 
 
-def _run_arm(base, work_dir: Path, *, eta: int, samples: int, batch: int, group: int, max_tokens: int,
-             learning_rate: float, seed: int, threads: int) -> dict:
+def _run_arm(base, work_dir: Path, engine, *, eta: int, samples: int, batch: int, group: int, max_tokens: int,
+             learning_rate: float, seed: int) -> dict:
     from workers.engines import TrainConfig, Trainer
-    from workers.inference.engine import InferenceEngine
     from workers.rl.samples import build_samples
 
     steps = samples // batch
     config = TrainConfig(algorithm="decoupled_ppo", learning_rate=learning_rate, std_level="batch",
                          behaviour_weight_cap=5.0, micro_batch_tokens=8192, total_steps=steps, seed=seed)
     trainer = Trainer(base, config)
-    engine = InferenceEngine(base, max_batch_size=64).start()
     pipeline = Pipeline(engine, eta=eta, samples=samples, batch=batch, group=group, max_tokens=max_tokens, seed=seed)
     waiting: list[dict] = []
     lags: dict[int, int] = {}
@@ -216,7 +224,7 @@ def _run_arm(base, work_dir: Path, *, eta: int, samples: int, batch: int, group:
         pipeline.finish()
         engine.stop()  # a rollout still waiting on the engine (after an error) is failed and ends
         pipeline.thread.join(timeout=10)
-    return {"eta": eta, "threads": threads, "wall_seconds": wall, "trained_samples": trained, "training_sequences": sequences,
+    return {"eta": eta, "wall_seconds": wall, "trained_samples": trained, "training_sequences": sequences,
             "dropped_stale": stale, "episodes_started": pipeline.started, "loss_tokens": loss_tokens,
             "tokens_per_second": loss_tokens / wall, "steps": steps, "rollout_seconds": pipeline.rollout_seconds,
             "train_seconds": train_seconds, "publish_seconds": publish_seconds, "reward_means": rewards,
@@ -226,7 +234,7 @@ def _run_arm(base, work_dir: Path, *, eta: int, samples: int, batch: int, group:
 
 def run_benchmark(base, *, samples: int, batch: int, group: int = 4, max_tokens: int = 40, rounds: int = 1,
                   heldout: int = 64, learning_rate: float = 1e-4, seed: int = 0, work_dir=None,
-                  threads: int = 2, async_threads: int = 1) -> dict:
+                  threads: int = 2, async_rollout_threads: int = 1, async_train_threads: int = 1) -> dict:
     """Both arms from `base`, `rounds` times (the order alternates); the last round's final versions are
     measured on `heldout` held-out tasks. Returns the JSON-able result."""
     if samples % batch or batch % group:
@@ -234,8 +242,8 @@ def run_benchmark(base, *, samples: int, batch: int, group: int = 4, max_tokens:
     with tempfile.TemporaryDirectory(prefix="eta-bench-", dir=work_dir) as scratch:
         # One untimed step first: the first run in a process pays for loading libraries and warming caches.
         run_arm(base, Path(scratch) / "warm-up", eta=0, samples=batch, batch=batch, group=group, max_tokens=max_tokens,
-                learning_rate=learning_rate, seed=seed, threads=threads)
-        arm_threads = {"sync": threads, "async": async_threads}
+                learning_rate=learning_rate, seed=seed, rollout_threads=threads, train_threads=threads)
+        arm_threads = {"sync": (threads, threads), "async": (async_rollout_threads, async_train_threads)}
         runs = []
         for round_index in range(rounds):
             order = ["sync", "async"] if round_index % 2 == 0 else ["async", "sync"]
@@ -243,7 +251,8 @@ def run_benchmark(base, *, samples: int, batch: int, group: int = 4, max_tokens:
             for arm in order:
                 arms[arm] = run_arm(base, Path(scratch) / f"round-{round_index}-{arm}", eta=ARM_ETAS[arm],
                                     samples=samples, batch=batch, group=group, max_tokens=max_tokens,
-                                    learning_rate=learning_rate, seed=seed, threads=arm_threads[arm])
+                                    learning_rate=learning_rate, seed=seed, rollout_threads=arm_threads[arm][0],
+                                    train_threads=arm_threads[arm][1])
                 print(f"round {round_index + 1}/{rounds} {arm}: {arms[arm]['wall_seconds']:.1f} s", flush=True)
             runs.append({"order": order, "arms": arms,
                          "ratio_sync_over_async": arms["sync"]["wall_seconds"] / arms["async"]["wall_seconds"]})
@@ -257,18 +266,19 @@ def run_benchmark(base, *, samples: int, batch: int, group: int = 4, max_tokens:
     ratios = [run["ratio_sync_over_async"] for run in runs]
     return {"settings": {"samples": samples, "batch": batch, "group": group, "max_tokens": max_tokens,
                          "rounds": rounds, "heldout": heldout, "learning_rate": learning_rate, "seed": seed,
-                         "etas": ARM_ETAS, "threads": arm_threads},
+                         "etas": ARM_ETAS, "threads": {arm: {"rollout": rollout, "train": train}
+                                                       for arm, (rollout, train) in arm_threads.items()}},
             "runs": runs, "heldout_success": {"base": base_success, **final},
             "ratio_sync_over_async": {"per_round": ratios, "median": statistics.median(ratios)}}
 
 
 def table(result: dict) -> str:
-    lines = [f"{'round':>5} {'arm':<6} {'η':>2} {'thr':>3} {'wall s':>8} {'trained':>8} {'dropped':>8} {'tokens/s':>9} "
+    lines = [f"{'round':>5} {'arm':<6} {'η':>2} {'thr':>5} {'wall s':>8} {'trained':>8} {'dropped':>8} {'tokens/s':>9} "
              f"{'rollout s':>10} {'train s':>8} {'publish s':>10}"]
     for number, run in enumerate(result["runs"], 1):
         for name in ARM_ETAS:
             arm = run["arms"][name]
-            lines.append(f"{number:>5} {name:<6} {arm['eta']:>2} {arm['threads']:>3} {arm['wall_seconds']:>8.1f} "
+            lines.append(f"{number:>5} {name:<6} {arm['eta']:>2} {arm['threads']['rollout']:>2}/{arm['threads']['train']:<2} {arm['wall_seconds']:>8.1f} "
                          f"{arm['trained_samples']:>8} {arm['dropped_stale']:>8} {arm['tokens_per_second']:>9.1f} "
                          f"{arm['rollout_seconds']:>10.1f} {arm['train_seconds']:>8.1f} {arm['publish_seconds']:>10.1f}")
         lines.append(f"{number:>5} sync/async wall clock: {run['ratio_sync_over_async']:.2f}×")
@@ -293,8 +303,9 @@ def main(argv=None) -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the synchronous arm's phases")
-    parser.add_argument("--async-threads", type=int, default=1,
-                        help="torch threads of each phase of the asynchronous arm (they run at once)")
+    parser.add_argument("--async-rollout-threads", type=int, default=1,
+                        help="torch threads of the asynchronous arm's decode thread")
+    parser.add_argument("--async-train-threads", type=int, default=1, help="torch threads of its trainer")
     parser.add_argument("--out", default=str(ROOT / "test-artifacts" / "bench-training-eta.json"))
     arguments = parser.parse_args(argv)
     import torch
@@ -312,7 +323,8 @@ def main(argv=None) -> None:
         result = run_benchmark(base, samples=arguments.samples, batch=arguments.batch, group=arguments.group,
                                max_tokens=arguments.max_tokens, rounds=arguments.rounds, heldout=arguments.heldout,
                                learning_rate=arguments.learning_rate, seed=arguments.seed, threads=arguments.threads,
-                               async_threads=arguments.async_threads)
+                               async_rollout_threads=arguments.async_rollout_threads,
+                               async_train_threads=arguments.async_train_threads)
     result["settings"]["base"] = arguments.base or "built"
     print(table(result))
     out = Path(arguments.out)

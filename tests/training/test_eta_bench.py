@@ -12,8 +12,9 @@ def test_both_arms_train_the_same_episodes_within_their_staleness_bound(default_
 
     arms = result["runs"][0]["arms"]
     assert {name: arm["eta"] for name, arm in arms.items()} == {"sync": 0, "async": 2}
-    # Each arm as deployed on two cores: sync phases get both, async phases one each (they run at once).
-    assert {name: arm["threads"] for name, arm in arms.items()} == {"sync": 2, "async": 1}
+    # Each arm as deployed on two cores: sync phases get both; async decodes on one core and trains on the other.
+    assert {name: arm["threads"] for name, arm in arms.items()} == {
+        "sync": {"rollout": 2, "train": 2}, "async": {"rollout": 1, "train": 1}}
     assert arms["sync"]["trained_samples"] == arms["async"]["trained_samples"] == 6
     assert arms["sync"]["steps"] == arms["async"]["steps"] == 3
     # η = 0: every generated token was sampled by the very version that trains on it.

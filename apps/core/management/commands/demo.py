@@ -166,6 +166,8 @@ class Demo:
             while not self.stopping.is_set() and self._alive():
                 self.stopping.wait(0.5)
         finally:
+            if self.release is not None:  # stopped or failed during a release: production keeps serving
+                self._release_close()
             if traffic is not None:
                 traffic.stop(timeout=5)
             if annotator is not None:
@@ -435,20 +437,20 @@ class Demo:
             self._release_close()
 
     def _release_close(self) -> None:
-        """The budget ended during a release: it is aborted (production keeps serving), so nothing is left
-        half-done in the database."""
+        """The loop ended (budget, Ctrl-C or a failure) during a release: it is aborted and production keeps
+        serving, so nothing is left half-done in the database."""
         from apps.audit.services import Actor
         from apps.releases.services import release_abort
 
         try:
             release = release_abort(tenant=self.tenant, actor=Actor.system("demo"), release_id=self.release.pk,
-                                    reason="the demo's budget ended before the release finished")
+                                    reason="the demo's loop ended before the release finished")
         except Exception as error:  # it may have finished meanwhile (promoted or rolled back): say so
             self._say(f"release {self.release.pk} was not aborted: {error}")
         else:
             self.rows.append({"version": release.candidate.number, "role": "aborted", "heldout": self.release_offline,
                               "seconds": round(self._loop_seconds(), 1), "release": release.pk})
-            self._say(f"release {release.pk} (v{release.candidate.number}) aborted: the budget ended")
+            self._say(f"release {release.pk} (v{release.candidate.number}) aborted: the loop ended")
         self.release = None
 
     def _status(self, run, traffic) -> None:
