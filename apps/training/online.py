@@ -121,6 +121,11 @@ def online_run_active(*, tenant) -> OnlineRun | None:
         "current_version", "base_version").first()
 
 
+def online_run_list(*, tenant):
+    """The tenant's online runs, newest first."""
+    return OnlineRun.objects.filter(tenant=tenant).select_related("current_version", "base_version")
+
+
 def online_run_get(*, tenant, run_id) -> OnlineRun:
     return OnlineRun.objects.select_related("current_version", "base_version").get(tenant=tenant, pk=run_id)
 

@@ -41,8 +41,11 @@ def job_figures(rows: list[dict]) -> dict:
 
 @console_page(Action.TRAINING_VIEW)
 def training_jobs(request):
+    from apps.training.online import online_run_list
+
     return render(request, "console/training_jobs.html", {
         "jobs": selectors.training_job_list(tenant=request.tenant, status=request.GET.get("status"))[:200],
+        "online_runs": online_run_list(tenant=request.tenant)[:50],
         "can_manage": role_can(request.membership.role, Action.TRAINING_MANAGE)})
 
 

@@ -96,3 +96,20 @@ def test_versions_and_lineage_tree(member, tenant, other_tenant):
     assert order == [0, 1, 2, 3]  # depth first: v2 under v1, v3 under v0
     assert b'data-number="2" data-parent="1"' in page.content
     assert client.get("/models/secret-model/lineage/").status_code == 404
+
+
+def test_job_list_shows_the_tenants_online_runs(member, tenant, other_tenant):
+    from apps.training.models import OnlineRun
+
+    def run_of(owner, steps):
+        base = model_version_register(tenant=owner, actor=SYSTEM, name=MODEL, checkpoint_path="/nonexistent",
+                                      tokenizer_hash="t")
+        return OnlineRun.objects.create(tenant=owner, model_name=base.name, base_version=base, current_version=base,
+                                        staleness_bound=8, steps=steps, dropped_stale=3, publish_to_backends=False)
+
+    ours, theirs = run_of(tenant, 12), run_of(other_tenant, 5)
+    page = signed_in(member).get("/training/jobs/")
+    assert page.status_code == 200
+    row = page.content.decode().split(f'data-online-run="{ours.pk}"')[1].split("</tr>")[0]
+    assert "<td>12</td>" in row and "no (releases decide)" in row
+    assert f'data-online-run="{theirs.pk}"'.encode() not in page.content
