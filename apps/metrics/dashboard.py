@@ -6,7 +6,8 @@ Charts and the live streams that extend them:
   gateway batch (apps.metrics.traffic);
 - outcomes (reward mean and success rate per minute, production-alias moves marked): "overview.outcomes",
   published by the `metrics.overview_tick` task on a worker;
-- loss per training job: "training.jobs" announces jobs, "training.job-<id>" carries their steps;
+- loss per training job and online run: "training.jobs" announces both, "training.job-<id>" and
+  "training.online-<id>" carry their steps;
 - canary vs baseline: "release-<id>" of the release shown (apps.releases.figures).
 """
 
@@ -20,7 +21,9 @@ from apps.metrics.publish import OUTCOMES_STREAM, TRAFFIC_STREAM, metrics_publis
 from apps.releases import selectors as releases
 from apps.releases.figures import release_figures
 from apps.releases.services import release_stream
+from apps.training import online
 from apps.training import selectors as training
+from apps.training.models import OnlineRunStatus
 from apps.trajectories import selectors as trajectories
 
 WINDOW = timedelta(hours=3)
@@ -82,10 +85,11 @@ def outcomes_figure(minutes: list[dict], markers) -> dict:
     return _figure(figure)
 
 
-def loss_figure(series: list[tuple[int, list[dict]]]) -> dict:
-    """One trace per job (named "job <id>"), loss by step; the page adds traces for new jobs."""
+def loss_figure(series: list[tuple[str, list[dict]]]) -> dict:
+    """One trace per job ("job <id>") or online run ("online run <id>"), loss by step; the page adds traces
+    for new ones."""
     figure = go.Figure([go.Scatter(x=[row["step"] for row in rows], y=[row.get("loss") for row in rows],
-                                   name=f"job {job_id}", mode="lines+markers") for job_id, rows in series])
+                                   name=name, mode="lines+markers") for name, rows in series])
     figure.update_layout(title="Training loss", xaxis={"title": {"text": "step"}}, **LAYOUT)
     return _figure(figure)
 
@@ -95,15 +99,20 @@ def overview_context(*, tenant) -> dict:
     since = timezone.now() - WINDOW
     markers = version_markers(training.alias_history(tenant=tenant, alias="production").filter(moved_at__gte=since))
     jobs = list(training.training_job_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
+    runs = list(online.online_run_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
+    series = [(f"job {job.pk}", training.training_job_metrics(tenant=tenant, job_id=job.pk)) for job in jobs]
+    series += [(f"online run {run.pk}", online.online_run_losses(tenant=tenant, run_id=run.pk)) for run in runs]
     release = releases.release_for_dashboard(tenant=tenant)
     figures = {
         **traffic_figures(trajectories.step_traffic_per_minute(tenant=tenant, since=since), markers),
         "outcomes": outcomes_figure(trajectories.reward_outcomes_per_minute(tenant=tenant, since=since), markers),
-        "loss": loss_figure([(job.pk, training.training_job_metrics(tenant=tenant, job_id=job.pk)) for job in jobs]),
+        "loss": loss_figure(series),
     }
     release_charts = release_figures(releases.release_analyses(tenant=tenant, release_id=release.pk)) if release else {}
     live = {"tenant": tenant.slug, "traffic": TRAFFIC_STREAM, "outcomes": OUTCOMES_STREAM, "jobs": "training.jobs",
             "job_streams": {str(job.pk): f"training.job-{job.pk}" for job in jobs if not job.is_final},
+            "online_streams": {str(run.pk): online.online_run_stream(run.pk) for run in runs
+                               if run.status == OnlineRunStatus.RUNNING},
             "release": release_stream(release.pk) if release else None}
     return {"overview_figures": figures, "release_figures": release_charts, "overview_live": live,
             "overview_release": release, "overview_jobs": jobs}

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, ValidationFailed
+from apps.metrics.publish import metrics_publish
 from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus
 
 
@@ -50,6 +51,7 @@ def online_run_start(*, tenant, actor: Actor, base_version: ModelVersion, hyperp
         "base": base_version.number, "samples_per_step": samples_per_step, "publish_every": publish_every,
         "eta": staleness_bound, "publish_to_backends": publish_to_backends})
     transaction.on_commit(lambda: _enqueue(run.pk))
+    metrics_publish(tenant_id=tenant.pk, stream="training.jobs", payload={"online_run": run.pk, "status": "running"})
     return run
 
 
@@ -119,6 +121,19 @@ def online_run_record_step(*, run_id: int, version: ModelVersion | None = None) 
 def online_run_active(*, tenant) -> OnlineRun | None:
     return OnlineRun.objects.filter(tenant=tenant, status=OnlineRunStatus.RUNNING).select_related(
         "current_version", "base_version").first()
+
+
+def online_run_stream(run_id: int) -> str:
+    """The live stream of a run's steps ({"step", "values"}); its start is announced on "training.jobs"."""
+    return f"training.online-{run_id}"
+
+
+def online_run_losses(*, tenant, run_id: int) -> list[dict]:
+    """[{"step", "loss"}] of the versions the run registered (one every `publish_every` steps), by step."""
+    rows = (ModelVersion.objects.filter(tenant=tenant, metrics__online__run=run_id)
+            .values_list("metrics", flat=True))
+    points = [{"step": metrics["online"].get("step"), "loss": metrics["online"].get("loss")} for metrics in rows]
+    return sorted((point for point in points if point["step"] is not None), key=lambda point: point["step"])
 
 
 def online_run_list(*, tenant):

@@ -77,18 +77,18 @@
     Plotly.redraw(outcomes);
     follow(outcomes, point.minute);
   };
-  const jobTrace = (job) => {
+  const lossTrace = (name) => {
     const loss = chart("loss");
-    let index = loss.data.findIndex((trace) => trace.name === `job ${job}`);
+    let index = loss.data.findIndex((trace) => trace.name === name);
     if (index < 0) {
-      Plotly.addTraces(loss, {type: "scatter", mode: "lines+markers", name: `job ${job}`, x: [], y: []});
+      Plotly.addTraces(loss, {type: "scatter", mode: "lines+markers", name, x: [], y: []});
       index = loss.data.length - 1;
     }
     return index;
   };
-  const onJobStep = (job, payload) => {
+  const onLossStep = (name, payload) => {
     if (!payload.values || payload.values.loss === undefined) return;
-    Plotly.extendTraces(chart("loss"), {x: [[payload.step]], y: [[payload.values.loss]]}, [jobTrace(job)]);
+    Plotly.extendTraces(chart("loss"), {x: [[payload.step]], y: [[payload.values.loss]]}, [lossTrace(name)]);
   };
   const onRelease = (payload) => {
     if (payload.kind === "status") {
@@ -126,10 +126,13 @@
     socket.send(JSON.stringify({subscribe: stream}));
   };
   const jobStreams = {...live.job_streams};
+  const onlineStreams = {...(live.online_streams || {})};
   const streamJob = (stream) => Object.keys(jobStreams).find((job) => jobStreams[job] === stream);
+  const streamRun = (stream) => Object.keys(onlineStreams).find((run) => onlineStreams[run] === stream);
   let confirmed = 0;
   socket.addEventListener("open", () => {
-    [live.traffic, live.outcomes, live.jobs, live.release, ...Object.values(jobStreams)].forEach(subscribe);
+    [live.traffic, live.outcomes, live.jobs, live.release, ...Object.values(jobStreams),
+     ...Object.values(onlineStreams)].forEach(subscribe);
   });
   socket.addEventListener("close", () => { liveState.textContent = "disconnected (reload to reconnect)"; });
   socket.addEventListener("message", (event) => {
@@ -146,12 +149,19 @@
     else if (message.stream === live.outcomes) onOutcomes(payload);
     else if (message.stream === live.release) onRelease(payload);
     else if (message.stream === live.jobs) {
-      if (!["succeeded", "failed", "cancelled"].includes(payload.status) && !jobStreams[payload.job]) {
+      if (payload.online_run !== undefined) {
+        if (payload.status === "running" && !onlineStreams[payload.online_run]) {
+          onlineStreams[payload.online_run] = `training.online-${payload.online_run}`;
+          lossTrace(`online run ${payload.online_run}`);
+          subscribe(onlineStreams[payload.online_run]);
+        }
+      } else if (!["succeeded", "failed", "cancelled"].includes(payload.status) && !jobStreams[payload.job]) {
         jobStreams[payload.job] = `training.job-${payload.job}`;
-        jobTrace(payload.job);
+        lossTrace(`job ${payload.job}`);
         subscribe(jobStreams[payload.job]);
       }
-    } else if (streamJob(message.stream)) onJobStep(streamJob(message.stream), payload);
+    } else if (streamJob(message.stream)) onLossStep(`job ${streamJob(message.stream)}`, payload);
+    else if (streamRun(message.stream)) onLossStep(`online run ${streamRun(message.stream)}`, payload);
     document.body.dataset.lastLive = message.stream;
   });
 })();

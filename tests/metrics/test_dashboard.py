@@ -104,8 +104,36 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
     assert releases["reward_mean"]["data"][0]["y"] == [0.8] and releases["reward_mean"]["data"][1]["y"] == [0.5]
     assert live == {"tenant": "acme", "traffic": "gateway.traffic", "outcomes": "overview.outcomes",
                     "jobs": "training.jobs", "job_streams": {str(job.pk): f"training.job-{job.pk}"},
-                    "release": f"release-{release.pk}"}
+                    "online_streams": {}, "release": f"release-{release.pk}"}
     assert 'src="/static/js/dashboard.js"' in content
+
+
+@pytest.mark.django_db
+def test_online_runs_loss_is_drawn_and_streamed(tenant, other_tenant, client):
+    """An online run's loss comes from the versions it registered; a running run's step stream is listened to."""
+    from apps.training.models import OnlineRun
+    from apps.training.services import model_version_register
+
+    def run_with_losses(owner, losses):
+        base = model_version_register(tenant=owner, actor=Actor.system("test"), name="weather",
+                                      checkpoint_path="/nonexistent", tokenizer_hash="t")
+        run = OnlineRun.objects.create(tenant=owner, model_name="weather", base_version=base, current_version=base)
+        for step, loss in enumerate(losses, 1):
+            model_version_register(tenant=owner, actor=Actor.system("test"), name="weather", parent=base,
+                                   checkpoint_path="/nonexistent", tokenizer_hash="t",
+                                   metrics={"online": {"run": run.pk, "step": step, "loss": loss}})
+        return run
+
+    ours, theirs = run_with_losses(tenant, [0.5, 0.25, 0.125]), run_with_losses(other_tenant, [9.0])
+    client.force_login(MembershipFactory(tenant=tenant, role=Role.VIEWER).user)
+    content = client.get("/").content.decode()
+    figures = json.loads(content.split('id="overview-figures" type="application/json">')[1].split("</script>")[0])
+    live = json.loads(content.split('id="overview-live" type="application/json">')[1].split("</script>")[0])
+    traces = {trace["name"]: trace for trace in figures["loss"]["data"]}
+    assert set(traces) == {f"online run {ours.pk}"}  # not the other tenant's run
+    assert traces[f"online run {ours.pk}"]["x"] == [1, 2, 3] and traces[f"online run {ours.pk}"]["y"] == [0.5, 0.25, 0.125]
+    assert live["online_streams"] == {str(ours.pk): f"training.online-{ours.pk}"}
+    assert theirs.pk != ours.pk
 
 
 @pytest.mark.django_db

@@ -43,6 +43,7 @@ def _loop(run, poll_seconds: float) -> dict:
     from django.conf import settings
 
     from apps.audit.services import Actor
+    from apps.metrics.publish import metrics_publish
     from apps.training.models import OnlineRun, OnlineRunStatus
     from apps.training.online import (
         online_pending,
@@ -50,6 +51,7 @@ def _loop(run, poll_seconds: float) -> dict:
         online_run_heartbeat,
         online_run_record_step,
         online_run_settle,
+        online_run_stream,
         online_run_take,
     )
     from apps.training.publication import model_version_publish
@@ -115,6 +117,8 @@ def _loop(run, poll_seconds: float) -> dict:
                 model_version_publish(tenant=tenant, actor=actor, version=published)
             version = published
         online_run_record_step(run_id=run.pk, version=published)
+        metrics_publish(tenant_id=tenant.pk, stream=online_run_stream(run.pk),
+                        payload={"step": steps, "values": _summary(metrics)})
     final = OnlineRun.objects.get(pk=run.pk)
     online_run_finish(run_id=run.pk, status=OnlineRunStatus.STOPPED)
     return {"run": run.pk, "status": "stopped", "steps": final.steps, "version": version.number}
