@@ -41,9 +41,9 @@ def annotation_queue_fill(*, queue: AnnotationQueue) -> int:
     return AnnotationItem.objects.filter(queue=queue).count()
 
 
-def annotation_queues_fill_all() -> int:
-    """Refills every queue of every tenant (the beat task; each queue within its own tenant). Returns how
-    many queues were filled."""
+def dangerously_annotation_queues_fill_all() -> int:
+    """Refills every queue of every tenant: cross-tenant by design (the beat task), each queue filled within
+    its own tenant. Returns how many queues were filled."""
     queues = list(AnnotationQueue.objects.select_related("tenant").all())
     for queue in queues:
         annotation_queue_fill(queue=queue)

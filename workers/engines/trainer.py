@@ -60,8 +60,8 @@ def _adamw(parameters, config, *, sharded: bool) -> torch.optim.AdamW:
     state either way, so checkpoints move between them."""
     arguments = {"lr": config.learning_rate, "betas": config.betas, "eps": config.adam_eps,
                  "weight_decay": config.weight_decay}
-    fusable = (not sharded and parameters and {p.device.type for p in parameters} <= {"cpu", "cuda"}
-               and len({p.device.type for p in parameters}) == 1
+    devices = {p.device.type for p in parameters}
+    fusable = (not sharded and devices in ({"cpu"}, {"cuda"})
                and all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in parameters))
     return torch.optim.AdamW(parameters, **arguments, **({"fused": True} if fusable else {"foreach": True}))
 

@@ -12,10 +12,11 @@ users drive the unmodified openai-SDK agent through the gateway with a fresh API
 corrections through /v1/rewards; a simulated annotator signs in and labels a share of the annotation queue
 through the annotation API; qualification feeds the training queue. Every few versions the newest is
 evaluated offline on the held-out cases (workers.envs.warmup.heldout_success); one not worse (within
-DEMO_TOLERANCE) than the best version production has had is loaded onto the free slot and released through apps.releases (one that
-is worse restarts the learner from production: it has drifted, and its data would soon all be older than η): a canary
-takes DEMO_CANARY_PERCENT of new sessions for at least DEMO_CANARY_SECONDS under guardrails (reward mean,
-error rate), measured by the beat's analysis ticks, which roll a bad candidate back; a release awaiting
+DEMO_TOLERANCE) than the best version production has had is loaded onto the free slot and released through
+apps.releases (one that is worse restarts the learner from production: it has drifted, and its data would
+soon all be older than η): a canary takes DEMO_CANARY_PERCENT of new sessions for at least
+DEMO_CANARY_SECONDS under guardrails (reward mean, error rate), measured by the beat's analysis ticks,
+which roll a bad candidate back; a release awaiting
 approval is approved by the demo (audited as "demo auto-approval") or, with DEMO_APPROVE=manual, waits for
 an operator to approve it in the console. The table at the end has held-out success of the base and of
 every released version, trajectories and tokens used, wall time. The console stays up afterwards (Ctrl-C
@@ -363,37 +364,37 @@ class Demo:
         self.learner = self._start_online(self.production[0])
 
     def _start_annotator(self, traffic):
-        """An annotator account (role annotator, a fresh password), a 0–1 `quality` spec and a queue over the
+        """An annotator account (role annotator, a fresh password), a 0–1 `<model> quality` spec and a queue over the
         demo's production traffic assigned to it; the simulated annotator signs in and works the queue."""
         import secrets
 
         from django.contrib.auth import get_user_model
 
-        from apps.annotation.models import AnnotationQueue
         from apps.annotation.services import annotation_queue_create
         from apps.audit.services import Actor
-        from apps.rewards.models import RewardSpec
+        from apps.core.errors import Conflict
         from apps.rewards.services import reward_spec_create
-        from apps.tenants.models import Membership
         from apps.tenants.services import membership_add
         from workers.envs.annotator import AnnotatorClient
         from workers.envs.users import SimulatedAnnotator
 
         actor = Actor.system("demo")
         password = secrets.token_urlsafe(12)
-        user, created = get_user_model().objects.get_or_create(username="demo-annotator")
+        user, _ = get_user_model().objects.get_or_create(username="demo-annotator")
         user.set_password(password)
         user.save()
-        if not Membership.objects.filter(tenant=self.tenant, user=user).exists():
+        try:
             membership_add(tenant=self.tenant, actor=actor, user_identifier=user.username, role="annotator")
-        spec = (RewardSpec.objects.filter(tenant=self.tenant, agent_name="", name="quality").first()
-                or reward_spec_create(tenant=self.tenant, actor=actor, name="quality", kind="numeric", minimum=0.0,
-                                      maximum=1.0, description="1: answered right; 0.5: right call, wrong answer"))
+        except Conflict:
+            pass  # DEMO_KEEP=1: a member since an earlier run
+        # Named after the run's model, which is new in every run (weather, weather-2...): nothing to look up.
+        spec = reward_spec_create(tenant=self.tenant, actor=actor, name=f"{self.model} quality", kind="numeric",
+                                  minimum=0.0, maximum=1.0,
+                                  description="1: answered right; 0.5: right call, wrong answer")
         name = f"{self.model} live traffic"
-        queue = (AnnotationQueue.objects.for_tenant(self.tenant).filter(name=name).first()
-                 or annotation_queue_create(tenant=self.tenant, actor=actor, name=name, spec_id=spec.pk,
-                                            filters={"purpose": "production", "status": "complete"},
-                                            annotators_per_item=1, assignee_ids=[user.pk]))
+        queue = annotation_queue_create(tenant=self.tenant, actor=actor, name=name, spec_id=spec.pk,
+                                        filters={"purpose": "production", "status": "complete"},
+                                        annotators_per_item=1, assignee_ids=[user.pk])
         share = _env_float("DEMO_ANNOTATOR_SHARE", 0.3)
         client = AnnotatorClient(console_url=self.url, username=user.username, password=password, queue_id=queue.pk,
                                  outcomes=traffic.outcomes, annotator=SimulatedAnnotator(share=share),
@@ -448,8 +449,7 @@ class Demo:
         except Exception as error:  # it may have finished meanwhile (promoted or rolled back): say so
             self._say(f"release {self.release.pk} was not aborted: {error}")
         else:
-            self.rows.append({"version": release.candidate.number, "role": "aborted", "heldout": self.release_offline,
-                              "seconds": round(self._loop_seconds(), 1), "release": release.pk})
+            self._row(release.candidate.number, "aborted", self.release_offline, release=release.pk)
             self._say(f"release {release.pk} (v{release.candidate.number}) aborted: the loop ended")
         self.release = None
 
@@ -468,12 +468,10 @@ class Demo:
         self.out.flush()
 
     def _release_label(self) -> str:
+        """The release under way as _follow_release last read it (this loop turn)."""
         if self.release is None:
             return "no release"
-        from apps.releases.models import Release
-
-        status = Release.objects.filter(pk=self.release.pk).values_list("status", flat=True).first()
-        return f"release v{self.release.candidate.number}: {status}"
+        return f"release v{self.release.candidate.number}: {self.release.status}"
 
     def _tokens(self) -> int:
         from django.db.models import Sum
@@ -506,9 +504,13 @@ class Demo:
                   f"{dict(sorted(result.reasons.items()))}")
         if label == "base":
             self.production = (version, result.success)
-            self.rows.append({"version": version.number, "role": "base", "heldout": result.success,
-                              "seconds": round(elapsed, 1)})
+            self._row(version.number, "base", result.success)
         return result.success
+
+    def _row(self, version_number: int, role: str, heldout: float, **extra) -> None:
+        """A row of the final table (and of the summary): a version, what became of it, its held-out success."""
+        self.rows.append({"version": version_number, "role": role, "heldout": heldout,
+                          "seconds": round(self._loop_seconds(), 1), **extra})
 
     def _loop_seconds(self) -> float:
         return 0.0 if self.loop_started is None else time.monotonic() - self.loop_started
@@ -528,8 +530,7 @@ class Demo:
             self._say(f"v{version.number} is worse offline than the best production has had ({success:.0%} < "
                       f"{best:.0%} − {tolerance:.0%}): not released; the learner starts again from production "
                       f"v{production.number}")
-            self.rows.append({"version": version.number, "role": "rejected", "heldout": success,
-                              "seconds": round(self._loop_seconds(), 1)})
+            self._row(version.number, "rejected", success)
             self._restart_learner()
             return
         actor = Actor.system("demo")
@@ -559,10 +560,11 @@ class Demo:
         """Approves a release awaiting approval (DEMO_APPROVE=manual: an operator does, in the console), and
         settles one that ended: promoted → production, rolled back → noted; a paused one is aborted."""
         from apps.audit.services import Actor
-        from apps.releases.models import Release, ReleaseStatus
+        from apps.releases.models import ReleaseStatus
+        from apps.releases.selectors import release_get
         from apps.releases.services import release_abort, release_approve
 
-        release = Release.objects.select_related("candidate", "baseline").get(pk=self.release.pk)
+        release = release_get(tenant=self.tenant, release_id=self.release.pk)
         if release.status == ReleaseStatus.AWAITING_APPROVAL:
             if os.environ.get("DEMO_APPROVE") == "manual":
                 if self.release.status != release.status:
@@ -578,16 +580,14 @@ class Demo:
         self.release = release
         if release.status == ReleaseStatus.PROMOTED:
             self.production = (release.candidate, self.release_offline)
-            self.rows.append({"version": release.candidate.number, "role": "promoted", "heldout": self.release_offline,
-                              "seconds": round(self._loop_seconds(), 1), "release": release.pk,
-                              "approved_by": release.approved_by})
+            self._row(release.candidate.number, "promoted", self.release_offline, release=release.pk,
+                      approved_by=release.approved_by)
             self.out.write("")
             self._say(f"release {release.pk}: v{release.candidate.number} promoted by {release.approved_by}; it now "
                       f"serves every new session")
         elif release.status in {ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}:
-            self.rows.append({"version": release.candidate.number, "role": release.status.replace("_", " "),
-                              "heldout": self.release_offline, "seconds": round(self._loop_seconds(), 1),
-                              "release": release.pk})
+            self._row(release.candidate.number, release.status.replace("_", " "), self.release_offline,
+                      release=release.pk)
             self.out.write("")
             self._say(f"release {release.pk}: v{release.candidate.number} {release.status.replace('_', ' ')} "
                       f"({release.status_reason})")
@@ -611,7 +611,8 @@ class Demo:
         served = [row for row in self.rows if row["role"] in {"base", "promoted"}]
         gain = (served[-1]["heldout"] - served[0]["heldout"]) if served else 0.0
         self.out.write(f"trajectories {traffic.stats.episodes}  tokens {tokens:,}  training steps {final['steps']}  "
-                       f"stale dropped {final['stale']}  online runs {len(self.run_ids)}  held back {traffic.stats.held_back}  "
+                       f"stale dropped {final['stale']}  online runs {len(self.run_ids)}  "
+                       f"held back {traffic.stats.held_back}  "
                        f"loop {self._loop_seconds():.0f}s  warm-up {warmup}  wall time {wall:.0f}s  "
                        f"gain {gain * 100:+.0f} points")
         problems = annotator.stats
@@ -622,7 +623,8 @@ class Demo:
                            f"{'  (last: ' + traffic.stats.last_problem + ')' if traffic.stats.last_problem else ''}")
         summary = {"seed": self.seed, "model": self.model, "rows": self.rows, "curve": self.curve,
                    "trajectories": traffic.stats.episodes, "tokens": tokens, "steps": final["steps"],
-                   "dropped_stale": final["stale"], "online_runs": len(self.run_ids), "held_back": traffic.stats.held_back,
+                   "dropped_stale": final["stale"], "online_runs": len(self.run_ids),
+                   "held_back": traffic.stats.held_back,
                    "wall_seconds": round(wall, 1), "loop_seconds": round(self._loop_seconds(), 1),
                    "warmup_seconds": round(self.warmup_seconds, 1), "base_reused": self.base_reused,
                    "annotator_labels": annotator.stats.labelled, "gain_points": round(gain * 100, 1)}
