@@ -40,7 +40,7 @@ class TrainConfig:
     precision: str = "auto"  # auto: bf16 autocast on CUDA, float32 on CPU
     seed: int = 0
     attention: str = "auto"  # workers.rl.packing: auto / mask / varlen
-    layout: str = "auto"  # workers.engines.forward: auto / packed / padded
+    layout: str = "auto"  # workers.engines.forward: auto / packed / padded / prefix
     temperature: float = 1.0  # logprobs are computed at the sampling temperature
     # GRPO / PPO
     group_by: str = "group_id"  # or task_id
@@ -66,8 +66,8 @@ class TrainConfig:
             problems.append(f"schedule must be one of {SCHEDULES}")
         if self.proximal not in PROXIMAL_METHODS:
             problems.append(f"proximal must be one of {PROXIMAL_METHODS}")
-        if self.layout not in ("auto", "packed", "padded"):
-            problems.append("layout must be auto, packed or padded")
+        if self.layout not in ("auto", "packed", "padded", "prefix"):
+            problems.append("layout must be auto, packed, padded or prefix")
         if self.precision not in PRECISIONS:
             problems.append(f"precision must be one of {PRECISIONS}")
         if self.learning_rate <= 0:

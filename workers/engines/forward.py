@@ -1,14 +1,22 @@
 """Per-token log-probabilities of a micro-batch, computing the output head only where the loss needs it.
 
-Two layouts (TrainConfig.layout):
+Three layouts (TrainConfig.layout):
 
 - "packed": the sequences concatenated into one row (workers.rl.packing): restarting position ids, and
   attention kept inside each sequence by flash-attention varlen kernels (CUDA) or a block-diagonal 4-D
   mask. No padding at all; with varlen kernels attention costs sum(n_i^2).
 - "padded": the sequences right-padded to the longest of the micro-batch, [B, L] with a 2-D mask.
   Micro-batches are planned by length (longest first), so the padding stays small.
-- "auto" (default): packed where a varlen kernel runs (flash attention), padded otherwise: without one,
-  the block-diagonal mask makes attention cost (sum n_i)^2, which on CPU outweighs the padding saved.
+- "prefix": the context a sequence starts with (every token before its first generated one) runs once
+  for all the sequences that start with it, the G samples of a GRPO group sharing their prompt: one
+  padded pass over the distinct prefixes keeps their keys and values, a second padded pass runs each
+  sequence's remainder on top of its prefix's. Gradients reach the prefix from every sequence that
+  reads it, so the result and its gradients equal the padded layout's; what is saved is (G - 1) prompt
+  forwards and backwards per group. A micro-batch in which no prefix is shared runs padded.
+- "auto" (default): packed where a varlen kernel runs (flash attention), prefix otherwise (padded when
+  gradient checkpointing is on: a recomputed layer would append its keys to the shared cache twice).
+  Without a varlen kernel the block-diagonal mask makes attention cost (sum n_i)^2, which on CPU
+  outweighs the padding saved.
 
 Either way the model runs with `logits_to_keep` = the positions whose next token is in the loss mask, so
 the LM head and the log-softmax run on generated tokens only (prompt and tool tokens need no logits).
@@ -21,24 +29,44 @@ import torch
 
 from workers.rl.packing import block_causal_mask, pack_sequences, resolve_attention
 
-LAYOUTS = ("auto", "packed", "padded")
+LAYOUTS = ("auto", "packed", "padded", "prefix")
 
 
 def resolve_layout(model, layout: str, attention: str = "auto") -> str:
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}")
+    checkpointing = bool(getattr(model, "is_activation_checkpointing", False))
+    if layout == "prefix" and checkpointing:
+        raise ValueError("layout 'prefix' cannot run with gradient checkpointing; use 'padded' or 'auto'")
     if layout != "auto":
         return layout
-    return "packed" if resolve_attention(model, attention) == "varlen" else "padded"
+    if resolve_attention(model, attention) == "varlen":
+        return "packed"
+    return "padded" if checkpointing else "prefix"
 
 
-def plan_micro_batches(lengths: Sequence[int], budget: int, layout: str) -> list[list[int]]:
-    """Indices per micro-batch: packed rows of at most `budget` tokens, or padded batches whose
-    count × longest stays within `budget` (longest first, so similar lengths share a batch)."""
+def shared_prefix_length(sequence: Sequence[int], loss_mask: Sequence[int]) -> int:
+    """The context a sequence can share: its tokens before the first generated one (at least one token;
+    the whole sequence when nothing in it is generated)."""
+    for position in range(1, len(sequence)):
+        if loss_mask[position]:
+            return position
+    return len(sequence)
+
+
+def plan_micro_batches(sequences: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], budget: int,
+                       layout: str) -> list[list[int]]:
+    """Indices per micro-batch: packed rows of at most `budget` tokens; padded batches whose
+    count × longest stays within `budget` (longest first, so similar lengths share a batch); or, for
+    "prefix", sequences kept together with the others of their prefix, within the same budget counted as
+    the two passes pad (distinct prefixes × longest prefix + count × longest remainder)."""
+    lengths = [len(sequence) for sequence in sequences]
     if layout == "packed":
         from workers.rl.packing import plan_rows
 
         return [list(row) for row in plan_rows(lengths, budget)]
+    if layout == "prefix":
+        return _plan_prefix_batches(sequences, loss_masks, budget)
     batches: list[list[int]] = []
     for index in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
         if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= budget:
@@ -48,11 +76,38 @@ def plan_micro_batches(lengths: Sequence[int], budget: int, layout: str) -> list
     return batches
 
 
+def _plan_prefix_batches(sequences, loss_masks, budget: int) -> list[list[int]]:
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, (sequence, loss_mask) in enumerate(zip(sequences, loss_masks, strict=True)):
+        groups.setdefault(tuple(sequence[:shared_prefix_length(sequence, loss_mask)]), []).append(index)
+    batches: list[list[int]] = []
+    keys: set = set()
+    longest_prefix = longest_rest = 0
+    for key, members in groups.items():
+        for index in sorted(members, key=lambda i: (-len(sequences[i]), i)):
+            rest = len(sequences[index]) - len(key)
+            grown = ((len(keys | {key})) * max(longest_prefix, len(key))
+                     + (len(batches[-1]) + 1 if batches else 1) * max(longest_rest, rest))
+            if batches and grown <= budget:
+                batches[-1].append(index)
+                keys.add(key)
+                longest_prefix, longest_rest = max(longest_prefix, len(key)), max(longest_rest, rest)
+            else:
+                batches.append([index])
+                keys, longest_prefix, longest_rest = {key}, len(key), rest
+    return batches
+
+
 def micro_batch_logprobs(model, sequences: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], *,
                          layout: str, attention: str = "auto", temperature: float = 1.0) -> torch.Tensor:
     """[sum of lengths] logprobs of the concatenated sequences, exact at loss-mask positions, 0 elsewhere."""
     device = next(model.parameters()).device
     lengths = [len(sequence) for sequence in sequences]
+    if layout == "prefix":
+        prefixes = [tuple(sequence[:shared_prefix_length(sequence, loss_mask)])
+                    for sequence, loss_mask in zip(sequences, loss_masks, strict=True)]
+        if len(set(prefixes)) < len(prefixes):
+            return _prefix_logprobs(model, sequences, loss_masks, prefixes, temperature)
     if layout == "packed":
         row = pack_sequences(sequences)
         mask = torch.tensor([m for loss_mask in loss_masks for m in loss_mask], dtype=torch.bool)
@@ -87,6 +142,67 @@ def micro_batch_logprobs(model, sequences: Sequence[Sequence[int]], loss_masks: 
         full = _scatter_columns(full, columns.to(device), picked)
         full = torch.where(wanted.to(device), full, torch.zeros_like(full))  # other rows' columns
     return torch.cat([full[b, :length] for b, length in enumerate(lengths)])
+
+
+def _prefix_logprobs(model, sequences, loss_masks, prefixes, temperature: float) -> torch.Tensor:
+    """The "prefix" layout: pass 1 over the distinct prefixes (right-padded) keeps every layer's keys and
+    values and the logits at each prefix's last position (they predict each sequence's first generated
+    token); pass 2 runs every remainder (right-padded) with its prefix's keys and values gathered in as
+    the cache, positions continuing from the prefix's length."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    lengths = [len(sequence) for sequence in sequences]
+    starts = [sum(lengths[:index]) for index in range(len(lengths))]
+    total = sum(lengths)
+    live = [i for i, prefix in enumerate(prefixes) if len(prefix) < lengths[i]]  # something generated
+    if not live:
+        return torch.zeros(total, device=device)
+    distinct: dict[tuple[int, ...], int] = {}
+    for i in live:
+        distinct.setdefault(prefixes[i], len(distinct))
+    prefix_width = max(len(prefix) for prefix in distinct)
+    prefix_ids = torch.zeros(len(distinct), prefix_width, dtype=torch.long)
+    prefix_mask = torch.zeros(len(distinct), prefix_width, dtype=torch.long)
+    for prefix, row in distinct.items():
+        prefix_ids[row, :len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+        prefix_mask[row, :len(prefix)] = 1
+    last = torch.tensor([len(prefix) - 1 for prefix in distinct])
+    last_columns, last_at = torch.unique(last, return_inverse=True)
+    first = model(input_ids=prefix_ids.to(device), attention_mask=prefix_mask.to(device), use_cache=True,
+                  logits_to_keep=last_columns.to(device))
+    rows = torch.tensor([distinct[prefixes[i]] for i in live])  # each live sequence's prefix row
+    first_logits = first.logits[rows.to(device), last_at[rows].to(device)]  # [N, V]
+    first_targets = torch.tensor([sequences[i][len(prefixes[i])] for i in live])
+    values = [_picked(first_logits, first_targets.to(device), temperature)]
+    positions = [torch.tensor([starts[i] + len(prefixes[i]) for i in live])]
+
+    rest_width = max(lengths[i] - len(prefixes[i]) for i in live)
+    rest_ids = torch.zeros(len(live), rest_width, dtype=torch.long)
+    rest_mask = torch.zeros(len(live), rest_width, dtype=torch.long)
+    wanted = torch.zeros(len(live), rest_width, dtype=torch.bool)  # column t predicts rest token t + 1
+    for r, i in enumerate(live):
+        rest = sequences[i][len(prefixes[i]):]
+        rest_ids[r, :len(rest)] = torch.tensor(rest, dtype=torch.long)
+        rest_mask[r, :len(rest)] = 1
+        wanted[r, :len(rest) - 1] = torch.tensor(loss_masks[i][len(prefixes[i]) + 1:], dtype=torch.bool)
+    offsets = torch.tensor([len(prefixes[i]) for i in live])
+    cache = DynamicCache(ddp_cache_data=[
+        (layer.keys.index_select(0, rows.to(device)), layer.values.index_select(0, rows.to(device)))
+        for layer in first.past_key_values.layers])
+    columns = torch.nonzero(wanted.any(0)).squeeze(-1)
+    if columns.numel():
+        logits = model(input_ids=rest_ids.to(device), past_key_values=cache, use_cache=False,
+                       attention_mask=torch.cat([prefix_mask[rows], rest_mask], dim=1).to(device),
+                       position_ids=(offsets.unsqueeze(1) + torch.arange(rest_width)).to(device),
+                       logits_to_keep=columns.to(device)).logits  # [N, K, V]
+        picked = _picked(logits, rest_ids[:, columns + 1].to(device), temperature)
+        keep = wanted[:, columns]
+        flat = (torch.tensor([starts[i] for i in live]) + offsets).unsqueeze(1) + columns + 1
+        values.append(picked[keep.to(device)])
+        positions.append(flat[keep])
+    out = torch.zeros(total, device=device)
+    return out.index_put((torch.cat(positions).to(device),), torch.cat(values))
 
 
 def _scatter_columns(full: torch.Tensor, columns: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

@@ -83,7 +83,7 @@ class Trainer:
         _seed_everything(config.seed)
         model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
         if config.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            model.activation_checkpointing_enable()
         if config.lora is not None:
             from peft import LoraConfig, get_peft_model
 
@@ -147,8 +147,9 @@ class Trainer:
             rate = self.schedule.apply(self.optimizer)
             self.optimizer.zero_grad(set_to_none=True)
             denominator = self.reduce_sum(sum(sum(samples[i].loss_mask) for i in chunk))
-            lengths = [len(samples[i].input_ids) for i in chunk]
-            for row_indices in plan_micro_batches(lengths, config.micro_batch_tokens, self.layout):
+            for row_indices in plan_micro_batches([samples[i].input_ids for i in chunk],
+                                                  [samples[i].loss_mask for i in chunk],
+                                                  config.micro_batch_tokens, self.layout):
                 indices = [chunk[i] for i in row_indices]
                 row_loss = self._micro_batch(samples, indices, token_advantages, recomputed, current_version,
                                              denominator, totals, maxima)

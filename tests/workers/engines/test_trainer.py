@@ -170,21 +170,83 @@ def test_bf16_autocast_on_cuda(model_dir):
     assert metrics.loss > 0 and next(trainer.model.parameters()).dtype == torch.float32
 
 
-def test_padded_and_packed_layouts_give_the_packed_reference_logprobs(model_dir):
+def grouped_set(seed=3) -> tuple[list[list[int]], list[list[int]]]:
+    """Two GRPO-like groups (3 and 2 sequences sharing a prompt of 7 and 4 tokens; each remainder is a
+    generated turn, a tool result and a second turn), a sequence of its own, one with nothing generated."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def tokens(count):
+        return torch.randint(10, 3000, (count,), generator=generator).tolist()
+
+    sequences, masks = [], []
+    for prompt, members, rest in ((tokens(7), 3, 9), (tokens(4), 2, 6)):
+        for member in range(members):
+            tail = tokens(rest + member)
+            sequences.append(prompt + tail)
+            masks.append([0] * len(prompt) + [1] * 3 + [0] * 2 + [1] * (len(tail) - 5))
+    sequences += [tokens(6), tokens(5)]
+    masks += [[0, 0, 1, 1, 1, 1], [0] * 5]
+    return sequences, masks
+
+
+def test_every_layout_gives_the_packed_reference_logprobs_and_gradients(model_dir):
     from transformers import AutoModelForCausalLM
 
-    from workers.engines.forward import micro_batch_logprobs, plan_micro_batches
+    from workers.engines.forward import micro_batch_logprobs
     from workers.rl.packing import pack_sequences, packed_token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     samples = fixed_set(count=3, length=14) + fixed_set(count=2, length=9, prompt=2, seed=5)
-    ids = [s.input_ids for s in samples]
-    masks = [s.loss_mask for s in samples]
-    mask = torch.tensor([m for s in samples for m in s.loss_mask], dtype=torch.bool)
-    with torch.no_grad():
+    for ids, masks in (([s.input_ids for s in samples], [s.loss_mask for s in samples]), grouped_set()):
+        mask = torch.tensor([m for loss_mask in masks for m in loss_mask], dtype=torch.bool)
         reference = packed_token_logprobs(model, pack_sequences(ids), attention="mask")
-        for layout in ("packed", "padded"):
+        reference[mask].sum().backward()
+        reference_grads = [p.grad.clone() for p in model.parameters()]
+        for layout in ("packed", "padded", "prefix"):
+            model.zero_grad(set_to_none=True)
             got = micro_batch_logprobs(model, ids, masks, layout=layout, attention="mask")
-            assert torch.allclose(got[mask], reference[mask], atol=1e-5), layout
+            assert torch.allclose(got[mask], reference[mask].detach(), atol=1e-5), layout
             assert not got[~mask].any()  # no head computed off the loss mask
-    assert plan_micro_batches([14, 9, 14, 9], 28, "padded") == [[0, 2], [1, 3]]
+            got[mask].sum().backward()
+            for expected, parameter in zip(reference_grads, model.parameters(), strict=True):
+                assert torch.allclose(parameter.grad, expected, atol=1e-4, rtol=1e-4), layout
+        model.zero_grad(set_to_none=True)
+
+
+def test_micro_batch_plans():
+    from workers.engines.forward import plan_micro_batches, resolve_layout, shared_prefix_length
+
+    assert plan_micro_batches([[1] * 14, [1] * 9, [1] * 14, [1] * 9], [[0, 1]] * 4, 28, "padded") == [[0, 2], [1, 3]]
+    sequences, masks = grouped_set()
+    assert [shared_prefix_length(s, m) for s, m in zip(sequences, masks, strict=True)] == [7, 7, 7, 4, 4, 2, 5]
+    # one budget for all: the groups stay whole and in order
+    assert plan_micro_batches(sequences, masks, 4096, "prefix") == [[2, 1, 0, 4, 3, 5, 6]]
+    # a tight one: prefixes × longest prefix + sequences × longest remainder within 40 tokens:
+    # 1 × 7 + 3 × 11 = 40; then 2 × 4 + 3 × 7 = 29, and the last would make 3 × 5 + 4 × 7 = 43
+    assert plan_micro_batches(sequences, masks, 40, "prefix") == [[2, 1, 0], [4, 3, 5], [6]]
+
+    class Model:
+        config = type("Config", (), {"_attn_implementation": "sdpa"})()
+        is_activation_checkpointing = False
+
+    assert resolve_layout(Model(), "auto") == "prefix"
+    Model.is_activation_checkpointing = True  # a recomputed layer would append to the shared cache again
+    assert resolve_layout(Model(), "auto") == "padded"
+    with pytest.raises(ValueError, match="gradient checkpointing"):
+        resolve_layout(Model(), "prefix")
+
+
+def test_the_prefix_layout_trains_like_the_padded_one(model_dir):
+    samples = sample_groups(Trainer(model_dir, TrainConfig()).model, PROMPTS, group_size=4, max_new_tokens=6,
+                            reward=low_half_reward, seed=0)
+    steps = {}
+    for layout in ("padded", "prefix"):
+        trainer = Trainer(model_dir, TrainConfig(algorithm="grpo", learning_rate=1e-3, layout=layout))
+        assert trainer.layout == layout
+        steps[layout] = [trainer.step(samples) for _ in range(2)]
+    for padded, prefix in zip(steps["padded"], steps["prefix"], strict=True):
+        assert prefix.loss == pytest.approx(padded.loss, abs=1e-6)
+        assert prefix.grad_norm == pytest.approx(padded.grad_norm, rel=1e-4)
+        assert prefix.loss_tokens == padded.loss_tokens == 3 * 4 * 6
+    assert steps["prefix"][1].kl > 0  # the second step saw moved weights, the same way on both
+    assert steps["prefix"][1].kl == pytest.approx(steps["padded"][1].kl, rel=1e-3)
