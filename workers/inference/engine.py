@@ -1,9 +1,14 @@
 """The generation engine: one background thread that runs a transformers causal LM with iteration-level
 batching. Requests that arrive while others run are prefilled at the next step boundary and join the
-batch; every decoding step is one batched forward pass over a shared, left-padded KV cache.
+batch; every decoding step is one batched forward pass over a shared, left-padded KV cache. A prompt that
+starts like one prefilled before (a system prompt, earlier turns) takes that prefix's keys and values from
+the prefix cache (workers.inference.prefix_cache) and prefills only the rest.
 
 Weight swaps happen at a step boundary: in-flight sequences get their KV cache recomputed with the new
-weights and go on; each token carries the policy version that produced it.
+weights and go on (AReaL's interruptible generation), or, when the caller asks to keep the caches, go on
+over the caches the old weights wrote (PipelineRL's in-flight update: no recompute, each token's
+behaviour logprob is still exactly what it was sampled from); each token carries the policy version that
+produced it.
 """
 
 import asyncio
@@ -19,6 +24,7 @@ import torch
 
 from workers.inference.batch_cache import PaddedBatchCache, zero_padding
 from workers.inference.modelgen import tokenizer_fingerprint
+from workers.inference.prefix_cache import PrefixCache, PrefixHit
 from workers.inference.sampling import SamplingParams, sample_token
 from workers.inference.sequence import Sequence, StopRules
 from workers.inference.stream import EngineFailure, GenerationResult, RequestStream, TokenEvent
@@ -42,7 +48,7 @@ class SwapReport:
     version: int
     model_dir: str
     load_seconds: float  # reading the checkpoint, while the old weights keep serving
-    swap_seconds: float  # waiting for a step boundary and recomputing in-flight KV caches
+    swap_seconds: float  # waiting for a step boundary and recomputing in-flight KV caches (unless kept)
     recomputed_sequences: int
 
 
@@ -54,6 +60,8 @@ class EngineStats:
     swaps: int
     max_decode_batch_size: int
     decode_batch_sizes: dict[int, int]
+    prefill_tokens: int = 0  # prompt tokens run through the model (padding not counted)
+    prefix_hit_tokens: int = 0  # prompt tokens whose keys and values came from the prefix cache
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class _Swap:
     model: torch.nn.Module
     version: int
     model_dir: str
+    recompute: bool = True
     applied: threading.Event = field(default_factory=threading.Event)
     recomputed_sequences: int = 0
 
@@ -86,7 +95,7 @@ class _Abort:
 
 class InferenceEngine:
     def __init__(self, model_dir, *, version: int = 0, max_batch_size: int = 32, max_model_len: int | None = None,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, prefix_cache_tokens: int = 16384):
         from transformers import AutoTokenizer
 
         self.model_dir = str(model_dir)
@@ -105,6 +114,7 @@ class InferenceEngine:
         self._backend = self.tokenizer.backend_tokenizer
         self._token_texts: dict[int, str] = {}
         self._batch = PaddedBatchCache(self.model.config)
+        self._prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
         self._running: list[Sequence] = []
         self._waiting: deque[RequestStream] = deque()
         self._commands: deque = deque()
@@ -193,8 +203,11 @@ class InferenceEngine:
             self._paused = False
             self._wakeup.notify_all()
 
-    def load_checkpoint(self, model_dir, *, version: int | None = None, timeout: float = 60.0) -> SwapReport:
-        """Load new weights beside the serving ones, then swap them in at a step boundary."""
+    def load_checkpoint(self, model_dir, *, version: int | None = None, timeout: float = 60.0,
+                        recompute_kv: bool = True) -> SwapReport:
+        """Load new weights beside the serving ones, then swap them in at a step boundary. In-flight
+        sequences' KV caches are recomputed under the new weights, or kept (recompute_kv=False), which
+        spares a prefill of every running context per swap."""
         with self._load_lock:
             path = Path(model_dir)
             if not (path / "config.json").is_file():
@@ -216,7 +229,8 @@ class InferenceEngine:
                 raise CheckpointRefused(422, f"cannot load weights from {model_dir}: {error}") from error
             loaded = time.perf_counter()
             previous = self.version
-            swap = _Swap(model=model, version=previous + 1 if version is None else version, model_dir=str(path))
+            swap = _Swap(model=model, version=previous + 1 if version is None else version, model_dir=str(path),
+                         recompute=recompute_kv)
             self._post(swap)
             if not swap.applied.wait(timeout):
                 raise TimeoutError("the engine did not reach a step boundary in time")
@@ -242,10 +256,13 @@ class InferenceEngine:
                 swaps=self._swaps,
                 max_decode_batch_size=max(self._decode_batch_sizes, default=0),
                 decode_batch_sizes=dict(sorted(self._decode_batch_sizes.items())),
+                prefill_tokens=self._prefill_tokens,
+                prefix_hit_tokens=self._prefix_hit_tokens,
             )
 
     def reset_stats(self) -> None:
         self._decode_steps = self._prefills = self._generated_tokens = self._swaps = 0
+        self._prefill_tokens = self._prefix_hit_tokens = 0
         self._decode_batch_sizes: Counter = Counter()
 
     def token_text(self, token_id: int) -> str:
@@ -324,9 +341,15 @@ class InferenceEngine:
             try:
                 self.model, self.version = command.model, command.version
                 self.model_dir = command.model_dir
+                if self._prefix_cache is not None:  # its keys and values are the old weights'
+                    warm = self._prefix_cache.most_recent()
+                    self._prefix_cache.clear()
+                    if warm is not None:  # stored again, under the new weights
+                        self._remember([warm], *self._prefill([warm])[:2])
                 self._swaps += 1
-                command.recomputed_sequences = len(self._running)
-                self._recompute_running_caches()
+                if command.recompute:
+                    command.recomputed_sequences = len(self._running)
+                    self._recompute_running_caches()
             finally:
                 command.applied.set()
 
@@ -340,41 +363,73 @@ class InferenceEngine:
             stream.deliver(stream_events)
 
     def _admit(self, admitted: list[RequestStream], events: dict) -> None:
-        """Prefill the new prompts in one padded forward pass, sample each choice's first token, join the batch."""
-        cache, mask, logits = self._prefill([stream.prompt_token_ids for stream in admitted])
-        logprobs = torch.log_softmax(logits, dim=-1)
-        self._prefills += len(admitted)
-        repeats = []
-        for row, stream in enumerate(admitted):
-            survivors = 0
-            for index in range(stream.params.n):
-                sequence = Sequence.start(stream, index, self._backend)
-                token = sample_token(logits[row], sequence.params, sequence.generator)
-                if self._record(sequence, logprobs[row], token, events):
-                    self._running.append(sequence)
-                    survivors += 1
-            repeats.append(survivors)
-        self._batch.append_rows(cache, mask, repeats)
+        """Prefill the new prompts (one padded forward pass per cached prefix they share, one for those
+        without), sample each choice's first token, join the batch."""
+        groups: dict = {}
+        for stream in admitted:
+            hit = self._prefix_cache.lookup(stream.prompt_token_ids) if self._prefix_cache is not None else None
+            key = (hit.entry, hit.length) if hit is not None else None
+            groups.setdefault(key, (hit, []))[1].append(stream)
+        for hit, streams in groups.values():
+            prompts = [stream.prompt_token_ids for stream in streams]
+            cache, mask, logits = self._prefill(prompts, hit)
+            if hit is None:
+                self._remember(prompts, cache, mask)
+            logprobs = torch.log_softmax(logits, dim=-1)
+            self._prefills += len(streams)
+            repeats = []
+            for row, stream in enumerate(streams):
+                survivors = 0
+                for index in range(stream.params.n):
+                    sequence = Sequence.start(stream, index, self._backend)
+                    token = sample_token(logits[row], sequence.params, sequence.generator)
+                    if self._record(sequence, logprobs[row], token, events):
+                        self._running.append(sequence)
+                        survivors += 1
+                repeats.append(survivors)
+            self._batch.append_rows(cache, mask, repeats)
 
-    def _prefill(self, contexts: list[tuple[int, ...]]):
-        """One forward pass over left-padded contexts: their cache, padding mask and last-position logits."""
-        width = max(len(context) for context in contexts)
+    def _prefill(self, contexts: list[tuple[int, ...]], hit: PrefixHit | None = None):
+        """One forward pass over left-padded contexts: their cache, padding mask and last-position logits.
+        With a prefix cache hit, every context starts with the hit's tokens: only the rest runs, on the
+        hit's keys and values (the mask covers each row's padding between the two)."""
+        start = hit.length if hit is not None else 0
+        rests = [context[start:] for context in contexts]
+        width = max(len(rest) for rest in rests)
         input_ids = torch.zeros(len(contexts), width, dtype=torch.long)
-        mask = torch.zeros(len(contexts), width, dtype=torch.long)
-        for row, context in enumerate(contexts):
-            input_ids[row, width - len(context):] = torch.tensor(context)
-            mask[row, width - len(context):] = 1
+        mask = torch.zeros(len(contexts), start + width, dtype=torch.long)
+        mask[:, :start] = 1
+        for row, rest in enumerate(rests):
+            input_ids[row, width - len(rest):] = torch.tensor(rest)
+            mask[row, start + width - len(rest):] = 1
         cache = self._batch.new_cache()
+        if hit is not None:
+            for layer, keys, values in zip(cache.layers, hit.keys, hit.values, strict=True):
+                layer.lazy_initialization(keys, values)
+                layer.keys = keys.expand(len(contexts), -1, -1, -1)
+                layer.values = values.expand(len(contexts), -1, -1, -1)
         output = self.model(
             input_ids=input_ids,
             attention_mask=mask,
-            position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0),
+            position_ids=(mask.cumsum(dim=-1) - 1).clamp(min=0)[:, start:],
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
         )
         zero_padding(cache, mask)
+        self._prefill_tokens += sum(len(rest) for rest in rests)
+        self._prefix_hit_tokens += start * len(contexts)
         return cache, mask, output.logits[:, -1, :].float()
+
+    def _remember(self, prompts: list[tuple[int, ...]], cache, mask: torch.Tensor) -> None:
+        """Store prompts prefilled in full in the prefix cache, for the prompts that follow (not the running
+        contexts a swap recomputes: those end in generated tokens no later prompt starts with)."""
+        if self._prefix_cache is None:
+            return
+        for row, prompt in enumerate(prompts):
+            real = mask[row].bool()
+            self._prefix_cache.store(prompt, [layer.keys[row:row + 1, :, real] for layer in cache.layers],
+                                     [layer.values[row:row + 1, :, real] for layer in cache.layers])
 
     def _decode(self, events: dict) -> None:
         rows = len(self._running)

@@ -164,8 +164,12 @@ class InferenceServer:
             raise invalid("path", "must be the path of a model directory")
         if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
             raise invalid("version", "must be an integer")
+        recompute_kv = body.get("recompute_kv", True)
+        if not isinstance(recompute_kv, bool):
+            raise invalid("recompute_kv", "must be true or false")
         try:
-            report = await asyncio.to_thread(self.engine.load_checkpoint, path, version=version)
+            report = await asyncio.to_thread(self.engine.load_checkpoint, path, version=version,
+                                             recompute_kv=recompute_kv)
         except CheckpointRefused as error:
             code = "tokenizer_mismatch" if error.status == 409 else "invalid_checkpoint"
             raise ApiError(error.status, str(error), code=code, param="path") from error
@@ -264,12 +268,14 @@ def main(argv=None) -> None:
     parser.add_argument("--admin-token", help="bearer token required on /admin/* (default: none)")
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--max-model-len", type=int, help="default: the model's max_position_embeddings")
+    parser.add_argument("--prefix-cache-tokens", type=int, default=16384,
+                        help="prompt tokens whose keys and values the prefix cache keeps (0: off)")
     parser.add_argument("--threads", type=int, default=default_threads(),
                         help="torch intra-op threads (default: half the cores, at least 1)")
     arguments = parser.parse_args(argv)
     torch.set_num_threads(arguments.threads)
     engine = InferenceEngine(arguments.model, version=arguments.model_version, max_batch_size=arguments.max_batch_size,
-                             max_model_len=arguments.max_model_len)
+                             max_model_len=arguments.max_model_len, prefix_cache_tokens=arguments.prefix_cache_tokens)
     app = create_app(engine, served_model_names=arguments.served_model_name or [arguments.model],
                      admin_token=arguments.admin_token)
     uvicorn.run(app, host=arguments.host, port=arguments.port, log_level="warning")

@@ -66,6 +66,45 @@ def test_swap_under_load_changes_version_with_no_failed_request(admin_server, de
         assert torch.allclose(torch.tensor(choice.logprobs), expected, atol=1e-4, rtol=0)
 
 
+def test_a_swap_that_keeps_the_caches_goes_on_over_the_old_weights_keys_and_values(
+    admin_server, default_model_dir, tool_model_dir
+):
+    url = f"{admin_server.api_url}/completions"
+
+    async def long_request_with_swap():
+        async with httpx.AsyncClient(timeout=120) as client:
+            long = asyncio.create_task(request_completion(client, url, LONG_BODY))
+            await wait_until(lambda: admin_server.engine.stats().generated_tokens >= 8)
+            swap = await client.post(f"{admin_server.base_url}/admin/load", headers=AUTH, json={
+                "path": str(tool_model_dir), "version": 1, "recompute_kv": False})
+            return await long, swap
+
+    result, swap = asyncio.run(long_request_with_swap())
+    assert swap.status_code == 200, swap.text
+    assert swap.json()["recomputed_sequences"] == 0 and swap.json()["version"] == 1
+    [choice] = result.choices
+    versions = torch.tensor(choice.policy_versions)
+    first_new = int(torch.nonzero(versions == 1)[0])
+    assert 0 < first_new < len(versions) and bool((versions[first_new:] == 1).all())
+    # Reference: the old weights' keys and values up to the token before the first new one, the new
+    # weights' from there on (the step that samples token k writes token k-1's keys with the new weights).
+    old_model, new_model = load_reference_model(default_model_dir), load_reference_model(tool_model_dir)
+    prompt, completion = list(result.prompt_token_ids), list(choice.completion_token_ids)
+    kept = prompt + completion[:first_new - 1]
+    with torch.no_grad():
+        cache = old_model(input_ids=torch.tensor([kept]), use_cache=True).past_key_values
+        logits = new_model(input_ids=torch.tensor([completion[first_new - 1:-1]]), past_key_values=cache).logits[0]
+    expected_new = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(completion[first_new:])[:, None])[:, 0]
+    expected_old = reference_logprobs(old_model, prompt, completion)[:first_new]
+    got = torch.tensor(choice.logprobs)
+    assert torch.allclose(got[:first_new], expected_old, atol=1e-4, rtol=0)
+    assert torch.allclose(got[first_new:], expected_new, atol=1e-4, rtol=0)
+    recomputed = reference_logprobs(new_model, prompt, completion)[first_new:]
+    assert not torch.allclose(got[first_new:], recomputed, atol=1e-3)  # not what a recompute would give
+    bad = admin(admin_server, "POST", "load", json={"path": str(tool_model_dir), "recompute_kv": "no"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "recompute_kv"
+
+
 def test_checkpoint_with_another_tokenizer_is_refused_and_old_weights_keep_serving(
     admin_server, mismatched_tokenizer_model_dir
 ):
