@@ -3,7 +3,7 @@ var directory, so the warm-up runs every time), default settings. Prints each se
 (version, seconds since the base was measured, success), the versions its releases promoted to production
 (through canary and approval), and whether it reached the goal: a version PROMOTED within 10 minutes of the
 loop whose held-out success is at least 70 % and at least 30 points above a base of at most 40 %. The warm-up that makes the
-base (SFT, about 3.5 minutes on an idle 2-core machine) is timed apart and printed with the figures.
+base (SFT, about 2.5 minutes on an idle 2-core machine) is timed apart and printed with the figures.
 
     .venv/bin/python bench/demo/run.py [--seeds 0 1 2] [--budget 600]
 

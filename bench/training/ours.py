@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--layout", default="auto", help="TrainConfig.layout (auto: shared prefixes on CPU)")
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
     from transformers import AutoTokenizer
@@ -34,7 +35,8 @@ def main() -> None:
     transformers_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(arguments.model)
     prompts = [tokenizer(prompt).input_ids for prompt in PROMPTS]
-    trainer = Trainer(arguments.model, TrainConfig(algorithm="grpo", learning_rate=LEARNING_RATE, max_grad_norm=1.0))
+    trainer = Trainer(arguments.model, TrainConfig(algorithm="grpo", learning_rate=LEARNING_RATE, max_grad_norm=1.0,
+                                                           layout=arguments.layout))
     out = {"train_seconds": [], "generation_seconds": [], "loss_tokens": [], "tokens": [], "reward_mean": []}
     for step in range(arguments.warmup + arguments.steps):
         started = time.perf_counter()

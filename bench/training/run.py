@@ -5,9 +5,11 @@
 Both trainers run GRPO on the default model (modelgen, seed 0): 2 prompts × 8 generations, exactly 32
 completion tokens (end-of-sequence suppressed on both sides), one optimizer update per batch, lr 1e-5,
 float32, 2 torch threads, no KL reference, gradient checkpointing off on both (TRL's default is on; the
-figure with it on is printed too). Each round starts one fresh process per trainer, alternating which
-goes first; each process runs 1 warm-up step and `--steps` timed steps. The training phase is the step
-minus generation and scoring (ours: Trainer.step; TRL: the step minus _generate_and_score_completions).
+figure with it on is printed too). Our trainer runs its default layout, which on CPU forwards each group's
+shared prompt once ("prefix"); one process with the padded layout (every sequence whole) is measured too.
+Each round starts one fresh process per trainer, alternating which goes first; each process runs 1 warm-up
+step and `--steps` timed steps. The training phase is the step minus generation and scoring (ours:
+Trainer.step; TRL: the step minus _generate_and_score_completions).
 Reported: medians over all timed steps of generated (loss) tokens per second of training, end-to-end
 samples/s, and each process's peak RSS.
 """
@@ -51,13 +53,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--no-checkpointing-variant", action="store_true")
+    parser.add_argument("--no-variants", action="store_true",
+                        help="skip the one-process variants (TRL with gradient checkpointing, ours padded)")
     arguments = parser.parse_args()
     if not TRL_PYTHON.exists():
         sys.exit("run scripts/trl_venv.sh first")
     from workers.inference.modelgen import create_default_model
 
-    results = {"ours": [], "trl": [], "trl_gradient_checkpointing": []}
+    results = {"ours": [], "trl": [], "trl_gradient_checkpointing": [], "ours_padded": []}
     with tempfile.TemporaryDirectory() as folder:
         model = create_default_model(Path(folder) / "model", seed=0)
         started = time.time()
@@ -69,9 +72,11 @@ def main() -> None:
                 else:
                     results["trl"].append(measure(TRL_PYTHON, "trl_peer.py", model, arguments.steps))
             print(f"round {round_index + 1}/{arguments.rounds} done ({time.time() - started:.0f} s)", flush=True)
-        if not arguments.no_checkpointing_variant:
+        if not arguments.no_variants:
             results["trl_gradient_checkpointing"].append(
                 measure(TRL_PYTHON, "trl_peer.py", model, arguments.steps, ("--gradient-checkpointing",)))
+            results["ours_padded"].append(
+                measure(ROOT / ".venv" / "bin" / "python", "ours.py", model, arguments.steps, ("--layout", "padded")))
     summary = {name: summarize(runs) for name, runs in results.items() if runs}
     summary["ratio_train_tokens_per_s"] = summary["ours"]["train_tokens_per_s"] / summary["trl"]["train_tokens_per_s"]
     summary["ratio_samples_per_s"] = summary["ours"]["samples_per_s"] / summary["trl"]["samples_per_s"]
