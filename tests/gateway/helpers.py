@@ -1,5 +1,6 @@
 import asyncio
 
+from apps.gateway.sanitizer import Sanitizer
 from apps.trajectories.models import Step, Trajectory
 from workers.atdp.tokens import unpack_floats, unpack_ids, unpack_versions
 
@@ -8,6 +9,12 @@ def drain(gateway) -> None:
     """Flushes the gateway's journal into the database (the flusher does it within ~50 ms anyway)."""
     loop = gateway._flusher.get_loop()
     asyncio.run_coroutine_threadsafe(gateway.journal.flush(), loop).result(timeout=30)
+
+
+def as_recorded(text: str) -> str:
+    """The text a step stores for a model's output: a random model may write something shaped like a phone
+    number, which the default policy redacts."""
+    return Sanitizer().scan_text(text).text
 
 
 def step_tokens(step: Step) -> dict:

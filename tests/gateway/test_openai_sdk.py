@@ -7,7 +7,7 @@ import pytest
 
 from apps.trajectories.models import Step, Trajectory
 from tests.gateway.conftest import MODEL
-from tests.gateway.helpers import drain, only_trajectory, step_tokens
+from tests.gateway.helpers import as_recorded, drain, only_trajectory, step_tokens
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +36,7 @@ def test_chat_completion_is_recorded_with_the_backends_tokens(gateway, backend, 
     assert tokens["completion_logprobs"] == pytest.approx(expected, abs=1e-5)
     assert step.completion_tokens == len(tokens["completion_ids"]) == reply.usage.completion_tokens
     assert step.observation["messages"] == [{"role": "user", "content": "Say hello"}]
-    assert step.action["text"] == reply.choices[0].message.content
+    assert step.action["text"] == as_recorded(reply.choices[0].message.content)
     assert step.model_version == "1" and step.backend_name == "embedded" and step.latency_ms > 0
 
 
@@ -49,7 +49,7 @@ def test_streaming_passes_tokens_through_and_records_the_whole_completion(gatewa
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     drain(gw)
     step = Step.objects.get(pk=chunks[0].id)
-    assert step.action["text"] == text
+    assert step.action["text"] == as_recorded(text)
     assert len(step_tokens(step)["completion_ids"]) == step.completion_tokens > 0
     assert step.ttft_ms is not None and step.ttft_ms <= step.latency_ms
     assert not step.aborted

@@ -4,7 +4,7 @@ import pytest
 
 from apps.trajectories.models import Step
 from tests.gateway.conftest import MODEL
-from tests.gateway.helpers import drain, step_tokens
+from tests.gateway.helpers import as_recorded, drain, step_tokens
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,7 +49,7 @@ def test_anthropic_sdk_through_the_gateway(gateway, backend, agent_key, tenant):
     steps = list(Step.objects.filter(tenant=tenant, endpoint="messages").order_by("created_at"))
     assert len(steps) == 2
     assert steps[0].observation["messages"][0] == {"role": "system", "content": "Be brief."}
-    assert step_tokens(steps[0])["completion_ids"] and steps[1].action["text"] == streamed_text
+    assert step_tokens(steps[0])["completion_ids"] and steps[1].action["text"] == as_recorded(streamed_text)
     bad = httpx.post(f"{url}/v1/messages", json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]},
                      headers={"x-api-key": agent_key("inference"), "anthropic-version": "2023-06-01"})
     assert bad.status_code == 400 and bad.json()["type"] == "error"
