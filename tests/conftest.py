@@ -54,6 +54,22 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(django_settings.VAR_DIR, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's setup, plus: before the test database is dropped, connections that threads of the
+    suite left open to it (a live server's, an executor's) are ended, so the drop succeeds and no
+    `test_areal_<pid>` database is left behind on PostgreSQL."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    connection.close()
+
+
 def pytest_collection_modifyitems(config, items):
     """Browser tests run last, after every async test."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
