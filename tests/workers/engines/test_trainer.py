@@ -236,12 +236,13 @@ def test_micro_batch_plans():
         resolve_layout(Model(), "prefix")
 
 
-def test_the_prefix_layout_trains_like_the_padded_one(model_dir):
+@pytest.mark.parametrize("lora", [None, LoraSettings(rank=4, alpha=8)], ids=["full", "lora"])
+def test_the_prefix_layout_trains_like_the_padded_one(model_dir, lora):
     samples = sample_groups(Trainer(model_dir, TrainConfig()).model, PROMPTS, group_size=4, max_new_tokens=6,
                             reward=low_half_reward, seed=0)
     steps = {}
     for layout in ("padded", "prefix"):
-        trainer = Trainer(model_dir, TrainConfig(algorithm="grpo", learning_rate=1e-3, layout=layout))
+        trainer = Trainer(model_dir, TrainConfig(algorithm="grpo", learning_rate=1e-3, layout=layout, lora=lora))
         assert trainer.layout == layout
         steps[layout] = [trainer.step(samples) for _ in range(2)]
     for padded, prefix in zip(steps["padded"], steps["prefix"], strict=True):
