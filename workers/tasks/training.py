@@ -110,14 +110,17 @@ def _run(job, lease: str) -> dict:
         last = trainer.step([samples[i] for i in plan[step_index]], current_version=current_version,
                             data_position=step_index + 1)
         done = step_index + 1
-        if done % job.checkpoint_every == 0 and done < job.total_steps:
-            trainer.checkpoint(run_dir / "checkpoints")
+        # The step's metrics are stored before its checkpoint: a worker killed between the two resumes
+        # from the checkpoint before and records the step again, rather than resuming after a step whose
+        # metrics were never stored.
         reason = training_job_record_step(job_id=job.pk, lease=lease, step=done, values=last.to_dict())
         if reason == "lost":
             return {"job": job.pk, "status": "lost", "step": done}
         if reason == "cancel" and done < job.total_steps:
             training_job_finish(job_id=job.pk, lease=lease, status=JobStatus.CANCELLED)
             return {"job": job.pk, "status": "cancelled", "step": done}
+        if done % job.checkpoint_every == 0 and done < job.total_steps:
+            trainer.checkpoint(run_dir / "checkpoints")
 
     export_dir = Path(settings.AREAL_MODELS_DIR) / base.name / f"job-{job.pk}"
     trainer.export(export_dir)
