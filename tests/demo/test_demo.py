@@ -27,6 +27,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _free_port_pair() -> int:
+    """A free port whose next port is free too: the demo serves its canary slot on the inference port + 1."""
+    while True:
+        port = _free_port()
+        if port < 65535 and port_is_free("127.0.0.1", port + 1):
+            return port
+
+
 class Operator:
     """An operator in another window: signs in to the running demo's console as the admin and approves every
     release that awaits approval, through the same API the console's Approve button calls."""
@@ -64,7 +72,7 @@ def _demo(tmp_path, **overrides) -> subprocess.CompletedProcess:
     environment = {**os.environ, "DEMO_VAR_DIR": str(tmp_path / "demo"), "DEMO_EXIT": "1", "DEMO_SFT_STEPS": "3", "DEMO_SKILL_STEPS": "3",
                    "DEMO_BUDGET_SECONDS": "120", "DEMO_HELDOUT": "8", "DEMO_BATCH": "4", "DEMO_EVAL_EVERY": "1",
                    "DEMO_USERS": "2", "DEMO_SUMMARY": str(tmp_path / "summary.json"), "DEMO_ANNOTATOR_SHARE": "1",
-                   "PORT": str(_free_port()), "AREAL_INFERENCE_PORT": str(_free_port()), **overrides}
+                   "PORT": str(_free_port()), "AREAL_INFERENCE_PORT": str(_free_port_pair()), **overrides}
     # `make demo` is the embedded default by definition (no PostgreSQL, no Redis): under CI=true the suite's
     # service URLs are set in this process's environment, and the demo must not inherit them.
     for name in ("AREAL_VAR_DIR", "DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "AREAL_USE_TEST_DATABASE"):
