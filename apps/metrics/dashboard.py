@@ -24,6 +24,7 @@ from apps.releases.services import release_stream
 from apps.training import online
 from apps.training import selectors as training
 from apps.training.models import OnlineRunStatus
+from apps.training.services import JOBS_STREAM, training_job_stream
 from apps.trajectories import selectors as trajectories
 
 WINDOW = timedelta(hours=3)
@@ -109,8 +110,8 @@ def overview_context(*, tenant) -> dict:
         "loss": loss_figure(series),
     }
     release_charts = release_figures(releases.release_analyses(tenant=tenant, release_id=release.pk)) if release else {}
-    live = {"tenant": tenant.slug, "traffic": TRAFFIC_STREAM, "outcomes": OUTCOMES_STREAM, "jobs": "training.jobs",
-            "job_streams": {str(job.pk): f"training.job-{job.pk}" for job in jobs if not job.is_final},
+    live = {"tenant": tenant.slug, "traffic": TRAFFIC_STREAM, "outcomes": OUTCOMES_STREAM, "jobs": JOBS_STREAM,
+            "job_streams": {str(job.pk): training_job_stream(job.pk) for job in jobs if not job.is_final},
             "online_streams": {str(run.pk): online.online_run_stream(run.pk) for run in runs
                                if run.status == OnlineRunStatus.RUNNING},
             "release": release_stream(release.pk) if release else None}

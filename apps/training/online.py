@@ -19,6 +19,7 @@ from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, ValidationFailed
 from apps.metrics.publish import metrics_publish
 from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus
+from apps.training.services import JOBS_STREAM
 
 
 @transaction.atomic
@@ -51,7 +52,7 @@ def online_run_start(*, tenant, actor: Actor, base_version: ModelVersion, hyperp
         "base": base_version.number, "samples_per_step": samples_per_step, "publish_every": publish_every,
         "eta": staleness_bound, "publish_to_backends": publish_to_backends})
     transaction.on_commit(lambda: _enqueue(run.pk))
-    metrics_publish(tenant_id=tenant.pk, stream="training.jobs", payload={"online_run": run.pk, "status": "running"})
+    metrics_publish(tenant_id=tenant.pk, stream=JOBS_STREAM, payload={"online_run": run.pk, "status": "running"})
     return run
 
 
@@ -124,7 +125,7 @@ def online_run_active(*, tenant) -> OnlineRun | None:
 
 
 def online_run_stream(run_id: int) -> str:
-    """The live stream of a run's steps ({"step", "values"}); its start is announced on "training.jobs"."""
+    """The live stream of a run's steps ({"step", "values"}); its start is announced on JOBS_STREAM."""
     return f"training.online-{run_id}"
 
 

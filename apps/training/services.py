@@ -25,6 +25,8 @@ from apps.training.models import (
     VersionStatus,
 )
 
+JOBS_STREAM = "training.jobs"  # announces jobs (their status moves) and online runs (their start)
+
 
 @transaction.atomic
 def model_version_register(*, tenant, actor: Actor, name: str, checkpoint_path: str, tokenizer_hash: str,
@@ -190,7 +192,7 @@ def training_job_claim(*, job_id: int, worker: str) -> tuple[TrainingJob, str] |
 
 def training_job_log(*, job: TrainingJob, message: str, level: str = "info") -> None:
     TrainingLogLine.objects.create(tenant_id=job.tenant_id, job=job, message=message, level=level)
-    metrics_publish(tenant_id=job.tenant_id, stream=_stream(job.pk), payload={"log": {"level": level, "message": message}})
+    metrics_publish(tenant_id=job.tenant_id, stream=training_job_stream(job.pk), payload={"log": {"level": level, "message": message}})
 
 
 @transaction.atomic
@@ -210,7 +212,7 @@ def training_job_record_step(*, job_id: int, lease: str, step: int, values: dict
     job.heartbeat_at = now
     job.eta_at = now + timedelta(seconds=seconds * remaining) if seconds else None
     job.save(update_fields=["progress_step", "heartbeat_at", "eta_at"])
-    metrics_publish(tenant_id=job.tenant_id, stream=_stream(job.pk), payload={
+    metrics_publish(tenant_id=job.tenant_id, stream=training_job_stream(job.pk), payload={
         "step": step, "total": job.total_steps, "values": values,
         "eta_at": job.eta_at.isoformat() if job.eta_at else None, "status": job.status})
     return "cancel" if job.cancel_requested else None
@@ -303,12 +305,13 @@ def training_jobs_requeue_stale(*, stale_after_seconds: int) -> list[int]:
     return requeued
 
 
-def _stream(job_id: int) -> str:
+def training_job_stream(job_id: int) -> str:
+    """The live stream of a job's steps, logs and status."""
     return f"training.job-{job_id}"
 
 
 def _publish_job(job: TrainingJob) -> None:
     payload = {"job": job.pk, "status": job.status, "step": job.progress_step, "total": job.total_steps,
                "produced_version": job.produced_version_id}
-    metrics_publish(tenant_id=job.tenant_id, stream=_stream(job.pk), payload=payload)
-    metrics_publish(tenant_id=job.tenant_id, stream="training.jobs", payload=payload)
+    metrics_publish(tenant_id=job.tenant_id, stream=training_job_stream(job.pk), payload=payload)
+    metrics_publish(tenant_id=job.tenant_id, stream=JOBS_STREAM, payload=payload)

@@ -78,7 +78,7 @@ def training_job_detail(request, job_id):
         "job": job, "figures": job_figures(rows), "charts": [chart for chart, _, _ in CHARTS] + ["staleness"],
         "chart_keys": {chart: keys for chart, _, keys in CHARTS},
         "logs": selectors.training_job_logs(tenant=request.tenant, job_id=job.pk),
-        "stream": f"training.job-{job.pk}",
+        "stream": services.training_job_stream(job.pk),
         "can_manage": role_can(request.membership.role, Action.TRAINING_MANAGE)})
 
 

@@ -9,6 +9,7 @@ ALGORITHMS = ("sft", "grpo", "decoupled_ppo")
 SCHEDULES = ("constant", "linear", "cosine")
 PROXIMAL_METHODS = ("recompute", "loglinear")
 PRECISIONS = ("auto", "float32", "bf16")
+LAYOUTS = ("auto", "packed", "padded", "prefix")  # workers.engines.forward
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ class TrainConfig:
             problems.append(f"schedule must be one of {SCHEDULES}")
         if self.proximal not in PROXIMAL_METHODS:
             problems.append(f"proximal must be one of {PROXIMAL_METHODS}")
-        if self.layout not in ("auto", "packed", "padded", "prefix"):
-            problems.append("layout must be auto, packed, padded or prefix")
+        if self.layout not in LAYOUTS:
+            problems.append(f"layout must be one of {LAYOUTS}")
         if self.precision not in PRECISIONS:
             problems.append(f"precision must be one of {PRECISIONS}")
         if self.learning_rate <= 0:

@@ -27,9 +27,8 @@ from collections.abc import Sequence
 
 import torch
 
+from workers.engines.config import LAYOUTS
 from workers.rl.packing import block_causal_mask, pack_sequences, resolve_attention
-
-LAYOUTS = ("auto", "packed", "padded", "prefix")
 
 
 def resolve_layout(model, layout: str, attention: str = "auto") -> str:
