@@ -216,15 +216,16 @@ class Journal:
         with self._lock:
             try:
                 if self._dirty:
-                    line = self._repair() + line
-                _write_all(self.fd, line)
+                    self._write_after_fragment(line)
+                else:
+                    _write_all(self.fd, line)
+                    self.offset += len(line)
             except OSError as error:
                 self._take_back()
                 self.unavailable_until = time.monotonic() + RETRY_SECONDS
                 logger.error("the journal %s could not take step %s (%s); refusing steps for %d s", self.path.name,
                              record.get("step_id"), error, RETRY_SECONDS)
                 raise JournalUnavailable(f"the journal could not take the step: {error}") from error
-            self.offset += len(line)
             self.pending.append((record, self.offset))
         if len(self.pending) >= FLUSH_BATCH:
             self.wakeup.set()
@@ -238,25 +239,22 @@ class Journal:
         self.wakeup.set()
 
     def _take_back(self) -> None:
-        """After a failed write: cuts off whatever part of the record reached the file."""
+        """After a failed write: cuts the file back to the end of its last whole record (self.offset)."""
         try:
             os.ftruncate(self.fd, self.offset)
+            self._dirty = False
         except OSError:
             self._dirty = True
 
-    def _repair(self) -> bytes:
-        """Before the next write after a fragment could not be cut off: cut it now, or close it with a newline
-        so that it is a line of its own (recovery sets it aside) and the next record starts on a fresh line."""
-        with contextlib.suppress(OSError):
-            os.ftruncate(self.fd, self.offset)
-            self._dirty = False
-            return b""
-        end = os.fstat(self.fd).st_size
+    def _write_after_fragment(self, line: bytes) -> None:
+        """An earlier failed write left a fragment that could not be cut off: cut it now, or else close it with
+        a newline, so that it is a line of its own (recovery sets it aside) and this record starts a line."""
+        self._take_back()
+        end = self.offset if not self._dirty else os.fstat(self.fd).st_size
+        prefix = b"\n" if end != self.offset else b""
+        _write_all(self.fd, prefix + line)
         self._dirty = False
-        if end == self.offset:
-            return b""
-        self.offset = end
-        return b"\n"
+        self.offset = end + len(prefix) + len(line)
 
     # group commit --------------------------------------------------------------------------------------
     def _sync(self) -> None:

@@ -108,6 +108,35 @@ def test_a_write_that_fails_halfway_leaves_no_torn_record(tenant, tmp_path, monk
     assert not (tmp_path / "rejected.jsonl").exists()
 
 
+def test_a_fragment_that_cannot_be_cut_off_becomes_a_line_of_its_own(tenant, tmp_path, monkeypatch):
+    journal = Journal(tmp_path)
+    journal.append(before := _record(tenant.pk, "before"))
+    real_write, real_truncate, failures = os.write, os.ftruncate, []
+
+    def write(fd, data):
+        if fd == journal.fd and not failures:
+            failures.append(real_write(fd, bytes(data[:10])))
+            raise OSError(errno.EIO, "Input/output error")
+        return real_write(fd, data)
+
+    def truncate(fd, length):
+        if fd == journal.fd:
+            raise OSError(errno.EIO, "Input/output error")  # the fragment cannot be cut off
+        return real_truncate(fd, length)
+
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "ftruncate", truncate)
+    with pytest.raises(JournalUnavailable):
+        journal.append(_record(tenant.pk, "lost"))
+    journal.append(after := _record(tenant.pk, "after"))  # the fragment is still there: it is closed off
+    monkeypatch.undo()
+    assert journal.offset == journal.path.stat().st_size
+    journal.close()
+    assert journal_recover(tmp_path) == 2
+    assert set(map(str, Step.objects.values_list("id", flat=True))) == {before["step_id"], after["step_id"]}
+    assert [json.loads(line)["bytes"] for line in (tmp_path / "rejected.jsonl").read_text().splitlines()] == [11]
+
+
 def _dead_journal(directory, lines: list[bytes], marker: bytes | None = None):
     path = directory / "journal-1-dead.jsonl"
     path.write_bytes(b"".join(lines))
