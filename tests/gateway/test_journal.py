@@ -1,5 +1,7 @@
-"""The journal's flusher when the database refuses a record: the others are stored, the refused one is set
-aside with its error (rejected.jsonl), and nothing blocks the steps that follow."""
+"""The journal: when the database refuses a record, the others are stored, the refused one is set aside with
+its error (rejected.jsonl: metadata only, 0600, bounded) and nothing blocks the steps that follow; records
+are written whole (short and failed writes), the committed marker is replaced atomically, and recovery goes
+line by line (a torn marker, corrupt or torn lines)."""
 
 import asyncio
 import errno
