@@ -28,7 +28,7 @@ from apps.gateway.forward import JSON_CONTENT, backend_session, backend_session_
 from apps.gateway.journal import Journal, journal_recover
 from apps.gateway.policy import WindowCounter, budget_reserve, budget_settle, policy_for
 from apps.gateway.principals import authenticate
-from apps.gateway.recording import StepDraft, record_step
+from apps.gateway.recording import StepDraft, journal_check, record_step
 from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
 from apps.gateway.routing import candidates_for, fresh_session_version, remember_fresh_route, routes_flush
 from apps.gateway.sessions import SessionIndex, extend_hash, prefix_hashes
@@ -245,6 +245,7 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
     draft = StepDraft.begin(principal=principal, policy=policy, endpoint=endpoint, request=chat_body,
                             headers=headers)
     draft.sanitize_request()  # raises 422 under PII mode `block`
+    journal_check(gateway, draft)  # 503 before forwarding when the step could not be journalled
     max_tokens = chat_body.get("max_tokens") or chat_body.get("max_completion_tokens") or 256
     estimated_prompt = _estimate_prompt_tokens(chat_body)
     n = chat_body.get("n", 1)
@@ -280,7 +281,7 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
             conversation = extend_hash(hashes[-1] if hashes else None, draft.reply_message)
             gateway.sessions.remember_conversation(principal.tenant_id, principal.key_prefix, conversation, session_id)
     finally:
-        await budget_settle(policy, reserved, actual_cost)
+        await budget_settle(policy, reserved, actual_cost or draft.cost_usd)  # a 503'd answer's compute too
 
 
 async def _backend_failure(gateway, draft, error_status: int, message: str):
@@ -398,7 +399,7 @@ async def _stream(gateway, receive, send, draft, url, forward_body, started, ant
     finally:
         watcher.cancel()
     draft.finish_stream(latency_ms=(time.perf_counter() - started) * 1000)
-    record_step(gateway, draft)  # journalled before the final bytes are released
+    record_step(gateway, draft, delivered=True)  # journalled before the final bytes are released
     if not draft.aborted:
         tail = (b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())
                 if translator is not None else b"data: [DONE]\n\n")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 
 from apps.gateway.errors import GatewayError
+from apps.gateway.journal import JournalUnavailable
 from apps.gateway.sanitizer import sanitizer_for
 from workers.inference.client import parse_response, parse_stream
 
@@ -193,11 +194,36 @@ class StepDraft:
         return record
 
 
-def record_step(gateway, draft: StepDraft) -> None:
-    """Journals the step (one write, before the response is released) and advances the session."""
+def _journal_unavailable(error: JournalUnavailable) -> GatewayError:
+    return GatewayError(503, "the gateway cannot record steps right now (its journal's disk is full or failing); "
+                             "retry later", "journal_unavailable", retry_after=error.retry_after)
+
+
+def journal_check(gateway, draft: StepDraft) -> None:
+    """Refuses the request (503, Retry-After) before it is forwarded when its step could not be journalled: a
+    journal write failed recently or its disk is nearly full. Consent `none` records nothing: never refused."""
+    if draft.policy.consent_mode == "none":
+        return
+    try:
+        gateway.journal.check_writable()
+    except JournalUnavailable as error:
+        raise _journal_unavailable(error) from None
+
+
+def record_step(gateway, draft: StepDraft, *, delivered: bool = False) -> None:
+    """Journals the step (one whole record, before the response is released) and advances the session.
+
+    If the journal cannot take it: an answer not yet sent is replaced by 503 (GatewayError, nothing
+    recorded, the session does not advance); an answer already out (`delivered`, a stream) keeps its step
+    in memory for the next group commit, so it is lost only if this process dies before that commit."""
     record = draft.to_record()
     if record is not None:
-        gateway.journal.append(record)
+        try:
+            gateway.journal.append(record)
+        except JournalUnavailable as error:
+            if not delivered:
+                raise _journal_unavailable(error) from None
+            gateway.journal.append_unjournalled(record)
         draft.recorded = True
     session_advance(draft, record)
 

@@ -199,6 +199,9 @@ AREAL_LOGIN_WINDOW_SECONDS = env_int("AREAL_LOGIN_WINDOW_SECONDS", 900)
 # The gateway journals each step before answering; a background flusher writes journalled steps to
 # the database in batches every this many milliseconds (group commit).
 AREAL_JOURNAL_FLUSH_MS = env_int("AREAL_JOURNAL_FLUSH_MS", 50)
+# Steps the database refuses (and journal lines recovery cannot read) are set aside, metadata only, in the
+# journal directory's rejected.jsonl, rotated to rejected.jsonl.1 past this size.
+AREAL_JOURNAL_REJECTED_MAX_BYTES = env_int("AREAL_JOURNAL_REJECTED_MAX_BYTES", 64 * 1024 * 1024)
 AREAL_GATEWAY_MAX_BODY_BYTES = env_int("AREAL_GATEWAY_MAX_BODY_BYTES", 2 * 1024 * 1024)
 # How long a verified API key stays in the cache before the database is asked again.
 AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
