@@ -30,7 +30,7 @@ def test_a_database_outage_answers_503_with_retry_after_then_recovers(gateway, b
     assert response.headers["retry-after"] == "2"
     error = response.json()
     if anthropic:
-        assert (error["type"], error["error"]["type"]) == ("error", "api_error")
+        assert (error["type"], error["error"]["type"]) == ("error", "overloaded_error")
     else:
         assert error["error"]["code"] == "database_unavailable"
     assert "5432" not in response.text  # no connection details for the client
