@@ -2,7 +2,7 @@
 # Build .venv-litellm (the LiteLLM proxy, the gateway benchmark's peer) in the repository root, idempotently.
 # LiteLLM's proxy pins many packages of its own, so it lives apart from the project's .venv.
 # No database extras: with DATABASE_URL LiteLLM needs Prisma engine binaries that cannot be fetched here
-# (see /work/shared/PEERS.md), so the benchmark runs it without a database.
+# (see the team's shared PEERS.md notes), so the benchmark runs it without a database.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

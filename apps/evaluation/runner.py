@@ -31,13 +31,14 @@ from workers.evaluation.scorers import (
     score_case,
 )
 
-STALE_AFTER = timedelta(minutes=10)
 SYSTEM = Actor.system("eval-runner")
 
 
 def _claim(run_id: int) -> bool:
+    """Queued, or running without a heartbeat for AREAL_EVAL_STALE_SECONDS (a redelivered message of a
+    killed worker's run)."""
     now = timezone.now()
-    stale = now - STALE_AFTER
+    stale = now - timedelta(seconds=settings.AREAL_EVAL_STALE_SECONDS)
     return bool(EvalRun.objects.filter(pk=run_id).filter(
         Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, heartbeat_at__lt=stale)
     ).update(status=RunStatus.RUNNING, started_at=now, heartbeat_at=now))

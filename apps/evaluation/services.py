@@ -1,12 +1,18 @@
 """Writes of eval suites, cases and runs. Each runs in a transaction and audits governance acts; a run is
 queued on the `eval` queue on commit and executed by apps.evaluation.runner."""
 
+from datetime import timedelta
+
 from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, ValidationFailed
-from apps.evaluation.models import CaseCategory, EvalCase, EvalRun, EvalSuite, SuiteKind
+from apps.evaluation.models import CaseCategory, EvalCase, EvalRun, EvalSuite, RunStatus, SuiteKind
 from workers.evaluation.scorers import scorer_config_problems
+
+SYSTEM = Actor.system("eval-runner")
 
 
 @transaction.atomic
@@ -71,8 +77,6 @@ def eval_run_start(*, tenant, actor: Actor, suite_id, version_id) -> EvalRun:
     through the gateway (enqueued on commit)."""
     from apps.evaluation.selectors import eval_suite_get
     from apps.training.selectors import model_version_get
-    from workers.tasks.evaluation import execute_eval_run
-
     suite = eval_suite_get(tenant=tenant, suite_id=suite_id)
     version = model_version_get(tenant=tenant, version_id=version_id)
     if not suite.cases.exists():
@@ -80,5 +84,38 @@ def eval_run_start(*, tenant, actor: Actor, suite_id, version_id) -> EvalRun:
     run = EvalRun.objects.create(tenant=tenant, suite=suite, model_version=version, requested_by=actor.label)
     audit_record(tenant=tenant, actor=actor, verb="eval_run.start", target=run,
                  data={"suite": suite.name, "model": version.name, "version": version.number})
-    transaction.on_commit(lambda: execute_eval_run.delay(run.pk))
+    transaction.on_commit(lambda: eval_run_enqueue(run_id=run.pk))
     return run
+
+
+def eval_run_enqueue(*, run_id: int) -> None:
+    """Sends the run to the eval queue (settings.AREAL_EVAL_QUEUE). Idempotent on the worker side: the
+    claim refuses a run that is final or held by a live worker."""
+    from django.conf import settings
+
+    from workers.tasks.evaluation import execute_eval_run
+
+    execute_eval_run.apply_async(args=[run_id], queue=settings.AREAL_EVAL_QUEUE)
+
+
+def eval_runs_requeue_stale(*, stale_after_seconds: int) -> list[int]:
+    """Every tenant's runs whose worker stopped reporting (a running run without a heartbeat for
+    `stale_after_seconds`: a killed worker), and queued runs waiting as long (a lost message), go back to
+    the eval queue. A running one is first set back to queued by a conditional update, so exactly one
+    requeue wins and the next worker's claim takes it; cases already scored are not run again. Returns the
+    requeued ids."""
+    cutoff = timezone.now() - timedelta(seconds=stale_after_seconds)
+    requeued = []
+    for run in EvalRun.objects.filter(Q(status=RunStatus.RUNNING, heartbeat_at__lte=cutoff)
+                                      | Q(status=RunStatus.QUEUED, created_at__lte=cutoff)).order_by("pk"):
+        if run.status == RunStatus.RUNNING:
+            with transaction.atomic():
+                taken = EvalRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, heartbeat_at__lte=cutoff
+                                               ).update(status=RunStatus.QUEUED)
+                if not taken:
+                    continue
+                audit_record(tenant=run.tenant, actor=SYSTEM, verb="eval_run.requeue", target=run,
+                             data={"reason": "no heartbeat", "stale_after_seconds": stale_after_seconds})
+        eval_run_enqueue(run_id=run.pk)
+        requeued.append(run.pk)
+    return requeued

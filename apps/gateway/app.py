@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from apps.core.errors import DomainError
@@ -34,6 +35,7 @@ from apps.gateway.routing import candidates_for, fresh_session_version, remember
 from apps.gateway.sessions import SessionIndex, extend_hash, prefix_hashes
 
 logger = logging.getLogger(__name__)
+DATABASE_RETRY_AFTER_SECONDS = 2
 
 GATEWAY_PREFIXES = ("/v1/", "/rl/", "/s/", "/chat/completions", "/completions")
 MAX_BODY_BYTES = settings.AREAL_GATEWAY_MAX_BODY_BYTES
@@ -105,6 +107,11 @@ class Gateway:
             await self._reply(send, error, anthropic=anthropic)
         except DomainError as error:
             await self._reply(send, GatewayError(error.status, error.message, error.code), anthropic=anthropic)
+        except (OperationalError, InterfaceError):  # the database is down or restarting: worth a retry
+            logger.warning("gateway request on %s failed: the database is unavailable", scope["path"], exc_info=True)
+            await self._reply(send, GatewayError(503, "the gateway cannot reach its database; retry shortly",
+                                                 "database_unavailable", retry_after=DATABASE_RETRY_AFTER_SECONDS),
+                              anthropic=anthropic)
         except Exception:
             logger.exception("gateway failure on %s", scope["path"])
             await self._reply(send, GatewayError(500, "internal gateway error", "internal_error"), anthropic=anthropic)

@@ -230,6 +230,11 @@ AREAL_GATEWAY_URL = env_str("AREAL_GATEWAY_URL", "http://127.0.0.1:8000")
 # Program evaluators and program-checked eval cases run only executables from this directory (unset: none).
 AREAL_EVALUATOR_PROGRAMS_DIR = env_str("AREAL_EVALUATOR_PROGRAMS_DIR", "")
 AREAL_EVAL_REQUEST_TIMEOUT_SECONDS = env_int("AREAL_EVAL_REQUEST_TIMEOUT_SECONDS", 120)
+# The queue eval runs are sent to, and how long a running run may go without a heartbeat (one per case, so
+# longer than a case's request timeout) before beat requeues it to another worker (a killed worker).
+AREAL_EVAL_QUEUE = env_str("AREAL_EVAL_QUEUE", Queue.EVAL.value)
+AREAL_EVAL_STALE_SECONDS = env_int("AREAL_EVAL_STALE_SECONDS", 300)
+CELERY_BEAT_SCHEDULE["evaluation-requeue-stale"] = {"task": "evaluation.requeue_stale", "schedule": 60.0}
 # How long a gateway process keeps a tenant's routing (canary split) before reading it again: a stage change
 # or rollback reaches new sessions within this many seconds.
 AREAL_ROUTING_CACHE_SECONDS = env_int("AREAL_ROUTING_CACHE_SECONDS", 2)

@@ -8,7 +8,19 @@ from areal_web.queues import Queue
 def execute_eval_run(run_id: int) -> dict:
     """Executes an eval run through the gateway (see apps.evaluation.runner). Tenant-scoped by the run.
     Idempotent and resumable: claimed by a conditional update, cases already scored are skipped, each result
-    is written once per (run, case); a killed worker's run is taken over once its heartbeat is stale."""
+    is written once per (run, case); a killed worker's run is requeued by beat (evaluation.requeue_stale)
+    once its heartbeat is AREAL_EVAL_STALE_SECONDS old, or taken over when the broker redelivers it."""
     from apps.evaluation.runner import eval_run_execute
 
     return eval_run_execute(run_id=run_id)
+
+
+@shared_task(name="evaluation.requeue_stale", queue=Queue.DEFAULT.value, ignore_result=True)
+def requeue_stale_eval_runs() -> list[int]:
+    """Beat: requeues runs whose worker stopped reporting (AREAL_EVAL_STALE_SECONDS); see
+    apps.evaluation.services.eval_runs_requeue_stale."""
+    from django.conf import settings
+
+    from apps.evaluation.services import eval_runs_requeue_stale
+
+    return eval_runs_requeue_stale(stale_after_seconds=settings.AREAL_EVAL_STALE_SECONDS)
