@@ -35,6 +35,7 @@ from apps.rewards.services import reward_create
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import Role
 from apps.tenants.services import api_key_create
+from apps.trajectories.models import Step
 from tests.inference.factories import BackendFactory
 from tests.releases.helpers import register_versions
 from tests.rewards.factories import make_spec, make_trajectory
@@ -216,6 +217,10 @@ class World:
     candidate: object
     release: object
     job: object
+    labels: object
+    step: object
+    spare_baseline: object
+    spare_candidate: object
 
 
 def _build_world(slug: str, port: int) -> World:
@@ -245,9 +250,14 @@ def _build_world(slug: str, port: int) -> World:
     run = eval_run_start(tenant=tenant, actor=SYSTEM, suite_id=suite.pk, version_id=candidate.pk)
     release = release_create(tenant=tenant, actor=SYSTEM, candidate_id=candidate.pk)
     job = queued_job(tenant, base=baseline)
+    step = Step.objects.filter(trajectory=item.trajectory).order_by("index").first()
+    # A model of the same name in both tenants, with no release: another tenant's version of it would be
+    # an acceptable baseline or candidate if tenancy were ignored.
+    spare_baseline, spare_candidate = register_versions(tenant, name="shared-spare")
     return World(tenant=tenant, admin=admin, raw_key=raw_key, membership=membership, key=key, backend=backend,
                  spec=spec, trajectory=trajectory, reward=reward, evaluator=evaluator, queue=queue, item=item,
-                 suite=suite, run=run, baseline=baseline, candidate=candidate, release=release, job=job)
+                 suite=suite, run=run, baseline=baseline, candidate=candidate, release=release, job=job,
+                 labels=labels, step=step, spare_baseline=spare_baseline, spare_candidate=spare_candidate)
 
 
 @pytest.fixture(scope="module")
@@ -344,3 +354,171 @@ def test_another_tenants_object_is_not_found_and_untouched(worlds, endpoint, met
     assert own.status_code not in (404, 405) and own.status_code < 500, (
         f"the control request on the caller's own object answered {own.status_code}: {own.content[:300]!r}; "
         "fix the matrix's World or body so the endpoint is really exercised")
+
+
+# ------------------------------------------------------------------------------------ ids inside the body
+
+@dataclass(frozen=True)
+class BodyReference:
+    """A write whose body names an object: `path(mine)`, `body(mine, ref)` where `ref(world)` gives the
+    referenced object's id in `world`, or a missing id when `world` is None."""
+
+    url_name: str
+    path: object
+    body: object
+    person: bool = False
+
+
+def _ref(pick, missing):
+    def ref(world):
+        return missing if world is None else pick(world)
+    return ref
+
+
+MISSING_INT = 2_000_000_000
+TRAJECTORY = _ref(lambda world: str(world.trajectory.pk), str(uuid.uuid4()))
+STEP = _ref(lambda world: str(world.step.pk), str(uuid.uuid4()))
+SUITE = _ref(lambda world: world.suite.pk, MISSING_INT)
+SPARE_CANDIDATE = _ref(lambda world: world.spare_candidate.pk, MISSING_INT)
+SPARE_BASELINE = _ref(lambda world: world.spare_baseline.pk, MISSING_INT)
+BASELINE = _ref(lambda world: world.baseline.pk, MISSING_INT)
+LABELS_SPEC = _ref(lambda world: world.labels.pk, MISSING_INT)
+MEMBER_USER = _ref(lambda world: world.membership.user_id, MISSING_INT)
+RUN = _ref(lambda world: world.run.pk, MISSING_INT)
+
+
+def _name() -> str:
+    return f"matrix-{uuid.uuid4().hex[:8]}"
+
+
+# (operation id in the OpenAPI schema, body field) → how to send a request naming another tenant's object.
+BODY_REFERENCES = {
+    ("annotation_label", "step_id"): BodyReference(
+        "annotation-label", lambda mine: {"item_id": mine.item.pk},
+        lambda mine, ref: {"value": 1.0, "step_id": ref}, person=True),
+    ("annotation_queue_create", "spec_id"): BodyReference(
+        "annotation-queue-list", lambda mine: {},
+        lambda mine, ref: {"name": _name(), "spec_id": ref, "filters": {"task_id": "support"}}),
+    ("annotation_queue_create", "assignee_ids"): BodyReference(
+        "annotation-queue-list", lambda mine: {},
+        lambda mine, ref: {"name": _name(), "spec_id": mine.labels.pk, "filters": {"task_id": "support"},
+                           "assignee_ids": [ref]}),
+    ("v1_eval_runs_create", "suite_id"): BodyReference(
+        "eval-run-list", lambda mine: {}, lambda mine, ref: {"suite_id": ref, "version_id": mine.candidate.pk}),
+    ("v1_eval_runs_create", "version_id"): BodyReference(
+        "eval-run-list", lambda mine: {}, lambda mine, ref: {"suite_id": mine.suite.pk, "version_id": ref}),
+    ("evaluator_run", "trajectory_id"): BodyReference(
+        "evaluator-run", lambda mine: {"evaluator_id": mine.evaluator.pk}, lambda mine, ref: {"trajectory_id": ref}),
+    ("v1_model_aliases_create", "version_id"): BodyReference(
+        "model-alias-list", lambda mine: {}, lambda mine, ref: {"alias": "matrix", "version_id": ref}),
+    ("v1_releases_create", "candidate_id"): BodyReference(
+        "release-list", lambda mine: {}, lambda mine, ref: {"candidate_id": ref}),
+    ("v1_releases_create", "baseline_id"): BodyReference(
+        "release-list", lambda mine: {},
+        lambda mine, ref: {"candidate_id": mine.spare_candidate.pk, "baseline_id": ref}),
+    ("v1_releases_create", "eval_suite_ids"): BodyReference(
+        "release-list", lambda mine: {},
+        lambda mine, ref: {"candidate_id": mine.spare_candidate.pk, "eval_suite_ids": [ref]}),
+    ("review_create", "trajectory_id"): BodyReference(
+        "review-list", lambda mine: {}, lambda mine, ref: {"trajectory_id": ref, "status": "approved"}),
+    ("reward_create", "trajectory_id"): BodyReference(
+        "reward-list", lambda mine: {}, lambda mine, ref: {"trajectory_id": ref, "value": 0.5}),
+    ("reward_create", "step_id"): BodyReference(
+        "reward-list", lambda mine: {},
+        lambda mine, ref: {"trajectory_id": str(mine.item.trajectory_id), "step_id": ref, "value": 0.5}),
+    ("v1_training_jobs_create", "base_version_id"): BodyReference(
+        "training-job-list", lambda mine: {}, lambda mine, ref: {"base_version_id": ref, "algorithm": "grpo"}),
+}
+
+# Which referenced object each entry names (the `ref` it is called with).
+REFERENCED = {
+    ("annotation_label", "step_id"): STEP, ("annotation_queue_create", "spec_id"): LABELS_SPEC,
+    ("annotation_queue_create", "assignee_ids"): MEMBER_USER, ("v1_eval_runs_create", "suite_id"): SUITE,
+    ("v1_eval_runs_create", "version_id"): SPARE_CANDIDATE, ("evaluator_run", "trajectory_id"): TRAJECTORY,
+    ("v1_model_aliases_create", "version_id"): SPARE_CANDIDATE,
+    ("v1_releases_create", "candidate_id"): SPARE_CANDIDATE, ("v1_releases_create", "baseline_id"): SPARE_BASELINE,
+    ("v1_releases_create", "eval_suite_ids"): SUITE, ("review_create", "trajectory_id"): TRAJECTORY,
+    ("reward_create", "trajectory_id"): TRAJECTORY, ("reward_create", "step_id"): STEP,
+    ("v1_training_jobs_create", "base_version_id"): BASELINE,
+}
+
+# Body fields named like ids that name no object, each with the reason.
+NOT_OBJECT_FIELDS = {
+    ("v1_training_jobs_create", "task_id"): "an agent's task name (free text), not a row",
+}
+
+
+def _schema_id_fields() -> set[tuple[str, str]]:
+    """(operation id, field) of every write in the OpenAPI schema whose JSON body has a `*_id`/`*_ids` field."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    components = schema["components"]["schemas"]
+    found = set()
+    for operations in schema["paths"].values():
+        for method, operation in operations.items():
+            if method not in {"post", "put", "patch", "delete"}:
+                continue
+            for content_type, content in operation.get("requestBody", {}).get("content", {}).items():
+                body = content["schema"]
+                if "$ref" in body:
+                    body = components[body["$ref"].rsplit("/", 1)[-1]]
+                if "json" in content_type:
+                    found |= {(operation["operationId"], field) for field in body.get("properties", {})
+                              if field.endswith(("_id", "_ids"))}
+    return found
+
+
+def test_every_id_in_a_request_body_is_in_the_matrix():
+    fields = _schema_id_fields()
+    uncovered = sorted(fields - set(BODY_REFERENCES) - set(NOT_OBJECT_FIELDS))
+    assert not uncovered, (
+        f"these request bodies name objects by id but are not in the cross-tenant matrix: {uncovered}. Add each "
+        "to BODY_REFERENCES and REFERENCED in tests/test_cross_tenant_matrix.py, or to NOT_OBJECT_FIELDS with "
+        "the reason the field names no tenant's object.")
+    stale = sorted((set(BODY_REFERENCES) | set(NOT_OBJECT_FIELDS)) - fields)
+    assert not stale, f"the schema no longer has these body fields: {stale}; remove them from the matrix"
+    assert set(REFERENCED) == set(BODY_REFERENCES)
+
+
+def _body_client(reference: BodyReference, world: World):
+    client = APIClient()
+    if reference.person:
+        client.force_login(world.admin)
+    else:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {world.raw_key}")
+    return client
+
+
+@pytest.mark.parametrize("key", sorted(BODY_REFERENCES), ids=[f"{op}.{field}" for op, field in sorted(BODY_REFERENCES)])
+def test_another_tenants_object_in_a_body_is_refused_like_a_missing_one(worlds, key):
+    mine, theirs = worlds
+    reference, ref = BODY_REFERENCES[key], REFERENCED[key]
+    client = _body_client(reference, mine)
+    path = reverse(reference.url_name, kwargs=reference.path(mine))
+    before = _tenant_state(theirs.tenant)
+
+    foreign = client.post(path, reference.body(mine, ref(theirs)), format="json")
+
+    assert _tenant_state(theirs.tenant) == before, "a request naming another tenant's object changed its rows"
+    missing = client.post(path, reference.body(mine, ref(None)), format="json")
+    own = client.post(path, reference.body(mine, ref(mine)), format="json")
+    assert foreign.status_code in (400, 404), (
+        f"POST {path} naming another tenant's {key[1]} answered {foreign.status_code}: {foreign.content[:300]!r}")
+    assert (foreign.status_code, _code(foreign)) == (missing.status_code, _code(missing)), (
+        "another tenant's object must be refused exactly like a missing one")
+    assert own.status_code < 500 and (own.status_code, _code(own)) != (missing.status_code, _code(missing)), (
+        f"the control request naming the caller's own object answered like a missing one ({own.status_code}: "
+        f"{own.content[:300]!r}); fix the matrix so the reference is really exercised")
+
+
+def test_eval_comparison_of_another_tenants_run_is_not_found(worlds):
+    """The one object reference in a query string (GET /eval/compare/?candidate=&baseline=)."""
+    mine, theirs = worlds
+    client = _body_client(BodyReference("", None, None), mine)
+    path = reverse("eval-compare")
+    foreign = client.get(path, {"candidate": RUN(theirs), "baseline": mine.run.pk})
+    missing = client.get(path, {"candidate": RUN(None), "baseline": mine.run.pk})
+    own = client.get(path, {"candidate": mine.run.pk, "baseline": mine.run.pk})
+    assert foreign.status_code == missing.status_code == 404 and _code(foreign) == _code(missing)
+    assert own.status_code == 200
