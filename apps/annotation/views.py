@@ -10,6 +10,7 @@ from apps.console.access import console_page
 from apps.core.errors import DomainError, NotFound
 from apps.rewards.selectors import spec_data
 from apps.tenants.permissions import Action, role_can
+from apps.trajectories.selectors import step_list
 from apps.trajectories.serialize import step_to_atdp
 from workers.rewards.specs import rating_options
 
@@ -53,7 +54,7 @@ def workspace(request, queue_id):
     if not selectors.is_assigned(queue=queue, user=request.user):
         return _forbidden(request, "annotation.label (not assigned to this queue)")
     item = selectors.annotation_next_item(queue=queue, user=request.user)
-    steps = [step_to_atdp(step) for step in item.trajectory.steps.order_by("index")] if item else []
+    steps = [step_to_atdp(step) for step in step_list(tenant=request.tenant, trajectory=item.trajectory)] if item else []
     return render(request, "console/annotation_workspace.html", {
         "queue": queue, "item": item, "steps": steps, "options": rating_options(spec_data(queue.spec)),
         "progress": selectors.annotation_progress(queue=queue, user=request.user),

@@ -77,7 +77,8 @@ def home(request):
 
 
 def _act(request, action):
-    """Runs a service call; turns a domain error into a message on the next page."""
+    """Runs a service call; turns a domain error into a message on the next page. A view acting on an object
+    named in its path looks the object up first (outside `_act`), so another tenant's answers 404."""
     try:
         return action()
     except DomainError as error:
@@ -110,6 +111,7 @@ def members(request):
 @require_POST
 @console_page(Action.MEMBER_MANAGE)
 def member_role(request, membership_id):
+    selectors.membership_get(tenant=request.tenant, membership_id=membership_id)  # another tenant's: 404
     form = forms.MemberRoleForm(request.POST)
     if form.is_valid() and _act(request, lambda: services.membership_change_role(
             tenant=request.tenant, actor=request.actor, membership_id=membership_id, role=form.cleaned_data["role"])):
@@ -120,6 +122,7 @@ def member_role(request, membership_id):
 @require_POST
 @console_page(Action.MEMBER_MANAGE)
 def member_remove(request, membership_id):
+    selectors.membership_get(tenant=request.tenant, membership_id=membership_id)  # another tenant's: 404
     try:
         services.membership_remove(tenant=request.tenant, actor=request.actor, membership_id=membership_id)
         messages.success(request, "Member removed.")
@@ -149,6 +152,7 @@ def keys(request):
 @require_POST
 @console_page(Action.API_KEY_MANAGE)
 def key_revoke(request, key_id):
+    selectors.api_key_get(tenant=request.tenant, key_id=key_id)  # another tenant's: 404
     key = _act(request, lambda: services.api_key_revoke(tenant=request.tenant, actor=request.actor, key_id=key_id))
     if key:
         messages.success(request, f"Revoked {key.prefix}…; requests with it are now refused.")
@@ -158,6 +162,7 @@ def key_revoke(request, key_id):
 @require_POST
 @console_page(Action.API_KEY_MANAGE)
 def key_rotate(request, key_id):
+    selectors.api_key_get(tenant=request.tenant, key_id=key_id)  # another tenant's: 404
     form = forms.ApiKeyRotateForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose how long the old key stays valid.")
@@ -234,6 +239,7 @@ def backend_check(request, backend_id):
 @require_POST
 @console_page(Action.BACKEND_MANAGE)
 def backend_drain(request, backend_id):
+    inference_selectors.backend_get(tenant=request.tenant, backend_id=backend_id)  # another tenant's: 404
     draining = request.POST.get("drain") == "1"
     state = BackendState.DRAINING if draining else BackendState.UNKNOWN
     if _act(request, lambda: inference_services.backend_update(
@@ -291,6 +297,7 @@ def trajectory_detail(request, trajectory_id):
 def trajectory_replay(request, trajectory_id):
     from apps.gateway.replay import trajectory_replay_start
 
+    trajectory_selectors.trajectory_get(tenant=request.tenant, trajectory_id=trajectory_id)  # another tenant's: 404
     model, _, model_version = request.POST.get("target", "").partition("@")
     replay = _act(request, lambda: trajectory_replay_start(tenant=request.tenant, trajectory_id=trajectory_id,
                                                            model=model, model_version=model_version,

@@ -35,6 +35,7 @@ def suite_detail(request, suite_id):
 @require_POST
 @console_page(Action.EVAL_MANAGE)
 def run_start(request, suite_id):
+    selectors.eval_suite_get(tenant=request.tenant, suite_id=suite_id)  # another tenant's: 404, not a message
     try:
         run = services.eval_run_start(tenant=request.tenant, actor=request.actor, suite_id=suite_id,
                                       version_id=request.POST.get("version_id"))

@@ -21,7 +21,9 @@ REPLAY_NAMESPACE = uuid.UUID("0f3c5d1e-2b8a-4d6f-9e7c-5a1b3c2d4e6f")
 
 
 def _replayable_steps(trajectory):
-    return [step for step in trajectory.steps.filter(kind=StepKind.LLM_CALL).order_by("index")
+    from apps.trajectories.selectors import step_list
+
+    return [step for step in step_list(tenant=trajectory.tenant_id, trajectory=trajectory).filter(kind=StepKind.LLM_CALL)
             if step.observation.get("messages") or step.observation.get("prompt")]
 
 
@@ -99,7 +101,7 @@ def trajectory_replay_run(*, tenant_id: int, source_id: str, session_id: str, mo
     principal = Principal(tenant_id=tenant_id, tenant_slug=tenant.slug, key_prefix=replay.api_key_prefix or "replay",
                           scopes=("inference",), session_id=session_id, task_id=source.task_id)
     session = SessionState(session_id=session_id, task_id=source.task_id)
-    done = set(Step.objects.filter(trajectory=replay).values_list("id", flat=True))
+    done = set(Step.objects.for_tenant(tenant).filter(trajectory=replay).values_list("id", flat=True))
     recorded = 0
     with httpx.Client(timeout=timeout_s) as client:
         for step in _replayable_steps(source):

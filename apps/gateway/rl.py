@@ -104,7 +104,8 @@ def _last_step_id(principal, state) -> str | None:
         return state.last_step_id
     from apps.trajectories.models import Step, trajectory_id_for
 
-    last = (Step.objects.filter(trajectory_id=trajectory_id_for(tenant_id=principal.tenant_id,
+    last = (Step.objects.filter(tenant_id=principal.tenant_id,
+                                trajectory_id=trajectory_id_for(tenant_id=principal.tenant_id,
                                                                 session_id=principal.session_id))
             .order_by("-index").values_list("id", flat=True).first())
     return str(last) if last else None

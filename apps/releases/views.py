@@ -38,6 +38,7 @@ def release_detail(request, release_id):
 
 
 def _act(request, release_id, call, done: str):
+    selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404, not a message
     try:
         call()
         messages.success(request, done)

@@ -110,7 +110,7 @@ def training_records(*, tenant, trajectory_ids) -> list[dict]:
     training reward apps.rewards computes (the combination rule of the agent's spec), ready for
     workers.rl.samples. A trajectory deleted since the snapshot is left out."""
     trajectories = trajectory_with_records(Trajectory.objects.for_tenant(tenant).filter(pk__in=trajectory_ids)
-                                           .select_related("tenant"))
+                                           .select_related("tenant"), tenant=tenant)
     by_id = {str(t.pk): t for t in trajectories}
     records = []
     for trajectory_id in trajectory_ids:

@@ -64,8 +64,8 @@ class TrajectoryListApi(TenantApi):
                    responses=inline_serializer("AtdpTrajectory", {}))
     def get(self, request):
         paginator = self.pagination_class()
-        page = paginator.paginate_queryset(selectors.trajectory_with_records(_filtered(self, request)), request,
-                                           view=self)
+        page = paginator.paginate_queryset(selectors.trajectory_with_records(_filtered(self, request), tenant=self.tenant),
+                                           request, view=self)
         return paginator.get_paginated_response([_atdp(trajectory) for trajectory in page])
 
 
@@ -77,9 +77,9 @@ class TrajectoryDetailApi(TenantApi):
         return Response(_atdp(selectors.trajectory_get(tenant=self.tenant, trajectory_id=trajectory_id)))
 
 
-def _records(queryset):
+def _records(queryset, *, tenant):
     """ATDP dicts, fetched in chunks with their steps and rewards: memory stays bounded by the chunk."""
-    for trajectory in selectors.trajectory_with_records(queryset).iterator(chunk_size=EXPORT_CHUNK):
+    for trajectory in selectors.trajectory_with_records(queryset, tenant=tenant).iterator(chunk_size=EXPORT_CHUNK):
         yield _atdp(trajectory)
 
 
@@ -99,17 +99,21 @@ class TrajectoryExportApi(TenantApi):
     @extend_schema(parameters=[FilterSerializer, OpenApiParameter("format", enum=["jsonl", "parquet"])],
                    responses={(200, "application/x-ndjson"): bytes})
     def get(self, request):
-        queryset = _filtered(self, request)
+        filters = FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        queryset = selectors.trajectory_list(tenant=self.tenant, **filters.validated_data)
         kind = request.query_params.get("format", "jsonl")
+        if kind not in ("jsonl", "parquet"):
+            raise ValidationFailed("format must be jsonl or parquet", fields={"format": ["jsonl or parquet"]})
+        services.trajectory_export_record(tenant=self.tenant, actor=self.actor, format=kind,
+                                          filters=filters.validated_data)
         if kind == "parquet":
             spool = tempfile.TemporaryFile(suffix=".parquet")
-            write_parquet(_records(queryset), spool)
+            write_parquet(_records(queryset, tenant=self.tenant), spool)
             spool.seek(0)
             return FileResponse(spool, as_attachment=True, filename=f"{self.tenant.slug}-trajectories.parquet",
                                 content_type="application/vnd.apache.parquet")
-        if kind != "jsonl":
-            raise ValidationFailed("format must be jsonl or parquet", fields={"format": ["jsonl or parquet"]})
-        lines = (json.dumps(record, separators=(",", ":")) + "\n" for record in _records(queryset))
+        lines = (json.dumps(record, separators=(",", ":")) + "\n" for record in _records(queryset, tenant=self.tenant))
         response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
         response["Content-Disposition"] = f'attachment; filename="{self.tenant.slug}-trajectories.jsonl"'
         return response
@@ -124,13 +128,16 @@ class NdjsonParser(BaseParser):
 
 class TrajectoryImportApi(TenantApi):
     """Imports ATDP JSON Lines (body `application/x-ndjson`). Each line is validated on its own: good lines
-    are stored, bad ones are reported with their line number and failing field."""
+    are stored, bad ones are reported with their line number and failing field. A stored trajectory gets a
+    fresh id (`trajectory_ids`, in line order); `stored` maps each line's own `trajectory_id` to it."""
 
     actions = {"POST": Action.TRAJECTORY_IMPORT}
     parser_classes = [NdjsonParser, JSONParser]
 
     @extend_schema(request={"application/x-ndjson": bytes}, responses=inline_serializer("AtdpImportReport", {
-        "accepted": serializers.IntegerField(), "rejected": serializers.ListField(child=serializers.DictField())}))
+        "accepted": serializers.IntegerField(), "trajectory_ids": serializers.ListField(child=serializers.UUIDField()),
+        "stored": serializers.ListField(child=serializers.DictField()),
+        "rejected": serializers.ListField(child=serializers.DictField())}))
     def post(self, request):
         body = request.data
         if not isinstance(body, bytes | str):
@@ -138,14 +145,14 @@ class TrajectoryImportApi(TenantApi):
         if len(body) > MAX_IMPORT_BYTES:
             raise ValidationFailed(f"an import is at most {MAX_IMPORT_BYTES} bytes; split the file")
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-        accepted, rejected = [], []
+        stored, rejected = [], []
         for line in read_jsonl(text.splitlines()):
             if line.problems:
                 rejected.extend({"line": line.line_number, "field": problem.path, "message": problem.message}
                                 for problem in line.problems)
                 continue
             try:
-                trajectory = services.trajectory_import(tenant=self.tenant, record=line.record)
+                trajectory = services.trajectory_import(tenant=self.tenant, record=line.record, actor=self.actor)
             except DomainError as error:
                 field = next(iter(error.fields), "trajectory_id")
                 rejected.append({"line": line.line_number, "field": field, "message": error.message})
@@ -155,9 +162,10 @@ class TrajectoryImportApi(TenantApi):
                 rejected.extend({"line": line.line_number, "field": field, "message": message}
                                 for field, message in conflicts.items())
             else:
-                accepted.append(str(trajectory.id))
-        return Response({"accepted": len(accepted), "trajectory_ids": accepted, "rejected": rejected},
-                        status=200 if accepted or not rejected else 400)
+                stored.append({"line": line.line_number, "trajectory_id": str(trajectory.id),
+                               "source_trajectory_id": str(trajectory.source_trajectory_id)})
+        return Response({"accepted": len(stored), "trajectory_ids": [entry["trajectory_id"] for entry in stored],
+                         "stored": stored, "rejected": rejected}, status=200 if stored or not rejected else 400)
 
 
 class TrajectoryReplayApi(TenantApi):

@@ -5,7 +5,9 @@ from django.utils import timezone
 
 from apps.core.models import TenantQuerySet
 
-# Trajectory ids are derived from (tenant, session): the gateway attributes a step without a lookup.
+# Gateway trajectory ids are derived from (tenant, session): the gateway attributes a step without a lookup.
+# The namespace is public, so anyone can compute another tenant's ids: an id is never proof of ownership.
+# Every read and write of steps is scoped by tenant, and an import never chooses a primary key.
 TRAJECTORY_NAMESPACE = uuid.UUID("5b0c1a52-7f0e-4c8e-9a43-3c1c2f6ad2b1")
 
 
@@ -33,6 +35,8 @@ class Trajectory(models.Model):
     id = models.UUIDField(primary_key=True)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="trajectories")
     session_id = models.CharField(max_length=200)
+    source_trajectory_id = models.UUIDField(
+        null=True, blank=True, help_text="The id an imported record carried; imports get a fresh `id`.")
     api_key_prefix = models.CharField(max_length=16, blank=True)
     agent_name = models.CharField(max_length=200, blank=True)
     agent_version = models.CharField(max_length=64, blank=True)
@@ -55,7 +59,10 @@ class Trajectory(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "session_id"], name="trajectory_unique_session")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "session_id"], name="trajectory_unique_session"),
+            models.UniqueConstraint(fields=["tenant", "source_trajectory_id"], name="trajectory_unique_source"),
+        ]
         indexes = [
             models.Index(fields=["tenant", "-started_at", "id"]),
             models.Index(fields=["tenant", "task_id"]),

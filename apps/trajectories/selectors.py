@@ -39,18 +39,29 @@ def trajectory_list(*, tenant, session_id=None, agent=None, task_id=None, group_
     return trajectories.order_by("-started_at", "-id")
 
 
-def trajectory_with_records(queryset):
-    """The queryset with steps (in order) and rewards prefetched, for ATDP serialization."""
-    return queryset.prefetch_related(
-        Prefetch("steps", queryset=Step.objects.order_by("index")),
-        Prefetch("rewards", queryset=Reward.objects.order_by("created_at")),
+def trajectory_with_records(queryset, *, tenant):
+    """The queryset (of `tenant`'s trajectories) with steps (in order) and rewards prefetched, for ATDP
+    serialization. Steps and rewards are read by tenant too, not by trajectory id alone: a row of another
+    tenant that names one of these trajectories is never read back."""
+    return queryset.filter(tenant=tenant).prefetch_related(
+        Prefetch("steps", queryset=step_list(tenant=tenant)),
+        Prefetch("rewards", queryset=Reward.objects.for_tenant(tenant).order_by("created_at")),
     )
+
+
+def step_list(*, tenant, trajectory=None):
+    """This tenant's steps in trajectory order (of one `trajectory` when given). The one way to read steps
+    of a trajectory: `trajectory.steps` alone would match by trajectory id, whatever the step's tenant."""
+    steps = Step.objects.for_tenant(tenant)
+    if trajectory is not None:
+        steps = steps.filter(trajectory=trajectory)
+    return steps.order_by("index")
 
 
 def trajectory_get(*, tenant, trajectory_id) -> Trajectory:
     try:
-        return trajectory_with_records(Trajectory.objects.for_tenant(tenant).select_related("tenant")).get(
-            pk=trajectory_id)
+        return trajectory_with_records(Trajectory.objects.for_tenant(tenant).select_related("tenant"),
+                                       tenant=tenant).get(pk=trajectory_id)
     except (Trajectory.DoesNotExist, ValueError, TypeError):
         raise TrajectoryNotFound("no such trajectory in this tenant", code="trajectory_not_found") from None
 

@@ -6,10 +6,11 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from apps.audit.services import audit_record
 from apps.trajectories.models import Step, Trajectory, TrajectoryStatus, trajectory_id_for
 from workers.atdp.tokens import pack_floats, pack_ids, pack_versions
 
@@ -18,6 +19,13 @@ STEP_FIELDS = (
     "served_model", "model_version", "policy_version", "backend_name", "prompt_tokens", "completion_tokens",
     "latency_ms", "ttft_ms", "scopes", "pii_entities", "aborted", "error",
 )
+
+
+class StepRefused(IntegrityError):
+    """A journalled step cannot be attributed: its trajectory id (or step id) is held by a row of another
+    tenant, or its session was imported under another id. An IntegrityError, so the journal sets the record
+    aside (apps.gateway.journal: rejected.jsonl) instead of blocking later steps; it is never attached to a
+    row it does not own."""
 
 
 def _moment(value) -> datetime:
@@ -95,24 +103,40 @@ def _storable(value):
 @transaction.atomic
 def steps_ingest(*, records: list[dict]) -> int:
     """Inserts journalled step records; returns how many were new. Idempotent: a record whose step id
-    exists is skipped, so replaying a journal after a crash never duplicates a step or its totals.
-    Trajectories new to the database are inserted with their totals in one statement; existing ones are
-    locked in primary-key order while indexes are assigned and their totals move with F() increments."""
+    this tenant already stored is skipped, so replaying a journal after a crash never duplicates a step or
+    its totals. Trajectories new to the database are inserted with their totals in one statement; existing
+    ones are locked in primary-key order while indexes are assigned and their totals move with F() increments.
+
+    Tenancy: a step only ever joins a trajectory of its own record's tenant. A trajectory or step id held by
+    another tenant's row raises StepRefused (the whole batch rolls back; the journal isolates the record)."""
     if not records:
         return 0
     records = [_storable(record) for record in records]
-    known = set(Step.objects.filter(id__in=[record["step_id"] for record in records]).values_list("id", flat=True))
-    fresh = [record for record in records if uuid.UUID(record["step_id"]) not in known]
+    stored = dict(Step.objects.filter(id__in=[record["step_id"] for record in records]).values_list("id", "tenant_id"))
+    for record in records:
+        owner = stored.get(uuid.UUID(record["step_id"]))
+        if owner is not None and owner != record["tenant_id"]:
+            raise StepRefused(f"step id {record['step_id']} is stored for another tenant")
+    fresh = [record for record in records if uuid.UUID(record["step_id"]) not in stored]
     if not fresh:
         return 0
     by_trajectory: dict[uuid.UUID, list[dict]] = {}
     for record in fresh:
         trajectory_id = trajectory_id_for(tenant_id=record["tenant_id"], session_id=record["session_id"])
         by_trajectory.setdefault(trajectory_id, []).append(record)
+    owners = {trajectory_id: batch[0]["tenant_id"] for trajectory_id, batch in by_trajectory.items()}
+    if any(record["tenant_id"] != owners[trajectory_id] for trajectory_id, batch in by_trajectory.items()
+           for record in batch):
+        raise StepRefused("records of two tenants derive the same trajectory id")
 
     def lock_existing():
-        return {row.id: row.step_count for row in
-                Trajectory.objects.select_for_update().filter(id__in=by_trajectory).order_by("id").only("id", "step_count")}
+        existing = {}
+        for row in (Trajectory.objects.select_for_update().filter(id__in=by_trajectory).order_by("id")
+                    .only("id", "tenant_id", "step_count")):
+            if row.tenant_id != owners[row.id]:
+                raise StepRefused(f"trajectory {row.id} belongs to another tenant")
+            existing[row.id] = row.step_count
+        return existing
 
     existing = lock_existing()
     new_ids = [trajectory_id for trajectory_id in by_trajectory if trajectory_id not in existing]
@@ -121,6 +145,9 @@ def steps_ingest(*, records: list[dict]) -> int:
         Trajectory.objects.bulk_create([_trajectory_row(by_trajectory[trajectory_id][0], trajectory_id)
                                         for trajectory_id in new_ids], ignore_conflicts=True)
         existing, new_ids = lock_existing(), []
+        missing = [trajectory_id for trajectory_id in by_trajectory if trajectory_id not in existing]
+        if missing:  # the session is taken by a trajectory under another id (an imported one)
+            raise StepRefused(f"the session of trajectory {missing[0]} is stored under another id")
     created = set(new_ids)
     rows = []
     for trajectory_id, batch in by_trajectory.items():
@@ -128,7 +155,7 @@ def steps_ingest(*, records: list[dict]) -> int:
         rows.extend(_step_row(record, trajectory_id=trajectory_id, index=start + offset)
                     for offset, record in enumerate(batch))
         if trajectory_id not in created:
-            Trajectory.objects.filter(id=trajectory_id).update(
+            Trajectory.objects.filter(id=trajectory_id, tenant_id=owners[trajectory_id]).update(
                 **{field: F(field) + value for field, value in _totals(batch).items()})
     Step.objects.bulk_create(rows)
     return len(rows)
@@ -137,10 +164,11 @@ def steps_ingest(*, records: list[dict]) -> int:
 @transaction.atomic
 def trajectory_open(*, tenant, session_id: str, task_id: str = "", group_id: str = "", api_key_prefix: str = "",
                     purpose: str = "production", consent: str = "full") -> Trajectory:
-    """Creates the trajectory of an explicitly started session (idempotent on the session)."""
+    """Creates the trajectory of an explicitly started session (idempotent on the session). Tenancy: only a
+    row of `tenant` is ever returned; an id held by another tenant raises IntegrityError."""
     trajectory, _ = Trajectory.objects.get_or_create(
-        id=trajectory_id_for(tenant_id=tenant.pk, session_id=session_id),
-        defaults={"tenant": tenant, "session_id": session_id, "task_id": task_id, "group_id": group_id,
+        id=trajectory_id_for(tenant_id=tenant.pk, session_id=session_id), tenant=tenant,
+        defaults={"session_id": session_id, "task_id": task_id, "group_id": group_id,
                   "api_key_prefix": api_key_prefix, "purpose": purpose, "consent": consent},
     )
     return trajectory
@@ -182,24 +210,30 @@ def _step_from_atdp(*, tenant, trajectory_id, step: dict) -> Step:
 
 
 @transaction.atomic
-def trajectory_import(*, tenant, record: dict) -> Trajectory:
-    """Stores one validated ATDP trajectory logged by an agent itself (SDK mode). Raises Conflict if its
-    trajectory id or session already exists in the tenant; the record's tenant must be this tenant."""
+def trajectory_import(*, tenant, record: dict, actor) -> Trajectory:
+    """Stores one validated ATDP trajectory logged by an agent itself (SDK mode), audited as
+    `trajectory.import`. The record's tenant must be this tenant.
+
+    The stored trajectory gets a fresh id; the record's `trajectory_id` is kept as `source_trajectory_id`.
+    An importer never chooses a primary key, so it cannot take an id the gateway will derive for another
+    tenant's session. Raises Conflict when this tenant already holds the record's id (as an id or a source
+    id) or its session; another tenant's rows are never consulted, so the answer reveals nothing of them."""
     from apps.core.errors import Conflict, ValidationFailed
     from apps.rewards.models import Reward
 
     if record.get("tenant") != tenant.slug:
         raise ValidationFailed(f"record belongs to tenant {record.get('tenant')!r}, not {tenant.slug!r}",
                                fields={"tenant": ["does not match the API key's tenant"]})
-    trajectory_id = uuid.UUID(record["trajectory_id"])
-    if Trajectory.objects.filter(pk=trajectory_id).exists() or Trajectory.objects.filter(
-            tenant=tenant, session_id=record["session_id"]).exists():
+    source_id = uuid.UUID(record["trajectory_id"])
+    if Trajectory.objects.for_tenant(tenant).filter(
+            Q(pk=source_id) | Q(source_trajectory_id=source_id) | Q(session_id=record["session_id"])).exists():
         raise Conflict("a trajectory with this id or session already exists", code="trajectory_exists")
     steps = record.get("steps") or []
     governance = record.get("governance") or {}
     agent = record.get("agent") or {}
     trajectory = Trajectory.objects.create(
-        id=trajectory_id, tenant=tenant, session_id=record["session_id"], agent_name=agent.get("name") or "",
+        id=uuid.uuid4(), source_trajectory_id=source_id, tenant=tenant, session_id=record["session_id"],
+        agent_name=agent.get("name") or "",
         agent_version=agent.get("version") or "", task_id=record.get("task_id") or "",
         group_id=record.get("group_id") or "", status=record["status"], purpose=record["purpose"],
         consent=governance.get("consent", "full"), data_class=governance.get("data_class", "internal"),
@@ -209,13 +243,24 @@ def trajectory_import(*, tenant, record: dict) -> Trajectory:
         completion_tokens=sum((step.get("cost") or {}).get("completion_tokens") or 0 for step in steps),
         cost_usd=sum(Decimal(str((step.get("cost") or {}).get("usd") or 0)) for step in steps),
     )
-    Step.objects.bulk_create([_step_from_atdp(tenant=tenant, trajectory_id=trajectory_id, step=step)
+    Step.objects.bulk_create([_step_from_atdp(tenant=tenant, trajectory_id=trajectory.pk, step=step)
                               for step in steps])
+    rewards = record.get("rewards") or []
     Reward.objects.bulk_create([
         Reward(id=uuid.UUID(reward["reward_id"]), tenant=tenant, trajectory=trajectory, step_id=reward.get("step_id"),
                target=reward["target"], value=reward["value"], kind=reward["kind"], label=reward.get("label") or "",
                source=reward["source"], timing=reward["timing"], created_by=reward.get("created_by") or "import",
                created_at=_moment(reward.get("created_at")), idempotency_key=reward.get("idempotency_key"))
-        for reward in record.get("rewards") or []
+        for reward in rewards
     ])
+    audit_record(tenant=tenant, actor=actor, verb="trajectory.import", target=trajectory, data={
+        "source_trajectory_id": str(source_id), "session_id": trajectory.session_id, "steps": len(steps),
+        "rewards": len(rewards)})
     return trajectory
+
+
+@transaction.atomic
+def trajectory_export_record(*, tenant, actor, format: str, filters: dict) -> None:
+    """Audits an export (`trajectory.export`) of this tenant's trajectories: its format and filters. Called
+    before the stream starts, so an export that fails midway is still on record."""
+    audit_record(tenant=tenant, actor=actor, verb="trajectory.export", data={"format": format, "filters": filters})

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from apps.audit.services import Actor
 from apps.trajectories import services
 from apps.trajectories.models import Trajectory, trajectory_id_for
 from tests.workers.atdp.fixtures import make_reward, make_trajectory
@@ -65,4 +66,5 @@ def atdp_record(tenant, session_id: str, *, rewards: list[float] | None = None, 
 
 def imported(tenant, session_id: str, **overrides) -> Trajectory:
     """Stores an ATDP record through trajectory_import (the service behind the import API)."""
-    return services.trajectory_import(tenant=tenant, record=atdp_record(tenant, session_id, **overrides))
+    return services.trajectory_import(tenant=tenant, record=atdp_record(tenant, session_id, **overrides),
+                                      actor=Actor.system("test"))

@@ -189,7 +189,9 @@ def test_detail_returns_the_imported_record_as_valid_atdp(reader, writer, tenant
     assert response.status_code == 200
     body = response.json()
     assert validate_trajectory(body) == []
-    assert body["trajectory_id"] == record["trajectory_id"] and body["session_id"] == "weather"
+    assert body["trajectory_id"] == trajectory_id != record["trajectory_id"]  # an import gets a fresh id
+    assert Trajectory.objects.get(pk=trajectory_id).source_trajectory_id == uuid.UUID(record["trajectory_id"])
+    assert body["session_id"] == "weather"
     assert body["tenant"] == "acme" and body["agent"] == record["agent"]
     assert [step["step_id"] for step in body["steps"]] == [step["step_id"] for step in record["steps"]]
     assert [step["index"] for step in body["steps"]] == [0, 1, 2, 3, 4]
@@ -358,7 +360,9 @@ def test_import_keeps_good_lines_and_reports_bad_ones_by_line_and_field(writer, 
     assert response.status_code == 200, response.content
     report = response.json()
     assert report["accepted"] == 2
-    assert set(report["trajectory_ids"]) == {good_first["trajectory_id"], good_last["trajectory_id"]}
+    assert [(entry["line"], entry["source_trajectory_id"]) for entry in report["stored"]] == [
+        (1, good_first["trajectory_id"]), (7, good_last["trajectory_id"])]
+    assert report["trajectory_ids"] == [entry["trajectory_id"] for entry in report["stored"]]
     rejected = {(entry["line"], entry["field"]) for entry in report["rejected"]}
     assert rejected == {(2, ""), (4, "steps[1].kind"), (5, "steps[0].tokens.completion_logprobs"), (6, "")}
     assert all(entry["message"] for entry in report["rejected"])
@@ -391,7 +395,7 @@ def test_import_refuses_a_duplicate_trajectory(writer, tenant):
     again = _post_jsonl(writer, _jsonl(record))
     assert again.status_code == 400 and again.json()["accepted"] == 0
     assert Trajectory.objects.filter(session_id="once").count() == 1
-    assert Step.objects.filter(trajectory_id=record["trajectory_id"]).count() == 5
+    assert Step.objects.filter(trajectory__source_trajectory_id=record["trajectory_id"]).count() == 5
 
 
 def test_import_of_records_reusing_stored_step_or_reward_ids_is_reported_not_a_crash(writer, tenant, other_tenant):
@@ -414,7 +418,8 @@ def test_import_of_records_reusing_stored_step_or_reward_ids_is_reported_not_a_c
     response = _post_jsonl(writer, _jsonl(copied_steps, foreign_step, copied_reward, reused_key, fine))
     assert response.status_code == 200, response.content
     report = response.json()
-    assert report["accepted"] == 1 and report["trajectory_ids"] == [fine["trajectory_id"]]
+    assert report["accepted"] == 1
+    assert [entry["source_trajectory_id"] for entry in report["stored"]] == [fine["trajectory_id"]]
     fields = {(entry["line"], entry["field"]) for entry in report["rejected"]}
     assert {line for line, _ in fields} == {1, 2, 3, 4}
     assert (1, "steps[0].step_id") in fields
@@ -443,7 +448,7 @@ def test_import_with_the_wrong_content_type_stores_nothing(writer, tenant, conte
 def test_an_empty_import_stores_and_reports_nothing(writer):
     response = _post_jsonl(writer, b"\n\n")
     assert response.status_code == 200
-    assert response.json() == {"accepted": 0, "trajectory_ids": [], "rejected": []}
+    assert response.json() == {"accepted": 0, "trajectory_ids": [], "stored": [], "rejected": []}
 
 
 def test_an_oversized_import_is_refused_whole(writer, tenant, monkeypatch):
