@@ -133,10 +133,11 @@ def annotation_skip(*, tenant, user, item_id: int) -> AnnotationSkip:
 def annotation_resolve(*, tenant, actor: Actor, item_id: int, value: float | None = None, label: str = "",
                        reason: str = "") -> AnnotationItem:
     """A reviewer's resolution of disagreement: an override reward with the resolved value (it beats every
-    source in the training reward), recorded on the item; audited as reward.override."""
+    source in the training reward), recorded on the item; audited as reward.override. Its source follows
+    the actor: annotator for a person, agent for a key (keys never post as annotator)."""
     item = annotation_item_get(tenant=tenant, item_id=item_id)
     reward, _ = reward_create(tenant=tenant, actor=actor, trajectory_id=item.trajectory_id, value=value, label=label,
-                              spec_name=item.queue.spec.name, source=RewardSource.ANNOTATOR, created_by=actor.label,
+                              spec_name=item.queue.spec.name, source=None, created_by=actor.label,
                               override=True, reason=reason or f"disagreement resolved in queue {item.queue.name}",
                               idempotency_key=f"annotation-resolve:{item.pk}:{timezone.now().timestamp()}")
     item.resolved_value, item.resolved_by, item.resolved_at = reward.value, actor.label, timezone.now()

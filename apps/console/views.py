@@ -21,6 +21,7 @@ from apps.metrics.dashboard import overview_context
 from apps.tenants import selectors, services
 from apps.tenants.permissions import Action, role_can
 from apps.trajectories import selectors as trajectory_selectors
+from apps.trajectories.retention import retention_summary
 from apps.trajectories.serialize import step_to_atdp
 
 PAGE_SIZE = 50
@@ -193,7 +194,8 @@ def policy(request):
     if not can_edit:
         for field in form.fields.values():
             field.disabled = True
-    return render(request, "console/policy.html", {"form": form, "can_edit": can_edit})
+    return render(request, "console/policy.html", {"form": form, "can_edit": can_edit,
+                                                   "retention": retention_summary(tenant=request.tenant)})
 
 
 @console_page(Action.AUDIT_VIEW)

@@ -283,10 +283,29 @@ def release_resume(*, tenant, actor: Actor, release_id) -> Release:
                        consecutive_failures=0, consecutive_inconclusive=0)
 
 
+def _check_two_people(*, tenant, release: Release, approver: Actor) -> None:
+    """The two-person rule compares people, not principals: a key answers to the person who created it
+    (`person_behind`), so one person's session and key are one person. An approval that names no person (a
+    key from the CLI or the system) is refused, since it could be anyone, the starter included; a release
+    started by such a key may be approved by any person."""
+    from apps.tenants.selectors import person_behind
+
+    approver_person = person_behind(tenant=tenant, actor_kind=approver.kind, actor_id=approver.id)
+    if approver_person is None:
+        raise Forbidden("this tenant's two-person rule: this approval names no person (the API key was not created "
+                        "by a member); approve as a person or with a key a member created", code="two_person_rule")
+    starter_person = person_behind(tenant=tenant, actor_kind=release.started_by_kind, actor_id=release.started_by_id)
+    if approver_person == starter_person or (approver.kind, approver.id) == (release.started_by_kind,
+                                                                          release.started_by_id):
+        raise Forbidden("this tenant's two-person rule: someone other than the person who started the release "
+                        "must approve it (a key they created counts as them)", code="two_person_rule")
+
+
 @transaction.atomic
 def release_approve(*, tenant, actor: Actor, release_id) -> Release:
     """awaiting_approval → promoted: the candidate becomes production (alias moved, statuses set, all traffic).
-    409 unless awaiting approval; 403 under the tenant's two-person rule when the approver started it.
+    409 unless awaiting approval; 403 under the tenant's two-person rule when the person behind the approver
+    (a key's creator) started it, or when the approval names no person.
     Concurrency: two approvals at once make exactly one transition (conditional update); the other gets 409."""
     from apps.tenants.models import TenantPolicy
     from apps.training.services import alias_move
@@ -295,10 +314,8 @@ def release_approve(*, tenant, actor: Actor, release_id) -> Release:
     if release.status != ReleaseStatus.AWAITING_APPROVAL:
         raise Conflict(f"the release is {release.status}, not awaiting approval", code="not_awaiting_approval")
     two_person = TenantPolicy.objects.filter(tenant=tenant).values_list("two_person_promotion", flat=True).first()
-    if two_person and (actor.kind, actor.id) == (release.started_by_kind,
-                                                                                  release.started_by_id):
-        raise Forbidden("this tenant's two-person rule: someone other than the person who started the release "
-                        "must approve it", code="two_person_rule")
+    if two_person:
+        _check_two_people(tenant=tenant, release=release, approver=actor)
     release = _transition(release=release, to=ReleaseStatus.PROMOTED, actor=actor,
                           reason=f"approved by {actor.label}", approved_by=actor.label)
     candidate, baseline = release.candidate, release.baseline

@@ -77,8 +77,10 @@ class RewardOutputSerializer(serializers.Serializer):
 
 
 class RewardListApi(TenantApi):
-    """GET: rewards newest first, filtered. POST: append one. People post as `annotator`; keys may name any
-    ATDP source. `override: true` (operators, with `reason`) beats every other source."""
+    """GET: rewards newest first, filtered. POST: append one. People post as `annotator`; keys name `agent`
+    (default), `user`, `environment` or `rule`; any other source is refused (403 `source_not_allowed`):
+    `evaluator` is the evaluator workers' own. `override: true` (operators, with `reason`) beats every
+    other source."""
 
     actions = {"GET": Action.REWARD_VIEW, "POST": Action.REWARD_WRITE}
 
@@ -121,13 +123,9 @@ class RewardListApi(TenantApi):
         fields = dict(data.validated_data)
         if fields["override"] and not self.can(Action.REWARD_OVERRIDE):
             raise Forbidden("only operators may override a reward", code="role_forbidden")
-        if isinstance(request.user, KeyPrincipal):
-            source, created_by = fields.pop("source", RewardSource.AGENT), request.user.prefix
-        else:
-            fields.pop("source", None)
-            source, created_by = RewardSource.ANNOTATOR, request.user.get_username()
+        created_by = request.user.prefix if isinstance(request.user, KeyPrincipal) else request.user.get_username()
         reward, created = services.reward_create(
-            tenant=self.tenant, actor=self.actor, source=source, created_by=created_by,
+            tenant=self.tenant, actor=self.actor, source=fields.pop("source", None), created_by=created_by,
             spec_name=fields.pop("spec"), **fields)
         return Response(RewardOutputSerializer(reward).data, status=201 if created else 200)
 

@@ -87,6 +87,9 @@ class Reward(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     # NULL, not "": rewards without a key must not collide on the unique constraint.
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    # Whose key it is: "<source>/<principal>" (services.idempotency_scope). Keys are unique within a scope,
+    # so no caller can claim a key another source or principal will use. "": imported or legacy rows.
+    idempotency_scope = models.CharField(max_length=200, blank=True, default="")
     spec = models.ForeignKey(RewardSpec, null=True, blank=True, on_delete=models.PROTECT, related_name="rewards")
     is_override = models.BooleanField(default=False, help_text="An operator's override: beats every source.")
     reason = models.TextField(blank=True, help_text="Why an operator overrode.")
@@ -95,7 +98,8 @@ class Reward(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "idempotency_key"], name="reward_unique_idempotency_key"),
+            models.UniqueConstraint(fields=["tenant", "idempotency_scope", "idempotency_key"],
+                                    name="reward_unique_scoped_idempotency_key"),
             models.CheckConstraint(
                 condition=(models.Q(target="step", step_id__isnull=False) | models.Q(target="trajectory", step_id__isnull=True)),
                 name="reward_exactly_one_target",

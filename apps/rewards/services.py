@@ -1,5 +1,5 @@
 """Appending rewards and defining reward specs. Rewards are never edited; the same idempotency key twice
-stores one reward; an operator's override is a new reward marked as such, audited."""
+from the same source and principal stores one reward (keys are namespaced, `idempotency_scope`); an operator's override is a new reward marked as such, audited."""
 
 import uuid
 from datetime import timedelta
@@ -8,7 +8,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
-from apps.core.errors import Conflict, Gone, NotFound, ValidationFailed
+from apps.core.errors import Conflict, Forbidden, Gone, NotFound, ValidationFailed
 from apps.rewards.errors import RewardRejected
 from apps.rewards.models import (
     Combination,
@@ -47,10 +47,43 @@ def _enqueue_follow_ups(reward: Reward) -> None:
     qualification_enqueue(trajectory_id=reward.trajectory_id)
 
 
-def _existing(tenant_id: int, idempotency_key: str | None) -> Reward | None:
+# What a machine key may name as a reward's source (the gateway and REST alike); `agent` by default.
+# `annotator` comes only from a person's session, `evaluator` only from the evaluator workers.
+KEY_SOURCES = (RewardSource.AGENT, RewardSource.USER, RewardSource.ENVIRONMENT, RewardSource.RULE)
+EVALUATOR_PRINCIPAL = "worker"
+
+
+def idempotency_scope(*, source: str, principal: str) -> str:
+    """The namespace of a reward's idempotency key: its source and who wrote it (`key:<prefix>`,
+    `user:<id>`, `worker` for evaluators, `system:<label>`). A key is unique within its scope only, so
+    nobody can claim, or read back through a repeat, the key another source or principal will use."""
+    return f"{source}/{principal}"
+
+
+def _source_for(*, actor: Actor, requested: str | None) -> tuple[str, str]:
+    """(source, scope) of a reward written by `actor`: the source follows the principal, never the body.
+    A key names one of KEY_SOURCES (default agent); a person's session posts as annotator; internal
+    callers (system actors) name theirs. Any other source is refused (403 `source_not_allowed`)."""
+    if actor.kind == "api_key":
+        allowed, principal = KEY_SOURCES, f"key:{actor.label}"
+    elif actor.kind == "user":
+        allowed, principal = (RewardSource.ANNOTATOR,), f"user:{actor.id}"
+    else:
+        source = requested or RewardSource.AGENT
+        return source, idempotency_scope(source=source, principal=f"system:{actor.label}")
+    source = requested or allowed[0]
+    if source not in allowed:
+        who = "an API key" if actor.kind == "api_key" else "a person's session"
+        raise Forbidden(f"{who} may not post a reward with source {source!r}; it may post "
+                        f"{', '.join(allowed)}", code="source_not_allowed", fields={"source": list(allowed)})
+    return source, idempotency_scope(source=source, principal=principal)
+
+
+def _existing(tenant_id: int, scope: str, idempotency_key: str | None) -> Reward | None:
     if not idempotency_key:
         return None
-    return Reward.objects.select_related("spec").filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+    return Reward.objects.select_related("spec").filter(
+        tenant_id=tenant_id, idempotency_scope=scope, idempotency_key=idempotency_key).first()
 
 
 def _checked(*, tenant_id: int, agent_name: str, spec_name: str, kind: str | None, value: float | None,
@@ -88,14 +121,15 @@ def _refuse_after_window(*, tenant_id: int, trajectory_id) -> None:
                    f"{hours} h ago", code="reward_window_closed")
 
 
-def _store(*, tenant_id: int, idempotency_key: str | None, **fields) -> tuple[Reward, bool]:
+def _store(*, tenant_id: int, idempotency_scope: str, idempotency_key: str | None, **fields) -> tuple[Reward, bool]:
     if not fields.get("is_override"):
         _refuse_after_window(tenant_id=tenant_id, trajectory_id=fields["trajectory_id"])
     try:
         with transaction.atomic():
-            reward = Reward.objects.create(tenant_id=tenant_id, idempotency_key=idempotency_key, **fields)
+            reward = Reward.objects.create(tenant_id=tenant_id, idempotency_scope=idempotency_scope,
+                                           idempotency_key=idempotency_key, **fields)
     except IntegrityError:
-        existing = _existing(tenant_id, idempotency_key)
+        existing = _existing(tenant_id, idempotency_scope, idempotency_key)
         if existing is None:
             raise
         return existing, False
@@ -110,8 +144,14 @@ def reward_append_for_agent(*, tenant_id: int, session_id: str | None, step_id: 
     interaction_id) or to a session's trajectory, inside the tenant only: another tenant's target is not
     found (404). Checks it against the named spec or the agent's training spec (422 naming the spec).
     Returns the reward as a dict with `created` telling a new reward from an idempotent repeat.
+    `created_by` is the calling key's prefix: the source must be one a key may name (KEY_SOURCES, else 403
+    `source_not_allowed`) and the idempotency key is namespaced by source and that key.
     Enqueues the trajectory's qualification on commit."""
-    existing = _existing(tenant_id, idempotency_key)
+    if source not in KEY_SOURCES:
+        raise Forbidden(f"an API key may not post a reward with source {source!r}", code="source_not_allowed",
+                        fields={"source": list(KEY_SOURCES)})
+    scope = idempotency_scope(source=source, principal=f"key:{created_by}")
+    existing = _existing(tenant_id, scope, idempotency_key)
     if existing:
         return _payload(existing, created=False)
     if step_id:
@@ -130,7 +170,8 @@ def reward_append_for_agent(*, tenant_id: int, session_id: str | None, step_id: 
         target, bound_step = RewardTarget.TRAJECTORY, None
     spec, kind, value, label = _checked(tenant_id=tenant_id, agent_name=agent_name, spec_name=spec_name, kind=kind,
                                         value=value, label=label)
-    reward, created = _store(tenant_id=tenant_id, idempotency_key=idempotency_key, trajectory_id=trajectory_id,
+    reward, created = _store(tenant_id=tenant_id, idempotency_scope=scope, idempotency_key=idempotency_key,
+                             trajectory_id=trajectory_id,
                              step_id=bound_step, target=target, value=value, kind=kind, label=label, source=source,
                              timing=timing, created_by=created_by, spec=spec)
     return _payload(reward, created=created)
@@ -138,15 +179,19 @@ def reward_append_for_agent(*, tenant_id: int, session_id: str | None, step_id: 
 
 @transaction.atomic
 def reward_create(*, tenant, actor: Actor, trajectory_id, step_id=None, value: float | None = None,
-                  label: str = "", kind: str | None = None, spec_name: str = "", source: str,
+                  label: str = "", kind: str | None = None, spec_name: str = "", source: str | None = None,
                   timing: str = RewardTiming.DELAYED, idempotency_key: str | None = None, override: bool = False,
                   reason: str = "", created_by: str) -> tuple[Reward, bool]:
-    """A reward from the REST API or the console (annotators, operators, evaluators through keys).
+    """A reward from the REST API or the console (annotators and operators in person, programs through keys).
+    The source follows the actor (`_source_for`): a key names user/agent/environment/rule (default agent), a
+    person posts as annotator; another source is refused (403 `source_not_allowed`).
     Tenancy: the trajectory (and step) must be the tenant's, else 404. An override (`override=True`)
     needs a reason, beats every other source in the training reward and is audited as `reward.override`;
-    others as `reward.create`. Idempotent on `idempotency_key` (returns (reward, False)).
+    others as `reward.create`. Idempotent on `idempotency_key` within the scope of (source, actor): a
+    repeat by the same principal returns (reward, False); another principal's key never matches.
     Enqueues the trajectory's qualification on commit."""
-    existing = _existing(tenant.pk, idempotency_key)
+    source, scope = _source_for(actor=actor, requested=source)
+    existing = _existing(tenant.pk, scope, idempotency_key)
     if existing:
         return existing, False
     trajectory = Trajectory.objects.for_tenant(tenant).filter(pk=trajectory_id).values("id", "agent_name").first()
@@ -159,7 +204,8 @@ def reward_create(*, tenant, actor: Actor, trajectory_id, step_id=None, value: f
     spec, kind, value, label = _checked(tenant_id=tenant.pk, agent_name=trajectory["agent_name"],
                                         spec_name=spec_name, kind=kind, value=value, label=label)
     reward, created = _store(
-        tenant_id=tenant.pk, idempotency_key=idempotency_key, trajectory_id=trajectory["id"], step_id=step_id or None,
+        tenant_id=tenant.pk, idempotency_scope=scope, idempotency_key=idempotency_key, trajectory_id=trajectory["id"],
+        step_id=step_id or None,
         target=RewardTarget.STEP if step_id else RewardTarget.TRAJECTORY, value=value, kind=kind, label=label,
         source=source, timing=timing, created_by=created_by, spec=spec, is_override=override, reason=reason)
     if created:
@@ -242,17 +288,20 @@ def evaluators_enqueue(*, trajectory_id, tenant_id: int) -> bool:
 def evaluator_run(*, evaluator: Evaluator, trajectory) -> Reward | None:
     """Runs one evaluator over one trajectory and appends its result as a trajectory reward (source
     evaluator, timing terminal, created_by "<name>@<version>"). Idempotent: the key names the evaluator row
-    and the trajectory, so a retry or a second run returns the first result. Raises EvaluatorError when the
+    and the trajectory, in the evaluator workers' own scope (no key or person can claim it), so a retry or a
+    second run returns the first result. Raises EvaluatorError when the
     evaluator cannot judge (nothing stored); a value outside its spec raises RewardRejected."""
     key = f"evaluator:{evaluator.pk}:{trajectory.pk}"
-    existing = _existing(evaluator.tenant_id, key)
+    scope = idempotency_scope(source=RewardSource.EVALUATOR, principal=EVALUATOR_PRINCIPAL)
+    existing = _existing(evaluator.tenant_id, scope, key)
     if existing:
         return existing
     result = run_evaluator(evaluator.kind, evaluator.config, trajectory_outcome(trajectory=trajectory))
     spec_name = evaluator.spec.name if evaluator.spec_id else ""
     spec, kind, value, label = _checked(tenant_id=evaluator.tenant_id, agent_name=trajectory.agent_name,
                                         spec_name=spec_name, kind=None, value=result.value, label="")
-    reward, _ = _store(tenant_id=evaluator.tenant_id, idempotency_key=key, trajectory_id=trajectory.pk, step_id=None,
+    reward, _ = _store(tenant_id=evaluator.tenant_id, idempotency_scope=scope, idempotency_key=key,
+                       trajectory_id=trajectory.pk, step_id=None,
                        target=RewardTarget.TRAJECTORY, value=value, kind=kind, label=label or result.label,
                        source=RewardSource.EVALUATOR, timing=RewardTiming.TERMINAL,
                        created_by=f"{evaluator.name}@{evaluator.version}", spec=spec)

@@ -48,3 +48,26 @@ def api_key_get(*, tenant, key_id) -> ApiKey:
         return ApiKey.objects.for_tenant(tenant).get(pk=key_id)
     except (ApiKey.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such API key in this tenant", code="api_key_not_found") from None
+
+
+KEY_CHAIN_LIMIT = 32  # keys made by keys made by keys...: far more than any real chain
+
+
+def person_behind(*, tenant, actor_kind: str, actor_id: str) -> int | None:
+    """The id of the person who acts through a principal: a user is themself; an API key is the person who
+    created it, or, for a key made or rotated through the API by another key, that key's person (followed
+    up the chain). None: no person is recorded (a key from the CLI or the system, or its creator deleted)."""
+    if actor_kind == "user":
+        return int(actor_id) if actor_id else None
+    if actor_kind != "api_key" or not actor_id:
+        return None
+    key_id, seen = int(actor_id), set()
+    while key_id is not None and key_id not in seen and len(seen) < KEY_CHAIN_LIMIT:
+        seen.add(key_id)
+        row = ApiKey.objects.for_tenant(tenant).filter(pk=key_id).values("created_by_id", "created_by_key_id").first()
+        if row is None:
+            return None
+        if row["created_by_id"] is not None:
+            return row["created_by_id"]
+        key_id = row["created_by_key_id"]
+    return None

@@ -172,10 +172,16 @@ def _validate_scopes(scopes) -> list[str]:
     return sorted(set(scopes))
 
 
+def _creating_key_id(actor: Actor) -> int | None:
+    """The key that is making a key, recorded so the new key answers to that key's person."""
+    return int(actor.id) if actor.kind == "api_key" else None
+
+
 @transaction.atomic
 def api_key_create(*, tenant, actor: Actor, name: str, scopes: list[str], expires_in_days: int | None = None,
                    created_by=None) -> tuple[ApiKey, str]:
-    """Creates a key and returns (key, raw secret). The raw secret exists only in this return value."""
+    """Creates a key and returns (key, raw secret). The raw secret exists only in this return value.
+    Records who made it: `created_by` (a person) or `created_by_key` (a key acting through the API)."""
     scopes = _validate_scopes(scopes)
     name = (name or "").strip()
     if not name:
@@ -188,7 +194,7 @@ def api_key_create(*, tenant, actor: Actor, name: str, scopes: list[str], expire
     expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
     key = ApiKey.objects.create(
         tenant=tenant, name=name, prefix=key_prefix(raw), hashed_secret=key_hash(raw), scopes=scopes,
-        expires_at=expires_at, created_by=created_by,
+        expires_at=expires_at, created_by=created_by, created_by_key_id=_creating_key_id(actor),
     )
     audit_record(tenant=tenant, actor=actor, verb="api_key.create", target=key,
                  data={"name": name, "prefix": key.prefix, "scopes": scopes,
@@ -239,7 +245,7 @@ def api_key_rotate(*, tenant, actor: Actor, key_id, grace_seconds: int, created_
     raw = key_generate()
     new = ApiKey.objects.create(
         tenant=tenant, name=_rotated_name(tenant, old.name), prefix=key_prefix(raw), hashed_secret=key_hash(raw),
-        scopes=old.scopes, expires_at=old.expires_at, created_by=created_by,
+        scopes=old.scopes, expires_at=old.expires_at, created_by=created_by, created_by_key_id=_creating_key_id(actor),
     )
     old.replaced_by = new
     old.grace_until = now + timedelta(seconds=grace_seconds)

@@ -162,3 +162,13 @@ def dangerously_training_job_counts() -> dict[tuple[str, str], int]:
     """(tenant slug, status) → number of training jobs, over every tenant (the Prometheus endpoint only)."""
     rows = TrainingJob.objects.values("tenant__slug", "status").annotate(count=Count("id")).order_by()
     return {(row["tenant__slug"], row["status"]): row["count"] for row in rows}
+
+
+def training_trajectory_ids_in_use(*, tenant) -> set[UUID]:
+    """Trajectory ids in the dataset snapshot of the tenant's unfinished (queued or running) training jobs:
+    a job checks its snapshot's content hash when it starts or resumes, so retention holds these until the
+    job ends. Finished jobs and versions keep only ids and a hash as lineage; they hold nothing."""
+    snapshots = (TrainingJob.objects.for_tenant(tenant).filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING))
+                 .values_list("dataset_snapshot", flat=True))
+    return {UUID(str(trajectory_id)) for snapshot in snapshots for trajectory_id in (snapshot or {}).get(
+        "trajectory_ids", [])}

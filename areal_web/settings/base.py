@@ -221,7 +221,13 @@ CELERY_BEAT_SCHEDULE = {
     "releases-analyze": {"task": "releases.analyze_all", "schedule": float(env_int("AREAL_RELEASE_ANALYSIS_SECONDS", 60))},
     # Annotation queues take in newly matching trajectories this often.
     "annotation-fill": {"task": "annotation.fill_queues", "schedule": float(env_int("AREAL_ANNOTATION_FILL_SECONDS", 30))},
+    # Retention: trajectories past retention_until are deleted (apps/trajectories/retention.py), in batches of
+    # AREAL_RETENTION_BATCH_SIZE trajectories, at most AREAL_RETENTION_MAX_BATCHES_PER_RUN per tenant per run.
+    "trajectories-purge-expired": {"task": "trajectories.purge_expired",
+                                   "schedule": float(env_int("AREAL_RETENTION_PURGE_SECONDS", 3600))},
 }
+AREAL_RETENTION_BATCH_SIZE = env_int("AREAL_RETENTION_BATCH_SIZE", 200)
+AREAL_RETENTION_MAX_BATCHES_PER_RUN = env_int("AREAL_RETENTION_MAX_BATCHES_PER_RUN", 50)
 
 # Evaluation and releases. Eval workers call the gateway as agents do, at this URL (the web process; in a
 # cluster, its internal service address). No key is configured: a worker mints a per-session key for each

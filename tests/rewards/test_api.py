@@ -7,7 +7,7 @@ from apps.audit.models import AuditEvent
 from apps.rewards.models import Reward, RewardSpec
 from apps.rewards.services import reward_append_for_agent
 from apps.tenants.permissions import Role
-from tests.rewards.factories import make_spec, make_trajectory
+from tests.rewards.factories import make_reward, make_spec, make_trajectory
 
 pytestmark = pytest.mark.django_db
 
@@ -53,8 +53,7 @@ def test_reward_create_checks_the_spec_and_lists_with_filters(api_client, member
     unknown = client.post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 1, "spec": "nope"},
                           format="json")
     assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "reward_spec_unknown"
-    ok = client.post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 0.8, "source": "agent"},
-                     format="json")
+    ok = client.post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 0.8}, format="json")
     assert ok.status_code == 201, ok.content
     body = ok.json()
     assert (body["source"], body["spec"], body["target"], body["created_by"]) == (
@@ -80,22 +79,20 @@ def test_reward_create_checks_the_spec_and_lists_with_filters(api_client, member
 def test_idempotency_key_stores_one_reward(api_client, tenant):
     trajectory = make_trajectory(tenant)
     client = api_client(["rewards:write", "trajectories:read"])
-    body = {"trajectory_id": str(trajectory.pk), "value": 0.3, "source": "evaluator", "idempotency_key": "k1"}
+    body = {"trajectory_id": str(trajectory.pk), "value": 0.3, "source": "rule", "idempotency_key": "k1"}
     first, again = client.post("/api/v1/rewards/", body, format="json"), client.post("/api/v1/rewards/", body,
                                                                                       format="json")
     assert (first.status_code, again.status_code) == (201, 200)
-    assert first.json()["reward_id"] == again.json()["reward_id"] and first.json()["source"] == "evaluator"
+    assert first.json()["reward_id"] == again.json()["reward_id"] and first.json()["source"] == "rule"
     assert Reward.objects.filter(tenant=tenant).count() == 1
     assert AuditEvent.objects.filter(tenant=tenant, verb="reward.create").count() == 1
 
 
 def test_override_is_a_new_audited_reward_that_wins(api_client, member, tenant):
-    make_spec(tenant)
+    spec = make_spec(tenant)
     trajectory = make_trajectory(tenant)
     for source, value in [("evaluator", 0.2), ("user", 0.9)]:
-        reward_append_for_agent(tenant_id=tenant.pk, session_id=trajectory.session_id, step_id=None, value=value,
-                                kind=None, source=source, label="", idempotency_key=None, timing="delayed",
-                                created_by="t")
+        make_reward(trajectory, source=source, value=value, spec=spec)
     summary = api_client(user=member(Role.VIEWER)).get(f"/api/v1/rewards/trajectories/{trajectory.pk}/")
     assert summary.json()["training_reward"] == 0.9  # user beats evaluator by the default priority
     annotator = api_client(user=member(Role.ANNOTATOR))
@@ -117,12 +114,10 @@ def test_override_is_a_new_audited_reward_that_wins(api_client, member, tenant):
 
 
 def test_weighted_sum_training_reward(api_client, tenant):
-    make_spec(tenant, combination="weighted_sum", source_weights={"evaluator": 0.5, "user": 0.5})
+    spec = make_spec(tenant, combination="weighted_sum", source_weights={"evaluator": 0.5, "user": 0.5})
     trajectory = make_trajectory(tenant)
     for source, value in [("evaluator", 1.0), ("user", 0.0), ("agent", 1.0)]:
-        reward_append_for_agent(tenant_id=tenant.pk, session_id=trajectory.session_id, step_id=None, value=value,
-                                kind=None, source=source, label="", idempotency_key=None, timing="delayed",
-                                created_by="t")
+        make_reward(trajectory, source=source, value=value, spec=spec)
     summary = api_client(["trajectories:read"]).get(f"/api/v1/rewards/trajectories/{trajectory.pk}/").json()
     assert summary["training_reward"] == 0.5
 

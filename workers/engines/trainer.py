@@ -107,7 +107,7 @@ class Trainer:
     @classmethod
     def resume(cls, model_dir, checkpoint_path, *, config: TrainConfig | None = None, **kwargs) -> "Trainer":
         """A trainer over the base `model_dir` restored from a checkpoint directory (its config unless given)."""
-        state = torch.load(Path(checkpoint_path) / STATE_FILE, map_location="cpu", weights_only=False)
+        state = _load_checkpoint_state(Path(checkpoint_path) / STATE_FILE)
         trainer = cls(model_dir, config or TrainConfig.from_dict(state["config"]), **kwargs)
         trainer._load_state(state)
         return trainer
@@ -407,10 +407,29 @@ def _seed_everything(seed: int) -> None:
         pass
 
 
+def _load_checkpoint_state(path: Path) -> dict:
+    """The trainer state of a checkpoint, loaded with `weights_only=True`: tensors, containers and plain
+    values only, so a planted file cannot run code (pickle.UnpicklingError). numpy's array reconstruction is
+    allowed for checkpoints written before the numpy RNG state was stored as a tensor."""
+    import numpy
+
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy 1.x
+        from numpy.core.multiarray import _reconstruct
+
+    with torch.serialization.safe_globals([_reconstruct, numpy.ndarray, numpy.dtype, numpy.dtypes.UInt32DType]):
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def _rng_state() -> dict:
     import numpy
 
-    state = {"python": random.getstate(), "torch": torch.get_rng_state(), "numpy": numpy.random.get_state()}
+    kind, keys, position, has_gauss, cached_gaussian = numpy.random.get_state()
+    # numpy's state as plain values and a tensor, so the checkpoint loads with torch.load(weights_only=True)
+    numpy_state = [kind, torch.from_numpy(keys.astype(numpy.int64)), int(position), int(has_gauss),
+                   float(cached_gaussian)]
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(), "numpy": numpy_state}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -421,6 +440,9 @@ def _set_rng_state(state: dict) -> None:
 
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
-    numpy.random.set_state(state["numpy"])
+    kind, keys, position, has_gauss, cached_gaussian = state["numpy"]
+    if isinstance(keys, torch.Tensor):
+        keys = keys.numpy().astype(numpy.uint32)
+    numpy.random.set_state((kind, keys, int(position), int(has_gauss), float(cached_gaussian)))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -13,3 +13,15 @@ def replay_trajectory(*, tenant_id: int, source_id: str, session_id: str, model:
 
     return trajectory_replay_run(tenant_id=tenant_id, source_id=source_id, session_id=session_id, model=model,
                                  model_version=model_version)
+
+
+@shared_task(name="trajectories.purge_expired", queue=Queue.DEFAULT.value, max_retries=0,
+             soft_time_limit=1800, time_limit=1900)
+def purge_expired_trajectories() -> dict:
+    """Beat (every AREAL_RETENTION_PURGE_SECONDS): deletes every tenant's trajectories past retention, with
+    their steps, rewards, reviews, qualification and annotations, in bounded batches (apps.trajectories.
+    retention). Idempotent: a repeat or a concurrent run finds nothing left to delete; one audit event per
+    tenant per run. Returns {tenant slug: counts}."""
+    from apps.trajectories.retention import dangerously_trajectories_purge_expired_all
+
+    return dangerously_trajectories_purge_expired_all()

@@ -1,3 +1,4 @@
+import os
 import secrets
 
 from django.contrib.auth import get_user_model
@@ -10,6 +11,18 @@ from apps.tenants.permissions import Role
 from apps.tenants.services import tenant_create
 
 CREDENTIALS_FILE = "first-start-credentials.txt"
+
+
+def _write_owner_only(path, text: str) -> None:
+    """Creates `path` with mode 0600 from the start (no moment where it is readable by others), replacing
+    whatever was there; a link at that name is removed, never followed."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
 
 
 class Command(BaseCommand):
@@ -35,8 +48,7 @@ class Command(BaseCommand):
                 audit_record(tenant=demo, actor=Actor.system("bootstrap"), verb="member.add", target=membership,
                              data={"user": username, "role": Role.ADMIN})
         if password:
-            credentials.write_text(f"username: {username}\npassword: {password}\n")
-            credentials.chmod(0o600)
+            _write_owner_only(credentials, f"username: {username}\npassword: {password}\n")
         if credentials.exists():
             self.stdout.write(credentials.read_text().strip())
         else:

@@ -1,0 +1,141 @@
+"""Retention is enforced: the beat task deletes trajectories past `retention_until` (or past the tenant's
+retention_days when none was recorded) with their steps, rewards, reviews, qualification and annotations,
+in bounded batches, idempotently, audited once per tenant per run; a trajectory an unfinished training job
+needs is held; admins see the dry-run count over REST and on the console's policy page."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from apps.annotation.models import AnnotationItem, AnnotationLabel
+from apps.annotation.services import annotation_label_submit, annotation_queue_create
+from apps.audit.models import AuditEvent
+from apps.audit.services import Actor
+from apps.qualification.models import Qualification, Review
+from apps.rewards.models import Reward
+from apps.tenants.permissions import Role
+from apps.training.models import JobStatus, ModelVersion, TrainingJob
+from apps.trajectories.models import Step, Trajectory
+from apps.trajectories.retention import trajectories_purge_expired
+from tests.rewards.factories import SYSTEM, make_reward, make_spec, make_trajectory
+from workers.tasks.trajectories import purge_expired_trajectories
+
+pytestmark = pytest.mark.django_db
+
+
+def _planted(tenant, member):
+    """Past retention: `old` (with content everywhere), `undated` (no retention_until, started long ago) and
+    `needed` (in a queued training job's snapshot). Within retention: `fresh` and `recent_undated`."""
+    now = timezone.now()
+    spec = make_spec(tenant, name="quality", kind="boolean")
+    old = make_trajectory(tenant, task_id="old", text="a secret prompt", retention_until=now - timedelta(hours=1))
+    make_reward(old, source="user", value=1.0)
+    Reward.objects.create(tenant=tenant, trajectory=old, target="trajectory", value=0.0, kind="critique",
+                          label="it should have said the secret", source="user")
+    annotator = member(Role.ANNOTATOR)
+    queue = annotation_queue_create(tenant=tenant, actor=SYSTEM, name="old", spec_id=spec.pk,
+                                    filters={"task_id": "old"}, annotators_per_item=1, assignee_ids=[annotator.pk])
+    item = AnnotationItem.objects.get(queue=queue)
+    annotation_label_submit(tenant=tenant, actor=Actor.user(annotator), user=annotator, item_id=item.pk, value=1,
+                            comment="about the secret", correction="a better secret")
+    Review.objects.create(tenant=tenant, trajectory=old, status="approved", note="looked at the secret")
+    Qualification.objects.create(tenant=tenant, trajectory=old, content_hash="h")
+    undated = make_trajectory(tenant, started_at=now - timedelta(days=91))
+    needed = make_trajectory(tenant, retention_until=now - timedelta(days=1))
+    fresh = make_trajectory(tenant, retention_until=now + timedelta(days=30))
+    recent_undated = make_trajectory(tenant, started_at=now - timedelta(days=10))
+    base = ModelVersion.objects.create(tenant=tenant, name="m", number=0, checkpoint_path="/m/0",
+                                       tokenizer_hash="t", status="production")
+    TrainingJob.objects.create(tenant=tenant, algorithm="sft", base_version=base, status=JobStatus.QUEUED,
+                               dataset_snapshot={"trajectory_ids": [str(needed.pk), str(fresh.pk)]})
+    return {"old": old, "undated": undated, "needed": needed, "fresh": fresh, "recent_undated": recent_undated}
+
+
+def test_the_beat_task_deletes_what_is_past_retention_with_its_content(tenant, other_tenant, member):
+    planted = _planted(tenant, member)
+    theirs = make_trajectory(other_tenant, retention_until=timezone.now() + timedelta(days=1))
+    their_old = make_trajectory(other_tenant, retention_until=timezone.now() - timedelta(days=1))
+    old = planted["old"]
+    assert Step.objects.filter(trajectory=old).exists() and AnnotationLabel.objects.filter(tenant=tenant).exists()
+
+    result = purge_expired_trajectories.apply().get()
+
+    assert result[tenant.slug]["trajectories"] == 2 and result[tenant.slug]["held_by_training"] == 1
+    assert result[other_tenant.slug]["trajectories"] == 1
+    assert set(Trajectory.objects.filter(tenant=tenant).values_list("pk", flat=True)) == {
+        planted["needed"].pk, planted["fresh"].pk, planted["recent_undated"].pk}
+    assert list(Trajectory.objects.filter(tenant=other_tenant).values_list("pk", flat=True)) == [theirs.pk]
+    for gone in (old.pk, planted["undated"].pk, their_old.pk):
+        assert not Step.objects.filter(trajectory_id=gone).exists()
+        assert not Reward.objects.filter(trajectory_id=gone).exists()
+    assert not AnnotationItem.objects.filter(tenant=tenant).exists()
+    assert not AnnotationLabel.objects.filter(tenant=tenant).exists()
+    assert not Review.objects.filter(tenant=tenant).exists() and not Qualification.objects.filter(tenant=tenant).exists()
+    assert Step.objects.filter(trajectory=planted["needed"]).count() == 2  # held for the queued job
+
+    event = AuditEvent.objects.get(tenant=tenant, verb="trajectory.retention_purge")
+    assert event.actor_label == "retention"
+    assert event.data["trajectories"] == 2 and event.data["deleted"]["trajectories.Step"] == 4
+    assert event.data["deleted"]["rewards.Reward"] == 4 and event.data["deleted"]["annotation.AnnotationLabel"] == 1
+    assert AuditEvent.objects.filter(tenant=other_tenant, verb="trajectory.retention_purge").count() == 1
+
+    again = purge_expired_trajectories.apply().get()  # idempotent: nothing left, no new event
+    assert tenant.slug not in again or again[tenant.slug]["trajectories"] == 0
+    assert AuditEvent.objects.filter(verb="trajectory.retention_purge").count() == 2
+
+    TrainingJob.objects.filter(tenant=tenant).update(status=JobStatus.SUCCEEDED)  # the job is done with it
+    assert purge_expired_trajectories.apply().get()[tenant.slug]["trajectories"] == 1
+    assert not Trajectory.objects.filter(pk=planted["needed"].pk).exists()
+
+
+def test_a_run_deletes_in_bounded_batches_and_leaves_the_rest_for_the_next(tenant):
+    past = timezone.now() - timedelta(days=1)
+    for _ in range(5):
+        make_trajectory(tenant, retention_until=past, steps=1)
+    first = trajectories_purge_expired(tenant=tenant, batch_size=2, max_batches=2)
+    assert (first["trajectories"], first["batches"], first["remaining"]) == (4, 2, 1)
+    assert Trajectory.objects.filter(tenant=tenant).count() == 1
+    second = trajectories_purge_expired(tenant=tenant, batch_size=2, max_batches=2)
+    assert (second["trajectories"], second["remaining"]) == (1, 0)
+    assert AuditEvent.objects.filter(tenant=tenant, verb="trajectory.retention_purge").count() == 2
+
+
+def test_admins_get_the_dry_run_count_over_rest(api_client, member, tenant, other_tenant):
+    planted = _planted(tenant, member)
+    make_trajectory(other_tenant, retention_until=timezone.now() - timedelta(days=1))
+    summary = api_client(user=member(Role.ADMIN)).get("/api/v1/trajectories/retention/")
+    assert summary.status_code == 200, summary.content
+    assert summary.json() == {"retention_days": 90, "past_retention": 3, "held_by_training": 1, "to_purge": 2}
+    by_key = api_client(["admin"]).get("/api/v1/trajectories/retention/")
+    assert by_key.status_code == 200 and by_key.json()["to_purge"] == 2
+    assert api_client(user=member(Role.OPERATOR)).get("/api/v1/trajectories/retention/").status_code == 403
+    assert api_client(["trajectories:read"]).get("/api/v1/trajectories/retention/").status_code == 403
+    assert Trajectory.objects.filter(pk=planted["old"].pk).exists()  # a dry run deletes nothing
+
+
+def test_the_policy_page_shows_how_many_will_be_purged(admin_user, member, tenant):
+    _planted(tenant, member)
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get("/settings/policy/")
+    assert page.status_code == 200
+    text = " ".join(page.content.decode().split())
+    assert "2 trajectories past retention will be purged" in text
+    assert "1 more is held until the training job using it ends" in text
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_runs_the_purge(tmp_path, tenant):
+    from tests.workers_support import celery_worker
+
+    expired = make_trajectory(tenant, retention_until=timezone.now() - timedelta(days=1))
+    kept = make_trajectory(tenant, retention_until=timezone.now() + timedelta(days=1))
+    with celery_worker(log_path=tmp_path / "worker.log") as (_, queue):
+        result = purge_expired_trajectories.apply_async(queue=queue).get(timeout=90)
+    assert result[tenant.slug]["trajectories"] == 1
+    assert list(Trajectory.objects.filter(tenant=tenant).values_list("pk", flat=True)) == [kept.pk]
+    assert not Step.objects.filter(trajectory_id=expired.pk).exists()
+    assert AuditEvent.objects.filter(tenant=tenant, verb="trajectory.retention_purge").count() == 1
