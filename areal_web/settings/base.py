@@ -207,6 +207,8 @@ AREAL_JOURNAL_FLUSH_MS = env_int("AREAL_JOURNAL_FLUSH_MS", 50)
 AREAL_GATEWAY_MAX_BODY_BYTES = env_int("AREAL_GATEWAY_MAX_BODY_BYTES", 2 * 1024 * 1024)
 # How long a verified API key stays in the cache before the database is asked again.
 AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
+# /rl/start_session calls per minute and tenant (0: no limit beyond the tenant's requests per minute).
+AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE = env_int("AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE", 1200)
 
 LOGGING = {
     "version": 1,
