@@ -21,7 +21,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.core.errors import DomainError
-from apps.gateway import anthropic_wire, validation
+from apps.gateway import anthropic_wire, caps, validation
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import JSON_CONTENT, backend_session, backend_session_close, encode
@@ -251,7 +251,7 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
     draft = StepDraft.begin(principal=principal, policy=policy, endpoint=endpoint, request=chat_body,
                             headers=headers)
     draft.sanitize_request()  # raises 422 under PII mode `block`
-    max_tokens = chat_body.get("max_tokens") or chat_body.get("max_completion_tokens") or 256
+    max_tokens = caps.reserved_cap(chat_body)  # per choice; forwarded as the cap (apps/gateway/caps.py)
     estimated_prompt = _estimate_prompt_tokens(chat_body)
     n = chat_body.get("n", 1)
     gateway.counters.take(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
@@ -268,6 +268,7 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
         backend = await gateway.route(principal, model, state, minted=minted)
         draft.attach(session=state, prompt_hash=hashes[-1] if hashes else None, backend=backend)
         forward_body = dict(chat_body)
+        await caps.apply_cap(forward_body, reserved=max_tokens, backend=backend)
         forward_body["return_token_ids"] = True
         if endpoint == "completions":
             forward_body["logprobs"] = max(int(chat_body.get("logprobs") or 0), 0)
