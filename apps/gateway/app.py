@@ -257,8 +257,7 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
     gateway.counters.take(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
     gateway.counters.take(tenant_id=principal.tenant_id, kind="tpm", amount=estimated_prompt + max_tokens * n,
                           limit=policy.rate_limit_tpm)
-    reserved = policy.price(model, estimated_prompt, max_tokens * n)
-    await budget_reserve(policy, reserved)
+    reserved = await budget_reserve(policy, policy.price(model, estimated_prompt, max_tokens * n))
     actual_cost = 0.0
     try:
         session_id, hashes, minted = gateway.attribute_session(principal, headers, session_from_path, messages)

@@ -208,6 +208,8 @@ AREAL_GATEWAY_MAX_BODY_BYTES = env_int("AREAL_GATEWAY_MAX_BODY_BYTES", 2 * 1024 
 # Completion tokens reserved (budget, tpm) and forwarded as the cap for a request that sets no max_tokens
 # (no cap is forwarded where the backend's context length is no larger; apps/gateway/caps.py).
 AREAL_GATEWAY_DEFAULT_MAX_TOKENS = env_int("AREAL_GATEWAY_DEFAULT_MAX_TOKENS", 1024)
+# A budget reservation older than this is released: no call runs that long, so its process died before settling.
+AREAL_GATEWAY_RESERVATION_SECONDS = env_int("AREAL_GATEWAY_RESERVATION_SECONDS", 3600)
 # How long a verified API key stays in the cache before the database is asked again.
 AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
 # /rl/start_session calls per minute and tenant (0: no limit beyond the tenant's requests per minute).
