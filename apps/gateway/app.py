@@ -136,15 +136,16 @@ class Gateway:
                 break
         too_deep = GatewayError(400, f"the JSON body is nested too deeply (at most {validation.MAX_JSON_DEPTH} "
                                      "levels)", "invalid_json")
+        raw = b"".join(chunks)
         try:
-            body = json.loads(b"".join(chunks) or b"null")
+            body = json.loads(raw or b"null")
         except (ValueError, UnicodeDecodeError) as error:
             raise GatewayError(400, f"malformed JSON body: {error}", "invalid_json") from None
         except RecursionError:
             raise too_deep from None
         if not isinstance(body, dict):
             raise GatewayError(400, "the request body must be a JSON object", "invalid_json")
-        if validation.nesting_exceeds(body):
+        if validation.body_nesting_exceeds(raw, body):
             raise too_deep
         return body
 
