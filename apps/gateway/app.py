@@ -22,7 +22,7 @@ from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from apps.core.errors import DomainError
-from apps.gateway import anthropic_wire, validation
+from apps.gateway import anthropic_wire, caps, validation
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import JSON_CONTENT, backend_session, backend_session_close, encode
@@ -141,12 +141,19 @@ class Gateway:
             chunks.append(chunk)
             if not message.get("more_body"):
                 break
+        too_deep = GatewayError(400, f"the JSON body is nested too deeply (at most {validation.MAX_JSON_DEPTH} "
+                                     "levels)", "invalid_json")
+        raw = b"".join(chunks)
         try:
-            body = json.loads(b"".join(chunks) or b"null")
+            body = json.loads(raw or b"null")
         except (ValueError, UnicodeDecodeError) as error:
             raise GatewayError(400, f"malformed JSON body: {error}", "invalid_json") from None
+        except RecursionError:
+            raise too_deep from None
         if not isinstance(body, dict):
             raise GatewayError(400, "the request body must be a JSON object", "invalid_json")
+        if validation.body_nesting_exceeds(raw, body):
+            raise too_deep
         return body
 
     async def authorize(self, headers, scope_needed: str):
@@ -253,14 +260,13 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
                             headers=headers)
     draft.sanitize_request()  # raises 422 under PII mode `block`
     journal_check(gateway, draft)  # 503 before forwarding when the step could not be journalled
-    max_tokens = chat_body.get("max_tokens") or chat_body.get("max_completion_tokens") or 256
+    max_tokens = caps.reserved_cap(chat_body)  # per choice; forwarded as the cap (apps/gateway/caps.py)
     estimated_prompt = _estimate_prompt_tokens(chat_body)
     n = chat_body.get("n", 1)
     gateway.counters.take(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
     gateway.counters.take(tenant_id=principal.tenant_id, kind="tpm", amount=estimated_prompt + max_tokens * n,
                           limit=policy.rate_limit_tpm)
-    reserved = policy.price(model, estimated_prompt, max_tokens * n)
-    await budget_reserve(policy, reserved)
+    reserved = await budget_reserve(policy, policy.price(model, estimated_prompt, max_tokens * n))
     actual_cost = 0.0
     try:
         session_id, hashes, minted = gateway.attribute_session(principal, headers, session_from_path, messages)
@@ -270,6 +276,7 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
         backend = await gateway.route(principal, model, state, minted=minted)
         draft.attach(session=state, prompt_hash=hashes[-1] if hashes else None, backend=backend)
         forward_body = dict(chat_body)
+        await caps.apply_cap(forward_body, reserved=max_tokens, backend=backend)
         forward_body["return_token_ids"] = True
         if endpoint == "completions":
             forward_body["logprobs"] = max(int(chat_body.get("logprobs") or 0), 0)

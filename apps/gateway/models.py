@@ -1,4 +1,5 @@
 from django.db import models
+from django.utils import timezone
 
 
 class BudgetLedger(models.Model):
@@ -14,3 +15,16 @@ class BudgetLedger(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} {self.month:%Y-%m}: {self.spent_usd} (+{self.reserved_usd} reserved)"
+
+
+class BudgetReservation(models.Model):
+    """One call's share of `BudgetLedger.reserved_usd` while it is in flight: deleted when the call settles, or,
+    when its process died before settling, released once older than AREAL_GATEWAY_RESERVATION_SECONDS."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    month = models.DateField()
+    amount_usd = models.DecimalField(max_digits=14, decimal_places=6)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.month:%Y-%m}: {self.amount_usd} reserved at {self.created_at:%Y-%m-%d %H:%M:%S}"

@@ -96,29 +96,32 @@ class WindowCounter:
         self.windows[(tenant_id, kind)] = (window, used + amount)
 
 
-def _reserve(tenant_id: int, amount: float, budget: float) -> bool:
+def _reserve(tenant_id: int, amount: float, budget: float):
     from apps.gateway.services import budget_reserve_amount
 
     return budget_reserve_amount(tenant_id=tenant_id, amount=amount, budget=budget)
 
 
-def _settle(tenant_id: int, reserved: float, actual: float) -> None:
+def _settle(tenant_id: int, reservation, actual: float) -> None:
     from apps.gateway.services import budget_settle_amount
 
-    budget_settle_amount(tenant_id=tenant_id, reserved=reserved, actual=actual)
+    budget_settle_amount(tenant_id=tenant_id, reservation=reservation, actual=actual)
 
 
-async def budget_reserve(policy: PolicySnapshot, amount: float) -> None:
+async def budget_reserve(policy: PolicySnapshot, amount: float):
     """Reserves `amount` of this month's budget atomically in the database (a conditional UPDATE), so
-    concurrent requests in any number of processes cannot overspend."""
+    concurrent requests in any number of processes cannot overspend. Returns the reservation to settle (None
+    without a budget)."""
     if policy.monthly_budget_usd is None:
-        return
-    if not await database(_reserve)(policy.tenant_id, amount, policy.monthly_budget_usd):
+        return None
+    reservation = await database(_reserve)(policy.tenant_id, amount, policy.monthly_budget_usd)
+    if reservation is None:
         raise GatewayError(429, f"monthly budget of ${policy.monthly_budget_usd:.2f} would be exceeded by this "
                                 f"request (reserved ${amount:.6f})", "budget_exceeded", retry_after=3600)
+    return reservation
 
 
-async def budget_settle(policy: PolicySnapshot, reserved: float, actual: float) -> None:
-    if policy.monthly_budget_usd is None:
+async def budget_settle(policy: PolicySnapshot, reservation, actual: float) -> None:
+    if reservation is None:
         return
-    await asyncio.shield(database(_settle)(policy.tenant_id, reserved, actual))
+    await asyncio.shield(database(_settle)(policy.tenant_id, reservation, actual))

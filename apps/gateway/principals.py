@@ -1,5 +1,12 @@
 """Who a gateway request speaks for: an API key (through the one authentication path, with a short
-in-process memo on top of its cache) or a session key minted by /rl/start_session."""
+in-process memo on top of its cache) or a session key minted by /rl/start_session.
+
+A session key lives no longer than the API key that minted it: each time it is resolved, that key is checked
+again through the shared cache (which revocation and rotation evict), so revoking the key refuses its session
+keys on every process at once (after at most MEMO_SECONDS where a process had just seen the session key; the
+process that revokes forgets its memo at once). Rotating the key ends the session keys minted before the
+rotation; those minted with the old key during its grace period live until that period ends. An ended
+session's key answers 410 until it expires from the cache; an unknown key answers 401."""
 
 import hashlib
 import secrets
@@ -10,9 +17,16 @@ from django.core.cache import cache
 
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
-from apps.tenants.authentication import KeyRejected, api_key_authenticate
+from apps.tenants.authentication import (
+    KeyRejected,
+    api_key_authenticate,
+    api_key_authenticate_hashed,
+    api_key_forgotten,
+)
+from apps.tenants.keys import key_hash
 
 SESSION_KEY_PREFIX = "as-"
+SESSION_KEY_SECONDS = 7 * 24 * 3600
 MEMO_SECONDS = 1.0  # revocation reaches every process within the API-key cache eviction plus this
 _memo: dict[str, tuple[float, "Principal"]] = {}
 
@@ -26,39 +40,77 @@ class Principal:
     session_id: str | None = None  # set for session keys
     task_id: str = ""
     group_id: str = ""
+    # The API key this principal is, or that minted this session key (None: a session key minted by the system,
+    # as evaluation runs do), and whether that key was already rotated (in its grace period) when authenticated.
+    api_key_hash: str | None = None
+    api_key_rotated: bool = False
 
 
 def _hash(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def _session_cache_key(raw: str) -> str:
+    return "session-key:" + _hash(raw)
+
+
 def session_key_mint(*, principal: Principal, session_id: str, task_id: str, group_id: str) -> str:
+    """A new session key bound to `session_id`, valid while the principal's API key is (see the module docstring);
+    a principal without an API key (the system's) mints a key bounded only by its expiry and its ending."""
     raw = SESSION_KEY_PREFIX + secrets.token_urlsafe(24)
-    cache.set("session-key:" + _hash(raw), {
+    cache.set(_session_cache_key(raw), {
         "tenant_id": principal.tenant_id, "tenant_slug": principal.tenant_slug, "key_prefix": principal.key_prefix,
         "scopes": list(principal.scopes), "session_id": session_id, "task_id": task_id, "group_id": group_id,
-    }, 7 * 24 * 3600)
+        "parent_key_hash": principal.api_key_hash, "minted_while_rotating": principal.api_key_rotated, "ended": False,
+    }, SESSION_KEY_SECONDS)
     return raw
 
 
-def session_key_forget(raw: str) -> None:
-    cache.delete("session-key:" + _hash(raw))
+def session_key_end(raw: str) -> None:
+    """Marks the session key's session ended in the shared cache: every process then answers it with 410."""
+    cache_key = _session_cache_key(raw)
+    data = cache.get(cache_key)
+    if data is not None:
+        cache.set(cache_key, {**data, "ended": True}, SESSION_KEY_SECONDS)
     _memo.pop(raw, None)
+
+
+def session_key_forget(raw: str) -> None:
+    cache.delete(_session_cache_key(raw))
+    _memo.pop(raw, None)
+
+
+def _check_parent(data: dict) -> None:
+    parent_hash = data["parent_key_hash"]
+    if parent_hash is None:
+        return
+    try:
+        parent = api_key_authenticate_hashed(parent_hash)
+    except KeyRejected as rejected:
+        raise GatewayError(401, f"this session key's API key is refused: {rejected.message}", rejected.code) from None
+    if parent.grace_until is not None and not data["minted_while_rotating"]:
+        raise GatewayError(401, f"API key {parent.prefix}… was rotated, which ended the sessions it had started; "
+                                "start a new session", "key_rotated")
 
 
 def _resolve(raw: str) -> Principal:
     if raw.startswith(SESSION_KEY_PREFIX):
-        data = cache.get("session-key:" + _hash(raw))
-        if data is None:
-            raise GatewayError(401, "unknown or ended session key", "invalid_session_key")
+        data = cache.get(_session_cache_key(raw))
+        if data is None or "parent_key_hash" not in data:  # unknown, expired, or minted before parents were kept
+            raise GatewayError(401, "unknown or expired session key", "invalid_session_key")
+        _check_parent(data)
+        if data["ended"]:
+            raise GatewayError(410, f"session {data['session_id']} has ended", "session_ended")
         return Principal(tenant_id=data["tenant_id"], tenant_slug=data["tenant_slug"], key_prefix=data["key_prefix"],
                          scopes=tuple(data["scopes"]), session_id=data["session_id"], task_id=data["task_id"],
-                         group_id=data["group_id"])
+                         group_id=data["group_id"], api_key_hash=data["parent_key_hash"],
+                         api_key_rotated=data["minted_while_rotating"])
     try:
         key = api_key_authenticate(raw)
     except KeyRejected as rejected:
         raise GatewayError(401, rejected.message, rejected.code) from None
-    return Principal(tenant_id=key.tenant_id, tenant_slug=key.tenant_slug, key_prefix=key.prefix, scopes=key.scopes)
+    return Principal(tenant_id=key.tenant_id, tenant_slug=key.tenant_slug, key_prefix=key.prefix, scopes=key.scopes,
+                     api_key_hash=key_hash(raw), api_key_rotated=key.grace_until is not None)
 
 
 async def authenticate(headers: dict[bytes, bytes]) -> tuple[Principal, str]:
@@ -80,3 +132,11 @@ async def authenticate(headers: dict[bytes, bytes]) -> tuple[Principal, str]:
 
 def memo_clear() -> None:
     _memo.clear()
+
+
+def memo_forget_on_revocation(sender, **kwargs) -> None:
+    """A key revoked or rotated in this process: forget every memo (session keys included) at once."""
+    _memo.clear()
+
+
+api_key_forgotten.connect(memo_forget_on_revocation)

@@ -4,8 +4,10 @@ POST /rl/start_session {task_id, group_size?} → {session_id, api_key, group_id
 bound to the session; the agent uses it for its completions and for set_reward / end_session. While the
 tenant's online run has no capacity left (apps.training.online.online_capacity) it answers 429 + Retry-After.
 POST /rl/set_reward {reward, interaction_id?}: no interaction id → the session's last completion.
-POST /rl/end_session: the trajectory is complete; later calls with the key answer 410 (the key then
-stops authenticating: 401).
+POST /rl/end_session: the trajectory is complete; later calls with the key answer 410 (until the key expires
+from the cache: then 401, like any unknown key).
+/rl/start_session is rate limited per tenant (AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE, and the tenant's
+requests-per-minute limit): 429 + Retry-After.
 POST /v1/rewards {session_id | step_id | interaction_id, value, kind?, source?, comment?, idempotency_key?}.
   spec? names the reward spec to check against (default: the agent's training spec); label? is a category
   or, with kind critique, the correction text ("what it should have said"; no value needed).
@@ -15,9 +17,12 @@ import json
 import math
 import uuid
 
+from django.conf import settings
+
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
-from apps.gateway.principals import session_key_forget, session_key_mint
+from apps.gateway.policy import policy_for
+from apps.gateway.principals import session_key_end, session_key_mint
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -64,11 +69,24 @@ def _training_capacity(tenant_id) -> int | None:
     return None if found is None else found[0]
 
 
+async def _take_session_start(gateway, principal) -> None:
+    """Each start opens a trajectory under a lock on the tenant row: a flood would stall the tenant's other work."""
+    limit = settings.AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE or None
+    try:
+        gateway.counters.take(tenant_id=principal.tenant_id, kind="session_starts", amount=1, limit=limit)
+    except GatewayError as refused:
+        raise GatewayError(429, f"rate limit: {limit} session starts per minute for this tenant; retry in "
+                                f"{refused.retry_after} s", "rate_limit_sessions", retry_after=refused.retry_after) from None
+    policy = await policy_for(principal.tenant_id)
+    gateway.counters.take(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
+
+
 async def handle_start_session(gateway, scope, receive, send, headers, session_from_path):
     principal, _ = await gateway.authorize(headers, "inference")
     if principal.session_id:
         raise GatewayError(409, "this key is already bound to a session; start sessions with the tenant's API key",
                            "session_key_not_allowed")
+    await _take_session_start(gateway, principal)
     body = await gateway.read_json(receive)
     task_id = _text(body, "task_id") or "task-" + uuid.uuid4().hex[:12]
     group_size = body.get("group_size")
@@ -124,6 +142,8 @@ async def handle_set_reward(gateway, scope, receive, send, headers, session_from
     body = await gateway.read_json(receive)
     value = _reward_value(body.get("reward"))
     state = gateway.sessions.get(principal.tenant_id, principal.session_id)
+    if state.ended:
+        raise GatewayError(410, f"session {principal.session_id} has ended", "session_ended")
     interaction_id = _text(body, "interaction_id")
     await gateway.journal.flush()  # the step being rewarded must be in the database first
     step_id = interaction_id or await database(_last_step_id)(principal, state)
@@ -152,7 +172,7 @@ async def handle_end_session(gateway, scope, receive, send, headers, session_fro
     await gateway.journal.flush()
     await database(_end)(principal)
     state.ended = True
-    await database(session_key_forget)(raw)
+    await database(session_key_end)(raw)
     await _respond(send, {"status": "ok", "session_id": principal.session_id, "steps": len(state.step_ids)})
 
 

@@ -1,33 +1,86 @@
+"""The monthly budget ledger: calls reserve before forwarding and settle after, atomically under any number of
+processes; reservations left by a process that died in between are released after a deadline."""
+
+import logging
+from dataclasses import dataclass
+from datetime import date, timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from apps.gateway.models import BudgetLedger
+from apps.gateway.models import BudgetLedger, BudgetReservation
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BudgetHold:
+    """A reservation made by `budget_reserve_amount`, handed back to `budget_settle_amount`."""
+
+    pk: int
+    month: date
+    amount: Decimal
 
 
 def _month():
     return timezone.now().date().replace(day=1)
 
 
-def budget_reserve_amount(*, tenant_id: int, amount: float, budget: float) -> bool:
+def _usd(amount: float) -> Decimal:
+    return Decimal(str(round(amount, 6)))
+
+
+def budget_reserve_amount(*, tenant_id: int, amount: float, budget: float) -> BudgetHold | None:
     """Reserves `amount` only if spent + reserved + amount stays within `budget`: one conditional UPDATE,
-    atomic under any concurrency and any number of processes. Returns whether it was reserved."""
-    month = _month()
-    amount = Decimal(str(round(amount, 6)))
+    atomic under any concurrency and any number of processes, and a reservation row (with its time) in the
+    same transaction. Refused, it first releases the tenant's reservations past their deadline (their
+    processes died) and tries once more. Returns the hold, or None when refused."""
+    month, amount = _month(), _usd(amount)
     BudgetLedger.objects.bulk_create([BudgetLedger(tenant_id=tenant_id, month=month)], ignore_conflicts=True)
     ceiling = Decimal(str(budget)) - amount
-    updated = BudgetLedger.objects.filter(tenant_id=tenant_id, month=month).filter(
-        reserved_usd__lte=ceiling - F("spent_usd")
-    ).update(reserved_usd=F("reserved_usd") + amount)
-    return updated == 1
+    for attempt in range(2):
+        with transaction.atomic():
+            updated = BudgetLedger.objects.filter(tenant_id=tenant_id, month=month).filter(
+                reserved_usd__lte=ceiling - F("spent_usd")
+            ).update(reserved_usd=F("reserved_usd") + amount)
+            if updated == 1:
+                reservation = BudgetReservation.objects.create(tenant_id=tenant_id, month=month, amount_usd=amount)
+                return BudgetHold(pk=reservation.pk, month=month, amount=amount)
+        if attempt == 0 and not budget_reservations_expire(
+                tenant_id=tenant_id, older_than=timedelta(seconds=settings.AREAL_GATEWAY_RESERVATION_SECONDS)):
+            return None
+    return None
 
 
 @transaction.atomic
-def budget_settle_amount(*, tenant_id: int, reserved: float, actual: float) -> None:
-    """Releases a reservation and books the actual cost."""
-    BudgetLedger.objects.filter(tenant_id=tenant_id, month=_month()).update(
-        reserved_usd=F("reserved_usd") - Decimal(str(round(reserved, 6))),
-        spent_usd=F("spent_usd") + Decimal(str(round(actual, 6))),
-    )
+def budget_settle_amount(*, tenant_id: int, reservation: BudgetHold, actual: float) -> None:
+    """Releases a reservation and books the actual cost in the reservation's month. A reservation already
+    released past its deadline is not released twice; its cost is still booked."""
+    released = BudgetReservation.objects.filter(pk=reservation.pk).delete()[0] == 1
+    changes = {"spent_usd": F("spent_usd") + _usd(actual)}
+    if released:
+        changes["reserved_usd"] = F("reserved_usd") - reservation.amount
+    BudgetLedger.objects.filter(tenant_id=tenant_id, month=reservation.month).update(**changes)
+
+
+def budget_reservations_expire(*, older_than: timedelta, tenant_id: int | None = None) -> int:
+    """Releases reservations older than `older_than` (of one tenant, or all): a call cannot run that long, so
+    its process died between reserving and settling. Each is deleted and subtracted in one transaction; a
+    concurrent settle or expiry of the same row deletes nothing and subtracts nothing. Returns how many."""
+    stale = BudgetReservation.objects.filter(created_at__lt=timezone.now() - older_than)
+    if tenant_id is not None:
+        stale = stale.filter(tenant_id=tenant_id)
+    released = 0
+    for pk, owner, month, amount in stale.values_list("pk", "tenant_id", "month", "amount_usd")[:1000]:
+        with transaction.atomic():
+            if BudgetReservation.objects.filter(pk=pk).delete()[0]:
+                BudgetLedger.objects.filter(tenant_id=owner, month=month).update(
+                    reserved_usd=F("reserved_usd") - amount)
+                released += 1
+    if released:
+        logger.warning("released %d budget reservations older than %s (their processes died before settling)",
+                       released, older_than)
+    return released

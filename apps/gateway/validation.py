@@ -5,6 +5,7 @@ from apps.gateway.errors import GatewayError
 
 MAX_COMPLETION_TOKENS = 32768
 MAX_CHOICES = 16
+MAX_JSON_DEPTH = 128  # far beyond any real request (tool schemas included); deeper trips recursion downstream
 
 
 def _fail(message: str, field: str) -> GatewayError:
@@ -19,6 +20,27 @@ def _number(body: dict, field: str, low: float, high: float) -> None:
         raise _fail(f"{field} must be a number", field)
     if not low <= value <= high:
         raise _fail(f"{field} must be between {low} and {high} (got {value})", field)
+
+
+def nesting_exceeds(value, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a parsed JSON value nests objects and arrays more than `limit` levels deep. Iterative, so a hostile
+    body cannot exhaust the stack here; recursive code further on (sanitizer, translation, encoding) then can't."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                if child:
+                    pending.append((child, depth + 1))
+    return False
+
+
+def body_nesting_exceeds(raw: bytes, body, limit: int = MAX_JSON_DEPTH) -> bool:
+    """`nesting_exceeds` for a request body, skipping the walk when the raw bytes hold too few brackets to nest
+    that deep (most requests)."""
+    return raw.count(b"[") + raw.count(b"{") > limit and nesting_exceeds(body, limit)
 
 
 def validate_common(body: dict) -> None:

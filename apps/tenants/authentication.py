@@ -1,12 +1,14 @@
 """The one authentication path for machines: the REST API and the gateway both call
 `api_key_authenticate`. A verified key is cached (Redis, or files under var/ embedded), so a repeated
-hit costs no database query; revocation and rotation evict it when they commit."""
+hit costs no database query; revocation and rotation evict it when they commit, and send
+`api_key_forgotten` so that a process's own short-lived memos (the gateway's) can drop the key at once."""
 
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
 from django.core.cache import cache
+from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework import authentication, exceptions
@@ -16,6 +18,9 @@ from apps.tenants.keys import key_hash
 _CACHE_PREFIX = "apikey:"
 _TOUCH_PREFIX = "apikey-touched:"
 TOUCH_INTERVAL_SECONDS = 60
+
+# Sent (hashed=...) whenever a key's cached verification is evicted: its revocation or rotation, in this process.
+api_key_forgotten = Signal()
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,7 @@ def _load(hashed: str) -> KeyPrincipal | None:
 
 def api_key_cache_forget(hashed: str) -> None:
     cache.delete(_CACHE_PREFIX + hashed)
+    api_key_forgotten.send(sender=KeyPrincipal, hashed=hashed)
 
 
 def _touch(principal: KeyPrincipal, now) -> None:
@@ -112,7 +118,11 @@ def api_key_authenticate(raw_key: str) -> KeyPrincipal:
     """Returns the principal for a raw key or raises KeyRejected with a message saying why."""
     if not raw_key:
         raise KeyRejected("no API key given; send 'Authorization: Bearer <key>' or 'x-api-key: <key>'", "missing_key")
-    hashed = key_hash(raw_key)
+    return api_key_authenticate_hashed(key_hash(raw_key))
+
+
+def api_key_authenticate_hashed(hashed: str) -> KeyPrincipal:
+    """`api_key_authenticate` for a key known by its hash (the key that minted a gateway session key)."""
     cached = cache.get(_CACHE_PREFIX + hashed)
     if cached is not None:
         principal = _from_cache(cached)

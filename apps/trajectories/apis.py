@@ -8,11 +8,12 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import serializers
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
 from apps.core.api import TenantApi
 from apps.core.errors import DomainError, ValidationFailed
+from apps.core.parsers import JSONParser
 from apps.tenants.permissions import Action
 from apps.trajectories import selectors, services
 from apps.trajectories.serialize import trajectory_to_atdp

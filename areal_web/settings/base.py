@@ -168,6 +168,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "apps.core.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "apps.core.pagination.PagePagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "apps.core.errors.api_exception_handler",
@@ -203,8 +208,15 @@ AREAL_JOURNAL_FLUSH_MS = env_int("AREAL_JOURNAL_FLUSH_MS", 50)
 # journal directory's rejected.jsonl, rotated to rejected.jsonl.1 past this size.
 AREAL_JOURNAL_REJECTED_MAX_BYTES = env_int("AREAL_JOURNAL_REJECTED_MAX_BYTES", 64 * 1024 * 1024)
 AREAL_GATEWAY_MAX_BODY_BYTES = env_int("AREAL_GATEWAY_MAX_BODY_BYTES", 2 * 1024 * 1024)
+# Completion tokens reserved (budget, tpm) and forwarded as the cap for a request that sets no max_tokens
+# (no cap is forwarded where the backend's context length is no larger; apps/gateway/caps.py).
+AREAL_GATEWAY_DEFAULT_MAX_TOKENS = env_int("AREAL_GATEWAY_DEFAULT_MAX_TOKENS", 1024)
+# A budget reservation older than this is released: no call runs that long, so its process died before settling.
+AREAL_GATEWAY_RESERVATION_SECONDS = env_int("AREAL_GATEWAY_RESERVATION_SECONDS", 3600)
 # How long a verified API key stays in the cache before the database is asked again.
 AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
+# /rl/start_session calls per minute and tenant (0: no limit beyond the tenant's requests per minute).
+AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE = env_int("AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE", 1200)
 
 LOGGING = {
     "version": 1,

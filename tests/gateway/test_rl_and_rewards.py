@@ -35,7 +35,7 @@ def test_areal_session_lifecycle(gateway, backend, agent_key, tenant):
         (second.id, 1.0), (first.id, 0.5)}
     after = httpx.post(f"{url}/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]},
                        headers=auth)
-    assert after.status_code == 401 and "session" in after.json()["error"]["message"]
+    assert after.status_code == 410 and after.json()["error"]["code"] == "session_ended"
     second_member = httpx.post(f"{url}/rl/start_session", json={"task_id": "math-1", "group_size": 2},
                                headers={"Authorization": f"Bearer {key}"}).json()
     third_member = httpx.post(f"{url}/rl/start_session", json={"task_id": "math-1", "group_size": 2},

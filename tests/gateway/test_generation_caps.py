@@ -1,0 +1,89 @@
+"""The cap a request was reserved for (budget and tokens per minute) is the cap the backend is given: a request
+without max_tokens, or with two caps, can never make the backend generate more than was reserved."""
+
+import json
+import time
+from decimal import Decimal
+
+import httpx
+import pytest
+
+from apps.gateway.models import BudgetLedger
+from tests.gateway.conftest import MODEL
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DEFAULT_CAP = 8
+
+
+def _policy(tenant, **changes):
+    for field, value in changes.items():
+        setattr(tenant.policy, field, value)
+    tenant.policy.save()
+
+
+def _usage_of_stream(response: httpx.Response) -> dict:
+    usage = None
+    for line in response.text.splitlines():
+        if line.startswith("data:") and line[5:].strip() != "[DONE]":
+            chunk = json.loads(line[5:])
+            usage = chunk.get("usage") or usage
+    assert usage is not None, response.text
+    return usage
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_without_max_tokens_gets_the_reserved_cap(gateway, backend, agent_key, settings, endpoint, stream):
+    settings.AREAL_GATEWAY_DEFAULT_MAX_TOKENS = DEFAULT_CAP
+    url, _ = gateway
+    body = {"model": MODEL, "stream": stream, "ignore_eos": True}  # ignore_eos: generate until the cap
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": "write a long story"}]
+    else:
+        body["prompt"] = "Once upon a time"
+    response = httpx.post(f"{url}/v1/{'chat/completions' if endpoint == 'chat' else 'completions'}", json=body,
+                          headers={"Authorization": f"Bearer {agent_key('inference')}"}, timeout=120)
+    assert response.status_code == 200, response.text
+    usage = _usage_of_stream(response) if stream else response.json()["usage"]
+    assert 0 < usage["completion_tokens"] <= DEFAULT_CAP
+
+
+def test_the_larger_of_two_caps_is_reserved(gateway, backend, agent_key, tenant):
+    """The backend honours max_completion_tokens over max_tokens: reserving the smaller one would let a call
+    spend past the monthly budget."""
+    # $1 per 1k completion tokens; the budget fits 15 tokens.
+    _policy(tenant, monthly_budget_usd="0.015", price_table={MODEL: {"prompt_per_1k": 0, "completion_per_1k": 1.0}})
+    url, _ = gateway
+    response = httpx.post(f"{url}/v1/chat/completions", json={
+        "model": MODEL, "messages": [{"role": "user", "content": "go"}], "max_tokens": 4,
+        "max_completion_tokens": 20, "ignore_eos": True}, headers={"Authorization": f"Bearer {agent_key('inference')}"})
+    if response.status_code == 200:
+        assert response.json()["usage"]["completion_tokens"] <= 4
+    else:
+        assert response.status_code == 429 and response.json()["error"]["code"] == "budget_exceeded"
+    deadline = time.monotonic() + 10
+    while (ledger := BudgetLedger.objects.get(tenant=tenant)).reserved_usd != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ledger.spent_usd <= Decimal("0.015")
+
+
+def test_anthropic_messages_require_max_tokens_and_honour_it(gateway, backend, agent_key):
+    url, _ = gateway
+    headers = {"x-api-key": agent_key("inference")}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True}
+    missing = httpx.post(f"{url}/v1/messages", json=body, headers=headers)
+    assert missing.status_code == 400 and missing.json()["type"] == "error"
+    capped = httpx.post(f"{url}/v1/messages", json={**body, "max_tokens": 3}, headers=headers)
+    assert capped.status_code == 200 and capped.json()["usage"]["output_tokens"] <= 3
+
+
+def test_a_long_prompt_without_max_tokens_is_not_refused_for_a_cap_it_never_set(gateway, backend, agent_key):
+    """The embedded model's context (1024 tokens) is no larger than the default cap: the backend's own limit
+    applies, below the reservation, and a prompt near the context's end still gets an answer."""
+    url, _ = gateway
+    response = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "one two three " * 100},
+                          headers={"Authorization": f"Bearer {agent_key('inference')}"}, timeout=120)
+    assert response.status_code == 200, response.text
+    usage = response.json()["usage"]
+    assert usage["prompt_tokens"] > 600 and usage["prompt_tokens"] + usage["completion_tokens"] <= 1024
