@@ -192,9 +192,12 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Login throttling: after this many failures for one username (or one client address) within the
-# window, further attempts are refused until the window passes.
+# Login throttling (apps/core/login_throttle.py, for the console and the Django admin): after this many
+# attempts for one username from one client address (or this many failures from one address, whatever the
+# usernames) within the window, further attempts are refused until the window passes.
+AUTHENTICATION_BACKENDS = ["apps.core.login_throttle.ThrottledModelBackend"]
 AREAL_LOGIN_MAX_FAILURES = env_int("AREAL_LOGIN_MAX_FAILURES", 5)
+AREAL_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("AREAL_LOGIN_MAX_FAILURES_PER_ADDRESS", 50)
 AREAL_LOGIN_WINDOW_SECONDS = env_int("AREAL_LOGIN_WINDOW_SECONDS", 900)
 # The gateway journals each step before answering; a background flusher writes journalled steps to
 # the database in batches every this many milliseconds (group commit).
