@@ -7,7 +7,7 @@ and REDIS_URL switch to the real services.
 
 from pathlib import Path
 
-from areal_web.env import env_bool, env_int, env_list, env_str, parse_database_url
+from areal_web.env import env_bool, env_int, env_int_map, env_list, env_str, parse_database_url
 from areal_web.queues import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -203,6 +203,11 @@ AREAL_LOGIN_WINDOW_SECONDS = env_int("AREAL_LOGIN_WINDOW_SECONDS", 900)
 # the database in batches every this many milliseconds (group commit).
 AREAL_JOURNAL_FLUSH_MS = env_int("AREAL_JOURNAL_FLUSH_MS", 50)
 AREAL_GATEWAY_MAX_BODY_BYTES = env_int("AREAL_GATEWAY_MAX_BODY_BYTES", 2 * 1024 * 1024)
+# Request bodies on Django's paths (REST API, console, admin): a larger body gets 413 before Django reads it
+# (areal_web/middleware.py). Path prefixes may have caps of their own (the longest matching prefix wins).
+AREAL_MAX_BODY_BYTES = env_int("AREAL_MAX_BODY_BYTES", 10 * 1024 * 1024)
+AREAL_MAX_BODY_BYTES_BY_PATH = env_int_map("AREAL_MAX_BODY_BYTES_BY_PATH",
+                                           {"/api/v1/trajectories/import/": 64 * 1024 * 1024})
 # How long a verified API key stays in the cache before the database is asked again.
 AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
 
