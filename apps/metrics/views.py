@@ -9,7 +9,7 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from apps.metrics.exposition import CONTENT_TYPE, REGISTRY, Gauge, render
+from apps.metrics.exposition import CONTENT_TYPE, ScrapedGauge, ScrapedGauges, render
 from areal_web.queues import Queue
 
 
@@ -49,12 +49,12 @@ def _releases():
     return dangerously_release_counts()
 
 
-SCRAPED = (
-    Gauge("areal_steps_recorded", "Steps recorded in the database, by tenant.", ("tenant",), _steps),
-    Gauge("areal_celery_queue_depth", "Messages waiting in each Celery queue.", ("queue",), queue_depths),
-    Gauge("areal_training_jobs", "Training jobs by tenant and status.", ("tenant", "status"), _jobs),
-    Gauge("areal_releases", "Releases by tenant and status.", ("tenant", "status"), _releases),
-)
+SCRAPED = ScrapedGauges((
+    ScrapedGauge("areal_steps_recorded", "Steps recorded in the database, by tenant.", ("tenant",), _steps),
+    ScrapedGauge("areal_celery_queue_depth", "Messages waiting in each Celery queue.", ("queue",), queue_depths),
+    ScrapedGauge("areal_training_jobs", "Training jobs by tenant and status.", ("tenant", "status"), _jobs),
+    ScrapedGauge("areal_releases", "Releases by tenant and status.", ("tenant", "status"), _releases),
+))
 
 
 def _allowed(request) -> bool:
@@ -73,4 +73,4 @@ def metrics(request):
     if not _allowed(request):
         return HttpResponse("forbidden: set AREAL_METRICS_TOKEN and send it as a bearer token, or scrape from "
                             "the loopback\n", status=403, content_type="text/plain")
-    return HttpResponse(render((*REGISTRY, *SCRAPED)), content_type=CONTENT_TYPE)
+    return HttpResponse(render(SCRAPED), content_type=CONTENT_TYPE)

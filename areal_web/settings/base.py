@@ -5,6 +5,7 @@ on the filesystem under var/, an in-memory channel layer relayed between local p
 and REDIS_URL switch to the real services.
 """
 
+import os
 from pathlib import Path
 
 from areal_web.env import env_bool, env_int, env_int_map, env_list, env_str, parse_database_url
@@ -259,3 +260,10 @@ CELERY_IMPORTS += ["workers.tasks.metrics"]
 CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {
     "task": "metrics.overview_tick", "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10))}
 AREAL_METRICS_TOKEN = env_str("AREAL_METRICS_TOKEN", "")
+# Prometheus counters are shared by this machine's processes (prometheus_client's multiprocess mode): each
+# process writes memory-mapped files here, a scrape sums them. prometheus_client reads the variable when it
+# is imported, which is after the settings. `manage.py up` empties the folder at start; in production give
+# each start of the web service an empty folder (a tmpfs, or remove its files before starting).
+AREAL_PROMETHEUS_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "prometheus")))
+AREAL_PROMETHEUS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(AREAL_PROMETHEUS_DIR)
