@@ -248,9 +248,9 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
     max_tokens = chat_body.get("max_tokens") or chat_body.get("max_completion_tokens") or 256
     estimated_prompt = _estimate_prompt_tokens(chat_body)
     n = chat_body.get("n", 1)
-    gateway.counters.take(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
-    gateway.counters.take(tenant_id=principal.tenant_id, kind="tpm", amount=estimated_prompt + max_tokens * n,
-                          limit=policy.rate_limit_tpm)
+    await gateway.counters.reserve(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
+    await gateway.counters.reserve(tenant_id=principal.tenant_id, kind="tpm", amount=estimated_prompt + max_tokens * n,
+                                   limit=policy.rate_limit_tpm)
     reserved = policy.price(model, estimated_prompt, max_tokens * n)
     await budget_reserve(policy, reserved)
     actual_cost = 0.0
