@@ -1,5 +1,6 @@
 """GET /metrics: Prometheus text exposition. Protected by AREAL_METRICS_TOKEN (a bearer token) when set;
-without it only loopback clients are answered (403 otherwise)."""
+without it only loopback clients are answered (403 otherwise), and in production (where
+AREAL_METRICS_ALLOW_LOOPBACK is off) nobody."""
 
 import hmac
 import ipaddress
@@ -62,6 +63,8 @@ def _allowed(request) -> bool:
     if token:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         return hmac.compare_digest(given.encode(), token.encode())
+    if not settings.AREAL_METRICS_ALLOW_LOOPBACK:
+        return False
     try:
         return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
     except ValueError:

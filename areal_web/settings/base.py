@@ -260,6 +260,10 @@ CELERY_IMPORTS += ["workers.tasks.metrics"]
 CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {
     "task": "metrics.overview_tick", "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10))}
 AREAL_METRICS_TOKEN = env_str("AREAL_METRICS_TOKEN", "")
+# Without a token, loopback clients may scrape (off in production: behind a proxy every client is loopback).
+AREAL_METRICS_ALLOW_LOOPBACK = env_bool("AREAL_METRICS_ALLOW_LOOPBACK", True)
+# /api/schema/ and /api/docs/ open to anyone (off in production: signed-in people and API keys only).
+AREAL_API_DOCS_PUBLIC = env_bool("AREAL_API_DOCS_PUBLIC", True)
 # Prometheus counters are shared by this machine's processes (prometheus_client's multiprocess mode): each
 # process writes memory-mapped files here, a scrape sums them. prometheus_client reads the variable when it
 # is imported, which is after the settings. `manage.py up` empties the folder at start; in production give

@@ -104,3 +104,12 @@ def test_metrics_refused_off_the_loopback_and_without_the_token(client, settings
     assert client.get("/metrics").status_code == 403
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+@pytest.mark.django_db
+def test_production_metrics_need_the_token_even_on_the_loopback(client, settings):
+    """Behind a reverse proxy on the same host every client arrives from the loopback."""
+    settings.AREAL_METRICS_ALLOW_LOOPBACK = False
+    assert client.get("/metrics").status_code == 403
+    settings.AREAL_METRICS_TOKEN = "s3cret"
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
