@@ -260,6 +260,9 @@ CELERY_IMPORTS += ["workers.tasks.metrics"]
 CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {
     "task": "metrics.overview_tick", "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10))}
 AREAL_METRICS_TOKEN = env_str("AREAL_METRICS_TOKEN", "")
+# Live WebSocket streams (apps/metrics/consumers.py) read the member's membership and role again this often:
+# a removed member is disconnected, a demoted one leaves the streams the new role may not view.
+AREAL_LIVE_RECHECK_SECONDS = env_int("AREAL_LIVE_RECHECK_SECONDS", 30)
 # Without a token, loopback clients may scrape (off in production: behind a proxy every client is loopback).
 AREAL_METRICS_ALLOW_LOOPBACK = env_bool("AREAL_METRICS_ALLOW_LOOPBACK", True)
 # /api/schema/ and /api/docs/ open to anyone (off in production: signed-in people and API keys only).
