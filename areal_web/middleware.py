@@ -83,3 +83,89 @@ def body_limit(application):
             await _too_large(scope, send, limit)
 
     return limited
+
+
+def _header(scope, name: bytes) -> str:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return ""
+
+
+def gateway_allowed_hosts() -> list[str]:
+    """DJANGO_ALLOWED_HOSTS (with Django's DEBUG defaults when empty), plus the host of AREAL_GATEWAY_URL,
+    the address evaluation workers call the gateway at (often an internal name)."""
+    from urllib.parse import urlsplit
+
+    allowed = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]
+    internal = urlsplit(settings.AREAL_GATEWAY_URL).hostname
+    if internal:
+        allowed.append(f"[{internal}]" if ":" in internal else internal)
+    return allowed
+
+
+def _arrived_over_https(scope) -> bool:
+    if scope.get("scheme") == "https":
+        return True
+    proxy_header = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    if proxy_header:
+        meta_name, secure_value = proxy_header
+        header = meta_name.removeprefix("HTTP_").lower().replace("_", "-").encode()
+        return _header(scope, header).split(",")[0].strip() == secure_value
+    return False
+
+
+def _security_headers(scope) -> list[tuple[bytes, bytes]]:
+    """What Django's SecurityMiddleware adds to its answers, for the gateway's."""
+    headers = []
+    if settings.SECURE_CONTENT_TYPE_NOSNIFF:
+        headers.append((b"x-content-type-options", b"nosniff"))
+    if settings.SECURE_REFERRER_POLICY:
+        policy = settings.SECURE_REFERRER_POLICY
+        policy = policy if isinstance(policy, str) else ",".join(policy)
+        headers.append((b"referrer-policy", policy.encode()))
+    if settings.SECURE_HSTS_SECONDS and _arrived_over_https(scope):
+        value = f"max-age={settings.SECURE_HSTS_SECONDS}"
+        if settings.SECURE_HSTS_INCLUDE_SUBDOMAINS:
+            value += "; includeSubDomains"
+        if settings.SECURE_HSTS_PRELOAD:
+            value += "; preload"
+        headers.append((b"strict-transport-security", value.encode()))
+    return headers
+
+
+def gateway_edge(application, *, prefixes: tuple[str, ...]):
+    """For HTTP requests on the gateway's paths (which never pass through Django's middleware): refuses a
+    Host header that is not allowed (400 in the client's error shape; DNS rebinding, poisoned absolute
+    URLs) and adds the security headers to every answer. Other paths go on untouched: Django checks those."""
+    from django.http.request import split_domain_port, validate_host
+
+    from apps.gateway.errors import GatewayError
+
+    async def edge(scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith(prefixes):
+            return await application(scope, receive, send)
+        host = _header(scope, b"host")
+        if not host and scope.get("server"):
+            host = f"{scope['server'][0]}:{scope['server'][1]}"
+        domain, _ = split_domain_port(host)
+        extra = _security_headers(scope)
+        if not domain or not validate_host(domain, gateway_allowed_hosts()):
+            error = GatewayError(400, f"the Host header {host[:100]!r} is not one this server answers to",
+                                 "invalid_host")
+            body = error.anthropic_body() if scope["path"].endswith("/messages") else error.openai_body()
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"application/json"), *extra]})
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        async def secured_send(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await application(scope, receive, secured_send)
+
+    return edge
