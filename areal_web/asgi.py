@@ -1,8 +1,10 @@
 """ASGI entry point.
 
 Outermost, the gateway takes its paths (/v1, /rl, /s/<session>/v1, /chat/completions) and the lifespan
-events (its journal flusher); everything else goes to Channels' router: HTTP to Django, /ws/ WebSockets
-to consumers with session authentication.
+events (its journal flusher); everything else goes to Channels' router: HTTP to Django behind the
+request-body cap (areal_web/middleware.py), /ws/ WebSockets to consumers with session authentication.
+The gateway's paths never pass through Django's middleware, so `gateway_edge` gives them Django's Host
+check (ALLOWED_HOSTS) and security headers.
 """
 
 import os
@@ -16,14 +18,17 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from apps.gateway.app import with_gateway  # noqa: E402
+from apps.gateway.app import GATEWAY_PREFIXES, with_gateway  # noqa: E402
+from areal_web.middleware import body_limit, gateway_edge  # noqa: E402
 from areal_web.routing import websocket_urlpatterns  # noqa: E402
 
-application = with_gateway(
+_gateway_and_django = with_gateway(
     ProtocolTypeRouter(
         {
-            "http": django_application,
+            "http": body_limit(django_application),
             "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
         }
     )
 )
+application = gateway_edge(_gateway_and_django, prefixes=GATEWAY_PREFIXES)
+application.gateway = _gateway_and_django.gateway

@@ -53,6 +53,23 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def env_int_map(name: str, default: dict[str, int] | None = None) -> dict[str, int]:
+    """`KEY=INTEGER,KEY=INTEGER` (for example `/api/v1/trajectories/import/=67108864`), merged over `default`."""
+    result = dict(default or {})
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return result
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        key, separator, number = item.strip().rpartition("=")
+        try:
+            if not separator or not key:
+                raise ValueError
+            result[key.strip()] = int(number)
+        except ValueError:
+            raise ConfigurationError(f"environment variable {name}: {item.strip()!r} is not KEY=INTEGER") from None
+    return result
 
 
 def parse_database_url(url: str) -> dict:

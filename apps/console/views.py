@@ -1,6 +1,5 @@
 from django.contrib import messages
 from django.contrib.auth import login, logout
-from django.contrib.auth.forms import AuthenticationForm
 from django.core.paginator import Paginator
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -12,7 +11,7 @@ from apps.console import forms
 from apps.console.access import console_page
 from apps.core.api import TENANT_SESSION_KEY
 from apps.core.errors import DomainError
-from apps.core.login_throttle import login_failed, login_succeeded, login_throttled
+from apps.core.login_throttle import ThrottledAuthenticationForm, login_throttled
 from apps.inference import selectors as inference_selectors
 from apps.inference import services as inference_services
 from apps.inference.health import backend_probe
@@ -28,24 +27,18 @@ PAGE_SIZE = 50
 
 
 def login_view(request):
-    form = AuthenticationForm(request, data=request.POST or None)
+    """Sign-in; every attempt is counted by the throttling backend (apps/core/login_throttle.py)."""
+    form = ThrottledAuthenticationForm(request, data=request.POST or None)
     status = 200
     if request.method == "POST":
-        username = request.POST.get("username", "")
-        address = request.META.get("REMOTE_ADDR", "")
-        if login_throttled(username=username, address=address):
-            form.errors.clear()
-            form.add_error(None, "Too many failed sign-in attempts. Wait 15 minutes, then try again.")
-            status = 429
-        elif form.is_valid():
-            login_succeeded(username=username, address=address)
+        if form.is_valid():
             login(request, form.get_user())
             target = request.POST.get("next") or request.GET.get("next") or ""
             if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
                 target = "console:home"
             return redirect(target)
-        else:
-            login_failed(username=username, address=address)
+        if login_throttled(request):
+            status = 429
     return render(request, "console/login.html", {"form": form, "next": request.GET.get("next", "")}, status=status)
 
 

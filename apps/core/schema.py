@@ -8,8 +8,10 @@
 An explicit `@extend_schema(...)` on a method still wins over all of this.
 """
 
+from django.conf import settings
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.types import OpenApiTypes
+from rest_framework.permissions import BasePermission
 
 BODY_METHODS = {"POST", "PUT", "PATCH"}
 
@@ -41,3 +43,11 @@ class AutoSchema(SpectacularAutoSchema):
         if hasattr(self.view, "serializer_class") or hasattr(self.view, "get_serializer_class"):
             return super().get_response_serializers()
         return OpenApiTypes.OBJECT
+
+
+class ApiDocsPermission(BasePermission):
+    """Who may read /api/schema/ and /api/docs/: anyone while AREAL_API_DOCS_PUBLIC is on (the embedded
+    default); otherwise (production) only a signed-in person or a valid API key."""
+
+    def has_permission(self, request, view):
+        return settings.AREAL_API_DOCS_PUBLIC or bool(request.user and request.user.is_authenticated)

@@ -263,9 +263,9 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
     max_tokens = caps.reserved_cap(chat_body)  # per choice; forwarded as the cap (apps/gateway/caps.py)
     estimated_prompt = _estimate_prompt_tokens(chat_body)
     n = chat_body.get("n", 1)
-    gateway.counters.take(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
-    gateway.counters.take(tenant_id=principal.tenant_id, kind="tpm", amount=estimated_prompt + max_tokens * n,
-                          limit=policy.rate_limit_tpm)
+    await gateway.counters.reserve(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
+    await gateway.counters.reserve(tenant_id=principal.tenant_id, kind="tpm", amount=estimated_prompt + max_tokens * n,
+                                   limit=policy.rate_limit_tpm)
     reserved = await budget_reserve(policy, policy.price(model, estimated_prompt, max_tokens * n))
     actual_cost = 0.0
     try:

@@ -75,25 +75,31 @@ def snapshots_clear() -> None:
 
 
 class WindowCounter:
-    """Per-tenant fixed one-minute windows for requests and tokens. The gateway's event loop is single
-    threaded, so check-and-add here is atomic within the process."""
+    """Per-tenant fixed one-minute windows for requests and tokens, counted in the counters every process
+    shares (apps/core/counters.py: Redis, or the embedded file cache under a lock), so N web workers or
+    hosts enforce one limit, not N. A request is counted first and refused (and its count given back) when
+    the window's total passes the limit, so concurrent requests cannot all pass a check made before any of
+    them is counted. The counter call is blocking I/O, so it runs off the event loop."""
 
-    def __init__(self):
-        self.windows: dict[tuple[int, str], tuple[int, int]] = {}
+    WINDOW_SECONDS = 60
 
-    def take(self, *, tenant_id: int, kind: str, amount: int, limit: int | None) -> None:
+    async def reserve(self, *, tenant_id: int, kind: str, amount: int, limit: int | None) -> None:
         if limit is None:
             return
-        minute = int(time.time() // 60)
-        window, used = self.windows.get((tenant_id, kind), (minute, 0))
-        if window != minute:
-            window, used = minute, 0
-        if used + amount > limit:
-            retry_after = max(1, 60 - int(time.time() % 60))
+        await asyncio.to_thread(self.reserve_now, tenant_id=tenant_id, kind=kind, amount=amount, limit=limit)
+
+    def reserve_now(self, *, tenant_id: int, kind: str, amount: int, limit: int) -> None:
+        from apps.core.counters import counter_add
+
+        now = time.time()
+        key = f"gateway-rate:{tenant_id}:{kind}:{int(now // self.WINDOW_SECONDS)}"
+        used = counter_add(key=key, amount=amount, window_seconds=2 * self.WINDOW_SECONDS)
+        if used > limit:
+            counter_add(key=key, amount=-amount, window_seconds=2 * self.WINDOW_SECONDS)
+            retry_after = max(1, self.WINDOW_SECONDS - int(now % self.WINDOW_SECONDS))
             unit = "requests" if kind == "rpm" else "tokens"
             raise GatewayError(429, f"rate limit: {limit} {unit} per minute for this tenant; retry in {retry_after} s",
                                f"rate_limit_{kind}", retry_after=retry_after)
-        self.windows[(tenant_id, kind)] = (window, used + amount)
 
 
 def _reserve(tenant_id: int, amount: float, budget: float):

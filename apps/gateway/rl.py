@@ -73,12 +73,12 @@ async def _take_session_start(gateway, principal) -> None:
     """Each start opens a trajectory under a lock on the tenant row: a flood would stall the tenant's other work."""
     limit = settings.AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE or None
     try:
-        gateway.counters.take(tenant_id=principal.tenant_id, kind="session_starts", amount=1, limit=limit)
+        await gateway.counters.reserve(tenant_id=principal.tenant_id, kind="session_starts", amount=1, limit=limit)
     except GatewayError as refused:
         raise GatewayError(429, f"rate limit: {limit} session starts per minute for this tenant; retry in "
                                 f"{refused.retry_after} s", "rate_limit_sessions", retry_after=refused.retry_after) from None
     policy = await policy_for(principal.tenant_id)
-    gateway.counters.take(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
+    await gateway.counters.reserve(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
 
 
 async def handle_start_session(gateway, scope, receive, send, headers, session_from_path):

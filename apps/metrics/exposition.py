@@ -1,107 +1,72 @@
-"""Prometheus text exposition format 0.0.4, written here (a counter, a histogram, gauges from callbacks):
-small enough not to need prometheus_client. Per-process metrics live in this module's REGISTRY."""
+"""Prometheus metrics through prometheus_client, in its multiprocess mode.
 
-import math
-import threading
-from collections.abc import Callable, Iterable
+Every web process (uvicorn `--workers N`, several hosts' processes each scraped on their host) writes its
+counters and histogram to memory-mapped files under PROMETHEUS_MULTIPROC_DIR (set by the settings, under
+the var directory unless given); a scrape of any process sums every process's files, so /metrics counts
+the requests of all of this machine's processes whichever worker answers. Gauges read from the database
+and the broker at scrape time are a collector of their own (`ScrapedGauges`), the same from any process.
+"""
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-
-def _escape(value: str) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(names: tuple[str, ...], values: tuple, extra: str = "") -> str:
-    parts = [f'{name}="{_escape(value)}"' for name, value in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
-
-
-class Counter:
-    kind = "counter"
-
-    def __init__(self, name: str, help_text: str, labels: tuple[str, ...] = ()):
-        self.name, self.help, self.label_names = name, help_text, labels
-        self.values: dict[tuple, float] = {}
-        self.lock = threading.Lock()
-
-    def inc(self, *labels, amount: float = 1.0) -> None:
-        with self.lock:
-            self.values[labels] = self.values.get(labels, 0.0) + amount
-
-    def samples(self) -> list[str]:
-        with self.lock:
-            return [f"{self.name}{_labels(self.label_names, key)} {_number(value)}" for key, value in self.values.items()]
-
-
-class Histogram:
-    kind = "histogram"
-
-    def __init__(self, name: str, help_text: str, labels: tuple[str, ...] = (), buckets=LATENCY_BUCKETS):
-        self.name, self.help, self.label_names, self.buckets = name, help_text, labels, tuple(buckets)
-        self.values: dict[tuple, list] = {}  # labels → [bucket counts..., sum, count]
-        self.lock = threading.Lock()
-
-    def observe(self, *labels, value: float) -> None:
-        with self.lock:
-            row = self.values.setdefault(labels, [0] * len(self.buckets) + [0.0, 0])
-            for index, bound in enumerate(self.buckets):
-                if value <= bound:
-                    row[index] += 1
-            row[-2] += value
-            row[-1] += 1
-
-    def samples(self) -> list[str]:
-        lines = []
-        with self.lock:
-            for key, row in self.values.items():
-                for bound, count in zip(self.buckets, row, strict=False):
-                    bucket = _labels(self.label_names, key, 'le="' + _number(bound) + '"')
-                    lines.append(f"{self.name}_bucket{bucket} {count}")
-                infinite = _labels(self.label_names, key, 'le="+Inf"')
-                lines.append(f"{self.name}_bucket{infinite} {row[-1]}")
-                lines.append(f"{self.name}_sum{_labels(self.label_names, key)} {_number(row[-2])}")
-                lines.append(f"{self.name}_count{_labels(self.label_names, key)} {row[-1]}")
-        return lines
-
-
-class Gauge:
-    """Read when scraped: `collect()` returns {label values: value}."""
-
-    kind = "gauge"
-
-    def __init__(self, name: str, help_text: str, labels: tuple[str, ...], collect: Callable[[], dict]):
-        self.name, self.help, self.label_names, self.collect = name, help_text, labels, collect
-
-    def samples(self) -> list[str]:
-        return [f"{self.name}{_labels(self.label_names, key)} {_number(value)}"
-                for key, value in sorted(self.collect().items())]
-
-
-def render(families: Iterable) -> str:
-    lines = []
-    for family in families:
-        lines.append(f"# HELP {family.name} {_escape(family.help)}")
-        lines.append(f"# TYPE {family.name} {family.kind}")
-        lines.extend(family.samples())
-    return "\n".join(lines) + "\n"
-
-
+# Created unregistered: a scrape builds a fresh registry (see render).
 GATEWAY_REQUESTS = Counter("areal_gateway_requests_total",
-                           "Gateway calls recorded by this process, by tenant, endpoint and outcome.",
-                           ("tenant_id", "endpoint", "outcome"))
+                           "Gateway calls recorded, by tenant, endpoint and outcome (all processes of this host).",
+                           ("tenant_id", "endpoint", "outcome"), registry=None)
 GATEWAY_LATENCY = Histogram("areal_gateway_request_duration_seconds",
-                            "Latency of gateway calls recorded by this process (request to last byte).",
-                            ("tenant_id",))
-GATEWAY_TOKENS = Counter("areal_gateway_tokens_total", "Tokens of gateway calls recorded by this process.",
-                         ("tenant_id", "kind"))
-REGISTRY = (GATEWAY_REQUESTS, GATEWAY_LATENCY, GATEWAY_TOKENS)
+                            "Latency of gateway calls recorded (request to last byte; all processes of this host).",
+                            ("tenant_id",), buckets=LATENCY_BUCKETS, registry=None)
+GATEWAY_TOKENS = Counter("areal_gateway_tokens_total", "Tokens of gateway calls recorded (all processes of this host).",
+                         ("tenant_id", "kind"), registry=None)
+PROCESS_METRICS = (GATEWAY_REQUESTS, GATEWAY_LATENCY, GATEWAY_TOKENS)
+
+
+@dataclass(frozen=True)
+class ScrapedGauge:
+    """A gauge read when scraped: `collect()` returns {label values: value}."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...]
+    collect: Callable[[], dict]
+
+
+class ScrapedGauges:
+    """A prometheus_client collector over ScrapedGauge callbacks."""
+
+    def __init__(self, gauges):
+        self.gauges = tuple(gauges)
+
+    def collect(self):
+        for gauge in self.gauges:
+            family = GaugeMetricFamily(gauge.name, gauge.help, labels=gauge.labels)
+            for key, value in sorted(gauge.collect().items()):
+                family.add_metric([str(part) for part in key], value)
+            yield family
+
+
+def multiprocess_directory() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def render(*collectors) -> bytes:
+    """The text exposition of the process metrics (summed over every process writing to the multiprocess
+    directory; this process's own without one) and of `collectors`."""
+    registry = CollectorRegistry()
+    if multiprocess_directory():
+        MultiProcessCollector(registry)
+    else:
+        for metric in PROCESS_METRICS:
+            registry.register(metric)
+    for collector in collectors:
+        registry.register(collector)
+    return generate_latest(registry)

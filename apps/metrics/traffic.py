@@ -1,5 +1,5 @@
 """Gateway traffic: the journal flusher calls `gateway_steps_recorded` once per batch it has written to the
-database. It counts the batch into this process's Prometheus metrics and publishes one point per tenant on
+database. It counts the batch into the Prometheus metrics (shared by this host's processes) and publishes one point per tenant on
 the tenant's "gateway.traffic" stream. It runs on the gateway's event loop, so it does no I/O of its own:
 the channel-layer send is scheduled as a task on that loop."""
 
@@ -40,10 +40,10 @@ def gateway_steps_recorded(records: list[dict]) -> None:
     try:
         for record in records:
             tenant = str(record["tenant_id"])
-            GATEWAY_REQUESTS.inc(tenant, record.get("endpoint") or "", _outcome(record))
-            GATEWAY_LATENCY.observe(tenant, value=(record.get("latency_ms") or 0) / 1000)
-            GATEWAY_TOKENS.inc(tenant, "prompt", amount=record.get("prompt_tokens") or 0)
-            GATEWAY_TOKENS.inc(tenant, "completion", amount=record.get("completion_tokens") or 0)
+            GATEWAY_REQUESTS.labels(tenant, record.get("endpoint") or "", _outcome(record)).inc()
+            GATEWAY_LATENCY.labels(tenant).observe((record.get("latency_ms") or 0) / 1000)
+            GATEWAY_TOKENS.labels(tenant, "prompt").inc(record.get("prompt_tokens") or 0)
+            GATEWAY_TOKENS.labels(tenant, "completion").inc(record.get("completion_tokens") or 0)
         for tenant_id, point in traffic_points(records).items():
             metrics_send_now(tenant_id=tenant_id, stream=TRAFFIC_STREAM, payload=point)
     except Exception:

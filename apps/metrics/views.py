@@ -1,5 +1,6 @@
 """GET /metrics: Prometheus text exposition. Protected by AREAL_METRICS_TOKEN (a bearer token) when set;
-without it only loopback clients are answered (403 otherwise)."""
+without it only loopback clients are answered (403 otherwise), and in production (where
+AREAL_METRICS_ALLOW_LOOPBACK is off) nobody."""
 
 import hmac
 import ipaddress
@@ -9,7 +10,7 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from apps.metrics.exposition import CONTENT_TYPE, REGISTRY, Gauge, render
+from apps.metrics.exposition import CONTENT_TYPE, ScrapedGauge, ScrapedGauges, render
 from areal_web.queues import Queue
 
 
@@ -49,12 +50,12 @@ def _releases():
     return dangerously_release_counts()
 
 
-SCRAPED = (
-    Gauge("areal_steps_recorded", "Steps recorded in the database, by tenant.", ("tenant",), _steps),
-    Gauge("areal_celery_queue_depth", "Messages waiting in each Celery queue.", ("queue",), queue_depths),
-    Gauge("areal_training_jobs", "Training jobs by tenant and status.", ("tenant", "status"), _jobs),
-    Gauge("areal_releases", "Releases by tenant and status.", ("tenant", "status"), _releases),
-)
+SCRAPED = ScrapedGauges((
+    ScrapedGauge("areal_steps_recorded", "Steps recorded in the database, by tenant.", ("tenant",), _steps),
+    ScrapedGauge("areal_celery_queue_depth", "Messages waiting in each Celery queue.", ("queue",), queue_depths),
+    ScrapedGauge("areal_training_jobs", "Training jobs by tenant and status.", ("tenant", "status"), _jobs),
+    ScrapedGauge("areal_releases", "Releases by tenant and status.", ("tenant", "status"), _releases),
+))
 
 
 def _allowed(request) -> bool:
@@ -62,6 +63,8 @@ def _allowed(request) -> bool:
     if token:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         return hmac.compare_digest(given.encode(), token.encode())
+    if not settings.AREAL_METRICS_ALLOW_LOOPBACK:
+        return False
     try:
         return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
     except ValueError:
@@ -73,4 +76,4 @@ def metrics(request):
     if not _allowed(request):
         return HttpResponse("forbidden: set AREAL_METRICS_TOKEN and send it as a bearer token, or scrape from "
                             "the loopback\n", status=403, content_type="text/plain")
-    return HttpResponse(render((*REGISTRY, *SCRAPED)), content_type=CONTENT_TYPE)
+    return HttpResponse(render(SCRAPED), content_type=CONTENT_TYPE)

@@ -5,9 +5,10 @@ on the filesystem under var/, an in-memory channel layer relayed between local p
 and REDIS_URL switch to the real services.
 """
 
+import os
 from pathlib import Path
 
-from areal_web.env import env_bool, env_int, env_list, env_str, parse_database_url
+from areal_web.env import env_bool, env_int, env_int_map, env_list, env_str, parse_database_url
 from areal_web.queues import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -197,9 +198,12 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Login throttling: after this many failures for one username (or one client address) within the
-# window, further attempts are refused until the window passes.
+# Login throttling (apps/core/login_throttle.py, for the console and the Django admin): after this many
+# attempts for one username from one client address (or this many failures from one address, whatever the
+# usernames) within the window, further attempts are refused until the window passes.
+AUTHENTICATION_BACKENDS = ["apps.core.login_throttle.ThrottledModelBackend"]
 AREAL_LOGIN_MAX_FAILURES = env_int("AREAL_LOGIN_MAX_FAILURES", 5)
+AREAL_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("AREAL_LOGIN_MAX_FAILURES_PER_ADDRESS", 50)
 AREAL_LOGIN_WINDOW_SECONDS = env_int("AREAL_LOGIN_WINDOW_SECONDS", 900)
 # The gateway journals each step before answering; a background flusher writes journalled steps to
 # the database in batches every this many milliseconds (group commit).
@@ -213,6 +217,11 @@ AREAL_GATEWAY_MAX_BODY_BYTES = env_int("AREAL_GATEWAY_MAX_BODY_BYTES", 2 * 1024 
 AREAL_GATEWAY_DEFAULT_MAX_TOKENS = env_int("AREAL_GATEWAY_DEFAULT_MAX_TOKENS", 1024)
 # A budget reservation older than this is released: no call runs that long, so its process died before settling.
 AREAL_GATEWAY_RESERVATION_SECONDS = env_int("AREAL_GATEWAY_RESERVATION_SECONDS", 3600)
+# Request bodies on Django's paths (REST API, console, admin): a larger body gets 413 before Django reads it
+# (areal_web/middleware.py). Path prefixes may have caps of their own (the longest matching prefix wins).
+AREAL_MAX_BODY_BYTES = env_int("AREAL_MAX_BODY_BYTES", 10 * 1024 * 1024)
+AREAL_MAX_BODY_BYTES_BY_PATH = env_int_map("AREAL_MAX_BODY_BYTES_BY_PATH",
+                                           {"/api/v1/trajectories/import/": 64 * 1024 * 1024})
 # How long a verified API key stays in the cache before the database is asked again.
 AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
 # /rl/start_session calls per minute and tenant (0: no limit beyond the tenant's requests per minute).
@@ -277,3 +286,17 @@ CELERY_IMPORTS += ["workers.tasks.metrics"]
 CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {
     "task": "metrics.overview_tick", "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10))}
 AREAL_METRICS_TOKEN = env_str("AREAL_METRICS_TOKEN", "")
+# Live WebSocket streams (apps/metrics/consumers.py) read the member's membership and role again this often:
+# a removed member is disconnected, a demoted one leaves the streams the new role may not view.
+AREAL_LIVE_RECHECK_SECONDS = env_int("AREAL_LIVE_RECHECK_SECONDS", 30)
+# Without a token, loopback clients may scrape (off in production: behind a proxy every client is loopback).
+AREAL_METRICS_ALLOW_LOOPBACK = env_bool("AREAL_METRICS_ALLOW_LOOPBACK", True)
+# /api/schema/ and /api/docs/ open to anyone (off in production: signed-in people and API keys only).
+AREAL_API_DOCS_PUBLIC = env_bool("AREAL_API_DOCS_PUBLIC", True)
+# Prometheus counters are shared by this machine's processes (prometheus_client's multiprocess mode): each
+# process writes memory-mapped files here, a scrape sums them. prometheus_client reads the variable when it
+# is imported, which is after the settings. `manage.py up` empties the folder at start; in production give
+# each start of the web service an empty folder (a tmpfs, or remove its files before starting).
+AREAL_PROMETHEUS_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "prometheus")))
+AREAL_PROMETHEUS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(AREAL_PROMETHEUS_DIR)

@@ -23,6 +23,10 @@ SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# /metrics needs AREAL_METRICS_TOKEN (a reverse proxy on this host makes every client look like loopback);
+# the API schema and docs need a signed-in person or an API key.
+AREAL_METRICS_ALLOW_LOOPBACK = env_bool("AREAL_METRICS_ALLOW_LOOPBACK", False)
+AREAL_API_DOCS_PUBLIC = env_bool("AREAL_API_DOCS_PUBLIC", False)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},

@@ -130,3 +130,13 @@ def test_another_tenants_backend_is_a_404_page_like_a_missing_one(admin_user, te
     assert foreign.status_code == missing.status_code == 404
     theirs.refresh_from_db()
     assert theirs.last_checked_at is None
+
+
+def test_production_api_schema_and_docs_need_a_signed_in_person_or_a_key(client, admin_user, api_client, settings):
+    settings.AREAL_API_DOCS_PUBLIC = False
+    assert client.get("/api/schema/").status_code in {401, 403}
+    assert client.get("/api/docs/").status_code in {401, 403}
+    assert api_client(["inference"]).get("/api/schema/").status_code == 200
+    client.force_login(admin_user)
+    assert client.get("/api/schema/").status_code == 200
+    assert client.get("/api/docs/").status_code == 200

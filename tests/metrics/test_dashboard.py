@@ -12,7 +12,6 @@ from django.utils import timezone
 
 from apps.audit.services import Actor
 from apps.metrics.dashboard import overview_tick
-from apps.metrics.exposition import GATEWAY_REQUESTS
 from apps.metrics.traffic import gateway_steps_recorded, traffic_points
 from apps.releases.models import AnalysisRun, ReleaseStatus
 from apps.rewards.models import Reward
@@ -21,6 +20,7 @@ from apps.training.models import TrainingMetric
 from apps.training.services import alias_move
 from apps.trajectories.selectors import reward_outcomes_per_minute, step_traffic_per_minute
 from areal_web.asgi import application
+from tests.metrics.exposition import sample
 from tests.releases.helpers import release_at
 from tests.rewards.factories import make_trajectory
 from tests.tenants.factories import MembershipFactory
@@ -174,7 +174,8 @@ async def _subscribed(user, stream):
 async def test_flushed_batch_reaches_the_tenants_page_and_the_counters(tenant, other_tenant):
     user = await sync_to_async(lambda: MembershipFactory(tenant=tenant, role=Role.VIEWER).user)()
     socket = await _subscribed(user, "gateway.traffic")
-    before = GATEWAY_REQUESTS.values.get((str(tenant.pk), "chat.completions", "ok"), 0)
+    labels = {"tenant_id": str(tenant.pk), "endpoint": "chat.completions", "outcome": "ok"}
+    before = await sync_to_async(sample)("areal_gateway_requests_total", **labels)
 
     gateway_steps_recorded([gateway_step(tenant, "s", latency_ms=25), gateway_step(other_tenant, "t"),
                             gateway_step(tenant, "s", latency_ms=35)])  # on the event loop, as the flusher does
@@ -183,7 +184,7 @@ async def test_flushed_batch_reaches_the_tenants_page_and_the_counters(tenant, o
     assert message["stream"] == "gateway.traffic"
     assert (message["payload"]["requests"], message["payload"]["latencies_ms"]) == (2, [25, 35])
     assert await socket.receive_nothing(timeout=0.3)
-    assert GATEWAY_REQUESTS.values[(str(tenant.pk), "chat.completions", "ok")] == before + 2
+    assert await sync_to_async(sample)("areal_gateway_requests_total", **labels) == before + 2
     await socket.disconnect()
 
 

@@ -1,52 +1,50 @@
 """GET /metrics: the text exposition parses, carries the gateway's per-process counters and the database
 gauges, and is refused off the loopback or without the configured token."""
 
-import re
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from apps.metrics.exposition import Counter, Histogram, render
 from apps.metrics.traffic import gateway_steps_recorded
 from apps.releases.models import ReleaseStatus
+from tests.metrics.exposition import parse
 from tests.releases.helpers import release_row
 from tests.training.helpers import queued_job
 from tests.trajectories.builders import gateway_step, ingested
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+ROOT = Path(__file__).resolve().parents[2]
+
+# Another web process of this machine: it records a batch of steps as its journal flusher would.
+OTHER_PROCESS = """
+import json, sys
+import django
+django.setup()
+from apps.metrics.traffic import gateway_steps_recorded
+gateway_steps_recorded(json.loads(sys.argv[1]))
+"""
 
 
-def parse(text: str) -> tuple[dict, dict]:
-    """(types by family, {(name, frozenset(labels)): value}); fails on any line that is not valid."""
-    types, samples = {}, {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            types[name] = kind
-        elif line.startswith("# HELP ") or not line:
-            continue
-        else:
-            match = SAMPLE.match(line)
-            assert match, f"not an exposition line: {line!r}"
-            name, labels, value = match.groups()
-            samples[(name, frozenset(LABEL.findall(labels or "")))] = float(value)
-    return types, samples
+@pytest.mark.django_db
+def test_metrics_sum_the_counters_of_every_process(client, tenant):
+    """A scrape answered by one process counts the calls that another process recorded."""
+    requests = ("areal_gateway_requests_total",
+                frozenset({("tenant_id", str(tenant.pk)), ("endpoint", "chat.completions"), ("outcome", "ok")}))
+    latencies = ("areal_gateway_request_duration_seconds_count", frozenset({("tenant_id", str(tenant.pk))}))
+    _, before = parse(client.get("/metrics").content.decode())
+    records = [gateway_step(tenant, "s", latency_ms=30) for _ in range(3)]
+    subprocess.run([sys.executable, "-c", OTHER_PROCESS, json.dumps(records)], cwd=ROOT, check=True, timeout=120,
+                   env={**os.environ, "DJANGO_SETTINGS_MODULE": "areal_web.settings.test"})
+    gateway_steps_recorded(records[:1])
 
+    types, samples = parse(client.get("/metrics").content.decode())
 
-def test_exposition_of_a_counter_and_a_histogram():
-    counter = Counter("things_total", 'Things, "quoted"\nand two lines.', ("kind",))
-    counter.inc('a"b')
-    counter.inc('a"b', amount=2)
-    histogram = Histogram("wait_seconds", "Waits.", ("kind",), buckets=(0.1, 1.0))
-    for value in (0.05, 0.5, 3.0):
-        histogram.observe("x", value=value)
-    types, samples = parse(render([counter, histogram]))
-    assert types == {"things_total": "counter", "wait_seconds": "histogram"}
-    assert samples[("things_total", frozenset({("kind", 'a\\"b')}))] == 3
-    assert [samples[("wait_seconds_bucket", frozenset({("kind", "x"), ("le", le)}))] for le in ("0.1", "1", "+Inf")] == [
-        1, 2, 3]
-    assert samples[("wait_seconds_count", frozenset({("kind", "x")}))] == 3
-    assert samples[("wait_seconds_sum", frozenset({("kind", "x")}))] == pytest.approx(3.55)
+    assert types["areal_gateway_requests_total"] == "counter"
+    assert samples[requests] == before.get(requests, 0) + 4
+    assert samples[latencies] == before.get(latencies, 0) + 4
 
 
 @pytest.mark.django_db
@@ -106,3 +104,12 @@ def test_metrics_refused_off_the_loopback_and_without_the_token(client, settings
     assert client.get("/metrics").status_code == 403
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+@pytest.mark.django_db
+def test_production_metrics_need_the_token_even_on_the_loopback(client, settings):
+    """Behind a reverse proxy on the same host every client arrives from the loopback."""
+    settings.AREAL_METRICS_ALLOW_LOOPBACK = False
+    assert client.get("/metrics").status_code == 403
+    settings.AREAL_METRICS_TOKEN = "s3cret"
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200

@@ -67,6 +67,8 @@ class Command(BaseCommand):
         if inference_port:
             commands["inference"] = [python, "-m", "workers.inference.server", "--model", str(model_dir),
                                      "--host", host, "--port", str(inference_port), "--served-model-name", "default"]
+        for stale in settings.AREAL_PROMETHEUS_DIR.glob("*.db"):  # the last run's Prometheus counters
+            stale.unlink(missing_ok=True)
         environment = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE",
                                                                                "areal_web.settings.local")}
         processes = {
