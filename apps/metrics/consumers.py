@@ -38,8 +38,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     tenant's stream group: the stream must be one of STREAM_ACTIONS and the member's role (read afresh)
     must allow its action. Every AREAL_LIVE_RECHECK_SECONDS the membership is read again: a member removed
     from the tenant (or a user deactivated or signed out) is closed with 4404 (4401 signed out), and a
-    stream the member's new role may no longer view is left ({"unsubscribed": stream}). The consumer
-    only forwards what `metrics_publish` sends.
+    stream the member's new role may no longer view is left ({"unsubscribed": stream}), and the remaining
+    groups are joined again (a restarted Redis forgets them). The consumer only forwards what
+    `metrics_publish` sends.
     """
 
     async def connect(self):
@@ -98,6 +99,17 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 if not role_can(self.role, stream_action(stream)):
                     await self.channel_layer.group_discard(self.groups_joined.pop(stream), self.channel_name)
                     await self.send_json({"unsubscribed": stream, "error": "your role may no longer view this stream"})
+            await self._rejoin()
+
+    async def _rejoin(self):
+        """Joins the socket's groups again: a Redis restart (which keeps nothing here) forgets every group
+        membership while the socket stays open, and the page would go silent without a word. group_add is
+        idempotent and refreshes the membership's expiry."""
+        for group in list(self.groups_joined.values()):
+            try:
+                await self.channel_layer.group_add(group, self.channel_name)
+            except Exception:  # the layer is still down: the next re-check tries again
+                logger.warning("live stream: re-joining %s failed", group, exc_info=True)
 
     async def receive_json(self, content, **kwargs):
         stream = content.get("subscribe") if isinstance(content, dict) else None

@@ -135,3 +135,37 @@ async def test_a_demoted_member_loses_the_streams_of_the_old_role(tenant, settin
     assert await socket.receive_json_from(timeout=5) == {"stream": "gateway.traffic", "payload": {"n": 1}}
     assert await socket.receive_nothing(timeout=0.3)
     await socket.disconnect()
+
+
+async def test_a_channel_layer_that_forgot_its_groups_is_rejoined_within_the_recheck(viewer_headers, tenant, settings):
+    """bench/reliability/faults.py (redis) saw a page go silent after a Redis restart: the socket stayed open
+    but its group membership was gone. The memberships are dropped here as the restart drops them."""
+    settings.AREAL_LIVE_RECHECK_SECONDS = 0.2
+    socket = WebsocketCommunicator(application, "/ws/live/acme/", headers=viewer_headers)
+    assert (await socket.connect())[0]
+    await socket.send_json_to({"subscribe": "gateway.traffic"})
+    assert await socket.receive_json_from(timeout=5) == {"subscribed": "gateway.traffic"}
+    await sync_to_async(_forget_every_group)()
+    await sync_to_async(metrics_publish)(tenant_id=tenant.pk, stream="gateway.traffic", payload={"n": 1})
+    assert await socket.receive_nothing(timeout=0.1)  # forgotten: this point is lost
+    await socket.receive_nothing(timeout=0.5)  # a re-check passes
+    await sync_to_async(metrics_publish)(tenant_id=tenant.pk, stream="gateway.traffic", payload={"n": 2})
+    assert await socket.receive_json_from(timeout=5) == {"stream": "gateway.traffic", "payload": {"n": 2}}
+    await socket.disconnect()
+
+
+def _forget_every_group():
+    """What a restarted Redis (nothing kept on disk) does to this layer's group memberships."""
+    from channels.layers import get_channel_layer
+    from django.conf import settings as django_settings
+
+    layer = get_channel_layer()
+    if isinstance(getattr(layer, "groups", None), dict):  # the in-memory layer
+        layer.groups.clear()
+        return
+    import redis
+
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    keys = list(client.scan_iter(match=f"{layer.prefix}:group:*"))
+    assert keys, "the subscription's group should be in Redis"
+    client.delete(*keys)
