@@ -7,3 +7,4 @@ class TenantsConfig(AppConfig):
 
     def ready(self):
         from apps.tenants import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from apps.tenants import sign_ins  # noqa: F401  (audits sign-ins through Django's auth signals)
