@@ -196,13 +196,20 @@ def backend_url_check(url: str) -> Target:
 
 def backend_url_check_literal(url: str) -> None:
     """The non-blocking part of the check, for the event loop: the URL's form, and its address when the host is
-    an address. A host name is checked by `CheckedResolver` when it is resolved to connect."""
+    an address. A host name is checked by `CheckedResolver` when it is resolved to connect. An allowed URL is
+    remembered (per allow-list), so the gateway's hot path pays a dictionary lookup."""
+    _literal_allowed(url, tuple(getattr(settings, SETTING, ())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _literal_allowed(url: str, entries: tuple[str, ...]) -> bool:
     host, port = url_parts(url)
     try:
         address = str(_address(host))
     except ValueError:
-        return
+        return True
     check_addresses(host=host, port=port, addresses=(address,))
+    return True
 
 
 def backend_url_validate(url: str) -> str:
