@@ -5,6 +5,8 @@ value fails at start-up with a message naming the variable instead of deep insid
 """
 
 import os
+import secrets
+from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlparse
 
 
@@ -70,6 +72,25 @@ def env_int_map(name: str, default: dict[str, int] | None = None) -> dict[str, i
         except ValueError:
             raise ConfigurationError(f"environment variable {name}: {item.strip()!r} is not KEY=INTEGER") from None
     return result
+
+
+def generated_secret(path: Path) -> str:
+    """A random secret kept in `path` (0600), created on first use; concurrent first uses agree on one."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    candidate = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    descriptor = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secrets.token_urlsafe(32))
+    try:
+        os.link(candidate, path)  # atomic: the first process to link wins, the others read its secret
+    except FileExistsError:
+        pass
+    finally:
+        candidate.unlink()
+    return path.read_text().strip()
 
 
 def parse_database_url(url: str) -> dict:

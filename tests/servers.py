@@ -38,11 +38,15 @@ def wait_until_healthy(url: str, *, timeout: float = 120, process: subprocess.Po
 
 @contextlib.contextmanager
 def inference_server(model_dir, *, served_model: str = "policy-small", version: str = "1", log_path: Path):
+    """Started as `manage.py up` starts it: with the installation's admin token in its environment."""
+    from django.conf import settings
+
     port = free_port()
     command = [sys.executable, "-m", "workers.inference.server", "--model", str(model_dir), "--port", str(port),
                "--served-model-name", served_model, "--model-version", version]
+    environment = {**os.environ, "AREAL_INFERENCE_ADMIN_TOKEN": settings.AREAL_INFERENCE_ADMIN_TOKEN}
     with open(log_path, "w") as log:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=environment)
         try:
             wait_until_healthy(f"http://127.0.0.1:{port}/health", process=process)
             yield f"http://127.0.0.1:{port}"

@@ -1,5 +1,7 @@
 from django import forms
 
+from apps.core.errors import ValidationFailed
+from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind
 from apps.tenants.models import ConsentMode, PiiMode
 from apps.tenants.permissions import Role, Scope
@@ -76,6 +78,12 @@ class BackendRegisterForm(forms.Form):
     served_model = forms.CharField(max_length=200, label="Served model name")
     model_version = forms.CharField(max_length=64, required=False)
     weight = forms.IntegerField(min_value=0, max_value=1000, initial=1)
+
+    def clean_base_url(self):
+        try:  # the same check as the service's (egress.py), shown beside the field
+            return backend_url_validate(self.cleaned_data["base_url"])
+        except ValidationFailed as error:
+            raise forms.ValidationError(error.message, code="not_allowed") from None
 
 
 class TrajectoryFilterForm(forms.Form):

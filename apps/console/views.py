@@ -14,7 +14,6 @@ from apps.core.errors import DomainError
 from apps.core.login_throttle import ThrottledAuthenticationForm, login_throttled
 from apps.inference import selectors as inference_selectors
 from apps.inference import services as inference_services
-from apps.inference.health import backend_probe
 from apps.inference.models import BackendState
 from apps.metrics.dashboard import overview_context
 from apps.tenants import selectors, services
@@ -212,22 +211,21 @@ def backends(request):
             backend = _act(request, lambda: inference_services.backend_register(
                 tenant=request.tenant, actor=request.actor, **form.cleaned_data))
             if backend:
-                healthy, error = backend_probe(base_url=backend.base_url, kind=backend.kind)
-                backend = inference_services.backend_record_health(backend_id=backend.pk, healthy=healthy, error=error)
+                backend = inference_services.backend_check(backend=backend)
                 messages.success(request, f"Registered {backend.name}: {backend.state}.")
                 return redirect("console:backends")
     return render(request, "console/backends.html", {
         "backends": inference_selectors.backend_list(tenant=request.tenant), "form": form, "can_manage": can_manage,
-    })
+    }, status=422 if request.method == "POST" else 200)
 
 
 @require_POST
 @console_page(Action.BACKEND_MANAGE)
 def backend_check(request, backend_id):
     backend = inference_selectors.backend_get(tenant=request.tenant, backend_id=backend_id)
-    healthy, error = backend_probe(base_url=backend.base_url, kind=backend.kind)
-    backend = inference_services.backend_record_health(backend_id=backend.pk, healthy=healthy, error=error)
-    messages.success(request, f"{backend.name} is {backend.state}{': ' + backend.last_error if error else ''}.")
+    backend = inference_services.backend_check(backend=backend)
+    messages.success(request, f"{backend.name} is {backend.state}"
+                              f"{': ' + backend.last_error if backend.last_error else ''}.")
     return redirect("console:backends")
 
 

@@ -25,7 +25,15 @@ from apps.core.errors import DomainError
 from apps.gateway import anthropic_wire, caps, validation
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
-from apps.gateway.forward import JSON_CONTENT, backend_session, backend_session_close, encode
+from apps.gateway.forward import (
+    JSON_CONTENT,
+    BackendResponseTooLarge,
+    backend_session,
+    backend_session_close,
+    backend_url,
+    encode,
+    read_capped,
+)
 from apps.gateway.journal import Journal, journal_recover
 from apps.gateway.policy import WindowCounter, budget_reserve, budget_settle, policy_for
 from apps.gateway.principals import authenticate
@@ -285,7 +293,7 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
         if forward_body.get("stream"):
             forward_body["stream_options"] = {"include_usage": True}
         path = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
-        url = backend.base_url + path
+        url = backend_url(backend.base_url, path)  # refused before any connection unless allowed (egress.py)
         if chat_body.get("stream"):
             actual_cost = await _stream(gateway, receive, send, draft, url, forward_body, started, anthropic,
                                         client_model)
@@ -298,11 +306,15 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
         await budget_settle(policy, reserved, actual_cost or draft.cost_usd)  # a 503'd answer's compute too
 
 
-async def _backend_failure(gateway, draft, error_status: int, message: str):
+async def _backend_failure(gateway, draft, error_status: int, message: str, code: str | None = None):
     draft.fail(message)
     record_step(gateway, draft)
-    code = "backend_timeout" if error_status == 504 else "backend_error"
+    code = code or ("backend_timeout" if error_status == 504 else "backend_error")
     return GatewayError(error_status, message, code)
+
+
+def _redirect_refused(status: int) -> str:
+    return f"the inference backend answered a redirect ({status}), which the gateway does not follow"
 
 
 def _transport_failure(error) -> str:
@@ -317,12 +329,17 @@ async def _unary(gateway, send, draft, url, forward_body, started, anthropic, cl
     import aiohttp
 
     try:
-        async with backend_session().post(url, data=encode(forward_body), headers=JSON_CONTENT) as response:
-            status, raw = response.status, await response.read()
+        async with backend_session().post(url, data=encode(forward_body), headers=JSON_CONTENT,
+                                          allow_redirects=False) as response:
+            status, raw = response.status, await read_capped(response)
     except TimeoutError:
         raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
     except aiohttp.ClientError as error:
         raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
+    except BackendResponseTooLarge as error:
+        raise await _backend_failure(gateway, draft, 502, str(error), "backend_response_too_large") from None
+    if 300 <= status < 400:
+        raise await _backend_failure(gateway, draft, 502, _redirect_refused(status))
     if status >= 400:
         text = raw.decode("utf-8", "replace")
         try:
@@ -367,9 +384,12 @@ async def _stream(gateway, receive, send, draft, url, forward_body, started, ant
                   if anthropic else None)
     headers_sent = False
     try:
-        async with backend_session().post(url, data=encode(forward_body), headers=JSON_CONTENT) as response:
+        async with backend_session().post(url, data=encode(forward_body), headers=JSON_CONTENT,
+                                          allow_redirects=False) as response:
+            if 300 <= response.status < 400:
+                raise await _backend_failure(gateway, draft, 502, _redirect_refused(response.status))
             if response.status >= 400:
-                detail = (await response.read()).decode("utf-8", "replace")[:300]
+                detail = (await response.content.read(4096)).decode("utf-8", "replace")[:300]
                 if response.status < 500:
                     raise GatewayError(400, f"the backend refused the request: {detail}", "backend_rejected")
                 raise await _backend_failure(gateway, draft, 502, f"the inference backend answered "
@@ -377,7 +397,12 @@ async def _stream(gateway, receive, send, draft, url, forward_body, started, ant
             await send({"type": "http.response.start", "status": 200,
                         "headers": SSE_HEADERS + [(b"x-session-id", draft.session_id.encode())]})
             headers_sent = True
+            received, limit = 0, settings.AREAL_GATEWAY_MAX_RESPONSE_BYTES
             async for raw_line in response.content:  # one SSE line at a time
+                received += len(raw_line)
+                if received > limit:
+                    draft.abort(str(BackendResponseTooLarge(limit)))
+                    break
                 line = raw_line.decode("utf-8", "replace").rstrip("\r\n")
                 if disconnected.is_set():
                     draft.abort("client disconnected mid-stream")

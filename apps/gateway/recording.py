@@ -142,6 +142,15 @@ class StepDraft:
         return {"prompt_ids": list(prompt_ids), "completion_ids": list(first.completion_token_ids),
                 "completion_logprobs": list(first.logprobs), "completion_versions": list(versions)}
 
+    def _model_version(self) -> str:
+        """The backend row's version; for a row registered without one, the version the server reported: in
+        this answer (the embedded server's `policy_version`) or at its last check (vLLM's weight version)."""
+        if getattr(self.backend, "model_version", ""):
+            return self.backend.model_version
+        if self.parsed is not None and self.parsed.policy_version is not None:
+            return str(self.parsed.policy_version)
+        return getattr(self.backend, "reported_version", "") or ""
+
     def to_record(self) -> dict | None:
         consent = self.policy.consent_mode
         if consent == "none":
@@ -158,7 +167,7 @@ class StepDraft:
             "parent_step_id": self.session.last_step_id if self.session else None,
             "retry_of": None, "kind": "llm_call", "endpoint": self.endpoint,
             "served_model": self.request.get("model", ""),
-            "model_version": getattr(self.backend, "model_version", "") or "",
+            "model_version": self._model_version(),
             "policy_version": self.parsed.policy_version if self.parsed is not None else None,
             "backend_name": getattr(self.backend, "name", "") or "",
             "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,

@@ -90,6 +90,7 @@ def trajectory_replay_run(*, tenant_id: int, source_id: str, session_id: str, mo
     from apps.gateway.principals import Principal
     from apps.gateway.recording import StepDraft, session_advance
     from apps.gateway.sessions import SessionState
+    from apps.inference.egress import BackendAddressRefused, backend_http_client
     from apps.inference.services import NoBackendAvailable, backend_for_session
     from apps.tenants.models import Tenant
     from apps.trajectories.services import steps_ingest, trajectory_end
@@ -103,7 +104,7 @@ def trajectory_replay_run(*, tenant_id: int, source_id: str, session_id: str, mo
     session = SessionState(session_id=session_id, task_id=source.task_id)
     done = set(Step.objects.for_tenant(tenant).filter(trajectory=replay).values_list("id", flat=True))
     recorded = 0
-    with httpx.Client(timeout=timeout_s) as client:
+    with backend_http_client(timeout=timeout_s) as client:  # checked addresses, no redirects (egress.py)
         for step in _replayable_steps(source):
             step_id = replay_step_id(source_step_id=step.id, session_id=session_id)
             if uuid.UUID(step_id) in done:  # recorded by an earlier attempt of this task
@@ -134,6 +135,8 @@ def trajectory_replay_run(*, tenant_id: int, source_id: str, session_id: str, mo
                         draft.complete_unary(response.json(), latency_ms=(time.perf_counter() - started) * 1000)
                 except httpx.HTTPError as error:
                     draft.fail(f"the inference backend failed: {type(error).__name__}")
+                except BackendAddressRefused as error:
+                    draft.fail(error.message)
             record = draft.to_record()
             if record is not None:
                 recorded += steps_ingest(records=[record])

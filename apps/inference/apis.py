@@ -4,7 +4,6 @@ from rest_framework.response import Response
 
 from apps.core.api import TenantApi
 from apps.inference import selectors, services
-from apps.inference.health import backend_probe
 from apps.inference.models import BackendKind, BackendState
 from apps.tenants.permissions import Action
 
@@ -17,6 +16,7 @@ class BackendOutputSerializer(serializers.Serializer):
     kind = serializers.CharField()
     served_model = serializers.CharField()
     model_version = serializers.CharField()
+    reported_version = serializers.CharField(help_text="The version the server itself reported at its last check.")
     weight = serializers.IntegerField()
     state = serializers.CharField()
     last_checked_at = serializers.DateTimeField(allow_null=True)
@@ -87,6 +87,5 @@ class BackendCheckApi(TenantApi):
     @extend_schema(request=None, responses=BackendOutputSerializer)
     def post(self, request, backend_id):
         backend = selectors.backend_get(tenant=self.tenant, backend_id=backend_id)
-        healthy, error = backend_probe(base_url=backend.base_url, kind=backend.kind)
-        backend = services.backend_record_health(backend_id=backend.pk, healthy=healthy, error=error)
+        backend = services.backend_check(backend=backend)
         return Response(BackendOutputSerializer(backend).data)

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, DomainError, NotFound, ValidationFailed
+from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind, BackendState, InferenceBackend, SessionAffinity
 from apps.inference.selectors import backend_candidates
 from apps.metrics.publish import metrics_publish
@@ -21,8 +22,8 @@ class NoBackendAvailable(DomainError):
 def _validate(fields: dict) -> None:
     if "kind" in fields and fields["kind"] not in BackendKind.values:
         raise ValidationFailed(f"kind must be one of {', '.join(BackendKind.values)}", fields={"kind": ["invalid"]})
-    if "base_url" in fields and not str(fields["base_url"]).startswith(("http://", "https://")):
-        raise ValidationFailed("base_url must start with http:// or https://", fields={"base_url": ["invalid"]})
+    if "base_url" in fields:
+        backend_url_validate(fields["base_url"])  # form, and every address it resolves to (egress.py)
     if "state" in fields and fields["state"] not in {BackendState.UP, BackendState.DOWN, BackendState.DRAINING,
                                                      BackendState.UNKNOWN}:
         raise ValidationFailed("unknown state", fields={"state": ["invalid"]})
@@ -84,9 +85,11 @@ def backend_remove(*, tenant, actor: Actor, backend_id) -> None:
 
 
 @transaction.atomic
-def backend_record_health(*, backend_id: int, healthy: bool, error: str = "") -> InferenceBackend | None:
-    """Stores a health-check result. A draining backend stays draining; otherwise up or down. A change of
-    state is published to the tenant's `backends` stream."""
+def backend_record_health(*, backend_id: int, healthy: bool, error: str = "",
+                          reported_version: str | None = None) -> InferenceBackend | None:
+    """Stores a health-check result (and the version the server said it serves, when it said). A draining
+    backend stays draining; otherwise up or down. A change of state is published to the tenant's `backends`
+    stream."""
     backend = InferenceBackend.objects.select_for_update().filter(pk=backend_id).first()
     if backend is None:
         return None
@@ -95,11 +98,25 @@ def backend_record_health(*, backend_id: int, healthy: bool, error: str = "") ->
         backend.state = BackendState.UP if healthy else BackendState.DOWN
     backend.last_checked_at = timezone.now()
     backend.last_error = "" if healthy else error[:500]
-    backend.save(update_fields=["state", "last_checked_at", "last_error"])
+    fields = ["state", "last_checked_at", "last_error"]
+    if reported_version is not None:
+        backend.reported_version = reported_version[:64]
+        fields.append("reported_version")
+    backend.save(update_fields=fields)
     if backend.state != previous:
         metrics_publish(tenant_id=backend.tenant_id, stream="backends",
                         payload={"backend": backend.name, "state": backend.state, "error": backend.last_error})
     return backend
+
+
+def backend_check(*, backend: InferenceBackend) -> InferenceBackend:
+    """Probes the backend now (its address checked first, see egress.py) and records the result. The probe runs
+    outside any transaction; the record is its own."""
+    from apps.inference.health import backend_probe
+
+    probe = backend_probe(base_url=backend.base_url, kind=backend.kind)
+    return backend_record_health(backend_id=backend.pk, healthy=probe.healthy, error=probe.error,
+                                 reported_version=probe.version)
 
 
 def backend_for_session(*, tenant, served_model: str, session_id: str,

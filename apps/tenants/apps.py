@@ -6,5 +6,7 @@ class TenantsConfig(AppConfig):
     label = "tenants"
 
     def ready(self):
-        from apps.tenants import schema  # noqa: F401  (registers the OpenAPI auth extension)
-        from apps.tenants import sign_ins  # noqa: F401  (audits sign-ins through Django's auth signals)
+        from apps.tenants import (
+            schema,  # noqa: F401  (registers the OpenAPI auth extension)
+            sign_ins,  # noqa: F401  (audits sign-ins through Django's auth signals)
+        )

@@ -152,11 +152,8 @@ class ModelVersionPublishApi(TenantApi):
     actions = {"POST": Action.MODEL_VERSION_PUBLISH}
 
     def post(self, request, version_id):
-        from django.conf import settings
-
         version = selectors.model_version_get(tenant=self.tenant, version_id=version_id)
-        outcomes = model_version_publish(tenant=self.tenant, actor=self.actor, version=version,
-                                         admin_token=getattr(settings, "AREAL_INFERENCE_ADMIN_TOKEN", None) or None)
+        outcomes = model_version_publish(tenant=self.tenant, actor=self.actor, version=version)
         return Response({"version": version.label, "backends": [vars(outcome) for outcome in outcomes]})
 
 

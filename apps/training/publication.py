@@ -8,15 +8,26 @@
   requests finish on the old weights, new ones wait) or, for a LoRA job's adapter, `publish_lora_adapter`.
 - Afterwards the backend row's `model_version` is the version number (the gateway stamps it), its state up.
 
+Every call goes to an address checked first (apps/inference/egress.py), follows no redirect, and carries the
+admin token (settings.AREAL_INFERENCE_ADMIN_TOKEN) only to addresses an operator listed: a tenant's backend
+reached through the `public` entry never sees it.
+
 A backend that fails keeps its old weights and version; the result says which and why.
 """
 
 from dataclasses import dataclass
 
 import httpx
+from django.conf import settings
 from django.db import transaction
 
 from apps.audit.services import Actor, audit_record
+from apps.inference.egress import (
+    BackendAddressRefused,
+    BackendTransport,
+    backend_http_client,
+    backend_url_check,
+)
 from apps.inference.models import BackendKind, BackendState
 from apps.inference.selectors import backend_list
 from apps.inference.services import backend_record_health, backend_update
@@ -36,7 +47,9 @@ def model_version_publish(*, tenant, actor: Actor, version: ModelVersion, backen
                           admin_token: str | None = None, timeout: float = 120.0) -> list[PublishOutcome]:
     """Publishes `version` to this tenant's backends serving `version.name` (or the listed ones). Tenancy:
     only the tenant's backends. Not one transaction: each backend is swapped in turn and its row updated
-    after its swap succeeded. Audited per call."""
+    after its swap succeeded. Audited per call. `admin_token` defaults to the installation's."""
+    if admin_token is None:
+        admin_token = settings.AREAL_INFERENCE_ADMIN_TOKEN
     backends = [b for b in backend_list(tenant=tenant, served_model=version.name)
                 if backend_ids is None or b.pk in backend_ids]
     outcomes = []
@@ -57,16 +70,20 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
     if drain:
         backend_update(tenant=tenant, actor=actor, backend_id=backend.pk, changes={"state": BackendState.DRAINING})
     try:
+        target = backend_url_check(backend.base_url)  # before any connection; again on connect (the transport)
+        token = admin_token if target.operator_listed else None
         if backend.kind == BackendKind.EMBEDDED:
-            headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
-            response = httpx.post(f"{backend.base_url.rstrip('/')}/admin/load", headers=headers, timeout=timeout,
-                                  json={"path": version.checkpoint_path, "version": version.number})
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            with backend_http_client(timeout=timeout) as client:
+                response = client.post(f"{backend.base_url.rstrip('/')}/admin/load", headers=headers,
+                                       json={"path": version.checkpoint_path, "version": version.number})
             if response.status_code != 200:
                 raise RuntimeError(f"/admin/load answered {response.status_code}: {response.text[:300]}")
         elif backend.kind == BackendKind.VLLM:
             from workers.inference.vllm import VllmAdmin
 
-            with VllmAdmin(backend.base_url, api_key=admin_token, timeout_s=timeout) as admin:
+            with VllmAdmin(backend.base_url, api_key=token, timeout_s=timeout,
+                           transport=BackendTransport(trust_env=False)) as admin:
                 adapter = version.metrics.get("lora_adapter_path") if isinstance(version.metrics, dict) else None
                 if adapter:
                     admin.publish_lora_adapter(version.name, adapter, version=str(version.number))
@@ -74,10 +91,11 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
                     admin.publish_full_weights(version.checkpoint_path, version=str(version.number))
         else:
             raise RuntimeError(f"a {backend.kind} backend has no weight-update endpoint")
-    except (httpx.HTTPError, RuntimeError, OSError) as error:
+    except (httpx.HTTPError, RuntimeError, OSError, BackendAddressRefused) as error:
         if drain:
             backend_update(tenant=tenant, actor=actor, backend_id=backend.pk, changes={"state": BackendState.UNKNOWN})
-        return PublishOutcome(backend.pk, backend.name, False, time.perf_counter() - started, str(error))
+        message = error.message if isinstance(error, BackendAddressRefused) else str(error)
+        return PublishOutcome(backend.pk, backend.name, False, time.perf_counter() - started, message)
     changes = {"model_version": str(version.number)}
     if drain:
         changes["state"] = BackendState.UNKNOWN  # leave draining; the health record below makes it up

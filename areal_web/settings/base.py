@@ -5,10 +5,20 @@ on the filesystem under var/, an in-memory channel layer relayed between local p
 and REDIS_URL switch to the real services.
 """
 
+import hashlib
+import hmac
 import os
 from pathlib import Path
 
-from areal_web.env import env_bool, env_int, env_int_map, env_list, env_str, parse_database_url
+from areal_web.env import (
+    env_bool,
+    env_int,
+    env_int_map,
+    env_list,
+    env_str,
+    generated_secret,
+    parse_database_url,
+)
 from areal_web.queues import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -300,3 +310,21 @@ AREAL_API_DOCS_PUBLIC = env_bool("AREAL_API_DOCS_PUBLIC", True)
 AREAL_PROMETHEUS_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "prometheus")))
 AREAL_PROMETHEUS_DIR.mkdir(parents=True, exist_ok=True)
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(AREAL_PROMETHEUS_DIR)
+
+# Inference backends (apps/inference/egress.py). The addresses the platform may connect to for a tenant's backend
+# URL: entries HOST:PORT (a name, an address or a network; PORT a number or *), and `public` for any globally
+# routable address. Default: this machine's embedded inference ports (the two serving slots of `up` and the demo)
+# and public addresses, so no tenant can aim the platform at Redis, PostgreSQL or anything else on loopback or a
+# private network.
+AREAL_INFERENCE_PORT = env_int("AREAL_INFERENCE_PORT", 8100)
+AREAL_BACKEND_ALLOWED_HOSTS = env_list("AREAL_BACKEND_ALLOWED_HOSTS", [
+    f"{host}:{port}" for port in (AREAL_INFERENCE_PORT, AREAL_INFERENCE_PORT + 1) for host in ("127.0.0.1", "[::1]")
+] + ["public"])
+# Largest backend response body the gateway reads (a larger one answers 502 backend_response_too_large).
+AREAL_GATEWAY_MAX_RESPONSE_BYTES = env_int("AREAL_GATEWAY_MAX_RESPONSE_BYTES", 32 * 1024 * 1024)
+# Bearer token of the embedded inference servers' admin API (weight loads, pause): they refuse every admin call
+# without it, and publication sends it (only to operator-listed backend addresses). Unset: derived from
+# DJANGO_SECRET_KEY when that is set (every host of a deployment agrees), else generated once into the var folder.
+AREAL_INFERENCE_ADMIN_TOKEN = env_str("AREAL_INFERENCE_ADMIN_TOKEN", "") or (
+    hmac.new(SECRET_KEY.encode(), b"areal-inference-admin-token", hashlib.sha256).hexdigest()
+    if env_str("DJANGO_SECRET_KEY", "") else generated_secret(VAR_DIR / "inference-admin-token"))

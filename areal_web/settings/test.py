@@ -8,7 +8,7 @@ Without CI the suite runs embedded (SQLite, filesystem broker, in-memory channel
 import os
 from pathlib import Path
 
-from areal_web.env import env_bool
+from areal_web.env import env_bool, env_list
 
 # Each test session keeps its files (SQLite test database, embedded broker, cache, journal) in its own
 # folder, apart from a running stack's and from any other test session's; processes the tests start
@@ -28,6 +28,8 @@ from areal_web.settings.base import *  # noqa: E402, F403
 from areal_web.settings.base import DATABASES  # noqa: E402
 
 DEBUG = False
+# Test servers listen on random loopback ports; the tests of the allow-list set the embedded default themselves.
+AREAL_BACKEND_ALLOWED_HOSTS = env_list("AREAL_BACKEND_ALLOWED_HOSTS", ["127.0.0.1:*", "[::1]:*"])
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -99,6 +99,8 @@ class GatewayStack:
             "AREAL_LOG_LEVEL": "WARNING",
             "NO_PROXY": "127.0.0.1,localhost",
             "PYTHONUNBUFFERED": "1",
+            # The upstream listens on a loopback port of its own: the operator lists it (apps/inference/egress.py).
+            "AREAL_BACKEND_ALLOWED_HOSTS": urlsplit(self.upstream_url).netloc,
         })
         return env
 

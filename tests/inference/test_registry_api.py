@@ -71,7 +71,8 @@ def test_who_may_register(api_client, member, role, allowed):
 def test_check_marks_an_unreachable_backend_down(api_client, tenant):
     backend = BackendFactory(tenant=tenant, base_url=closed_port_url(), state=BackendState.UP)
     response = api_client(["admin"]).post(f"/api/v1/backends/{backend.pk}/check/")
-    assert response.json()["state"] == "down" and "ConnectError" in response.json()["last_error"]
+    assert response.json()["state"] == "down"
+    assert response.json()["last_error"] == "the backend did not answer its health check"  # no transport detail
 
 
 def test_registerbackend_command_is_idempotent(tenant):

@@ -7,6 +7,7 @@ import time
 
 import httpx
 import pytest
+from django.conf import settings as django_settings
 
 from apps.audit.services import Actor
 from apps.inference.models import BackendKind, BackendState
@@ -63,7 +64,9 @@ def test_a_short_job_produces_a_version_the_embedded_server_serves(tmp_path, ten
                                  served_model=MODEL, model_version="0", state=BackendState.UP)
         outcomes = model_version_publish(tenant=tenant, actor=USER, version=version)
         assert [outcome.ok for outcome in outcomes] == [True], outcomes
-        assert httpx.get(f"{url}/admin/version").json()["version"] == 1
+        assert httpx.get(f"{url}/admin/version").status_code == 401  # the admin API needs the token
+        admin_headers = {"Authorization": f"Bearer {django_settings.AREAL_INFERENCE_ADMIN_TOKEN}"}
+        assert httpx.get(f"{url}/admin/version", headers=admin_headers).json()["version"] == 1
         reply = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "hello", "max_tokens": 3},
                            timeout=60).json()
         assert reply["policy_version"] == 1

@@ -2,10 +2,15 @@
 
     python -m workers.inference.server --model DIR --port 8100 [--host 127.0.0.1]
         [--served-model-name NAME ...] [--model-version V] [--admin-token TOKEN] [--threads N]
+
+The admin API (/admin/*) always needs `Authorization: Bearer <token>`: the token comes from --admin-token or
+the environment variable AREAL_INFERENCE_ADMIN_TOKEN (what `manage.py up` and the demo pass, from settings);
+a server started with neither refuses every admin call.
 """
 
 import argparse
 import asyncio
+import hmac
 import json
 import os
 import time
@@ -36,6 +41,8 @@ from workers.inference.responses import (
 )
 from workers.inference.stream import EngineFailure, GenerationResult, RequestStream
 from workers.inference.streaming import ChatChunks, CompletionChunks
+
+ADMIN_TOKEN_ENV = "AREAL_INFERENCE_ADMIN_TOKEN"
 
 
 class InferenceServer:
@@ -194,7 +201,11 @@ class InferenceServer:
         return JSONResponse(asdict(self.engine.stats()))
 
     def _authorize(self, request: Request) -> None:
-        if self.admin_token and request.headers.get("authorization") != f"Bearer {self.admin_token}":
+        if not self.admin_token:
+            raise ApiError(403, "the admin API is closed: this server was started without an admin token",
+                           error_type="permission_error", code="admin_api_disabled")
+        presented = request.headers.get("authorization", "").encode("latin-1", "replace")
+        if not hmac.compare_digest(presented, f"Bearer {self.admin_token}".encode()):
             raise ApiError(401, "admin endpoints need Authorization: Bearer <admin token>",
                            error_type="authentication_error", code="invalid_admin_token")
 
@@ -265,7 +276,9 @@ def main(argv=None) -> None:
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--served-model-name", nargs="+", help="names clients may use; default: the --model value")
     parser.add_argument("--model-version", type=int, default=0, help="policy version of the initial weights")
-    parser.add_argument("--admin-token", help="bearer token required on /admin/* (default: none)")
+    parser.add_argument("--admin-token", default=os.environ.get(ADMIN_TOKEN_ENV) or None,
+                        help=f"bearer token required on /admin/* (default: ${ADMIN_TOKEN_ENV}; without one the admin "
+                             "API refuses every call)")
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--max-model-len", type=int, help="default: the model's max_position_embeddings")
     parser.add_argument("--prefix-cache-tokens", type=int, default=16384,

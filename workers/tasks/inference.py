@@ -5,13 +5,12 @@ from celery import shared_task
 def check_backends() -> dict:
     """Beat runs this every 15 s: probes every registered backend of every tenant and records up/down.
     Idempotent (a probe result simply overwrites the last); a down backend gets no new sessions."""
-    from apps.inference.health import backend_probe
     from apps.inference.selectors import dangerously_backend_list_all_tenants
-    from apps.inference.services import backend_record_health
+    from apps.inference.services import backend_check
 
     states = {}
-    for backend_id, base_url, kind in dangerously_backend_list_all_tenants().values_list("id", "base_url", "kind"):
-        healthy, error = backend_probe(base_url=base_url, kind=kind)
-        backend_record_health(backend_id=backend_id, healthy=healthy, error=error)
-        states[backend_id] = healthy
+    for backend in dangerously_backend_list_all_tenants().only("id", "base_url", "kind"):
+        checked = backend_check(backend=backend)  # the address is checked against the allow-list first
+        if checked is not None:
+            states[backend.pk] = checked.last_error == ""  # healthy (a draining backend keeps its state)
     return states

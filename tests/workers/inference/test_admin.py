@@ -6,7 +6,7 @@ import time
 import httpx
 import torch
 
-from tests.workers.inference.conftest import ADMIN_TOKEN, load_reference_model, reference_logprobs
+from tests.workers.inference.conftest import ADMIN_TOKEN, load_reference_model, reference_logprobs, serve
 from workers.inference.client import request_completion
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -158,3 +158,24 @@ def test_admin_endpoints_need_the_token(admin_server, tool_model_dir):
         assert response.json()["error"]["type"] == "authentication_error"
     assert admin(admin_server, "GET", "version").json()["version"] == 0  # the unauthorized load changed nothing
     assert admin(admin_server, "GET", "stats").status_code == 200
+
+
+def test_admin_endpoints_refuse_a_missing_or_malformed_token(admin_server, tmp_path):
+    for headers in ({}, {"Authorization": ADMIN_TOKEN}, {"Authorization": f"Bearer {ADMIN_TOKEN}x"},
+                    {"Authorization": "Bearer"}):
+        response = httpx.post(f"{admin_server.base_url}/admin/load", json={"path": str(tmp_path)}, headers=headers)
+        assert response.status_code == 401, headers
+    assert admin(admin_server, "GET", "version").json()["version"] == 0
+
+
+def test_a_server_started_without_a_token_keeps_its_admin_api_closed(default_model_dir):
+    with serve(default_model_dir) as running:
+        for verb, path in [("POST", "load"), ("POST", "pause"), ("POST", "resume"), ("GET", "version"),
+                           ("GET", "stats")]:
+            for headers in ({}, {"Authorization": "Bearer"}, {"Authorization": "Bearer None"}):
+                response = httpx.request(verb, f"{running.base_url}/admin/{path}", headers=headers,
+                                         json={"path": str(default_model_dir), "version": 5})
+                assert response.status_code == 403, (path, headers)
+                assert response.json()["error"]["code"] == "admin_api_disabled"
+        assert running.engine.version == 0 and not running.engine.status().paused
+        assert httpx.get(f"{running.base_url}/health").status_code == 200  # the OpenAI side still serves

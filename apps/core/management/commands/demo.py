@@ -47,7 +47,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.core.management.commands.up import port_is_free
+from apps.core.management.commands.up import port_is_free, stack_environment
 from areal_web.queues import Queue
 
 MODEL = "weather"
@@ -266,7 +266,8 @@ class Demo:
 
     def _start_stack(self, base) -> None:
         python = sys.executable
-        environment = {**os.environ, "AREAL_GATEWAY_URL": self.url}
+        environment = stack_environment({**os.environ, "AREAL_GATEWAY_URL": self.url}, host=self.host,
+                                        inference_ports=self.slots.values())
         service_queues = ",".join(queue.value for queue in Queue if queue != Queue.TRAIN)
         commands = {
             "web": [python, "-m", "uvicorn", "areal_web.asgi:application", "--host", self.host, "--port",

@@ -22,6 +22,27 @@ from apps.inference.management.commands.initmodel import DEFAULT_MODEL_DIR
 from areal_web.queues import Queue
 
 
+def stack_environment(environment: dict, *, host: str, inference_ports) -> dict:
+    """`environment` plus what the stack's processes share about the embedded inference servers: their admin
+    token (they refuse every admin call without it; publication sends it) and, when they listen where the
+    backend allow-list does not reach (--inference-port, HOST), their addresses added to it, here and for the
+    processes started (AREAL_BACKEND_ALLOWED_HOSTS)."""
+    from apps.inference.egress import BackendAddressRefused, backend_url_check
+
+    bracketed = f"[{host}]" if ":" in host else host
+    missing = []
+    for port in inference_ports:
+        try:
+            backend_url_check(f"http://{bracketed}:{port}")
+        except BackendAddressRefused:
+            missing.append(f"{bracketed}:{port}")
+    if missing:
+        settings.AREAL_BACKEND_ALLOWED_HOSTS = [*settings.AREAL_BACKEND_ALLOWED_HOSTS, *missing]
+        environment["AREAL_BACKEND_ALLOWED_HOSTS"] = ",".join(settings.AREAL_BACKEND_ALLOWED_HOSTS)
+    environment["AREAL_INFERENCE_ADMIN_TOKEN"] = settings.AREAL_INFERENCE_ADMIN_TOKEN
+    return environment
+
+
 def port_is_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -71,6 +92,8 @@ class Command(BaseCommand):
             stale.unlink(missing_ok=True)
         environment = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE",
                                                                                "areal_web.settings.local")}
+        environment = stack_environment(environment, host=host, inference_ports=[inference_port] if inference_port
+                                        else [])
         processes = {
             name: subprocess.Popen(command, env=environment, start_new_session=True)
             for name, command in commands.items()

@@ -2,9 +2,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.audit.services import Actor
 from apps.core.errors import DomainError
-from apps.inference.health import backend_probe
 from apps.inference.models import BackendKind, InferenceBackend
-from apps.inference.services import backend_record_health, backend_register, backend_update
+from apps.inference.services import backend_check, backend_register, backend_update
 from apps.tenants.selectors import tenant_get_by_slug
 
 
@@ -32,7 +31,6 @@ class Command(BaseCommand):
                 backend = backend_register(tenant=tenant, actor=actor, name=name, **fields)
         except DomainError as error:
             raise CommandError(error.message) from None
-        healthy, error = backend_probe(base_url=backend.base_url, kind=backend.kind)
-        backend = backend_record_health(backend_id=backend.pk, healthy=healthy, error=error)
+        backend = backend_check(backend=backend)
         self.stdout.write(f"{'updated' if existing else 'registered'} {backend.name} → {backend.base_url}: "
                           f"{backend.state}{' (' + backend.last_error + ')' if backend.last_error else ''}")
