@@ -203,6 +203,12 @@ AREAL_GATEWAY_MAX_BODY_BYTES = env_int("AREAL_GATEWAY_MAX_BODY_BYTES", 2 * 1024 
 # How long a verified API key stays in the cache before the database is asked again.
 AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
 
+# The gateway's PII scan (apps/gateway/sanitizer.py): at most this many characters per scan (a request's
+# messages, a step's observation, its action) and this long in tenant patterns; what cannot be scanned
+# is refused under PII mode `block` and stored as [REDACTED:unscanned] under `redact`.
+AREAL_PII_MAX_SCAN_CHARS = env_int("AREAL_PII_MAX_SCAN_CHARS", 1024 * 1024)
+AREAL_PII_PATTERN_TIMEOUT_MS = env_int("AREAL_PII_PATTERN_TIMEOUT_MS", 250)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
