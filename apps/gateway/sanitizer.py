@@ -395,14 +395,17 @@ class _CardRun:
         self.lengths = [end - start for start, end in groups]
         self.offsets = list(itertools.accumulate(self.lengths, initial=0))  # digit offset of each group
         self.separators = [text[end] if end < len(text) else "" for _, end in groups]  # after each group
-        # Luhn keeps the last digit, doubles the one before, and so on: the sum of a window comes from two
-        # prefix sums, one for windows ending on an even digit offset and one for those ending on an odd one.
-        digits = list(map(int, "".join(text[start:end] for start, end in groups)))
+
+    @functools.cached_property
+    def sums(self) -> tuple[list[int], list[int]]:
+        """Luhn keeps the last digit, doubles the one before, and so on: the sum of a window comes from two
+        prefix sums, one for windows ending on an even digit offset and one for those ending on an odd one."""
+        digits = list(map(int, "".join(self.text[start:end] for start, end in self.groups)))
         doubled = [_LUHN_DOUBLED[digit] for digit in digits]
         kept_on_even, kept_on_odd = digits[:], doubled[:]
         kept_on_even[1::2], kept_on_odd[1::2] = doubled[1::2], digits[1::2]
-        self.sums = (list(itertools.accumulate(kept_on_even, initial=0)),
-                     list(itertools.accumulate(kept_on_odd, initial=0)))
+        return (list(itertools.accumulate(kept_on_even, initial=0)),
+                list(itertools.accumulate(kept_on_odd, initial=0)))
 
     def longest_window(self, first: int) -> int | None:
         """The last group of the longest card-shaped window from `first` that passes Luhn: one block of
