@@ -16,8 +16,8 @@ from apps.gateway.sanitizer import (
     CustomPattern,
     InvalidPattern,
     Sanitizer,
-    ScanLimits,
     SanitizeResult,
+    ScanLimits,
     compile_patterns,
     patterns_from_policy,
 )
