@@ -1,11 +1,15 @@
 """Micro-benchmark of the gateway sanitizer: CPU microseconds per message, best of several repeats
 (process CPU time rather than wall time, so that other work on a shared machine disturbs it less).
 
-    .venv/bin/python -m bench.sanitizer [--repeats 7] [--seconds 0.2]
+    .venv/bin/python -m bench.sanitizer [--repeats 7] [--seconds 0.2] [--hostile-chars 65536]
 
 Cases: clean prose (the common case, which the prefilters should make cheap), clean text full of numbers
 that are not PII (dates, prices, versions, ids: the prefilters pass and the digit detectors run), a
-PII-heavy message, and a four-message chat with a tool call through `scan_messages`.
+PII-heavy message, a four-message chat with a tool call through `scan_messages`, and hostile texts built
+to make a detector backtrack or rescan (each detector must stay linear: see
+tests/gateway/test_sanitizer_limits.py). The last column divides each time by a baseline printed first:
+one plain Python pass over the same text (a per-character generator), so the figures compare across
+machines and loads.
 """
 
 import argparse
@@ -54,6 +58,24 @@ CHAT = [
 ]
 
 
+def _repeat(unit: str, size: int) -> str:
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+HOSTILE = {  # name: repeated unit
+    "hostile: eyJ repeated (jwt)": "eyJ",
+    "hostile: chained phones": "(415) 555-0123 ",
+    "hostile: IBAN-shaped groups": "DE12 ",
+    "hostile: card groups failing Luhn": "4000 ",
+    "hostile: addresses and placeholders": "[REDACTED:x] a@b.cc ",
+    "hostile: IPv6 addresses": "fe80::1 ",
+}
+
+
+def linear_pass(text: str) -> int:
+    return sum(1 for character in text if character.isdigit())
+
+
 def microseconds_per_call(function, repeats: int, seconds: float) -> float:
     timer = timeit.Timer(function, timer=time.process_time)
     number, _ = timer.autorange()
@@ -66,6 +88,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=0.2, help="rough time per repeat")
+    parser.add_argument("--hostile-chars", type=int, default=65536, help="size of each hostile text")
     arguments = parser.parse_args()
     plain = Sanitizer()
     tenant = Sanitizer([CustomPattern("employee", r"EMP-[0-9]{6}"),
@@ -77,10 +100,15 @@ def main() -> None:
         ("PII-heavy", len(PII), lambda: plain.scan_text(PII)),
         ("chat, 4 messages + tool call", len(json.dumps(CHAT)), lambda: plain.scan_messages(CHAT)),
     ]
-    print(f"{'case':34} {'chars':>6} {'CPU µs/message':>15}")
+    for name, unit in HOSTILE.items():
+        text = _repeat(unit, arguments.hostile_chars)
+        cases.append((name, len(text), lambda text=text: plain.scan_text(text)))
+    baseline = microseconds_per_call(lambda: linear_pass(CLEAN), arguments.repeats, arguments.seconds) / len(CLEAN)
+    print(f"baseline: one Python pass over the text, {baseline * 1000:.1f} CPU ns per character")
+    print(f"{'case':36} {'chars':>7} {'CPU µs/message':>15} {'× baseline':>11}")
     for name, size, function in cases:
         microseconds = microseconds_per_call(function, arguments.repeats, arguments.seconds)
-        print(f"{name:34} {size:6d} {microseconds:15.1f}")
+        print(f"{name:36} {size:7d} {microseconds:15.1f} {microseconds / (baseline * size):11.1f}")
 
 
 if __name__ == "__main__":

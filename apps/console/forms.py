@@ -1,6 +1,7 @@
 from django import forms
 
 from apps.core.errors import ValidationFailed
+from apps.gateway.sanitizer import InvalidPattern, patterns_from_policy
 from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind
 from apps.tenants.models import ConsentMode, PiiMode
@@ -55,7 +56,12 @@ class PolicyForm(forms.Form):
         return self.cleaned_data["price_table"] or {}
 
     def clean_pii_patterns(self):
-        return self.cleaned_data["pii_patterns"] or []
+        patterns = self.cleaned_data["pii_patterns"] or []
+        try:
+            patterns_from_policy(patterns)  # the validation the policy service and the gateway use
+        except InvalidPattern as error:
+            raise forms.ValidationError(str(error)) from None
+        return patterns
 
     def clean(self):
         cleaned = super().clean()

@@ -266,7 +266,7 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
     messages = chat_body.get("messages") if endpoint != "completions" else None
     draft = StepDraft.begin(principal=principal, policy=policy, endpoint=endpoint, request=chat_body,
                             headers=headers)
-    draft.sanitize_request()  # raises 422 under PII mode `block`
+    await draft.sanitize_request()  # raises 422 under PII mode `block`; off the event loop when large
     journal_check(gateway, draft)  # 503 before forwarding when the step could not be journalled
     max_tokens = caps.reserved_cap(chat_body)  # per choice; forwarded as the cap (apps/gateway/caps.py)
     estimated_prompt = _estimate_prompt_tokens(chat_body)
@@ -356,6 +356,7 @@ async def _unary(gateway, send, draft, url, forward_body, started, anthropic, cl
         raise await _backend_failure(gateway, draft, 502, "the inference backend answered with malformed JSON") from None
     draft.complete_unary(payload, latency_ms=(time.perf_counter() - started) * 1000)
     payload["id"] = draft.response_id()
+    await draft.sanitize_response()
     record_step(gateway, draft)
     if anthropic:
         payload = anthropic_wire.chat_response_to_message(payload, model=client_model)
@@ -438,6 +439,7 @@ async def _stream(gateway, receive, send, draft, url, forward_body, started, ant
     finally:
         watcher.cancel()
     draft.finish_stream(latency_ms=(time.perf_counter() - started) * 1000)
+    await draft.sanitize_response()
     record_step(gateway, draft, delivered=True)  # journalled before the final bytes are released
     if not draft.aborted:
         tail = (b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())

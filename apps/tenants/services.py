@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.gateway.sanitizer import InvalidPattern, patterns_from_policy
 from apps.tenants.authentication import api_key_cache_forget
 from apps.tenants.keys import key_generate, key_hash, key_prefix
 from apps.tenants.models import ApiKey, Membership, Tenant, TenantPolicy
@@ -61,19 +62,13 @@ def _validate_price_table(table) -> None:
 
 
 def _validate_pii_patterns(patterns) -> None:
-    import re
-
-    if not isinstance(patterns, list):
-        raise ValidationFailed("pii_patterns must be a list", fields={"pii_patterns": ["not a list"]})
-    for item in patterns:
-        if not isinstance(item, dict) or set(item) != {"name", "regex"} or not str(item.get("name", "")).strip():
-            raise ValidationFailed('each PII pattern is {"name": ..., "regex": ...}',
-                                   fields={"pii_patterns": [f"bad entry {item!r}"]})
-        try:
-            re.compile(item["regex"])
-        except re.error as error:
-            raise ValidationFailed(f"PII pattern {item['name']!r} is not a valid regex: {error}",
-                                   fields={"pii_patterns": [f"{item['name']}: {error}"]}) from None
+    """The sanitizer's own validation, the one the gateway compiles the patterns with: a pattern it would
+    refuse (or one matching the empty string, or too costly to compile) is never saved."""
+    try:
+        patterns_from_policy(patterns)
+    except InvalidPattern as error:
+        raise ValidationFailed(f"PII pattern {error.name!r}: {error.reason}" if error.name else error.reason,
+                               code="invalid_pii_pattern", fields={"pii_patterns": [str(error)]}) from None
 
 
 @transaction.atomic
