@@ -16,6 +16,7 @@ from rest_framework import authentication, exceptions
 from apps.tenants.keys import key_hash
 
 _CACHE_PREFIX = "apikey:"
+_CHANGED_PREFIX = "apikey-changed:"  # a revoked or rotated key: cached entries are not trusted
 _TOUCH_PREFIX = "apikey-touched:"
 TOUCH_INTERVAL_SECONDS = 60
 
@@ -102,6 +103,10 @@ def _load(hashed: str) -> KeyPrincipal | None:
 
 
 def api_key_cache_forget(hashed: str) -> None:
+    """Evicts the key's cache entry and leaves a marker for as long as an entry may live: a verification
+    that read the row before a revocation committed may still cache it after this eviction, and an entry
+    found beside the marker is not trusted (the row is read again)."""
+    cache.set(_CHANGED_PREFIX + hashed, 1, settings.AREAL_API_KEY_CACHE_SECONDS)
     cache.delete(_CACHE_PREFIX + hashed)
     api_key_forgotten.send(sender=KeyPrincipal, hashed=hashed)
 
@@ -123,14 +128,17 @@ def api_key_authenticate(raw_key: str) -> KeyPrincipal:
 
 def api_key_authenticate_hashed(hashed: str) -> KeyPrincipal:
     """`api_key_authenticate` for a key known by its hash (the key that minted a gateway session key)."""
-    cached = cache.get(_CACHE_PREFIX + hashed)
+    found = cache.get_many([_CACHE_PREFIX + hashed, _CHANGED_PREFIX + hashed])
+    changed = _CHANGED_PREFIX + hashed in found
+    cached = None if changed else found.get(_CACHE_PREFIX + hashed)
     if cached is not None:
         principal = _from_cache(cached)
     else:
         principal = _load(hashed)
         if principal is None:
             raise KeyRejected("invalid API key", "invalid_key")
-        cache.set(_CACHE_PREFIX + hashed, _to_cache(principal), settings.AREAL_API_KEY_CACHE_SECONDS)
+        if not changed:
+            cache.set(_CACHE_PREFIX + hashed, _to_cache(principal), settings.AREAL_API_KEY_CACHE_SECONDS)
     now = timezone.now()
     if principal.revoked_at and principal.revoked_at <= now:
         raise KeyRejected(f"API key {principal.prefix}… was revoked", "key_revoked")

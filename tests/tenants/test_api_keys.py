@@ -159,3 +159,34 @@ def test_createtenant_is_idempotent(db):
     tenant = Tenant.objects.get(slug="initech")
     assert tenant.name == "Initech" and tenant.policy.consent_mode == "full"
     assert AuditEvent.objects.filter(tenant=tenant, verb="tenant.create").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_verification_racing_the_revocation_cannot_cache_the_key_as_valid(api_client, monkeypatch):
+    """A verification that read the row before the revocation committed, and caches it after the revocation's
+    eviction, must not keep the key alive until the cache entry expires."""
+    import threading
+
+    from apps.tenants import authentication
+
+    admin = api_client(["admin"])
+    created = admin.post("/api/v1/keys/", {"name": "agent", "scopes": ["inference"]}, format="json").json()
+    read, revoked = threading.Event(), threading.Event()
+    load = authentication._load
+
+    def load_then_wait(hashed):
+        principal = load(hashed)  # the row as it was before the revocation
+        read.set()
+        revoked.wait(timeout=30)
+        return principal
+
+    monkeypatch.setattr(authentication, "_load", load_then_wait)
+    racer = threading.Thread(target=lambda: authentication.api_key_authenticate(created["key"]))
+    racer.start()
+    assert read.wait(timeout=30)
+    monkeypatch.setattr(authentication, "_load", load)
+    assert admin.post(f"/api/v1/keys/{created['id']}/revoke/").status_code == 200
+    revoked.set()
+    racer.join(timeout=30)  # it has cached what it read, after the eviction
+    response = _use(created["key"])
+    assert (response.status_code, response.json()["error"]["code"]) == (401, "key_revoked")
