@@ -222,7 +222,10 @@ class RedisGatewayStack(GatewayStack):
     def env(self) -> dict:
         env = super().env()
         env.update({"REDIS_URL": self.redis_url, "AREAL_CACHE_PREFIX": f"faults-{os.getpid()}",
-                    "AREAL_CHANNEL_PREFIX": f"faults-{os.getpid()}"})
+                    "AREAL_CHANNEL_PREFIX": f"faults-{os.getpid()}",
+                    # live sockets re-join their groups at each re-check (30 s by default): shorter here, so
+                    # the re-join after the restart falls within the burst
+                    "AREAL_LIVE_RECHECK_SECONDS": "5"})
         return env
 
     def start_worker(self) -> None:
