@@ -81,6 +81,7 @@ class RewardListApi(TenantApi):
     ATDP source. `override: true` (operators, with `reason`) beats every other source."""
 
     actions = {"GET": Action.REWARD_VIEW, "POST": Action.REWARD_WRITE}
+    error_statuses = {410, 422}  # a reward out of its spec; a session past its late-reward window
 
     class FilterSerializer(serializers.Serializer):
         trajectory_id = serializers.UUIDField(required=False)
@@ -183,6 +184,7 @@ class EvaluatorListApi(TenantApi):
     """Rule evaluators run on workers when a trajectory ends (and on demand)."""
 
     actions = {"GET": Action.REWARD_VIEW, "POST": Action.EVALUATOR_MANAGE}
+    error_statuses = {422}  # an unknown reward spec
 
     @extend_schema(operation_id="evaluator_list", responses=EvaluatorSerializer(many=True))
     def get(self, request):
@@ -202,6 +204,7 @@ class EvaluatorRunApi(TenantApi):
     """Queues this evaluator over one trajectory (202); its reward appears in /rewards/?source=evaluator."""
 
     actions = {"POST": Action.EVALUATOR_MANAGE}
+    error_statuses = {410, 422}  # a reward out of its spec; a session past its late-reward window
 
     class InputSerializer(serializers.Serializer):
         trajectory_id = serializers.UUIDField()
