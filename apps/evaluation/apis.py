@@ -1,4 +1,4 @@
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
@@ -156,7 +156,9 @@ class EvalComparisonApi(TenantApi):
 
     actions = {"GET": Action.EVAL_VIEW}
 
-    @extend_schema(responses=dict)
+    @extend_schema(parameters=[OpenApiParameter("candidate", int, required=True, description="an eval run id"),
+                               OpenApiParameter("baseline", int, required=True, description="an eval run id")],
+                   responses=dict)
     def get(self, request):
         try:
             candidate_id, baseline_id = int(request.query_params["candidate"]), int(request.query_params["baseline"])

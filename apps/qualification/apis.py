@@ -85,7 +85,7 @@ class QualificationRunApi(TenantApi):
 
     actions = {"POST": Action.QUALIFICATION_RUN}
 
-    @extend_schema(operation_id="qualification_run", request=None)
+    @extend_schema(operation_id="qualification_run", request=None, responses={202: dict})
     def post(self, request, trajectory_id):
         trajectory = selectors.trajectory_for_qualification(tenant=self.tenant, trajectory_id=trajectory_id)
         services.qualification_enqueue(trajectory_id=trajectory.pk)

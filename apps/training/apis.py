@@ -1,6 +1,6 @@
 """REST API of training jobs, model versions (with lineage and publication) and aliases."""
 
-from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 
@@ -162,17 +162,29 @@ class ModelVersionPublishApi(TenantApi):
 
 class ModelAliasListApi(TenantApi):
     actions = {"GET": Action.MODEL_VERSION_VIEW, "POST": Action.MODEL_ALIAS_MANAGE}
+    pagination_class = None  # a tenant has a few aliases per model: one list, no pages
 
     class InputSerializer(serializers.Serializer):
         alias = serializers.SlugField(max_length=40)
         version_id = serializers.IntegerField()
         reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
+    @extend_schema_serializer(component_name="ModelAlias")
+    class OutputSerializer(serializers.Serializer):
+        name = serializers.CharField()
+        alias = serializers.CharField()
+        version_id = serializers.IntegerField()
+        version = serializers.CharField()
+        updated_at = serializers.DateTimeField()
+
+    @extend_schema(parameters=[OpenApiParameter("name", str, description="only this model's aliases")],
+                   responses=OutputSerializer(many=True))
     def get(self, request):
         rows = selectors.alias_list(tenant=self.tenant, name=request.query_params.get("name"))
         return Response([{"name": row.name, "alias": row.alias, "version_id": row.version_id,
                           "version": row.version.label, "updated_at": row.updated_at} for row in rows])
 
+    @extend_schema(request=InputSerializer, responses={200: OutputSerializer})
     def post(self, request):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
