@@ -32,7 +32,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < 1e-5  # below this logits / temperature overflows to inf; vLLM is greedy too
 
 
 def choice_generator(params: SamplingParams, choice_index: int) -> torch.Generator | None:
