@@ -1,0 +1,83 @@
+"""What the fuzzers found, each pinned by a direct test through the same interface (see
+bench/reliability/README.md, "Fuzzing")."""
+
+import pytest
+
+from apps.tenants.permissions import Role
+from tests.tenants.factories import MembershipFactory, TenantFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("path", ["/api/v1/backends/not-a-number/", "/api/v1/releases/1/no-such-action/",
+                                  "/api/v1/no-such-endpoint/"])
+def test_an_api_path_that_matches_no_endpoint_answers_the_json_error(api_client, path):
+    response = api_client().get(path)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"] == {"code": "not_found", "message": f"no endpoint {path}",
+                                        "type": "not_found_error"}
+
+
+def test_a_console_path_that_matches_nothing_keeps_the_html_page(client):
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404 and response["Content-Type"].startswith("text/html")
+
+
+def test_every_operation_documents_its_errors_in_the_error_shape(client):
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    error = {"$ref": "#/components/schemas/Error"}
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            for status in ("401", "403", "404"):
+                assert responses[status]["content"]["application/json"]["schema"] == error, (method, path, status)
+            if method in {"post", "put", "patch"}:
+                assert {"400", "413", "415"} <= set(responses), (method, path)
+    assert set(schema["components"]["schemas"]["Error"]["required"]) == {"error"}
+
+
+def test_tenants_list_is_paged_as_documented(api_client, tenant, member):
+    person = member(Role.VIEWER)
+    MembershipFactory(user=person, tenant=TenantFactory(slug="zeta", name="Zeta"), role=Role.ADMIN)
+    first = api_client(user=person).get("/api/v1/tenants/", {"page_size": 1}).json()
+    assert first["count"] == 2 and [row["slug"] for row in first["results"]] == ["acme"] and first["next"]
+    everything = api_client(user=person).get("/api/v1/tenants/").json()
+    assert [row["slug"] for row in everything["results"]] == ["acme", "zeta"] and everything["next"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path,body", [
+    ("/v1/completions", {"prompt": "hi"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+])
+def test_a_vanishingly_small_temperature_samples_greedily(gateway, backend, agent_key, path, body):
+    """temperature 1e-300 is valid (0..2) but divided the logits into inf/nan: the backend failed and the
+    client got a 502. Below 1e-5 the embedded server now samples greedily, as vLLM does."""
+    import httpx
+
+    from tests.gateway.conftest import MODEL
+
+    url, _ = gateway
+    headers = {"Authorization": f"Bearer {agent_key('inference')}"}
+    tiny = httpx.post(f"{url}{path}", headers=headers, timeout=60,
+                      json={**body, "model": MODEL, "max_tokens": 3, "temperature": 1e-300})
+    greedy = httpx.post(f"{url}{path}", headers=headers, timeout=60,
+                        json={**body, "model": MODEL, "max_tokens": 3, "temperature": 0})
+    assert tiny.status_code == 200, tiny.text
+    text = "text" if path == "/v1/completions" else "message"
+    assert tiny.json()["choices"][0][text] == greedy.json()["choices"][0][text]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("logprobs", ["three", [1], {"n": 1}, -1, 21, 2.5])
+def test_completions_refuse_a_malformed_logprobs_in_openais_shape(gateway, backend, agent_key, logprobs):
+    import httpx
+
+    from tests.gateway.conftest import MODEL
+
+    url, _ = gateway
+    response = httpx.post(f"{url}/v1/completions", headers={"Authorization": f"Bearer {agent_key('inference')}"},
+                          json={"model": MODEL, "prompt": "hi", "max_tokens": 2, "logprobs": logprobs}, timeout=60)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "logprobs"
