@@ -47,13 +47,17 @@ def test_tenants_list_is_paged_as_documented(api_client, tenant, member):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("sampling", [{"temperature": 1e-300}, {"top_p": 1e-300}])
 @pytest.mark.parametrize("path,body", [
     ("/v1/completions", {"prompt": "hi"}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
 ])
-def test_a_vanishingly_small_temperature_samples_greedily(gateway, backend, agent_key, path, body):
-    """temperature 1e-300 is valid (0..2) but divided the logits into inf/nan: the backend failed and the
-    client got a 502. Below 1e-5 the embedded server now samples greedily, as vLLM does."""
+def test_a_vanishingly_small_temperature_or_top_p_samples_greedily(gateway, backend, agent_key, path, body,
+                                                                   sampling):
+    """temperature 1e-300 is valid (0..2) but divided the logits into inf/nan; top_p 1e-300 (valid, (0, 1])
+    is 0 in float32, so the nucleus cut the top token too: either way the backend failed and the client got
+    a 502. Below 1e-5 the embedded server now samples greedily, as vLLM does, and top_p always keeps the
+    most likely token."""
     import httpx
 
     from tests.gateway.conftest import MODEL
@@ -61,7 +65,7 @@ def test_a_vanishingly_small_temperature_samples_greedily(gateway, backend, agen
     url, _ = gateway
     headers = {"Authorization": f"Bearer {agent_key('inference')}"}
     tiny = httpx.post(f"{url}{path}", headers=headers, timeout=60,
-                      json={**body, "model": MODEL, "max_tokens": 3, "temperature": 1e-300})
+                      json={**body, "model": MODEL, "max_tokens": 3, **sampling})
     greedy = httpx.post(f"{url}{path}", headers=headers, timeout=60,
                         json={**body, "model": MODEL, "max_tokens": 3, "temperature": 0})
     assert tiny.status_code == 200, tiny.text
