@@ -85,3 +85,21 @@ def test_completions_refuse_a_malformed_logprobs_in_openais_shape(gateway, backe
                           json={"model": MODEL, "prompt": "hi", "max_tokens": 2, "logprobs": logprobs}, timeout=60)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == "logprobs"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path,body", [
+    ("/v1/rewards", {"session_id": "s", "value": 1, "idempotency_key": "a\x00b"}),
+    ("/v1/rewards", {"session_id": "s", "value": 1, "comment": "a\x00b"}),
+    ("/rl/start_session", {"task_id": "a\x00b"}),
+])
+def test_a_nul_character_in_a_text_field_is_refused_in_openais_shape(gateway, agent_key, path, body):
+    """PostgreSQL text cannot hold NUL: it reached the database and the gateway answered 500 (found by the
+    gateway fuzzer on PostgreSQL; SQLite stored it). Refused before any query now, on either database."""
+    import httpx
+
+    url, _ = gateway
+    response = httpx.post(f"{url}{path}", json=body,
+                          headers={"Authorization": f"Bearer {agent_key('inference', 'rewards:write')}"})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["param"] in {"idempotency_key", "comment", "task_id"}
