@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-DEFAULT_EXAMPLES = 6
+DEFAULT_EXAMPLES = 5
 
 
 def examples_per_operation(default: int = DEFAULT_EXAMPLES) -> int:

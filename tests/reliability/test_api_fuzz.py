@@ -35,6 +35,8 @@ from tests.reliability.fuzzing import Tally, examples_per_operation, run_strateg
 from tests.rewards.factories import make_spec, make_trajectory
 from tests.servers import free_port
 
+pytestmark = pytest.mark.fuzz
+
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 CSRF_TOKEN = "fuzzfuzzfuzzfuzzfuzzfuzzfuzzfuzz"  # any 32 letters are a valid CSRF secret
 

@@ -23,7 +23,7 @@ from tests.gateway.helpers import drain
 from tests.reliability.fuzzing import Tally, examples_per_operation, run_strategy
 from tests.reliability.gateway_contract import MAX_TOKENS, gateway_contract
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
