@@ -10,7 +10,7 @@ action declared for the HTTP method against the role × action table. Subclasses
 from rest_framework.views import APIView
 
 from apps.audit.services import Actor
-from apps.core.errors import Forbidden, NotFound
+from apps.core.errors import Forbidden, NotFound, ValidationFailed
 from apps.core.pagination import PagePagination
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.models import Tenant
@@ -49,6 +49,10 @@ class TenantApi(APIView):
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
+        for name, values in request.query_params.lists():  # PostgreSQL text cannot hold NUL: refuse, never 500
+            if any("\x00" in value for value in (name, *values)):
+                raise ValidationFailed("query parameters cannot contain NUL characters", code="invalid_query",
+                                       fields={name.replace("\x00", ""): ["contains a NUL character"]})
         method = "GET" if request.method in {"HEAD", "OPTIONS"} else request.method
         action = self.actions.get(method)
         if action is None:

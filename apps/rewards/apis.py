@@ -1,7 +1,7 @@
 """REST API: reward specs and rewards (list with filters, create, override, training reward, feedback)."""
 
 from django.db import transaction
-from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 
@@ -36,7 +36,8 @@ class RewardSpecSerializer(serializers.Serializer):
 class RewardSpecListApi(TenantApi):
     actions = {"GET": Action.REWARD_VIEW, "POST": Action.REWARD_SPEC_MANAGE}
 
-    @extend_schema(operation_id="reward_spec_list", responses=RewardSpecSerializer(many=True))
+    @extend_schema(operation_id="reward_spec_list", responses=RewardSpecSerializer(many=True),
+                   parameters=[OpenApiParameter("agent", str, description="only this agent's specs")])
     def get(self, request):
         agent = request.query_params.get("agent")
         return self.paginated(selectors.reward_spec_list(tenant=self.tenant, agent_name=agent), RewardSpecSerializer)

@@ -78,7 +78,7 @@ class TrainingJobListApi(TenantApi):
         max_trajectories = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
         description = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
-    @extend_schema(responses=JobOutputSerializer(many=True))
+    @extend_schema(parameters=[OpenApiParameter("status", str)], responses=JobOutputSerializer(many=True))
     def get(self, request):
         return self.paginated(selectors.training_job_list(tenant=self.tenant, status=request.query_params.get("status")),
                               JobOutputSerializer)
@@ -119,7 +119,8 @@ class TrainingJobCancelApi(TenantApi):
 class ModelVersionListApi(TenantApi):
     actions = {"GET": Action.MODEL_VERSION_VIEW}
 
-    @extend_schema(responses=VersionOutputSerializer(many=True))
+    @extend_schema(parameters=[OpenApiParameter("name", str), OpenApiParameter("status", str)],
+                   responses=VersionOutputSerializer(many=True))
     def get(self, request):
         return self.paginated(selectors.model_version_list(tenant=self.tenant, name=request.query_params.get("name"),
                                                            status=request.query_params.get("status")),

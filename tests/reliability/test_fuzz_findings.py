@@ -19,6 +19,29 @@ def test_an_api_path_that_matches_no_endpoint_answers_the_json_error(api_client,
                                         "type": "not_found_error"}
 
 
+@pytest.mark.parametrize("path", [
+    "/api/v1/model-aliases/?name=a%00b", "/api/v1/model-versions/?status=a%00b", "/api/v1/releases/?model=a%00b",
+    "/api/v1/serving-history/?model=a%00b", "/api/v1/reward-specs/?agent=a%00b", "/api/v1/backends/?model=a%00b",
+    "/api/v1/training-jobs/?status=a%00b", "/api/v1/reviews/?status=a%00b", "/api/v1/qualification/?status=a%00b",
+    "/api/v1/keys/?a%00b=c",
+])
+def test_a_nul_character_in_a_query_parameter_is_a_400(api_client, path):
+    """PostgreSQL text cannot hold NUL: these filters reached the database and answered 500 on PostgreSQL
+    (found by probing the query parameters the schema did not document; they are documented now)."""
+    response = api_client(["admin", "trajectories:read"]).get(path)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_query"
+
+
+@pytest.mark.parametrize("path,field", [("/api/v1/eval/runs/?suite=abc", "suite"),
+                                        ("/api/v1/eval/runs/?version=1.5", "version"),
+                                        ("/api/v1/reviews/?trajectory_id=abc", "trajectory_id")])
+def test_a_malformed_id_filter_is_a_400(api_client, path, field):
+    """These reached the ORM as they were: ValueError / ValidationError, a 500 on every database."""
+    response = api_client(["admin", "trajectories:read"]).get(path)
+    assert response.status_code == 400 and field in response.json()["error"]["fields"]
+
+
 def test_a_console_path_that_matches_nothing_keeps_the_html_page(client):
     response = client.get("/no-such-page/")
     assert response.status_code == 404 and response["Content-Type"].startswith("text/html")
