@@ -17,6 +17,10 @@ from apps.tenants.models import Tenant
 from apps.tenants.permissions import PERMISSIONS, Action, role_can, scopes_can
 
 TENANT_SESSION_KEY = "tenant_slug"
+# The widest values an input may carry into a PostgreSQL `integer` / `bigint` column (PositiveIntegerField,
+# PositiveBigIntegerField); past them the database refuses the row and the request would answer 500.
+INTEGER_COLUMN_MAX = 2**31 - 1
+BIG_INTEGER_COLUMN_MAX = 2**63 - 1
 
 
 def tenant_resolve_for_user(*, request, user):

@@ -6,7 +6,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
+from apps.core.api import BIG_INTEGER_COLUMN_MAX, INTEGER_COLUMN_MAX, TenantApi
 from apps.core.errors import ValidationFailed
 from apps.qualification import selectors, services
 from apps.qualification.models import QualificationStatus, ReviewStatus
@@ -149,9 +149,9 @@ class QualificationLimitsApi(TenantApi):
     actions = {"GET": Action.TRAJECTORY_VIEW, "PUT": Action.QUALIFICATION_OVERRIDE}
 
     class LimitsSerializer(serializers.Serializer):
-        min_steps = serializers.IntegerField(min_value=1)
-        max_steps = serializers.IntegerField(min_value=1)
-        max_tokens = serializers.IntegerField(min_value=1)
+        min_steps = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX)
+        max_steps = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX)
+        max_tokens = serializers.IntegerField(min_value=1, max_value=BIG_INTEGER_COLUMN_MAX)
 
     @extend_schema(operation_id="qualification_limits", responses=LimitsSerializer)
     def get(self, request):

@@ -6,7 +6,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
+from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.core.errors import ValidationFailed
 from apps.releases import selectors, services
 from apps.tenants.permissions import Action
@@ -59,9 +59,9 @@ class ReleaseListApi(TenantApi):
         stages = serializers.ListField(child=serializers.FloatField(), required=False, default=None, allow_null=True)
         guardrails = GuardrailSerializer(many=True, required=False, default=list)
         eval_suite_ids = serializers.ListField(child=serializers.IntegerField(), required=False, default=list)
-        failure_limit = serializers.IntegerField(min_value=0, default=0)
-        inconclusive_limit = serializers.IntegerField(min_value=0, default=3)
-        stage_min_seconds = serializers.IntegerField(min_value=0, default=0)
+        failure_limit = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, default=0)
+        inconclusive_limit = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, default=3)
+        stage_min_seconds = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, default=0)
 
     @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("model", str)],
                    responses=ReleaseOutputSerializer(many=True))

@@ -5,7 +5,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core.api import TenantApi
+from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.core.pagination import PagePagination
 from apps.tenants import selectors, services
 from apps.tenants.authentication import KeyPrincipal
@@ -51,8 +51,10 @@ class PolicyDetailApi(TenantApi):
     @extend_schema_serializer(component_name="PolicyUpdate")
     class InputSerializer(serializers.Serializer):
         allowed_models = serializers.ListField(child=serializers.CharField(max_length=200), required=False)
-        rate_limit_rpm = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-        rate_limit_tpm = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+        rate_limit_rpm = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, allow_null=True,
+                                                  required=False)
+        rate_limit_tpm = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, allow_null=True,
+                                                  required=False)
         monthly_budget_usd = serializers.DecimalField(
             max_digits=12, decimal_places=4, min_value=0, allow_null=True, required=False
         )

@@ -4,7 +4,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
+from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.tenants.permissions import Action
 from apps.training import selectors, services
 from apps.training.models import Algorithm
@@ -71,11 +71,13 @@ class TrainingJobListApi(TenantApi):
                                                 help_text="workers.engines.TrainConfig fields (learning_rate, ...)")
         batch_size = serializers.IntegerField(min_value=1, max_value=4096, default=16)
         total_steps = serializers.IntegerField(min_value=1, max_value=100000, default=10)
-        checkpoint_every = serializers.IntegerField(min_value=1, default=10)
-        staleness_bound = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+        checkpoint_every = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, default=10)
+        staleness_bound = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, required=False,
+                                                   allow_null=True, default=None)
         agent = serializers.CharField(required=False, allow_blank=True, default="")
         task_id = serializers.CharField(required=False, allow_blank=True, default="")
-        max_trajectories = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+        max_trajectories = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, required=False,
+                                                    allow_null=True, default=None)
         description = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
     @extend_schema(parameters=[OpenApiParameter("status", str)], responses=JobOutputSerializer(many=True))
