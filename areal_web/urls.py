@@ -14,3 +14,5 @@ urlpatterns = [
     path("metrics", metrics, name="metrics"),
     path("", include("apps.console.urls")),
 ]
+
+handler404 = "apps.core.errors.page_not_found"

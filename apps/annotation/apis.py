@@ -99,6 +99,7 @@ class AnnotationNextItemApi(TenantApi):
 
 class AnnotationLabelApi(TenantApi):
     actions = {"POST": Action.ANNOTATION_LABEL}
+    error_statuses = {410, 422}  # a reward out of its spec; a session past its late-reward window
 
     class InputSerializer(serializers.Serializer):
         value = serializers.FloatField(required=False, allow_null=True)
@@ -130,6 +131,7 @@ class AnnotationResolveApi(TenantApi):
     """A reviewer settles a disagreement with the value that counts (an audited override reward)."""
 
     actions = {"POST": Action.TRAJECTORY_REVIEW}
+    error_statuses = {410, 422}  # a reward out of its spec; a session past its late-reward window
 
     class InputSerializer(serializers.Serializer):
         value = serializers.FloatField(required=False, allow_null=True)

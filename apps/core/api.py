@@ -10,13 +10,17 @@ action declared for the HTTP method against the role × action table. Subclasses
 from rest_framework.views import APIView
 
 from apps.audit.services import Actor
-from apps.core.errors import Forbidden, NotFound
+from apps.core.errors import Forbidden, NotFound, ValidationFailed
 from apps.core.pagination import PagePagination
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import PERMISSIONS, Action, role_can, scopes_can
 
 TENANT_SESSION_KEY = "tenant_slug"
+# The widest values an input may carry into a PostgreSQL `integer` / `bigint` column (PositiveIntegerField,
+# PositiveBigIntegerField); past them the database refuses the row and the request would answer 500.
+INTEGER_COLUMN_MAX = 2**31 - 1
+BIG_INTEGER_COLUMN_MAX = 2**63 - 1
 
 
 def tenant_resolve_for_user(*, request, user):
@@ -49,6 +53,10 @@ class TenantApi(APIView):
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
+        for name, values in request.query_params.lists():  # PostgreSQL text cannot hold NUL: refuse, never 500
+            if any("\x00" in value for value in (name, *values)):
+                raise ValidationFailed("query parameters cannot contain NUL characters", code="invalid_query",
+                                       fields={name.replace("\x00", ""): ["contains a NUL character"]})
         method = "GET" if request.method in {"HEAD", "OPTIONS"} else request.method
         action = self.actions.get(method)
         if action is None:

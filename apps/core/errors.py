@@ -5,7 +5,8 @@ for programs, the message is for people, fields maps a field name to its problem
 """
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404
+from django.http import Http404, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -108,3 +109,12 @@ def api_exception_handler(exc, context):
         body = error_body(code=code, message=_flatten_detail(detail), type=_DRF_TYPES.get(status, "api_error"))
     response.data = body
     return response
+
+
+def page_not_found(request, exception):
+    """Django's 404 (no URL pattern matched, e.g. a non-numeric id): the API's error shape under /api/, so an
+    API client never gets an HTML page; the default page elsewhere."""
+    if request.path.startswith("/api/"):
+        body = error_body(code="not_found", message=f"no endpoint {request.path}", type="not_found_error")
+        return JsonResponse(body, status=404)
+    return defaults.page_not_found(request, exception)

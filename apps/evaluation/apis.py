@@ -1,4 +1,4 @@
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
@@ -111,11 +111,18 @@ class EvalRunListApi(TenantApi):
         suite_id = serializers.IntegerField()
         version_id = serializers.IntegerField()
 
-    @extend_schema(responses=RunOutputSerializer(many=True))
+    @extend_schema(parameters=[OpenApiParameter("suite", int, description="only this suite's runs"),
+                               OpenApiParameter("version", int, description="only this model version's runs")],
+                   responses=RunOutputSerializer(many=True))
     def get(self, request):
-        return self.paginated(selectors.eval_run_list(tenant=self.tenant, suite_id=request.query_params.get("suite"),
-                                                      version_id=request.query_params.get("version")),
-                              RunOutputSerializer)
+        filters = {}
+        for field, name in (("suite_id", "suite"), ("version_id", "version")):
+            value = request.query_params.get(name)
+            if value is not None:
+                if not value.isdigit():
+                    raise ValidationFailed(f"{name} must be an id", fields={name: ["an integer id"]})
+                filters[field] = int(value)
+        return self.paginated(selectors.eval_run_list(tenant=self.tenant, **filters), RunOutputSerializer)
 
     @extend_schema(request=InputSerializer, responses={202: RunOutputSerializer})
     def post(self, request):
@@ -156,7 +163,9 @@ class EvalComparisonApi(TenantApi):
 
     actions = {"GET": Action.EVAL_VIEW}
 
-    @extend_schema(responses=dict)
+    @extend_schema(parameters=[OpenApiParameter("candidate", int, required=True, description="an eval run id"),
+                               OpenApiParameter("baseline", int, required=True, description="an eval run id")],
+                   responses=dict)
     def get(self, request):
         try:
             candidate_id, baseline_id = int(request.query_params["candidate"]), int(request.query_params["baseline"])

@@ -38,7 +38,7 @@ def _text(body: dict, name: str, *, required: bool = False, limit: int = 200) ->
         if required:
             raise GatewayError(422, f"{name} is required", "invalid_request", field=name)
         return ""
-    if not isinstance(value, str) or len(value) > limit:
+    if not isinstance(value, str) or len(value) > limit or "\x00" in value:  # PostgreSQL text cannot hold NUL
         raise GatewayError(422, f"{name} must be a string of at most {limit} characters", "invalid_request", field=name)
     return value
 

@@ -6,6 +6,7 @@ from apps.gateway.errors import GatewayError
 MAX_COMPLETION_TOKENS = 32768
 MAX_CHOICES = 16
 MAX_JSON_DEPTH = 128  # far beyond any real request (tool schemas included); deeper trips recursion downstream
+MAX_LOGPROBS = 20  # the embedded server's and vLLM's limit of top logprobs on /v1/completions
 
 
 def _fail(message: str, field: str) -> GatewayError:
@@ -89,3 +90,7 @@ def validate_completion(body: dict) -> None:
     prompt = body.get("prompt")
     if not isinstance(prompt, str) or not prompt:
         raise _fail("prompt must be a non-empty string", "prompt")
+    logprobs = body.get("logprobs")
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                 or not 0 <= logprobs <= MAX_LOGPROBS):
+        raise _fail(f"logprobs must be an integer between 0 and {MAX_LOGPROBS}", "logprobs")

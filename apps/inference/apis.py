@@ -1,4 +1,4 @@
-from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 
@@ -35,7 +35,8 @@ class BackendListApi(TenantApi):
         model_version = serializers.CharField(max_length=64, required=False, default="", allow_blank=True)
         weight = serializers.IntegerField(min_value=0, max_value=1000, default=1)
 
-    @extend_schema(responses=BackendOutputSerializer(many=True))
+    @extend_schema(parameters=[OpenApiParameter("model", str, description="only backends serving this model")],
+                   responses=BackendOutputSerializer(many=True))
     def get(self, request):
         return self.paginated(selectors.backend_list(tenant=self.tenant, served_model=request.query_params.get("model")),
                               BackendOutputSerializer)

@@ -1,10 +1,13 @@
 """REST API: reviews, verdicts (read, run on demand, override), length limits and the training queue."""
 
-from drf_spectacular.utils import extend_schema
+import uuid
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
+from apps.core.api import BIG_INTEGER_COLUMN_MAX, INTEGER_COLUMN_MAX, TenantApi
+from apps.core.errors import ValidationFailed
 from apps.qualification import selectors, services
 from apps.qualification.models import QualificationStatus, ReviewStatus
 from apps.tenants.authentication import KeyPrincipal
@@ -46,10 +49,17 @@ class ReviewListApi(TenantApi):
         status = serializers.ChoiceField(choices=ReviewStatus.choices)
         note = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
 
-    @extend_schema(operation_id="review_list", responses=ReviewSerializer(many=True))
+    @extend_schema(operation_id="review_list", parameters=[OpenApiParameter("trajectory_id", uuid.UUID),
+                                                           OpenApiParameter("status", str)],
+                   responses=ReviewSerializer(many=True))
     def get(self, request):
-        return self.paginated(selectors.review_list(tenant=self.tenant,
-                                                    trajectory_id=request.query_params.get("trajectory_id"),
+        trajectory_id = request.query_params.get("trajectory_id")
+        if trajectory_id is not None:
+            try:
+                trajectory_id = uuid.UUID(trajectory_id)
+            except ValueError:
+                raise ValidationFailed("trajectory_id must be a UUID", fields={"trajectory_id": ["a UUID"]}) from None
+        return self.paginated(selectors.review_list(tenant=self.tenant, trajectory_id=trajectory_id,
                                                     status=request.query_params.get("status")), ReviewSerializer)
 
     @extend_schema(operation_id="review_create", request=InputSerializer, responses={201: ReviewSerializer})
@@ -85,7 +95,7 @@ class QualificationRunApi(TenantApi):
 
     actions = {"POST": Action.QUALIFICATION_RUN}
 
-    @extend_schema(operation_id="qualification_run", request=None)
+    @extend_schema(operation_id="qualification_run", request=None, responses={202: dict})
     def post(self, request, trajectory_id):
         trajectory = selectors.trajectory_for_qualification(tenant=self.tenant, trajectory_id=trajectory_id)
         services.qualification_enqueue(trajectory_id=trajectory.pk)
@@ -113,7 +123,9 @@ class QualificationListApi(TenantApi):
 
     actions = {"GET": Action.TRAJECTORY_VIEW}
 
-    @extend_schema(operation_id="qualification_list", responses=QualificationSerializer(many=True))
+    @extend_schema(operation_id="qualification_list", responses=QualificationSerializer(many=True),
+                   parameters=[OpenApiParameter(name, str) for name in ("status", "reason", "agent", "task_id",
+                                                                         "group_id")])
     def get(self, request):
         params = request.query_params
         return self.paginated(selectors.qualification_list(
@@ -137,9 +149,9 @@ class QualificationLimitsApi(TenantApi):
     actions = {"GET": Action.TRAJECTORY_VIEW, "PUT": Action.QUALIFICATION_OVERRIDE}
 
     class LimitsSerializer(serializers.Serializer):
-        min_steps = serializers.IntegerField(min_value=1)
-        max_steps = serializers.IntegerField(min_value=1)
-        max_tokens = serializers.IntegerField(min_value=1)
+        min_steps = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX)
+        max_steps = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX)
+        max_tokens = serializers.IntegerField(min_value=1, max_value=BIG_INTEGER_COLUMN_MAX)
 
     @extend_schema(operation_id="qualification_limits", responses=LimitsSerializer)
     def get(self, request):

@@ -2,11 +2,11 @@ from datetime import UTC, datetime, time
 
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
+from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.core.errors import ValidationFailed
 from apps.releases import selectors, services
 from apps.tenants.permissions import Action
@@ -59,11 +59,12 @@ class ReleaseListApi(TenantApi):
         stages = serializers.ListField(child=serializers.FloatField(), required=False, default=None, allow_null=True)
         guardrails = GuardrailSerializer(many=True, required=False, default=list)
         eval_suite_ids = serializers.ListField(child=serializers.IntegerField(), required=False, default=list)
-        failure_limit = serializers.IntegerField(min_value=0, default=0)
-        inconclusive_limit = serializers.IntegerField(min_value=0, default=3)
-        stage_min_seconds = serializers.IntegerField(min_value=0, default=0)
+        failure_limit = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, default=0)
+        inconclusive_limit = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, default=3)
+        stage_min_seconds = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, default=0)
 
-    @extend_schema(responses=ReleaseOutputSerializer(many=True))
+    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("model", str)],
+                   responses=ReleaseOutputSerializer(many=True))
     def get(self, request):
         return self.paginated(selectors.release_list(tenant=self.tenant, status=request.query_params.get("status"),
                                                      model=request.query_params.get("model")),
@@ -183,7 +184,9 @@ class ServingHistoryApi(TenantApi):
 
     actions = {"GET": Action.SERVING_VIEW}
 
-    @extend_schema(responses=dict)
+    @extend_schema(parameters=[OpenApiParameter("model", str),
+                               OpenApiParameter("at", str, description="a moment or a date (ISO 8601)")],
+                   responses=dict)
     def get(self, request):
         model = request.query_params.get("model", "")
         at = request.query_params.get("at")

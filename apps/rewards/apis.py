@@ -1,7 +1,7 @@
 """REST API: reward specs and rewards (list with filters, create, override, training reward, feedback)."""
 
 from django.db import transaction
-from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 
@@ -36,7 +36,8 @@ class RewardSpecSerializer(serializers.Serializer):
 class RewardSpecListApi(TenantApi):
     actions = {"GET": Action.REWARD_VIEW, "POST": Action.REWARD_SPEC_MANAGE}
 
-    @extend_schema(operation_id="reward_spec_list", responses=RewardSpecSerializer(many=True))
+    @extend_schema(operation_id="reward_spec_list", responses=RewardSpecSerializer(many=True),
+                   parameters=[OpenApiParameter("agent", str, description="only this agent's specs")])
     def get(self, request):
         agent = request.query_params.get("agent")
         return self.paginated(selectors.reward_spec_list(tenant=self.tenant, agent_name=agent), RewardSpecSerializer)
@@ -83,6 +84,7 @@ class RewardListApi(TenantApi):
     other source."""
 
     actions = {"GET": Action.REWARD_VIEW, "POST": Action.REWARD_WRITE}
+    error_statuses = {410, 422}  # a reward out of its spec; a session past its late-reward window
 
     class FilterSerializer(serializers.Serializer):
         trajectory_id = serializers.UUIDField(required=False)
@@ -181,6 +183,7 @@ class EvaluatorListApi(TenantApi):
     """Rule evaluators run on workers when a trajectory ends (and on demand)."""
 
     actions = {"GET": Action.REWARD_VIEW, "POST": Action.EVALUATOR_MANAGE}
+    error_statuses = {422}  # an unknown reward spec
 
     @extend_schema(operation_id="evaluator_list", responses=EvaluatorSerializer(many=True))
     def get(self, request):
@@ -200,6 +203,7 @@ class EvaluatorRunApi(TenantApi):
     """Queues this evaluator over one trajectory (202); its reward appears in /rewards/?source=evaluator."""
 
     actions = {"POST": Action.EVALUATOR_MANAGE}
+    error_statuses = {410, 422}  # a reward out of its spec; a session past its late-reward window
 
     class InputSerializer(serializers.Serializer):
         trajectory_id = serializers.UUIDField()

@@ -5,7 +5,8 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core.api import TenantApi
+from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
+from apps.core.pagination import PagePagination
 from apps.tenants import selectors, services
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.models import ConsentMode, PiiMode
@@ -16,6 +17,7 @@ class TenantListApi(APIView):
     """The tenants the caller can act in: a key's own tenant, or a person's memberships with roles."""
 
     permission_classes = [IsAuthenticated]
+    pagination_class = PagePagination
 
     @extend_schema_serializer(component_name="TenantMembership")
     class OutputSerializer(serializers.Serializer):
@@ -33,8 +35,9 @@ class TenantListApi(APIView):
                 {"slug": m.tenant.slug, "name": m.tenant.name, "role": m.role}
                 for m in request.user.memberships.select_related("tenant").order_by("tenant__slug")
             ]
-        return Response({"count": len(rows), "next": None, "previous": None,
-                         "results": self.OutputSerializer(rows, many=True).data})
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
 
 
 class PolicyDetailApi(TenantApi):
@@ -48,8 +51,10 @@ class PolicyDetailApi(TenantApi):
     @extend_schema_serializer(component_name="PolicyUpdate")
     class InputSerializer(serializers.Serializer):
         allowed_models = serializers.ListField(child=serializers.CharField(max_length=200), required=False)
-        rate_limit_rpm = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-        rate_limit_tpm = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+        rate_limit_rpm = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, allow_null=True,
+                                                  required=False)
+        rate_limit_tpm = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, allow_null=True,
+                                                  required=False)
         monthly_budget_usd = serializers.DecimalField(
             max_digits=12, decimal_places=4, min_value=0, allow_null=True, required=False
         )

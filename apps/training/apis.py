@@ -1,10 +1,10 @@
 """REST API of training jobs, model versions (with lineage and publication) and aliases."""
 
-from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
+from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.tenants.permissions import Action
 from apps.training import selectors, services
 from apps.training.models import Algorithm
@@ -71,14 +71,16 @@ class TrainingJobListApi(TenantApi):
                                                 help_text="workers.engines.TrainConfig fields (learning_rate, ...)")
         batch_size = serializers.IntegerField(min_value=1, max_value=4096, default=16)
         total_steps = serializers.IntegerField(min_value=1, max_value=100000, default=10)
-        checkpoint_every = serializers.IntegerField(min_value=1, default=10)
-        staleness_bound = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+        checkpoint_every = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, default=10)
+        staleness_bound = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, required=False,
+                                                   allow_null=True, default=None)
         agent = serializers.CharField(required=False, allow_blank=True, default="")
         task_id = serializers.CharField(required=False, allow_blank=True, default="")
-        max_trajectories = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+        max_trajectories = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, required=False,
+                                                    allow_null=True, default=None)
         description = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
-    @extend_schema(responses=JobOutputSerializer(many=True))
+    @extend_schema(parameters=[OpenApiParameter("status", str)], responses=JobOutputSerializer(many=True))
     def get(self, request):
         return self.paginated(selectors.training_job_list(tenant=self.tenant, status=request.query_params.get("status")),
                               JobOutputSerializer)
@@ -119,7 +121,8 @@ class TrainingJobCancelApi(TenantApi):
 class ModelVersionListApi(TenantApi):
     actions = {"GET": Action.MODEL_VERSION_VIEW}
 
-    @extend_schema(responses=VersionOutputSerializer(many=True))
+    @extend_schema(parameters=[OpenApiParameter("name", str), OpenApiParameter("status", str)],
+                   responses=VersionOutputSerializer(many=True))
     def get(self, request):
         return self.paginated(selectors.model_version_list(tenant=self.tenant, name=request.query_params.get("name"),
                                                            status=request.query_params.get("status")),
@@ -159,17 +162,29 @@ class ModelVersionPublishApi(TenantApi):
 
 class ModelAliasListApi(TenantApi):
     actions = {"GET": Action.MODEL_VERSION_VIEW, "POST": Action.MODEL_ALIAS_MANAGE}
+    pagination_class = None  # a tenant has a few aliases per model: one list, no pages
 
     class InputSerializer(serializers.Serializer):
         alias = serializers.SlugField(max_length=40)
         version_id = serializers.IntegerField()
         reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
+    @extend_schema_serializer(component_name="ModelAlias")
+    class OutputSerializer(serializers.Serializer):
+        name = serializers.CharField()
+        alias = serializers.CharField()
+        version_id = serializers.IntegerField()
+        version = serializers.CharField()
+        updated_at = serializers.DateTimeField()
+
+    @extend_schema(parameters=[OpenApiParameter("name", str, description="only this model's aliases")],
+                   responses=OutputSerializer(many=True))
     def get(self, request):
         rows = selectors.alias_list(tenant=self.tenant, name=request.query_params.get("name"))
         return Response([{"name": row.name, "alias": row.alias, "version_id": row.version_id,
                           "version": row.version.label, "updated_at": row.updated_at} for row in rows])
 
+    @extend_schema(request=InputSerializer, responses={200: OutputSerializer})
     def post(self, request):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)

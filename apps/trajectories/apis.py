@@ -4,7 +4,13 @@ from types import SimpleNamespace
 
 from django.db import IntegrityError
 from django.http import FileResponse, StreamingHttpResponse
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_serializer,
+    inline_serializer,
+)
 from rest_framework import serializers
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import CursorPagination
@@ -14,6 +20,7 @@ from rest_framework.response import Response
 from apps.core.api import TenantApi
 from apps.core.errors import DomainError, ValidationFailed
 from apps.core.parsers import JSONParser
+from apps.core.schema import ErrorSerializer
 from apps.tenants.permissions import Action
 from apps.trajectories import selectors, services
 from apps.trajectories.serialize import trajectory_to_atdp
@@ -98,7 +105,7 @@ class TrajectoryExportApi(TenantApi):
     content_negotiation_class = ExportFormatNegotiation
 
     @extend_schema(parameters=[FilterSerializer, OpenApiParameter("format", enum=["jsonl", "parquet"])],
-                   responses={(200, "application/x-ndjson"): bytes})
+                   responses={(200, "application/x-ndjson"): bytes, (200, "application/vnd.apache.parquet"): bytes})
     def get(self, request):
         filters = FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
@@ -127,6 +134,18 @@ class NdjsonParser(BaseParser):
         return stream.read(MAX_IMPORT_BYTES + 1)
 
 
+def import_responses() -> dict:
+    """200 with the report; 400 with the report when no line was accepted, or an error for a body that is
+    not JSON Lines at all."""
+    report = inline_serializer("AtdpImportReport", {
+        "accepted": serializers.IntegerField(), "trajectory_ids": serializers.ListField(child=serializers.UUIDField()),
+        "stored": serializers.ListField(child=serializers.DictField()),
+        "rejected": serializers.ListField(child=serializers.DictField())})
+    refusal = PolymorphicProxySerializer(component_name="AtdpImportRefusal", serializers=[report, ErrorSerializer],
+                                         resource_type_field_name=None)
+    return {200: report, 400: refusal}
+
+
 class TrajectoryImportApi(TenantApi):
     """Imports ATDP JSON Lines (body `application/x-ndjson`). Each line is validated on its own: good lines
     are stored, bad ones are reported with their line number and failing field. A stored trajectory gets a
@@ -135,10 +154,7 @@ class TrajectoryImportApi(TenantApi):
     actions = {"POST": Action.TRAJECTORY_IMPORT}
     parser_classes = [NdjsonParser, JSONParser]
 
-    @extend_schema(request={"application/x-ndjson": bytes}, responses=inline_serializer("AtdpImportReport", {
-        "accepted": serializers.IntegerField(), "trajectory_ids": serializers.ListField(child=serializers.UUIDField()),
-        "stored": serializers.ListField(child=serializers.DictField()),
-        "rejected": serializers.ListField(child=serializers.DictField())}))
+    @extend_schema(request={"application/x-ndjson": bytes}, responses=import_responses())
     def post(self, request):
         body = request.data
         if not isinstance(body, bytes | str):

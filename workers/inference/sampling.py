@@ -32,7 +32,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < 1e-5  # below this logits / temperature overflows to inf; vLLM is greedy too
 
 
 def choice_generator(params: SamplingParams, choice_index: int) -> torch.Generator | None:
@@ -52,7 +52,7 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.
     if params.top_p < 1:
         sorted_probabilities, sorted_ids = torch.sort(probabilities, descending=True)
         mass_before = torch.cumsum(sorted_probabilities, dim=-1) - sorted_probabilities
-        sorted_probabilities[mass_before >= params.top_p] = 0  # the top token always survives (mass_before = 0)
+        sorted_probabilities[1:][mass_before[1:] >= params.top_p] = 0  # the top token survives any top_p
         choice = torch.multinomial(sorted_probabilities, 1, generator=generator)
         return int(sorted_ids[choice])
     return int(torch.multinomial(probabilities, 1, generator=generator))
