@@ -11,6 +11,8 @@ at most the cap plus one chunk is ever read.
 import json
 
 from django.conf import settings
+from django.dispatch import receiver
+from django.test.signals import setting_changed
 
 
 def body_limit_for(path: str) -> int:
@@ -136,6 +138,18 @@ def _security_headers(scope) -> list[tuple[bytes, bytes]]:
     return headers
 
 
+# Per process, the Host verdicts and the header set (by HTTPS or not): both follow from settings alone, and the
+# gateway's hot path should not recompute them per request. Cleared when a setting changes (tests).
+_edge_hosts: dict[str, bool] = {}
+_edge_headers: dict[bool, list[tuple[bytes, bytes]]] = {}
+
+
+@receiver(setting_changed, dispatch_uid="areal_web.middleware.edge_caches")
+def _forget_edge_caches(**kwargs) -> None:
+    _edge_hosts.clear()
+    _edge_headers.clear()
+
+
 def gateway_edge(application, *, prefixes: tuple[str, ...]):
     """For HTTP requests on the gateway's paths (which never pass through Django's middleware): refuses a
     Host header that is not allowed (400 in the client's error shape; DNS rebinding, poisoned absolute
@@ -150,9 +164,17 @@ def gateway_edge(application, *, prefixes: tuple[str, ...]):
         host = _header(scope, b"host")
         if not host and scope.get("server"):
             host = f"{scope['server'][0]}:{scope['server'][1]}"
-        domain, _ = split_domain_port(host)
-        extra = _security_headers(scope)
-        if not domain or not validate_host(domain, gateway_allowed_hosts()):
+        https = _arrived_over_https(scope)
+        extra = _edge_headers.get(https)
+        if extra is None:
+            extra = _edge_headers[https] = _security_headers(scope)
+        allowed = _edge_hosts.get(host)
+        if allowed is None:
+            domain, _ = split_domain_port(host)
+            allowed = bool(domain) and validate_host(domain, gateway_allowed_hosts())
+            if len(_edge_hosts) < 1024:  # a flood of made-up hosts is not remembered
+                _edge_hosts[host] = allowed
+        if not allowed:
             error = GatewayError(400, f"the Host header {host[:100]!r} is not one this server answers to",
                                  "invalid_host")
             body = error.anthropic_body() if scope["path"].endswith("/messages") else error.openai_body()

@@ -4,6 +4,7 @@ the tenant's "gateway.traffic" stream. It runs on the gateway's event loop, so i
 the channel-layer send is scheduled as a task on that loop."""
 
 import logging
+from collections import Counter, defaultdict
 from datetime import UTC, datetime
 
 from apps.metrics.exposition import GATEWAY_LATENCY, GATEWAY_REQUESTS, GATEWAY_TOKENS
@@ -38,12 +39,23 @@ def gateway_steps_recorded(records: list[dict]) -> None:
     """Counts a committed batch of step records and publishes each tenant's traffic point. Never raises:
     a metrics failure must not fail the flusher."""
     try:
+        # Summed per label set first: one counter write per label set and batch, not per record (each write
+        # is a locked memory-mapped update in prometheus_client's multiprocess mode).
+        requests, tokens, latencies = Counter(), Counter(), defaultdict(list)
         for record in records:
             tenant = str(record["tenant_id"])
-            GATEWAY_REQUESTS.labels(tenant, record.get("endpoint") or "", _outcome(record)).inc()
-            GATEWAY_LATENCY.labels(tenant).observe((record.get("latency_ms") or 0) / 1000)
-            GATEWAY_TOKENS.labels(tenant, "prompt").inc(record.get("prompt_tokens") or 0)
-            GATEWAY_TOKENS.labels(tenant, "completion").inc(record.get("completion_tokens") or 0)
+            requests[tenant, record.get("endpoint") or "", _outcome(record)] += 1
+            latencies[tenant].append((record.get("latency_ms") or 0) / 1000)
+            tokens[tenant, "prompt"] += record.get("prompt_tokens") or 0
+            tokens[tenant, "completion"] += record.get("completion_tokens") or 0
+        for labels, count in requests.items():
+            GATEWAY_REQUESTS.labels(*labels).inc(count)
+        for labels, count in tokens.items():
+            GATEWAY_TOKENS.labels(*labels).inc(count)
+        for tenant, values in latencies.items():
+            histogram = GATEWAY_LATENCY.labels(tenant)
+            for value in values:
+                histogram.observe(value)
         for tenant_id, point in traffic_points(records).items():
             metrics_send_now(tenant_id=tenant_id, stream=TRAFFIC_STREAM, payload=point)
     except Exception:
