@@ -4,12 +4,17 @@ Every API error has the shape {"error": {"code", "message", "type", "fields"?}}:
 for programs, the message is for people, fields maps a field name to its problems.
 """
 
+import logging
+
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+logger = logging.getLogger(__name__)
 
 
 class DomainError(Exception):
@@ -81,7 +86,15 @@ def _flatten_detail(detail) -> str:
     return str(detail)
 
 
+DATABASE_RETRY_AFTER_SECONDS = 2
+
+
 def api_exception_handler(exc, context):
+    if isinstance(exc, OperationalError | InterfaceError):  # the database is down or restarting: retry
+        logger.warning("API request failed: the database is unavailable", exc_info=exc)
+        body = error_body(code="database_unavailable", message="the database is unavailable; retry shortly",
+                          type="api_error")
+        return Response(body, status=503, headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)})
     if isinstance(exc, DomainError):
         body = error_body(code=exc.code, message=exc.message, type=exc.type, fields=exc.fields)
         return Response(body, status=exc.status)
@@ -109,6 +122,14 @@ def api_exception_handler(exc, context):
         body = error_body(code=code, message=_flatten_detail(detail), type=_DRF_TYPES.get(status, "api_error"))
     response.data = body
     return response
+
+
+def server_error(request):
+    """Django's 500: the API's error shape under /api/ (a client parsing JSON never gets an HTML page)."""
+    if request.path.startswith("/api/"):
+        body = error_body(code="internal_error", message="internal server error", type="api_error")
+        return JsonResponse(body, status=500)
+    return defaults.server_error(request)
 
 
 def page_not_found(request, exception):
