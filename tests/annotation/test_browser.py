@@ -25,12 +25,14 @@ def test_annotator_labels_three_trajectories_with_the_keyboard(live_server, page
     page.fill("#id_password", PASSWORD)
     page.keyboard.press("Enter")
     page.wait_for_selector("#label-form")
+    page.wait_for_load_state("load")  # the keys work once annotation.js has run; a busy run pressed them before
     assert "You labelled 0" in page.locator("#progress").inner_text()
 
     # 1: four stars on the whole trajectory.
     page.keyboard.press("4")
     page.keyboard.press("s")
     page.wait_for_selector("text=Label saved.")
+    page.wait_for_load_state("load")
     assert "You labelled 1" in page.locator("#progress").inner_text()
 
     # 2: move to the second step (j j), two stars, a comment and a correction, submit.
@@ -46,6 +48,7 @@ def test_annotator_labels_three_trajectories_with_the_keyboard(live_server, page
     page.keyboard.press("Escape")
     page.keyboard.press("s")
     page.wait_for_selector("text=You labelled 2")
+    page.wait_for_load_state("load")
     page.shoot("second-labelled")
 
     # 3: j then k returns to the trajectory; five stars.
