@@ -38,6 +38,12 @@ def gateway(transactional_db):
 
 
 @pytest.fixture
+def gateway_url(gateway):
+    """The base URL of the served application (the `gateway` fixture's)."""
+    return gateway[0]
+
+
+@pytest.fixture
 def backend(tenant, embedded_backend_url):
     return BackendFactory(tenant=tenant, name="embedded", base_url=embedded_backend_url, kind=BackendKind.EMBEDDED,
                           served_model=MODEL, model_version="1", state=BackendState.UP)

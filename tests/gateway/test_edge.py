@@ -5,15 +5,7 @@ call), and answers carry the security headers Django's SecurityMiddleware would 
 import httpx
 import pytest
 
-from tests.servers import web_server_in_thread
-
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def gateway_url(transactional_db):
-    with web_server_in_thread() as (url, _gateway):
-        yield url
 
 
 def test_a_host_not_allowed_is_refused_in_the_clients_error_shape(gateway_url):

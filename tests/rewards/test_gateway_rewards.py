@@ -12,20 +12,8 @@ from apps.rewards.selectors import feedback_summary
 from apps.tenants.services import api_key_create
 from apps.trajectories.models import Step, trajectory_id_for
 from tests.rewards.factories import make_spec, make_trajectory
-from tests.servers import web_server_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def gateway_url(transactional_db):
-    from apps.gateway.policy import snapshots_clear
-    from apps.gateway.principals import memo_clear
-
-    snapshots_clear()
-    memo_clear()
-    with web_server_in_thread() as (url, _gateway):
-        yield url
 
 
 def _key(tenant, *scopes):

@@ -16,19 +16,7 @@ from apps.tenants.permissions import Role
 from apps.tenants.services import api_key_create
 from apps.trajectories.models import Step, Trajectory
 from tests.rewards.factories import SYSTEM, make_spec, make_trajectory
-from tests.servers import web_server_in_thread
 from workers.tasks.rewards import run_evaluators
-
-
-@pytest.fixture
-def gateway_url(transactional_db):
-    from apps.gateway.policy import snapshots_clear
-    from apps.gateway.principals import memo_clear
-
-    snapshots_clear()
-    memo_clear()
-    with web_server_in_thread() as (url, _gateway):
-        yield url
 
 
 def _key(tenant, *scopes) -> str:
