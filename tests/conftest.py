@@ -70,6 +70,35 @@ def django_db_setup(django_db_setup, django_db_blocker):
     connection.close()
 
 
+def _local_name(host) -> bool:
+    import ipaddress
+
+    name = (host.decode() if isinstance(host, bytes) else host or "").rstrip(".").lower()
+    if name in ("", "localhost") or name.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(name.strip("[]").split("%")[0])
+        return True  # a literal: no lookup (and the connection guard of tests/network.py covers where it goes)
+    except ValueError:
+        return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_name_lookups_off_this_machine():
+    """Tests send nothing off this machine, DNS queries included: a host name (a fuzzed backend URL, say) is
+    answered "does not resolve" here instead of asking the machine's resolver."""
+    real = socket.getaddrinfo
+
+    def guarded(host, *args, **kwargs):
+        if not _local_name(host):
+            raise socket.gaierror(socket.EAI_NONAME, f"test guard: no name lookups off this machine ({host!r})")
+        return real(host, *args, **kwargs)
+
+    socket.getaddrinfo = guarded
+    yield
+    socket.getaddrinfo = real
+
+
 def pytest_collection_modifyitems(config, items):
     """Browser tests run last, after every async test."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
