@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from apps.core.errors import DomainError
+from apps.core.errors import DATABASE_RETRY_AFTER_SECONDS, DomainError
 from apps.gateway import anthropic_wire, caps, validation
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
@@ -43,7 +43,6 @@ from apps.gateway.routing import candidates_for, fresh_session_version, remember
 from apps.gateway.sessions import SessionIndex, extend_hash, prefix_hashes
 
 logger = logging.getLogger(__name__)
-DATABASE_RETRY_AFTER_SECONDS = 2
 
 GATEWAY_PREFIXES = ("/v1/", "/rl/", "/s/", "/chat/completions", "/completions")
 MAX_BODY_BYTES = settings.AREAL_GATEWAY_MAX_BODY_BYTES

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from apps.audit.services import Actor, audit_record
+from apps.core.login_throttle import client_address
 from apps.tenants.models import Membership
 
 logger = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ VERBS = ("auth.sign_in", "auth.sign_in_failed", "auth.sign_out")
 
 
 def _address(request) -> str:
-    return request.META.get("REMOTE_ADDR", "") if request is not None else ""
+    return client_address(request) if request is not None else ""
 
 
 @transaction.atomic
