@@ -39,7 +39,9 @@ urlpatterns = [
     path("trajectories/import/", TrajectoryImportApi.as_view(), name="trajectory-import"),
     path("trajectories/retention/", TrajectoryRetentionApi.as_view(), name="trajectory-retention"),
     path("trajectories/<uuid:trajectory_id>/", TrajectoryDetailApi.as_view(), name="trajectory-detail"),
-    path("trajectories/<uuid:trajectory_id>/replay/", TrajectoryReplayApi.as_view(), name="trajectory-replay"),
+    path(
+        "trajectories/<uuid:trajectory_id>/replay/", TrajectoryReplayApi.as_view(), name="trajectory-replay"
+    ),
     path("backends/", BackendListApi.as_view(), name="backend-list"),
     path("backends/<int:backend_id>/", BackendDetailApi.as_view(), name="backend-detail"),
     path("backends/<int:backend_id>/check/", BackendCheckApi.as_view(), name="backend-check"),

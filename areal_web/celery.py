@@ -8,4 +8,3 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "areal_web.settings.local")
 
 app = Celery("areal_web")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-

@@ -70,7 +70,9 @@ def env_int_map(name: str, default: dict[str, int] | None = None) -> dict[str, i
                 raise ValueError
             result[key.strip()] = int(number)
         except ValueError:
-            raise ConfigurationError(f"environment variable {name}: {item.strip()!r} is not KEY=INTEGER") from None
+            raise ConfigurationError(
+                f"environment variable {name}: {item.strip()!r} is not KEY=INTEGER"
+            ) from None
     return result
 
 

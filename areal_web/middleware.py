@@ -38,14 +38,23 @@ def _declared_length(headers) -> int | None:
 async def _too_large(scope, send, limit: int) -> None:
     message = f"request body exceeds {limit} bytes"
     if scope["path"].startswith("/api/"):
-        body = json.dumps({"error": {"code": "payload_too_large", "message": message,
-                                     "type": "invalid_request_error"}}).encode()
+        body = json.dumps(
+            {"error": {"code": "payload_too_large", "message": message, "type": "invalid_request_error"}}
+        ).encode()
         content_type = b"application/json"
     else:
         body, content_type = (message + "\n").encode(), b"text/plain; charset=utf-8"
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -175,11 +184,17 @@ def gateway_edge(application, *, prefixes: tuple[str, ...]):
             if len(_edge_hosts) < 1024:  # a flood of made-up hosts is not remembered
                 _edge_hosts[host] = allowed
         if not allowed:
-            error = GatewayError(400, f"the Host header {host[:100]!r} is not one this server answers to",
-                                 "invalid_host")
+            error = GatewayError(
+                400, f"the Host header {host[:100]!r} is not one this server answers to", "invalid_host"
+            )
             body = error.anthropic_body() if scope["path"].endswith("/messages") else error.openai_body()
-            await send({"type": "http.response.start", "status": 400,
-                        "headers": [(b"content-type", b"application/json"), *extra]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 400,
+                    "headers": [(b"content-type", b"application/json"), *extra],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
 

@@ -33,7 +33,7 @@ PROSE = (
 CLEAN = PROSE * 2
 NUMERIC = (
     "Release v2.14.3 shipped on 2026-11-22 at 10:30:00+01:00; order ORD-12345 cost $1,234.56 (tax 19.5%), "
-    "batch 48213 took 12.75 s over 3 retries, tokens [15496, 11, 995, 13, 2026] and {\"a\": 12, \"b\": 30}. "
+    'batch 48213 took 12.75 s over 3 retries, tokens [15496, 11, 995, 13, 2026] and {"a": 12, "b": 30}. '
     "Unix time 1732252800123, build 20261122.4, checksum 9f86d081884c7d659a2feaa0c55ad015, "
 ) * 5
 PII = (
@@ -46,14 +46,27 @@ PII = (
 def _jwt() -> str:
     def encode(part: dict) -> str:
         return base64.urlsafe_b64encode(json.dumps(part).encode()).decode().rstrip("=")
+
     return f"{encode({'alg': 'HS256', 'typ': 'JWT'})}.{encode({'sub': '42'})}.c2lnbmF0dXJl"
 
 
 CHAT = [
     {"role": "system", "content": PROSE},
     {"role": "user", "content": [{"type": "text", "text": PROSE + " My email is sam@example.org."}]},
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-        "name": "lookup_order", "arguments": json.dumps({"order": "ORD-12345", "token": _jwt()})}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {
+                    "name": "lookup_order",
+                    "arguments": json.dumps({"order": "ORD-12345", "token": _jwt()}),
+                },
+            }
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"status": "shipped", "items": 3})},
 ]
 
@@ -84,15 +97,17 @@ def microseconds_per_call(function, repeats: int, seconds: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=0.2, help="rough time per repeat")
     parser.add_argument("--hostile-chars", type=int, default=65536, help="size of each hostile text")
     arguments = parser.parse_args()
     plain = Sanitizer()
-    tenant = Sanitizer([CustomPattern("employee", r"EMP-[0-9]{6}"),
-                        CustomPattern("ticket", r"\bTCK[0-9]{5}\b")])
+    tenant = Sanitizer(
+        [CustomPattern("employee", r"EMP-[0-9]{6}"), CustomPattern("ticket", r"\bTCK[0-9]{5}\b")]
+    )
     cases = [
         ("clean prose", len(CLEAN), lambda: plain.scan_text(CLEAN)),
         ("clean prose, 2 tenant patterns", len(CLEAN), lambda: tenant.scan_text(CLEAN)),
@@ -103,7 +118,9 @@ def main() -> None:
     for name, unit in HOSTILE.items():
         text = _repeat(unit, arguments.hostile_chars)
         cases.append((name, len(text), lambda text=text: plain.scan_text(text)))
-    baseline = microseconds_per_call(lambda: linear_pass(CLEAN), arguments.repeats, arguments.seconds) / len(CLEAN)
+    baseline = microseconds_per_call(lambda: linear_pass(CLEAN), arguments.repeats, arguments.seconds) / len(
+        CLEAN
+    )
     print(f"baseline: one Python pass over the text, {baseline * 1000:.1f} CPU ns per character")
     print(f"{'case':36} {'chars':>7} {'CPU µs/message':>15} {'× baseline':>11}")
     for name, size, function in cases:

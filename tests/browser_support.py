@@ -7,8 +7,15 @@ from pathlib import Path
 import pytest
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "browser"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 # Playwright's sync API runs an event loop in the test thread; the Django ORM calls the tests make
 # between browser steps are still ordinary synchronous calls.
@@ -18,7 +25,9 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 def chromium_path() -> str:
     path = os.environ.get("AREAL_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not path:
-        pytest.fail("browser tests need Chromium: run `make browsers` (Debian packages chromium, chromium-driver)")
+        pytest.fail(
+            "browser tests need Chromium: run `make browsers` (Debian packages chromium, chromium-driver)"
+        )
     return path
 
 
@@ -42,7 +51,11 @@ def page(browser, request):
     page = context.new_page()
     page.javascript_errors = []
     page.on("pageerror", lambda error: page.javascript_errors.append(str(error)))
-    page.on("console", lambda message: message.type == "error" and page.javascript_errors.append(message.text))
-    page.shoot = lambda name: page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{name}.png"), full_page=True)
+    page.on(
+        "console", lambda message: message.type == "error" and page.javascript_errors.append(message.text)
+    )
+    page.shoot = lambda name: page.screenshot(
+        path=str(ARTIFACTS / f"{request.node.name}-{name}.png"), full_page=True
+    )
     yield page
     context.close()

@@ -65,8 +65,10 @@ def django_db_setup(django_db_setup, django_db_blocker):
     if connection.vendor != "postgresql":
         return
     with django_db_blocker.unblock(), connection.cursor() as cursor:
-        cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                       " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
     connection.close()
 
 
@@ -78,7 +80,9 @@ def _local_name(host) -> bool:
         return True
     try:
         ipaddress.ip_address(name.strip("[]").split("%")[0])
-        return True  # a literal: no lookup (and the connection guard of tests/network.py covers where it goes)
+        return (
+            True  # a literal: no lookup (and the connection guard of tests/network.py covers where it goes)
+        )
     except ValueError:
         return False
 
@@ -91,7 +95,9 @@ def _no_name_lookups_off_this_machine():
 
     def guarded(host, *args, **kwargs):
         if not _local_name(host):
-            raise socket.gaierror(socket.EAI_NONAME, f"test guard: no name lookups off this machine ({host!r})")
+            raise socket.gaierror(
+                socket.EAI_NONAME, f"test guard: no name lookups off this machine ({host!r})"
+            )
         return real(host, *args, **kwargs)
 
     socket.getaddrinfo = guarded
@@ -162,7 +168,9 @@ def api_client(tenant):
             client.force_login(user)
             return client
         _, raw = api_key_create(
-            tenant=of or tenant, actor=Actor.system("test"), name=f"test-{os.urandom(4).hex()}",
+            tenant=of or tenant,
+            actor=Actor.system("test"),
+            name=f"test-{os.urandom(4).hex()}",
             scopes=list(scopes or ["admin"]),
         )
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")

@@ -42,8 +42,19 @@ def inference_server(model_dir, *, served_model: str = "policy-small", version: 
     from django.conf import settings
 
     port = free_port()
-    command = [sys.executable, "-m", "workers.inference.server", "--model", str(model_dir), "--port", str(port),
-               "--served-model-name", served_model, "--model-version", version]
+    command = [
+        sys.executable,
+        "-m",
+        "workers.inference.server",
+        "--model",
+        str(model_dir),
+        "--port",
+        str(port),
+        "--served-model-name",
+        served_model,
+        "--model-version",
+        version,
+    ]
     environment = {**os.environ, "AREAL_INFERENCE_ADMIN_TOKEN": settings.AREAL_INFERENCE_ADMIN_TOKEN}
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=environment)
@@ -66,8 +77,11 @@ def web_server_in_thread():
     from areal_web.asgi import application
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, lifespan="on",
-                                           log_level="warning", access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            application, host="127.0.0.1", port=port, lifespan="on", log_level="warning", access_log=False
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -86,10 +100,25 @@ def web_server_in_thread():
 def web_server_process(*, log_path: Path, extra_env: dict | None = None):
     """The web process as production runs it (uvicorn), on the test database: for kill -9 tests."""
     port = free_port()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "areal_web.settings.test", "AREAL_USE_TEST_DATABASE": "true",
-           **(extra_env or {})}
-    command = [sys.executable, "-m", "uvicorn", "areal_web.asgi:application", "--host", "127.0.0.1", "--port",
-               str(port), "--lifespan", "on", "--no-access-log"]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "areal_web.settings.test",
+        "AREAL_USE_TEST_DATABASE": "true",
+        **(extra_env or {}),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "areal_web.asgi:application",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--lifespan",
+        "on",
+        "--no-access-log",
+    ]
     with open(log_path, "a") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:

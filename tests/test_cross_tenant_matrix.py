@@ -142,16 +142,28 @@ def _body(world) -> dict:
     """One request body that every endpoint in the matrix accepts as valid: the only thing wrong with a
     cross-tenant request is the object it names. References inside the body are the caller's own."""
     return {
-        "role": Role.VIEWER, "model": world.backend.served_model, "model_version": "",
-        "target": f"{world.backend.served_model}@", "trajectory_id": str(world.trajectory.pk),
-        "status": "qualified", "note": "matrix", "reason": "matrix check", "value": 1.0, "label": "",
-        "key": f"matrix-{uuid.uuid4().hex[:8]}", "scorer": "exact_match", "scorer_config": {"expected": "x"},
-        "input_messages": [{"role": "user", "content": "say x"}], "weight": 2, "version_id": world.candidate.pk,
+        "role": Role.VIEWER,
+        "model": world.backend.served_model,
+        "model_version": "",
+        "target": f"{world.backend.served_model}@",
+        "trajectory_id": str(world.trajectory.pk),
+        "status": "qualified",
+        "note": "matrix",
+        "reason": "matrix check",
+        "value": 1.0,
+        "label": "",
+        "key": f"matrix-{uuid.uuid4().hex[:8]}",
+        "scorer": "exact_match",
+        "scorer_config": {"expected": "x"},
+        "input_messages": [{"role": "user", "content": "say x"}],
+        "weight": 2,
+        "version_id": world.candidate.pk,
         "option": "1",
     }
 
 
 # ------------------------------------------------------------------------------------------- url walking
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -165,8 +177,9 @@ class Endpoint:
 def _walk(patterns, prefix="", namespace=None):
     for pattern in patterns:
         if isinstance(pattern, URLResolver):
-            yield from _walk(pattern.url_patterns, prefix + str(pattern.pattern),
-                             pattern.namespace or namespace)
+            yield from _walk(
+                pattern.url_patterns, prefix + str(pattern.pattern), pattern.namespace or namespace
+            )
         elif isinstance(pattern, URLPattern):
             yield prefix + str(pattern.pattern), namespace, pattern
 
@@ -181,21 +194,35 @@ def _object_endpoints() -> list[Endpoint]:
         view_class = getattr(pattern.callback, "view_class", None)
         methods = tuple(getattr(view_class, "actions", {})) if view_class else ("GET", "POST")
         name = f"{namespace}:{pattern.name}" if console else pattern.name
-        endpoints.append(Endpoint(name, route, tuple((key, type(value).__name__) for key, value in converters.items()),
-                                  methods, console))
+        endpoints.append(
+            Endpoint(
+                name,
+                route,
+                tuple((key, type(value).__name__) for key, value in converters.items()),
+                methods,
+                console,
+            )
+        )
     return endpoints
 
 
 ENDPOINTS = _object_endpoints()
-CASES = [(endpoint, method) for endpoint in ENDPOINTS if endpoint.name in OBJECTS for method in endpoint.methods]
+CASES = [
+    (endpoint, method) for endpoint in ENDPOINTS if endpoint.name in OBJECTS for method in endpoint.methods
+]
 
 
 def _missing(endpoint: Endpoint) -> dict:
-    values = {"IntConverter": 2_000_000_000, "UUIDConverter": uuid.uuid4(), "StringConverter": "no-such-object"}
+    values = {
+        "IntConverter": 2_000_000_000,
+        "UUIDConverter": uuid.uuid4(),
+        "StringConverter": "no-such-object",
+    }
     return {key: values[converter] for key, converter in endpoint.converters}
 
 
 # ------------------------------------------------------------------------------------------------- world
+
 
 @dataclass
 class World:
@@ -226,27 +253,58 @@ class World:
 def _build_world(slug: str, port: int) -> World:
     tenant = TenantFactory(slug=slug, name=slug.title())
     admin = MembershipFactory(tenant=tenant, role=Role.ADMIN).user
-    _, raw_key = api_key_create(tenant=tenant, actor=SYSTEM, name="matrix-client",
-                                scopes=["admin", "trajectories:read", "trajectories:write", "rewards:write"])
+    _, raw_key = api_key_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        name="matrix-client",
+        scopes=["admin", "trajectories:read", "trajectories:write", "rewards:write"],
+    )
     membership = MembershipFactory(tenant=tenant, role=Role.OPERATOR)
     key, _ = api_key_create(tenant=tenant, actor=SYSTEM, name="matrix-object", scopes=["inference"])
-    backend = BackendFactory(tenant=tenant, name=f"{slug}-replica", base_url=f"http://127.0.0.1:{port}",
-                             served_model=f"{slug}-model", model_version="1")
+    backend = BackendFactory(
+        tenant=tenant,
+        name=f"{slug}-replica",
+        base_url=f"http://127.0.0.1:{port}",
+        served_model=f"{slug}-model",
+        model_version="1",
+    )
     spec = make_spec(tenant, name="quality")
     labels = make_spec(tenant, name="helpful", kind="boolean", is_training_reward=False)
     trajectory = make_trajectory(tenant, task_id="support", agent_name="helper")
     make_trajectory(tenant, task_id="support", agent_name="helper", text="second")
-    reward, _ = reward_create(tenant=tenant, actor=SYSTEM, trajectory_id=trajectory.pk, value=0.5, source="user",
-                              created_by="matrix")
+    reward, _ = reward_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        trajectory_id=trajectory.pk,
+        value=0.5,
+        source="user",
+        created_by="matrix",
+    )
     qualification_evaluate(trajectory_id=trajectory.pk)
-    evaluator = Evaluator.objects.create(tenant=tenant, name="exact", kind="exact_match", config={"expected": "x"})
-    queue = annotation_queue_create(tenant=tenant, actor=SYSTEM, name="matrix", spec_id=labels.pk,
-                                    filters={"task_id": "support"}, annotators_per_item=1, assignee_ids=[admin.pk])
+    evaluator = Evaluator.objects.create(
+        tenant=tenant, name="exact", kind="exact_match", config={"expected": "x"}
+    )
+    queue = annotation_queue_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        name="matrix",
+        spec_id=labels.pk,
+        filters={"task_id": "support"},
+        annotators_per_item=1,
+        assignee_ids=[admin.pk],
+    )
     item = AnnotationItem.objects.filter(queue=queue).order_by("pk").first()
     baseline, candidate = register_versions(tenant, name=f"{slug}-model")
     suite = eval_suite_create(tenant=tenant, actor=SYSTEM, name="matrix")
-    eval_case_create(tenant=tenant, actor=SYSTEM, suite_id=suite.pk, key="x", scorer="exact_match",
-                     input_messages=[{"role": "user", "content": "say x"}], scorer_config={"expected": "x"})
+    eval_case_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        suite_id=suite.pk,
+        key="x",
+        scorer="exact_match",
+        input_messages=[{"role": "user", "content": "say x"}],
+        scorer_config={"expected": "x"},
+    )
     run = eval_run_start(tenant=tenant, actor=SYSTEM, suite_id=suite.pk, version_id=candidate.pk)
     release = release_create(tenant=tenant, actor=SYSTEM, candidate_id=candidate.pk)
     job = queued_job(tenant, base=baseline)
@@ -254,10 +312,30 @@ def _build_world(slug: str, port: int) -> World:
     # A model of the same name in both tenants, with no release: another tenant's version of it would be
     # an acceptable baseline or candidate if tenancy were ignored.
     spare_baseline, spare_candidate = register_versions(tenant, name="shared-spare")
-    return World(tenant=tenant, admin=admin, raw_key=raw_key, membership=membership, key=key, backend=backend,
-                 spec=spec, trajectory=trajectory, reward=reward, evaluator=evaluator, queue=queue, item=item,
-                 suite=suite, run=run, baseline=baseline, candidate=candidate, release=release, job=job,
-                 labels=labels, step=step, spare_baseline=spare_baseline, spare_candidate=spare_candidate)
+    return World(
+        tenant=tenant,
+        admin=admin,
+        raw_key=raw_key,
+        membership=membership,
+        key=key,
+        backend=backend,
+        spec=spec,
+        trajectory=trajectory,
+        reward=reward,
+        evaluator=evaluator,
+        queue=queue,
+        item=item,
+        suite=suite,
+        run=run,
+        baseline=baseline,
+        candidate=candidate,
+        release=release,
+        job=job,
+        labels=labels,
+        step=step,
+        spare_baseline=spare_baseline,
+        spare_candidate=spare_candidate,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -278,12 +356,16 @@ def _tenant_state(tenant) -> dict:
     """Every row of every tenant-owned table of `tenant`, comparable before and after a request."""
     state = {"tenant": list(Tenant.objects.filter(pk=tenant.pk).values())}
     for model in django_apps.get_models():
-        field = next((field for field in model._meta.fields if field.name == "tenant" and field.is_relation), None)
+        field = next(
+            (field for field in model._meta.fields if field.name == "tenant" and field.is_relation), None
+        )
         if field is None:
             continue
         rows = model._base_manager.filter(tenant=tenant).order_by("pk").values()
-        state[model._meta.label] = [{key: bytes(value) if isinstance(value, memoryview) else value
-                                     for key, value in row.items()} for row in rows]
+        state[model._meta.label] = [
+            {key: bytes(value) if isinstance(value, memoryview) else value for key, value in row.items()}
+            for row in rows
+        ]
     return state
 
 
@@ -318,6 +400,7 @@ def _code(response):
 
 # ------------------------------------------------------------------------------------------------- tests
 
+
 def test_every_object_endpoint_is_in_the_matrix():
     names = {endpoint.name for endpoint in ENDPOINTS}
     uncovered = sorted(names - set(OBJECTS) - set(NOT_TENANT_OBJECTS))
@@ -325,13 +408,16 @@ def test_every_object_endpoint_is_in_the_matrix():
         f"these URL patterns take a path parameter but are not in the cross-tenant matrix: {uncovered}. "
         "Add each to OBJECTS in tests/test_cross_tenant_matrix.py (how to name a tenant's object: extend "
         "World and _build_world if it is a new kind), or to NOT_TENANT_OBJECTS with the reason it names "
-        "no tenant's object.")
+        "no tenant's object."
+    )
     stale = sorted((set(OBJECTS) | set(NOT_TENANT_OBJECTS) | PERSON_ONLY) - names)
     assert not stale, f"OBJECTS names URL patterns that no longer exist: {stale}; remove them"
     assert len(CASES) >= len(OBJECTS)
 
 
-@pytest.mark.parametrize("endpoint,method", CASES, ids=[f"{endpoint.name}-{method}" for endpoint, method in CASES])
+@pytest.mark.parametrize(
+    "endpoint,method", CASES, ids=[f"{endpoint.name}-{method}" for endpoint, method in CASES]
+)
 def test_another_tenants_object_is_not_found_and_untouched(worlds, endpoint, method):
     mine, theirs = worlds
     client = _client(endpoint, mine)
@@ -348,15 +434,18 @@ def test_another_tenants_object_is_not_found_and_untouched(worlds, endpoint, met
         return
     assert foreign.status_code == 404, (
         f"{method} {endpoint.route} with another tenant's object answered {foreign.status_code}, not 404: "
-        f"{foreign.content[:300]!r}")
+        f"{foreign.content[:300]!r}"
+    )
     assert missing.status_code == 404
     assert _code(foreign) == _code(missing), "another tenant's object must answer exactly like a missing one"
     assert own.status_code not in (404, 405) and own.status_code < 500, (
         f"the control request on the caller's own object answered {own.status_code}: {own.content[:300]!r}; "
-        "fix the matrix's World or body so the endpoint is really exercised")
+        "fix the matrix's World or body so the endpoint is really exercised"
+    )
 
 
 # ------------------------------------------------------------------------------------ ids inside the body
+
 
 @dataclass(frozen=True)
 class BodyReference:
@@ -372,6 +461,7 @@ class BodyReference:
 def _ref(pick, missing):
     def ref(world):
         return missing if world is None else pick(world)
+
     return ref
 
 
@@ -394,51 +484,84 @@ def _name() -> str:
 # (operation id in the OpenAPI schema, body field) → how to send a request naming another tenant's object.
 BODY_REFERENCES = {
     ("annotation_label", "step_id"): BodyReference(
-        "annotation-label", lambda mine: {"item_id": mine.item.pk},
-        lambda mine, ref: {"value": 1.0, "step_id": ref}, person=True),
+        "annotation-label",
+        lambda mine: {"item_id": mine.item.pk},
+        lambda mine, ref: {"value": 1.0, "step_id": ref},
+        person=True,
+    ),
     ("annotation_queue_create", "spec_id"): BodyReference(
-        "annotation-queue-list", lambda mine: {},
-        lambda mine, ref: {"name": _name(), "spec_id": ref, "filters": {"task_id": "support"}}),
+        "annotation-queue-list",
+        lambda mine: {},
+        lambda mine, ref: {"name": _name(), "spec_id": ref, "filters": {"task_id": "support"}},
+    ),
     ("annotation_queue_create", "assignee_ids"): BodyReference(
-        "annotation-queue-list", lambda mine: {},
-        lambda mine, ref: {"name": _name(), "spec_id": mine.labels.pk, "filters": {"task_id": "support"},
-                           "assignee_ids": [ref]}),
+        "annotation-queue-list",
+        lambda mine: {},
+        lambda mine, ref: {
+            "name": _name(),
+            "spec_id": mine.labels.pk,
+            "filters": {"task_id": "support"},
+            "assignee_ids": [ref],
+        },
+    ),
     ("v1_eval_runs_create", "suite_id"): BodyReference(
-        "eval-run-list", lambda mine: {}, lambda mine, ref: {"suite_id": ref, "version_id": mine.candidate.pk}),
+        "eval-run-list", lambda mine: {}, lambda mine, ref: {"suite_id": ref, "version_id": mine.candidate.pk}
+    ),
     ("v1_eval_runs_create", "version_id"): BodyReference(
-        "eval-run-list", lambda mine: {}, lambda mine, ref: {"suite_id": mine.suite.pk, "version_id": ref}),
+        "eval-run-list", lambda mine: {}, lambda mine, ref: {"suite_id": mine.suite.pk, "version_id": ref}
+    ),
     ("evaluator_run", "trajectory_id"): BodyReference(
-        "evaluator-run", lambda mine: {"evaluator_id": mine.evaluator.pk}, lambda mine, ref: {"trajectory_id": ref}),
+        "evaluator-run",
+        lambda mine: {"evaluator_id": mine.evaluator.pk},
+        lambda mine, ref: {"trajectory_id": ref},
+    ),
     ("v1_model_aliases_create", "version_id"): BodyReference(
-        "model-alias-list", lambda mine: {}, lambda mine, ref: {"alias": "matrix", "version_id": ref}),
+        "model-alias-list", lambda mine: {}, lambda mine, ref: {"alias": "matrix", "version_id": ref}
+    ),
     ("v1_releases_create", "candidate_id"): BodyReference(
-        "release-list", lambda mine: {}, lambda mine, ref: {"candidate_id": ref}),
+        "release-list", lambda mine: {}, lambda mine, ref: {"candidate_id": ref}
+    ),
     ("v1_releases_create", "baseline_id"): BodyReference(
-        "release-list", lambda mine: {},
-        lambda mine, ref: {"candidate_id": mine.spare_candidate.pk, "baseline_id": ref}),
+        "release-list",
+        lambda mine: {},
+        lambda mine, ref: {"candidate_id": mine.spare_candidate.pk, "baseline_id": ref},
+    ),
     ("v1_releases_create", "eval_suite_ids"): BodyReference(
-        "release-list", lambda mine: {},
-        lambda mine, ref: {"candidate_id": mine.spare_candidate.pk, "eval_suite_ids": [ref]}),
+        "release-list",
+        lambda mine: {},
+        lambda mine, ref: {"candidate_id": mine.spare_candidate.pk, "eval_suite_ids": [ref]},
+    ),
     ("review_create", "trajectory_id"): BodyReference(
-        "review-list", lambda mine: {}, lambda mine, ref: {"trajectory_id": ref, "status": "approved"}),
+        "review-list", lambda mine: {}, lambda mine, ref: {"trajectory_id": ref, "status": "approved"}
+    ),
     ("reward_create", "trajectory_id"): BodyReference(
-        "reward-list", lambda mine: {}, lambda mine, ref: {"trajectory_id": ref, "value": 0.5}),
+        "reward-list", lambda mine: {}, lambda mine, ref: {"trajectory_id": ref, "value": 0.5}
+    ),
     ("reward_create", "step_id"): BodyReference(
-        "reward-list", lambda mine: {},
-        lambda mine, ref: {"trajectory_id": str(mine.item.trajectory_id), "step_id": ref, "value": 0.5}),
+        "reward-list",
+        lambda mine: {},
+        lambda mine, ref: {"trajectory_id": str(mine.item.trajectory_id), "step_id": ref, "value": 0.5},
+    ),
     ("v1_training_jobs_create", "base_version_id"): BodyReference(
-        "training-job-list", lambda mine: {}, lambda mine, ref: {"base_version_id": ref, "algorithm": "grpo"}),
+        "training-job-list", lambda mine: {}, lambda mine, ref: {"base_version_id": ref, "algorithm": "grpo"}
+    ),
 }
 
 # Which referenced object each entry names (the `ref` it is called with).
 REFERENCED = {
-    ("annotation_label", "step_id"): STEP, ("annotation_queue_create", "spec_id"): LABELS_SPEC,
-    ("annotation_queue_create", "assignee_ids"): MEMBER_USER, ("v1_eval_runs_create", "suite_id"): SUITE,
-    ("v1_eval_runs_create", "version_id"): SPARE_CANDIDATE, ("evaluator_run", "trajectory_id"): TRAJECTORY,
+    ("annotation_label", "step_id"): STEP,
+    ("annotation_queue_create", "spec_id"): LABELS_SPEC,
+    ("annotation_queue_create", "assignee_ids"): MEMBER_USER,
+    ("v1_eval_runs_create", "suite_id"): SUITE,
+    ("v1_eval_runs_create", "version_id"): SPARE_CANDIDATE,
+    ("evaluator_run", "trajectory_id"): TRAJECTORY,
     ("v1_model_aliases_create", "version_id"): SPARE_CANDIDATE,
-    ("v1_releases_create", "candidate_id"): SPARE_CANDIDATE, ("v1_releases_create", "baseline_id"): SPARE_BASELINE,
-    ("v1_releases_create", "eval_suite_ids"): SUITE, ("review_create", "trajectory_id"): TRAJECTORY,
-    ("reward_create", "trajectory_id"): TRAJECTORY, ("reward_create", "step_id"): STEP,
+    ("v1_releases_create", "candidate_id"): SPARE_CANDIDATE,
+    ("v1_releases_create", "baseline_id"): SPARE_BASELINE,
+    ("v1_releases_create", "eval_suite_ids"): SUITE,
+    ("review_create", "trajectory_id"): TRAJECTORY,
+    ("reward_create", "trajectory_id"): TRAJECTORY,
+    ("reward_create", "step_id"): STEP,
     ("v1_training_jobs_create", "base_version_id"): BASELINE,
 }
 
@@ -464,8 +587,11 @@ def _schema_id_fields() -> set[tuple[str, str]]:
                 if "$ref" in body:
                     body = components[body["$ref"].rsplit("/", 1)[-1]]
                 if "json" in content_type:
-                    found |= {(operation["operationId"], field) for field in body.get("properties", {})
-                              if field.endswith(("_id", "_ids"))}
+                    found |= {
+                        (operation["operationId"], field)
+                        for field in body.get("properties", {})
+                        if field.endswith(("_id", "_ids"))
+                    }
     return found
 
 
@@ -475,7 +601,8 @@ def test_every_id_in_a_request_body_is_in_the_matrix():
     assert not uncovered, (
         f"these request bodies name objects by id but are not in the cross-tenant matrix: {uncovered}. Add each "
         "to BODY_REFERENCES and REFERENCED in tests/test_cross_tenant_matrix.py, or to NOT_OBJECT_FIELDS with "
-        "the reason the field names no tenant's object.")
+        "the reason the field names no tenant's object."
+    )
     stale = sorted((set(BODY_REFERENCES) | set(NOT_OBJECT_FIELDS)) - fields)
     assert not stale, f"the schema no longer has these body fields: {stale}; remove them from the matrix"
     assert set(REFERENCED) == set(BODY_REFERENCES)
@@ -490,7 +617,9 @@ def _body_client(reference: BodyReference, world: World):
     return client
 
 
-@pytest.mark.parametrize("key", sorted(BODY_REFERENCES), ids=[f"{op}.{field}" for op, field in sorted(BODY_REFERENCES)])
+@pytest.mark.parametrize(
+    "key", sorted(BODY_REFERENCES), ids=[f"{op}.{field}" for op, field in sorted(BODY_REFERENCES)]
+)
 def test_another_tenants_object_in_a_body_is_refused_like_a_missing_one(worlds, key):
     mine, theirs = worlds
     reference, ref = BODY_REFERENCES[key], REFERENCED[key]
@@ -504,12 +633,15 @@ def test_another_tenants_object_in_a_body_is_refused_like_a_missing_one(worlds, 
     missing = client.post(path, reference.body(mine, ref(None)), format="json")
     own = client.post(path, reference.body(mine, ref(mine)), format="json")
     assert foreign.status_code in (400, 404), (
-        f"POST {path} naming another tenant's {key[1]} answered {foreign.status_code}: {foreign.content[:300]!r}")
+        f"POST {path} naming another tenant's {key[1]} answered {foreign.status_code}: {foreign.content[:300]!r}"
+    )
     assert (foreign.status_code, _code(foreign)) == (missing.status_code, _code(missing)), (
-        "another tenant's object must be refused exactly like a missing one")
+        "another tenant's object must be refused exactly like a missing one"
+    )
     assert own.status_code < 500 and (own.status_code, _code(own)) != (missing.status_code, _code(missing)), (
         f"the control request naming the caller's own object answered like a missing one ({own.status_code}: "
-        f"{own.content[:300]!r}); fix the matrix so the reference is really exercised")
+        f"{own.content[:300]!r}); fix the matrix so the reference is really exercised"
+    )
 
 
 def test_eval_comparison_of_another_tenants_run_is_not_found(worlds):

@@ -21,8 +21,9 @@ class QueueSerializer(serializers.Serializer):
     spec_id = serializers.IntegerField(write_only=True)
     filters = serializers.DictField(child=serializers.CharField(), required=False, default=dict)
     annotators_per_item = serializers.IntegerField(min_value=1, max_value=10, required=False, default=1)
-    assignee_ids = serializers.ListField(child=serializers.IntegerField(), required=False, default=list,
-                                         write_only=True)
+    assignee_ids = serializers.ListField(
+        child=serializers.IntegerField(), required=False, default=list, write_only=True
+    )
     item_count = serializers.IntegerField(read_only=True, required=False)
 
 
@@ -39,13 +40,17 @@ class AnnotationQueueListApi(TenantApi):
     def get(self, request):
         return self.paginated(selectors.annotation_queue_list(tenant=self.tenant), QueueSerializer)
 
-    @extend_schema(operation_id="annotation_queue_create", request=QueueSerializer, responses={201: QueueSerializer})
+    @extend_schema(
+        operation_id="annotation_queue_create", request=QueueSerializer, responses={201: QueueSerializer}
+    )
     def post(self, request):
         data = QueueSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         queue = services.annotation_queue_create(tenant=self.tenant, actor=self.actor, **data.validated_data)
-        return Response(QueueSerializer(selectors.annotation_queue_list(tenant=self.tenant).get(pk=queue.pk)).data,
-                        status=201)
+        return Response(
+            QueueSerializer(selectors.annotation_queue_list(tenant=self.tenant).get(pk=queue.pk)).data,
+            status=201,
+        )
 
 
 class AnnotationQueueDetailApi(TenantApi):
@@ -56,15 +61,24 @@ class AnnotationQueueDetailApi(TenantApi):
     @extend_schema(operation_id="annotation_queue_detail")
     def get(self, request, queue_id):
         queue = selectors.annotation_queue_get(tenant=self.tenant, queue_id=queue_id)
-        return Response({
-            **QueueSerializer(selectors.annotation_queue_list(tenant=self.tenant).get(pk=queue.pk)).data,
-            "progress": selectors.annotation_progress(queue=queue),
-            "agreement": selectors.annotation_agreement(queue=queue),
-            "annotators": selectors.annotation_annotator_stats(queue=queue),
-            "disagreements": [{"item_id": item.pk, "trajectory_id": str(item.trajectory_id),
-                               "values": {label.annotator.get_username(): label.value for label in item.labels.all()}}
-                              for item in selectors.annotation_disagreements(queue=queue)],
-        })
+        return Response(
+            {
+                **QueueSerializer(selectors.annotation_queue_list(tenant=self.tenant).get(pk=queue.pk)).data,
+                "progress": selectors.annotation_progress(queue=queue),
+                "agreement": selectors.annotation_agreement(queue=queue),
+                "annotators": selectors.annotation_annotator_stats(queue=queue),
+                "disagreements": [
+                    {
+                        "item_id": item.pk,
+                        "trajectory_id": str(item.trajectory_id),
+                        "values": {
+                            label.annotator.get_username(): label.value for label in item.labels.all()
+                        },
+                    }
+                    for item in selectors.annotation_disagreements(queue=queue)
+                ],
+            }
+        )
 
 
 class AnnotationQueueFillApi(TenantApi):
@@ -93,8 +107,13 @@ class AnnotationNextItemApi(TenantApi):
         item = selectors.annotation_next_item(queue=queue, user=user)
         if item is None:
             return Response(status=204)
-        return Response({"item_id": item.pk, "trajectory_id": str(item.trajectory_id),
-                         "progress": selectors.annotation_progress(queue=queue, user=user)})
+        return Response(
+            {
+                "item_id": item.pk,
+                "trajectory_id": str(item.trajectory_id),
+                "progress": selectors.annotation_progress(queue=queue, user=user),
+            }
+        )
 
 
 class AnnotationLabelApi(TenantApi):
@@ -112,10 +131,18 @@ class AnnotationLabelApi(TenantApi):
     def post(self, request, item_id):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        label = services.annotation_label_submit(tenant=self.tenant, actor=self.actor, user=_person(self),
-                                                 item_id=item_id, **data.validated_data)
-        return Response({"label_id": label.pk, "reward_id": str(label.reward_id), "value": label.value,
-                         "target": label.target}, status=201)
+        label = services.annotation_label_submit(
+            tenant=self.tenant, actor=self.actor, user=_person(self), item_id=item_id, **data.validated_data
+        )
+        return Response(
+            {
+                "label_id": label.pk,
+                "reward_id": str(label.reward_id),
+                "value": label.value,
+                "target": label.target,
+            },
+            status=201,
+        )
 
 
 class AnnotationSkipApi(TenantApi):
@@ -142,9 +169,12 @@ class AnnotationResolveApi(TenantApi):
     def post(self, request, item_id):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        item = services.annotation_resolve(tenant=self.tenant, actor=self.actor, item_id=item_id,
-                                           **data.validated_data)
-        return Response({"item_id": item.pk, "resolved_value": item.resolved_value, "resolved_by": item.resolved_by})
+        item = services.annotation_resolve(
+            tenant=self.tenant, actor=self.actor, item_id=item_id, **data.validated_data
+        )
+        return Response(
+            {"item_id": item.pk, "resolved_value": item.resolved_value, "resolved_by": item.resolved_by}
+        )
 
 
 class AnnotationExportApi(TenantApi):

@@ -12,7 +12,9 @@ class AnnotationQueue(models.Model):
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=120)
     spec = models.ForeignKey("rewards.RewardSpec", on_delete=models.PROTECT, related_name="+")
-    filters = models.JSONField(default=dict, blank=True, help_text="agent, task_id, group_id, status, purpose.")
+    filters = models.JSONField(
+        default=dict, blank=True, help_text="agent, task_id, group_id, status, purpose."
+    )
     annotators_per_item = models.PositiveSmallIntegerField(default=1)
     assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="annotation_queues", blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -34,7 +36,9 @@ class AnnotationItem(models.Model):
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     queue = models.ForeignKey(AnnotationQueue, on_delete=models.CASCADE, related_name="items")
     trajectory = models.ForeignKey("trajectories.Trajectory", on_delete=models.CASCADE, related_name="+")
-    resolved_value = models.FloatField(null=True, blank=True, help_text="A reviewer's resolution of disagreement.")
+    resolved_value = models.FloatField(
+        null=True, blank=True, help_text="A reviewer's resolution of disagreement."
+    )
     resolved_by = models.CharField(max_length=200, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
 

@@ -26,7 +26,11 @@ def annotation_queue_get(*, tenant, queue_id) -> AnnotationQueue:
 
 def annotation_item_get(*, tenant, item_id) -> AnnotationItem:
     try:
-        return AnnotationItem.objects.for_tenant(tenant).select_related("queue__spec", "trajectory").get(pk=item_id)
+        return (
+            AnnotationItem.objects.for_tenant(tenant)
+            .select_related("queue__spec", "trajectory")
+            .get(pk=item_id)
+        )
     except (AnnotationItem.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such annotation item in this tenant", code="annotation_item_not_found") from None
 
@@ -38,20 +42,28 @@ def is_assigned(*, queue, user) -> bool:
 def annotation_next_item(*, queue, user) -> AnnotationItem | None:
     """The first item that still needs labels and that this annotator has neither labelled nor skipped:
     an item is never shown twice to one annotator."""
-    return (AnnotationItem.objects.filter(queue=queue)
-            .annotate(label_count=Count("labels", distinct=True))
-            .filter(label_count__lt=queue.annotators_per_item)
-            .exclude(Exists(AnnotationLabel.objects.filter(item=OuterRef("pk"), annotator=user)))
-            .exclude(Exists(AnnotationSkip.objects.filter(item=OuterRef("pk"), annotator=user)))
-            .select_related("trajectory").order_by("id").first())
+    return (
+        AnnotationItem.objects.filter(queue=queue)
+        .annotate(label_count=Count("labels", distinct=True))
+        .filter(label_count__lt=queue.annotators_per_item)
+        .exclude(Exists(AnnotationLabel.objects.filter(item=OuterRef("pk"), annotator=user)))
+        .exclude(Exists(AnnotationSkip.objects.filter(item=OuterRef("pk"), annotator=user)))
+        .select_related("trajectory")
+        .order_by("id")
+        .first()
+    )
 
 
 def annotation_progress(*, queue, user=None) -> dict:
     items = AnnotationItem.objects.filter(queue=queue).annotate(label_count=Count("labels"))
     total = items.count()
     done = items.filter(label_count__gte=queue.annotators_per_item).count()
-    progress = {"items": total, "complete": done, "labels": AnnotationLabel.objects.filter(item__queue=queue).count(),
-                "labels_needed": total * queue.annotators_per_item}
+    progress = {
+        "items": total,
+        "complete": done,
+        "labels": AnnotationLabel.objects.filter(item__queue=queue).count(),
+        "labels_needed": total * queue.annotators_per_item,
+    }
     if user is not None:
         progress["mine"] = AnnotationLabel.objects.filter(item__queue=queue, annotator=user).count()
         progress["skipped"] = AnnotationSkip.objects.filter(item__queue=queue, annotator=user).count()
@@ -74,11 +86,17 @@ def annotation_agreement(*, queue) -> dict:
     kappa = None
     if len(annotators) == 2 and level == "nominal":
         first, second = annotators
-        kappa = cohen_kappa([(values[first], values[second]) for values in shared
-                             if first in values and second in values])
+        kappa = cohen_kappa(
+            [(values[first], values[second]) for values in shared if first in values and second in values]
+        )
     alpha = krippendorff_alpha([list(values.values()) for values in shared], level)
-    return {"level": level, "annotators": len(annotators), "shared_units": len(shared),
-            "cohen_kappa": kappa, "krippendorff_alpha": alpha}
+    return {
+        "level": level,
+        "annotators": len(annotators),
+        "shared_units": len(shared),
+        "cohen_kappa": kappa,
+        "krippendorff_alpha": alpha,
+    }
 
 
 def annotation_annotator_stats(*, queue) -> list[dict]:
@@ -90,33 +108,61 @@ def annotation_annotator_stats(*, queue) -> list[dict]:
     for labels in by_item.values():
         majority, _ = Counter(label.value for label in labels).most_common(1)[0]
         for label in labels:
-            row = stats.setdefault(label.annotator_id, {"annotator": label.annotator.get_username(), "labels": 0,
-                                                        "total": 0.0, "shared": 0, "with_majority": 0})
+            row = stats.setdefault(
+                label.annotator_id,
+                {
+                    "annotator": label.annotator.get_username(),
+                    "labels": 0,
+                    "total": 0.0,
+                    "shared": 0,
+                    "with_majority": 0,
+                },
+            )
             row["labels"] += 1
             row["total"] += label.value
             if len(labels) > 1:
                 row["shared"] += 1
                 row["with_majority"] += label.value == majority
     skips = Counter(AnnotationSkip.objects.filter(item__queue=queue).values_list("annotator_id", flat=True))
-    return [{"annotator": row["annotator"], "labels": row["labels"], "skips": skips.get(annotator_id, 0),
-             "mean_value": row["total"] / row["labels"],
-             "majority_agreement": row["with_majority"] / row["shared"] if row["shared"] else None}
-            for annotator_id, row in sorted(stats.items(), key=lambda pair: pair[1]["annotator"])]
+    return [
+        {
+            "annotator": row["annotator"],
+            "labels": row["labels"],
+            "skips": skips.get(annotator_id, 0),
+            "mean_value": row["total"] / row["labels"],
+            "majority_agreement": row["with_majority"] / row["shared"] if row["shared"] else None,
+        }
+        for annotator_id, row in sorted(stats.items(), key=lambda pair: pair[1]["annotator"])
+    ]
 
 
 def annotation_disagreements(*, queue):
     """Unresolved items whose annotators gave different values."""
-    return (AnnotationItem.objects.filter(queue=queue, resolved_at__isnull=True)
-            .annotate(distinct_values=Count("labels__value", distinct=True)).filter(distinct_values__gt=1)
-            .select_related("trajectory").prefetch_related("labels__annotator").order_by("id"))
+    return (
+        AnnotationItem.objects.filter(queue=queue, resolved_at__isnull=True)
+        .annotate(distinct_values=Count("labels__value", distinct=True))
+        .filter(distinct_values__gt=1)
+        .select_related("trajectory")
+        .prefetch_related("labels__annotator")
+        .order_by("id")
+    )
 
 
 def annotation_label_rows(*, queue):
     """Every label of the queue, for export, in item order."""
     for label in _labels(queue).select_related("item").order_by("item_id", "created_at"):
-        yield {"queue": queue.name, "spec": queue.spec.name, "item_id": label.item_id,
-               "trajectory_id": str(label.item.trajectory_id), "target": label.target,
-               "step_id": str(label.step_id) if label.step_id else None, "annotator": label.annotator.get_username(),
-               "value": label.value, "label": label.label or None, "comment": label.comment or None,
-               "correction": label.correction or None, "created_at": label.created_at.isoformat(),
-               "resolved_value": label.item.resolved_value}
+        yield {
+            "queue": queue.name,
+            "spec": queue.spec.name,
+            "item_id": label.item_id,
+            "trajectory_id": str(label.item.trajectory_id),
+            "target": label.target,
+            "step_id": str(label.step_id) if label.step_id else None,
+            "annotator": label.annotator.get_username(),
+            "value": label.value,
+            "label": label.label or None,
+            "comment": label.comment or None,
+            "correction": label.correction or None,
+            "created_at": label.created_at.isoformat(),
+            "resolved_value": label.item.resolved_value,
+        }

@@ -29,23 +29,36 @@ def _forbidden(request, action):
 @console_page(Action.ANNOTATION_VIEW)
 def queue_list(request):
     manage = role_can(request.membership.role, Action.ANNOTATION_MANAGE)
-    queues = selectors.annotation_queue_list(tenant=request.tenant, assigned_to=None if manage else request.user)
-    rows = [{"queue": queue, "progress": selectors.annotation_progress(queue=queue, user=request.user),
-             "assigned": selectors.is_assigned(queue=queue, user=request.user)} for queue in queues]
+    queues = selectors.annotation_queue_list(
+        tenant=request.tenant, assigned_to=None if manage else request.user
+    )
+    rows = [
+        {
+            "queue": queue,
+            "progress": selectors.annotation_progress(queue=queue, user=request.user),
+            "assigned": selectors.is_assigned(queue=queue, user=request.user),
+        }
+        for queue in queues
+    ]
     return render(request, "console/annotation_queues.html", {"rows": rows})
 
 
 @console_page(Action.ANNOTATION_VIEW)
 def queue_detail(request, queue_id):
     queue = _queue_or_404(request, queue_id)
-    return render(request, "console/annotation_queue.html", {
-        "queue": queue, "progress": selectors.annotation_progress(queue=queue),
-        "agreement": selectors.annotation_agreement(queue=queue),
-        "annotators": selectors.annotation_annotator_stats(queue=queue),
-        "disagreements": selectors.annotation_disagreements(queue=queue),
-        "options": rating_options(spec_data(queue.spec)),
-        "can_resolve": role_can(request.membership.role, Action.TRAJECTORY_REVIEW),
-    })
+    return render(
+        request,
+        "console/annotation_queue.html",
+        {
+            "queue": queue,
+            "progress": selectors.annotation_progress(queue=queue),
+            "agreement": selectors.annotation_agreement(queue=queue),
+            "annotators": selectors.annotation_annotator_stats(queue=queue),
+            "disagreements": selectors.annotation_disagreements(queue=queue),
+            "options": rating_options(spec_data(queue.spec)),
+            "can_resolve": role_can(request.membership.role, Action.TRAJECTORY_REVIEW),
+        },
+    )
 
 
 @console_page(Action.ANNOTATION_LABEL)
@@ -54,11 +67,22 @@ def workspace(request, queue_id):
     if not selectors.is_assigned(queue=queue, user=request.user):
         return _forbidden(request, "annotation.label (not assigned to this queue)")
     item = selectors.annotation_next_item(queue=queue, user=request.user)
-    steps = [step_to_atdp(step) for step in step_list(tenant=request.tenant, trajectory=item.trajectory)] if item else []
-    return render(request, "console/annotation_workspace.html", {
-        "queue": queue, "item": item, "steps": steps, "options": rating_options(spec_data(queue.spec)),
-        "progress": selectors.annotation_progress(queue=queue, user=request.user),
-    })
+    steps = (
+        [step_to_atdp(step) for step in step_list(tenant=request.tenant, trajectory=item.trajectory)]
+        if item
+        else []
+    )
+    return render(
+        request,
+        "console/annotation_workspace.html",
+        {
+            "queue": queue,
+            "item": item,
+            "steps": steps,
+            "options": rating_options(spec_data(queue.spec)),
+            "progress": selectors.annotation_progress(queue=queue, user=request.user),
+        },
+    )
 
 
 def _option(queue, raw: str) -> tuple[float | None, str]:
@@ -85,9 +109,16 @@ def label_submit(request, item_id):
         return redirect("console:annotation-workspace", queue_id=item.queue_id)
     try:
         services.annotation_label_submit(
-            tenant=request.tenant, actor=request.actor, user=request.user, item_id=item.pk, value=value, label=label,
-            step_id=request.POST.get("step_id") or None, comment=request.POST.get("comment", ""),
-            correction=request.POST.get("correction", ""))
+            tenant=request.tenant,
+            actor=request.actor,
+            user=request.user,
+            item_id=item.pk,
+            value=value,
+            label=label,
+            step_id=request.POST.get("step_id") or None,
+            comment=request.POST.get("comment", ""),
+            correction=request.POST.get("correction", ""),
+        )
         messages.success(request, "Label saved.")
     except DomainError as error:
         messages.error(request, error.message)
@@ -119,8 +150,14 @@ def item_resolve(request, item_id):
         raise Http404(error.message) from None
     value, label = _option(item.queue, request.POST.get("option", ""))
     try:
-        services.annotation_resolve(tenant=request.tenant, actor=request.actor, item_id=item.pk, value=value,
-                                    label=label, reason=request.POST.get("reason", ""))
+        services.annotation_resolve(
+            tenant=request.tenant,
+            actor=request.actor,
+            item_id=item.pk,
+            value=value,
+            label=label,
+            reason=request.POST.get("reason", ""),
+        )
         messages.success(request, "Disagreement resolved.")
     except DomainError as error:
         messages.error(request, error.message)

@@ -43,13 +43,20 @@ class AuditEventListApi(TenantApi):
 class AuditVerifyApi(TenantApi):
     actions = {"GET": Action.AUDIT_VIEW}
 
-    @extend_schema(responses=inline_serializer("AuditVerification", {
-        "intact": serializers.BooleanField(),
-        "breaks": serializers.ListField(child=serializers.DictField()),
-    }))
+    @extend_schema(
+        responses=inline_serializer(
+            "AuditVerification",
+            {
+                "intact": serializers.BooleanField(),
+                "breaks": serializers.ListField(child=serializers.DictField()),
+            },
+        )
+    )
     def get(self, request):
         breaks = audit_verify(tenant=self.tenant)
-        return Response({
-            "intact": not breaks,
-            "breaks": [{"sequence": item.sequence, "problem": item.problem} for item in breaks],
-        })
+        return Response(
+            {
+                "intact": not breaks,
+                "breaks": [{"sequence": item.sequence, "problem": item.problem} for item in breaks],
+            }
+        )

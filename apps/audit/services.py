@@ -34,8 +34,20 @@ class Actor:
         return cls(kind="system", id="", label=label)
 
 
-def _event_hash(*, previous_hash: str, tenant_id: int, sequence: int, occurred_at, actor_kind: str,
-                actor_id: str, actor_label: str, verb: str, target_type: str, target_id: str, data) -> str:
+def _event_hash(
+    *,
+    previous_hash: str,
+    tenant_id: int,
+    sequence: int,
+    occurred_at,
+    actor_kind: str,
+    actor_id: str,
+    actor_label: str,
+    verb: str,
+    target_type: str,
+    target_id: str,
+    data,
+) -> str:
     canonical = json.dumps(
         {
             "tenant": tenant_id,
@@ -111,10 +123,11 @@ def audit_verify(*, tenant) -> list[ChainBreak]:
         if event.sequence != expected_sequence:
             breaks.append(ChainBreak(tenant.slug, event.sequence, f"expected sequence {expected_sequence}"))
         if event.previous_hash != expected_previous:
-            breaks.append(ChainBreak(tenant.slug, event.sequence, "previous_hash does not match the row before"))
+            breaks.append(
+                ChainBreak(tenant.slug, event.sequence, "previous_hash does not match the row before")
+            )
         if _row_hash(event) != event.hash:
             breaks.append(ChainBreak(tenant.slug, event.sequence, "content does not match its hash (edited)"))
         expected_previous = event.hash
         expected_sequence = event.sequence + 1
     return breaks
-

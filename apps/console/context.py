@@ -26,6 +26,10 @@ def console(request):
     return {
         "current_tenant": request.tenant,
         "current_role": membership.role,
-        "navigation": [(label, url) for label, url, action in NAVIGATION if role_can(membership.role, action)],
-        "switchable_tenants": [m.tenant for m in request.user.memberships.select_related("tenant").order_by("tenant__slug")],
+        "navigation": [
+            (label, url) for label, url, action in NAVIGATION if role_can(membership.role, action)
+        ],
+        "switchable_tenants": [
+            m.tenant for m in request.user.memberships.select_related("tenant").order_by("tenant__slug")
+        ],
     }

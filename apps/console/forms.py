@@ -19,7 +19,9 @@ class ApiKeyCreateForm(forms.Form):
 
 
 class ApiKeyRotateForm(forms.Form):
-    grace_seconds = forms.TypedChoiceField(choices=GRACE_CHOICES, coerce=int, initial=3600, label="Old key valid for")
+    grace_seconds = forms.TypedChoiceField(
+        choices=GRACE_CHOICES, coerce=int, initial=3600, label="Old key valid for"
+    )
 
 
 class MemberAddForm(forms.Form):
@@ -39,13 +41,22 @@ class PolicyForm(forms.Form):
     consent_mode = forms.ChoiceField(choices=ConsentMode.choices)
     retention_days = forms.IntegerField(min_value=1, max_value=3650)
     pii_mode = forms.ChoiceField(choices=PiiMode.choices, label="PII mode")
-    price_table = forms.JSONField(required=False, help_text='{"model": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}}')
-    pii_patterns = forms.JSONField(required=False, label="PII patterns",
-                                   help_text='[{"name": "order_id", "regex": "ORD-\\d+"}]')
-    late_reward_hours = forms.IntegerField(min_value=0, max_value=24 * 366, required=False,
-                                           label="Late-reward window (hours)",
-                                           help_text="How long after a session ends its rewards are still accepted.")
-    review_required = forms.BooleanField(required=False, label="Trajectories need human review before training")
+    price_table = forms.JSONField(
+        required=False, help_text='{"model": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}}'
+    )
+    pii_patterns = forms.JSONField(
+        required=False, label="PII patterns", help_text='[{"name": "order_id", "regex": "ORD-\\d+"}]'
+    )
+    late_reward_hours = forms.IntegerField(
+        min_value=0,
+        max_value=24 * 366,
+        required=False,
+        label="Late-reward window (hours)",
+        help_text="How long after a session ends its rewards are still accepted.",
+    )
+    review_required = forms.BooleanField(
+        required=False, label="Trajectories need human review before training"
+    )
     two_person_promotion = forms.BooleanField(required=False, label="Promotion needs two different operators")
 
     def clean_allowed_models(self):
@@ -79,7 +90,12 @@ class AuditFilterForm(forms.Form):
 
 class BackendRegisterForm(forms.Form):
     name = forms.SlugField(max_length=64)
-    base_url = forms.URLField(max_length=300, assume_scheme="http", label="Base URL", help_text="Server root, e.g. http://127.0.0.1:8100")
+    base_url = forms.URLField(
+        max_length=300,
+        assume_scheme="http",
+        label="Base URL",
+        help_text="Server root, e.g. http://127.0.0.1:8100",
+    )
     kind = forms.ChoiceField(choices=BackendKind.choices)
     served_model = forms.CharField(max_length=200, label="Served model name")
     model_version = forms.CharField(max_length=64, required=False)
@@ -96,11 +112,25 @@ class TrajectoryFilterForm(forms.Form):
     session_id = forms.CharField(required=False, max_length=200)
     agent = forms.CharField(required=False, max_length=200)
     task_id = forms.CharField(required=False, max_length=200)
-    status = forms.ChoiceField(required=False, choices=[("", "any"), ("open", "open"), ("complete", "complete"),
-                                                        ("aborted", "aborted")])
-    purpose = forms.ChoiceField(required=False, choices=[("", "any"), ("production", "production"), ("eval", "eval"),
-                                                         ("replay", "replay"), ("annotation", "annotation")])
+    status = forms.ChoiceField(
+        required=False,
+        choices=[("", "any"), ("open", "open"), ("complete", "complete"), ("aborted", "aborted")],
+    )
+    purpose = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "any"),
+            ("production", "production"),
+            ("eval", "eval"),
+            ("replay", "replay"),
+            ("annotation", "annotation"),
+        ],
+    )
     reward_min = forms.FloatField(required=False)
     reward_max = forms.FloatField(required=False)
-    started_after = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    started_before = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    started_after = forms.DateTimeField(
+        required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    started_before = forms.DateTimeField(
+        required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )

@@ -38,7 +38,9 @@ def login_view(request):
             return redirect(target)
         if login_throttled(request):
             status = 429
-    return render(request, "console/login.html", {"form": form, "next": request.GET.get("next", "")}, status=status)
+    return render(
+        request, "console/login.html", {"form": form, "next": request.GET.get("next", "")}, status=status
+    )
 
 
 @require_POST
@@ -62,7 +64,9 @@ def tenant_switch(request):
 def home(request):
     context = {"member_count": selectors.membership_list(tenant=request.tenant).count()}
     if role_can(request.membership.role, Action.API_KEY_VIEW):
-        context["active_key_count"] = selectors.api_key_list(tenant=request.tenant, include_inactive=False).count()
+        context["active_key_count"] = selectors.api_key_list(
+            tenant=request.tenant, include_inactive=False
+        ).count()
     if role_can(request.membership.role, Action.AUDIT_VIEW):
         context["recent_events"] = audit_event_list(tenant=request.tenant)[:8]
     context.update(overview_context(tenant=request.tenant))  # live charts: apps/metrics/dashboard.py
@@ -87,18 +91,28 @@ def members(request):
         if not can_manage:
             return render(request, "console/forbidden.html", {"action": Action.MEMBER_MANAGE}, status=403)
         if form.is_valid():
-            added = _act(request, lambda: services.membership_add(
-                tenant=request.tenant, actor=request.actor, user_identifier=form.cleaned_data["user"],
-                role=form.cleaned_data["role"]))
+            added = _act(
+                request,
+                lambda: services.membership_add(
+                    tenant=request.tenant,
+                    actor=request.actor,
+                    user_identifier=form.cleaned_data["user"],
+                    role=form.cleaned_data["role"],
+                ),
+            )
             if added:
                 messages.success(request, f"Added {added.user.username} as {added.role}.")
                 return redirect("console:members")
-    return render(request, "console/members.html", {
-        "memberships": selectors.membership_list(tenant=request.tenant),
-        "form": form,
-        "role_form": forms.MemberRoleForm(),
-        "can_manage": can_manage,
-    })
+    return render(
+        request,
+        "console/members.html",
+        {
+            "memberships": selectors.membership_list(tenant=request.tenant),
+            "form": form,
+            "role_form": forms.MemberRoleForm(),
+            "can_manage": can_manage,
+        },
+    )
 
 
 @require_POST
@@ -106,8 +120,15 @@ def members(request):
 def member_role(request, membership_id):
     selectors.membership_get(tenant=request.tenant, membership_id=membership_id)  # another tenant's: 404
     form = forms.MemberRoleForm(request.POST)
-    if form.is_valid() and _act(request, lambda: services.membership_change_role(
-            tenant=request.tenant, actor=request.actor, membership_id=membership_id, role=form.cleaned_data["role"])):
+    if form.is_valid() and _act(
+        request,
+        lambda: services.membership_change_role(
+            tenant=request.tenant,
+            actor=request.actor,
+            membership_id=membership_id,
+            role=form.cleaned_data["role"],
+        ),
+    ):
         messages.success(request, "Role changed.")
     return redirect("console:members")
 
@@ -127,26 +148,45 @@ def member_remove(request, membership_id):
 @console_page(Action.API_KEY_VIEW)
 def keys(request):
     form = forms.ApiKeyCreateForm(request.POST or None)
-    if request.method == "POST" and role_can(request.membership.role, Action.API_KEY_MANAGE) and form.is_valid():
-        created = _act(request, lambda: services.api_key_create(
-            tenant=request.tenant, actor=request.actor, created_by=request.user, **form.cleaned_data))
+    if (
+        request.method == "POST"
+        and role_can(request.membership.role, Action.API_KEY_MANAGE)
+        and form.is_valid()
+    ):
+        created = _act(
+            request,
+            lambda: services.api_key_create(
+                tenant=request.tenant, actor=request.actor, created_by=request.user, **form.cleaned_data
+            ),
+        )
         if created:
             key, raw = created
             return render(request, "console/key_created.html", {"key": key, "raw_key": raw})
-    page = Paginator(selectors.api_key_list(tenant=request.tenant), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = Paginator(selectors.api_key_list(tenant=request.tenant), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
     now = timezone.now()
     rows = [(key, key.status_at(now)) for key in page]
-    return render(request, "console/keys.html", {
-        "form": form, "rows": rows, "page": page, "rotate_form": forms.ApiKeyRotateForm(),
-        "can_manage": role_can(request.membership.role, Action.API_KEY_MANAGE),
-    })
+    return render(
+        request,
+        "console/keys.html",
+        {
+            "form": form,
+            "rows": rows,
+            "page": page,
+            "rotate_form": forms.ApiKeyRotateForm(),
+            "can_manage": role_can(request.membership.role, Action.API_KEY_MANAGE),
+        },
+    )
 
 
 @require_POST
 @console_page(Action.API_KEY_MANAGE)
 def key_revoke(request, key_id):
     selectors.api_key_get(tenant=request.tenant, key_id=key_id)  # another tenant's: 404
-    key = _act(request, lambda: services.api_key_revoke(tenant=request.tenant, actor=request.actor, key_id=key_id))
+    key = _act(
+        request, lambda: services.api_key_revoke(tenant=request.tenant, actor=request.actor, key_id=key_id)
+    )
     if key:
         messages.success(request, f"Revoked {key.prefix}…; requests with it are now refused.")
     return redirect("console:keys")
@@ -160,9 +200,16 @@ def key_rotate(request, key_id):
     if not form.is_valid():
         messages.error(request, "Choose how long the old key stays valid.")
         return redirect("console:keys")
-    rotated = _act(request, lambda: services.api_key_rotate(
-        tenant=request.tenant, actor=request.actor, key_id=key_id,
-        grace_seconds=form.cleaned_data["grace_seconds"], created_by=request.user))
+    rotated = _act(
+        request,
+        lambda: services.api_key_rotate(
+            tenant=request.tenant,
+            actor=request.actor,
+            key_id=key_id,
+            grace_seconds=form.cleaned_data["grace_seconds"],
+            created_by=request.user,
+        ),
+    )
     if not rotated:
         return redirect("console:keys")
     key, raw = rotated
@@ -179,22 +226,31 @@ def policy(request):
     if request.method == "POST":
         if not can_edit:
             return render(request, "console/forbidden.html", {"action": Action.POLICY_EDIT}, status=403)
-        if form.is_valid() and _act(request, lambda: services.policy_update(
-                tenant=request.tenant, actor=request.actor, changes=form.cleaned_data)):
+        if form.is_valid() and _act(
+            request,
+            lambda: services.policy_update(
+                tenant=request.tenant, actor=request.actor, changes=form.cleaned_data
+            ),
+        ):
             messages.success(request, "Policy saved.")
             return redirect("console:policy")
     if not can_edit:
         for field in form.fields.values():
             field.disabled = True
-    return render(request, "console/policy.html", {"form": form, "can_edit": can_edit,
-                                                   "retention": retention_summary(tenant=request.tenant)})
+    return render(
+        request,
+        "console/policy.html",
+        {"form": form, "can_edit": can_edit, "retention": retention_summary(tenant=request.tenant)},
+    )
 
 
 @console_page(Action.AUDIT_VIEW)
 def audit(request):
     form = forms.AuditFilterForm(request.GET or None)
     filters = {key: value for key, value in form.cleaned_data.items() if value} if form.is_valid() else {}
-    page = Paginator(audit_event_list(tenant=request.tenant, **filters), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = Paginator(audit_event_list(tenant=request.tenant, **filters), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
     query = request.GET.copy()
     query.pop("page", None)
     return render(request, "console/audit.html", {"form": form, "page": page, "query": query.urlencode()})
@@ -208,15 +264,26 @@ def backends(request):
         if not can_manage:
             return render(request, "console/forbidden.html", {"action": Action.BACKEND_MANAGE}, status=403)
         if form.is_valid():
-            backend = _act(request, lambda: inference_services.backend_register(
-                tenant=request.tenant, actor=request.actor, **form.cleaned_data))
+            backend = _act(
+                request,
+                lambda: inference_services.backend_register(
+                    tenant=request.tenant, actor=request.actor, **form.cleaned_data
+                ),
+            )
             if backend:
                 backend = inference_services.backend_check(backend=backend)
                 messages.success(request, f"Registered {backend.name}: {backend.state}.")
                 return redirect("console:backends")
-    return render(request, "console/backends.html", {
-        "backends": inference_selectors.backend_list(tenant=request.tenant), "form": form, "can_manage": can_manage,
-    }, status=422 if request.method == "POST" else 200)
+    return render(
+        request,
+        "console/backends.html",
+        {
+            "backends": inference_selectors.backend_list(tenant=request.tenant),
+            "form": form,
+            "can_manage": can_manage,
+        },
+        status=422 if request.method == "POST" else 200,
+    )
 
 
 @require_POST
@@ -224,8 +291,10 @@ def backends(request):
 def backend_check(request, backend_id):
     backend = inference_selectors.backend_get(tenant=request.tenant, backend_id=backend_id)
     backend = inference_services.backend_check(backend=backend)
-    messages.success(request, f"{backend.name} is {backend.state}"
-                              f"{': ' + backend.last_error if backend.last_error else ''}.")
+    messages.success(
+        request,
+        f"{backend.name} is {backend.state}{': ' + backend.last_error if backend.last_error else ''}.",
+    )
     return redirect("console:backends")
 
 
@@ -235,9 +304,15 @@ def backend_drain(request, backend_id):
     inference_selectors.backend_get(tenant=request.tenant, backend_id=backend_id)  # another tenant's: 404
     draining = request.POST.get("drain") == "1"
     state = BackendState.DRAINING if draining else BackendState.UNKNOWN
-    if _act(request, lambda: inference_services.backend_update(
-            tenant=request.tenant, actor=request.actor, backend_id=backend_id, changes={"state": state})):
-        messages.success(request, "Draining: no new sessions." if draining else "Back in rotation after the next check.")
+    if _act(
+        request,
+        lambda: inference_services.backend_update(
+            tenant=request.tenant, actor=request.actor, backend_id=backend_id, changes={"state": state}
+        ),
+    ):
+        messages.success(
+            request, "Draining: no new sessions." if draining else "Back in rotation after the next check."
+        )
     return redirect("console:backends")
 
 
@@ -246,12 +321,20 @@ def trajectories(request):
     from django.db.models import Avg
 
     form = forms.TrajectoryFilterForm(request.GET or None)
-    filters = {key: value for key, value in form.cleaned_data.items() if value not in (None, "")} if form.is_valid() else {}
-    rows = trajectory_selectors.trajectory_list(tenant=request.tenant, **filters).annotate(reward_mean=Avg("rewards__value"))
+    filters = (
+        {key: value for key, value in form.cleaned_data.items() if value not in (None, "")}
+        if form.is_valid()
+        else {}
+    )
+    rows = trajectory_selectors.trajectory_list(tenant=request.tenant, **filters).annotate(
+        reward_mean=Avg("rewards__value")
+    )
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    return render(request, "console/trajectories.html", {"form": form, "page": page, "query": query.urlencode()})
+    return render(
+        request, "console/trajectories.html", {"form": form, "page": page, "query": query.urlencode()}
+    )
 
 
 def _token_view(tokens: dict | None, tokenizer_name: str) -> list[dict]:
@@ -259,10 +342,17 @@ def _token_view(tokens: dict | None, tokenizer_name: str) -> list[dict]:
     if not tokens:
         return []
     rows = []
-    for token_id, logprob, version in zip(tokens["completion_ids"], tokens["completion_logprobs"],
-                                          tokens["completion_versions"], strict=False):
-        rows.append({"id": token_id, "logprob": logprob, "version": version,
-                     "shade": round(min(1.0, -logprob / 8.0), 2)})
+    for token_id, logprob, version in zip(
+        tokens["completion_ids"], tokens["completion_logprobs"], tokens["completion_versions"], strict=False
+    ):
+        rows.append(
+            {
+                "id": token_id,
+                "logprob": logprob,
+                "version": version,
+                "shade": round(min(1.0, -logprob / 8.0), 2),
+            }
+        )
     return rows
 
 
@@ -278,11 +368,23 @@ def trajectory_detail(request, trajectory_id):
         steps.append(record)
     replay_targets = []
     if role_can(request.membership.role, Action.TRAJECTORY_REPLAY):
-        replay_targets = sorted(set(inference_selectors.backend_list(tenant=request.tenant).values_list("served_model", "model_version")))
-    return render(request, "console/trajectory_detail.html", {
-        "trajectory": trajectory, "steps": steps, "rewards": trajectory.rewards.all(),
-        "replay_targets": replay_targets,
-    })
+        replay_targets = sorted(
+            set(
+                inference_selectors.backend_list(tenant=request.tenant).values_list(
+                    "served_model", "model_version"
+                )
+            )
+        )
+    return render(
+        request,
+        "console/trajectory_detail.html",
+        {
+            "trajectory": trajectory,
+            "steps": steps,
+            "rewards": trajectory.rewards.all(),
+            "replay_targets": replay_targets,
+        },
+    )
 
 
 @require_POST
@@ -290,12 +392,23 @@ def trajectory_detail(request, trajectory_id):
 def trajectory_replay(request, trajectory_id):
     from apps.gateway.replay import trajectory_replay_start
 
-    trajectory_selectors.trajectory_get(tenant=request.tenant, trajectory_id=trajectory_id)  # another tenant's: 404
+    trajectory_selectors.trajectory_get(
+        tenant=request.tenant, trajectory_id=trajectory_id
+    )  # another tenant's: 404
     model, _, model_version = request.POST.get("target", "").partition("@")
-    replay = _act(request, lambda: trajectory_replay_start(tenant=request.tenant, trajectory_id=trajectory_id,
-                                                           model=model, model_version=model_version,
-                                                           actor=request.actor))
+    replay = _act(
+        request,
+        lambda: trajectory_replay_start(
+            tenant=request.tenant,
+            trajectory_id=trajectory_id,
+            model=model,
+            model_version=model_version,
+            actor=request.actor,
+        ),
+    )
     if replay:
-        messages.success(request, f"Replay against {model} {model_version} queued; its steps appear here as they land.")
+        messages.success(
+            request, f"Replay against {model} {model_version} queued; its steps appear here as they land."
+        )
         return redirect("console:trajectory-detail", trajectory_id=replay.pk)
     return redirect("console:trajectory-detail", trajectory_id=trajectory_id)

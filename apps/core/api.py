@@ -53,10 +53,16 @@ class TenantApi(APIView):
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
-        for name, values in request.query_params.lists():  # PostgreSQL text cannot hold NUL: refuse, never 500
+        for (
+            name,
+            values,
+        ) in request.query_params.lists():  # PostgreSQL text cannot hold NUL: refuse, never 500
             if any("\x00" in value for value in (name, *values)):
-                raise ValidationFailed("query parameters cannot contain NUL characters", code="invalid_query",
-                                       fields={name.replace("\x00", ""): ["contains a NUL character"]})
+                raise ValidationFailed(
+                    "query parameters cannot contain NUL characters",
+                    code="invalid_query",
+                    fields={name.replace("\x00", ""): ["contains a NUL character"]},
+                )
         method = "GET" if request.method in {"HEAD", "OPTIONS"} else request.method
         action = self.actions.get(method)
         if action is None:
@@ -86,5 +92,3 @@ class TenantApi(APIView):
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(queryset, self.request, view=self)
         return paginator.get_paginated_response(serializer_class(page, many=True).data)
-
-

@@ -92,8 +92,11 @@ DATABASE_RETRY_AFTER_SECONDS = 2
 def api_exception_handler(exc, context):
     if isinstance(exc, OperationalError | InterfaceError):  # the database is down or restarting: retry
         logger.warning("API request failed: the database is unavailable", exc_info=exc)
-        body = error_body(code="database_unavailable", message="the database is unavailable; retry shortly",
-                          type="api_error")
+        body = error_body(
+            code="database_unavailable",
+            message="the database is unavailable; retry shortly",
+            type="api_error",
+        )
         return Response(body, status=503, headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)})
     if isinstance(exc, DomainError):
         body = error_body(code=exc.code, message=exc.message, type=exc.type, fields=exc.fields)
@@ -119,7 +122,9 @@ def api_exception_handler(exc, context):
         detail = getattr(exc, "detail", str(exc))
         if hasattr(detail, "code") and detail.code:
             code = detail.code
-        body = error_body(code=code, message=_flatten_detail(detail), type=_DRF_TYPES.get(status, "api_error"))
+        body = error_body(
+            code=code, message=_flatten_detail(detail), type=_DRF_TYPES.get(status, "api_error")
+        )
     response.data = body
     return response
 

@@ -41,7 +41,10 @@ def login_attempt_begin(*, username: str, address: str) -> bool:
     window = settings.AREAL_LOGIN_WINDOW_SECONDS
     pair = counter_add(key=pair_key, window_seconds=window)
     per_address = counter_add(key=address_key, window_seconds=window)
-    return pair <= settings.AREAL_LOGIN_MAX_FAILURES and per_address <= settings.AREAL_LOGIN_MAX_FAILURES_PER_ADDRESS
+    return (
+        pair <= settings.AREAL_LOGIN_MAX_FAILURES
+        and per_address <= settings.AREAL_LOGIN_MAX_FAILURES_PER_ADDRESS
+    )
 
 
 def login_attempt_succeeded(*, username: str, address: str) -> None:
@@ -76,8 +79,9 @@ class _ThrottleMessage:
     def get_invalid_login_error(self):
         if self.request is not None and login_throttled(self.request):
             minutes = max(1, round(settings.AREAL_LOGIN_WINDOW_SECONDS / 60))
-            return forms.ValidationError(f"Too many failed sign-in attempts. Wait {minutes} minutes, then try again.",
-                                         code="throttled")
+            return forms.ValidationError(
+                f"Too many failed sign-in attempts. Wait {minutes} minutes, then try again.", code="throttled"
+            )
         return super().get_invalid_login_error()
 
 

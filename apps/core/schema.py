@@ -87,9 +87,14 @@ class AutoSchema(SpectacularAutoSchema):
     def _get_response_bodies(self, direction="response"):
         responses = super()._get_response_bodies(direction)
         for status in sorted(self.error_statuses()):
-            responses.setdefault(str(status), self._get_response_for_code(
-                OpenApiResponse(ErrorSerializer, description=ERROR_DESCRIPTIONS.get(status, "")), str(status),
-                direction=direction))
+            responses.setdefault(
+                str(status),
+                self._get_response_for_code(
+                    OpenApiResponse(ErrorSerializer, description=ERROR_DESCRIPTIONS.get(status, "")),
+                    str(status),
+                    direction=direction,
+                ),
+            )
         return responses
 
 

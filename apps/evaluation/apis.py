@@ -93,14 +93,17 @@ class EvalCaseListApi(TenantApi):
     @extend_schema(responses=CaseOutputSerializer(many=True))
     def get(self, request, suite_id):
         selectors.eval_suite_get(tenant=self.tenant, suite_id=suite_id)
-        return self.paginated(selectors.eval_case_list(tenant=self.tenant, suite_id=suite_id), CaseOutputSerializer)
+        return self.paginated(
+            selectors.eval_case_list(tenant=self.tenant, suite_id=suite_id), CaseOutputSerializer
+        )
 
     @extend_schema(request=InputSerializer, responses={201: CaseOutputSerializer})
     def post(self, request, suite_id):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        case = services.eval_case_create(tenant=self.tenant, actor=self.actor, suite_id=suite_id,
-                                         **body.validated_data)
+        case = services.eval_case_create(
+            tenant=self.tenant, actor=self.actor, suite_id=suite_id, **body.validated_data
+        )
         return Response(CaseOutputSerializer(case).data, status=201)
 
 
@@ -111,9 +114,13 @@ class EvalRunListApi(TenantApi):
         suite_id = serializers.IntegerField()
         version_id = serializers.IntegerField()
 
-    @extend_schema(parameters=[OpenApiParameter("suite", int, description="only this suite's runs"),
-                               OpenApiParameter("version", int, description="only this model version's runs")],
-                   responses=RunOutputSerializer(many=True))
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("suite", int, description="only this suite's runs"),
+            OpenApiParameter("version", int, description="only this model version's runs"),
+        ],
+        responses=RunOutputSerializer(many=True),
+    )
     def get(self, request):
         filters = {}
         for field, name in (("suite_id", "suite"), ("version_id", "version")):
@@ -139,21 +146,37 @@ class EvalRunDetailApi(TenantApi):
     def get(self, request, run_id):
         run = selectors.eval_run_get(tenant=self.tenant, run_id=run_id)
         data = RunOutputSerializer(run).data
-        data["results"] = ResultOutputSerializer(selectors.eval_results(tenant=self.tenant, run_id=run.pk),
-                                                 many=True).data
+        data["results"] = ResultOutputSerializer(
+            selectors.eval_results(tenant=self.tenant, run_id=run.pk), many=True
+        ).data
         return Response(data)
 
 
 def comparison_data(candidate, baseline, comparison) -> dict:
     return {
-        "candidate_run": candidate.pk, "baseline_run": baseline.pk,
-        "metrics": {name: None if interval is None else {
-            "difference": interval.difference, "low": interval.low, "high": interval.high,
-            "candidate": interval.candidate_mean, "baseline": interval.baseline_mean, "samples": interval.samples,
-            "significant": interval.significant} for name, interval in comparison.metrics.items()},
-        "flips": {"regressed": list(comparison.flips.regressed), "fixed": list(comparison.flips.fixed),
-                  "unchanged": comparison.flips.unchanged, "only_candidate": list(comparison.flips.only_candidate),
-                  "only_baseline": list(comparison.flips.only_baseline)},
+        "candidate_run": candidate.pk,
+        "baseline_run": baseline.pk,
+        "metrics": {
+            name: None
+            if interval is None
+            else {
+                "difference": interval.difference,
+                "low": interval.low,
+                "high": interval.high,
+                "candidate": interval.candidate_mean,
+                "baseline": interval.baseline_mean,
+                "samples": interval.samples,
+                "significant": interval.significant,
+            }
+            for name, interval in comparison.metrics.items()
+        },
+        "flips": {
+            "regressed": list(comparison.flips.regressed),
+            "fixed": list(comparison.flips.fixed),
+            "unchanged": comparison.flips.unchanged,
+            "only_candidate": list(comparison.flips.only_candidate),
+            "only_baseline": list(comparison.flips.only_baseline),
+        },
     }
 
 
@@ -163,13 +186,25 @@ class EvalComparisonApi(TenantApi):
 
     actions = {"GET": Action.EVAL_VIEW}
 
-    @extend_schema(parameters=[OpenApiParameter("candidate", int, required=True, description="an eval run id"),
-                               OpenApiParameter("baseline", int, required=True, description="an eval run id")],
-                   responses=dict)
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("candidate", int, required=True, description="an eval run id"),
+            OpenApiParameter("baseline", int, required=True, description="an eval run id"),
+        ],
+        responses=dict,
+    )
     def get(self, request):
         try:
-            candidate_id, baseline_id = int(request.query_params["candidate"]), int(request.query_params["baseline"])
+            candidate_id, baseline_id = (
+                int(request.query_params["candidate"]),
+                int(request.query_params["baseline"]),
+            )
         except (KeyError, ValueError):
             raise ValidationFailed("give ?candidate=<run id>&baseline=<run id>") from None
-        return Response(comparison_data(*selectors.eval_comparison(
-            tenant=self.tenant, candidate_run_id=candidate_id, baseline_run_id=baseline_id)))
+        return Response(
+            comparison_data(
+                *selectors.eval_comparison(
+                    tenant=self.tenant, candidate_run_id=candidate_id, baseline_run_id=baseline_id
+                )
+            )
+        )

@@ -59,7 +59,9 @@ class EvalCase(models.Model):
     category = models.CharField(max_length=16, choices=CaseCategory.choices, default=CaseCategory.REGRESSION)
     input_messages = models.JSONField(default=list)
     tools = models.JSONField(default=list, blank=True)
-    environment = models.JSONField(default=dict, blank=True, help_text='{"seed": 7, ...}: handed to the scorer.')
+    environment = models.JSONField(
+        default=dict, blank=True, help_text='{"seed": 7, ...}: handed to the scorer.'
+    )
     params = models.JSONField(default=dict, blank=True, help_text="max_tokens, temperature, seed.")
     scorer = models.CharField(max_length=24, choices=Scorer.choices)
     scorer_config = models.JSONField(default=dict, blank=True)
@@ -68,7 +70,9 @@ class EvalCase(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "suite", "key"], name="eval_case_unique_key")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "suite", "key"], name="eval_case_unique_key")
+        ]
         ordering = ["suite", "key"]
 
     def __str__(self) -> str:

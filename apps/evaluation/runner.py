@@ -39,9 +39,11 @@ def _claim(run_id: int) -> bool:
     killed worker's run)."""
     now = timezone.now()
     stale = now - timedelta(seconds=settings.AREAL_EVAL_STALE_SECONDS)
-    return bool(EvalRun.objects.filter(pk=run_id).filter(
-        Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, heartbeat_at__lt=stale)
-    ).update(status=RunStatus.RUNNING, started_at=now, heartbeat_at=now))
+    return bool(
+        EvalRun.objects.filter(pk=run_id)
+        .filter(Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, heartbeat_at__lt=stale))
+        .update(status=RunStatus.RUNNING, started_at=now, heartbeat_at=now)
+    )
 
 
 class GatewayCaller:
@@ -60,8 +62,9 @@ class GatewayCaller:
         from apps.releases.services import session_pin
 
         session_pin(tenant=self.tenant, version=version, session_id=session_id)
-        principal = Principal(tenant_id=self.tenant.pk, tenant_slug=self.tenant.slug, key_prefix="eval",
-                              scopes=("inference",))
+        principal = Principal(
+            tenant_id=self.tenant.pk, tenant_slug=self.tenant.slug, key_prefix="eval", scopes=("inference",)
+        )
         key = session_key_mint(principal=principal, session_id=session_id, task_id="", group_id="")
         headers = {"Authorization": f"Bearer {key}", "X-Areal-Purpose": "eval"}
         if self.agent_name:
@@ -77,7 +80,11 @@ class GatewayCaller:
         if response.status_code >= 400:
             try:
                 error = response.json()["error"]
-                return None, f"{response.status_code} {error.get('code')}: {error.get('message')}"[:500], latency
+                return (
+                    None,
+                    f"{response.status_code} {error.get('code')}: {error.get('message')}"[:500],
+                    latency,
+                )
             except (ValueError, KeyError, TypeError):
                 return None, f"gateway answered {response.status_code}", latency
         return response.json(), "", latency
@@ -85,11 +92,19 @@ class GatewayCaller:
 
 def _output(payload: dict, case) -> CaseOutput:
     message = (payload.get("choices") or [{}])[0].get("message") or {}
-    calls = tuple({"name": (call.get("function") or {}).get("name"),
-                   "arguments": (call.get("function") or {}).get("arguments")}
-                  for call in message.get("tool_calls") or [])
-    return CaseOutput(text=message.get("content") or "", tool_calls=calls, environment=dict(case.environment),
-                      task_id=case.key)
+    calls = tuple(
+        {
+            "name": (call.get("function") or {}).get("name"),
+            "arguments": (call.get("function") or {}).get("arguments"),
+        }
+        for call in message.get("tool_calls") or []
+    )
+    return CaseOutput(
+        text=message.get("content") or "",
+        tool_calls=calls,
+        environment=dict(case.environment),
+        task_id=case.key,
+    )
 
 
 def _judge(caller, case, output: CaseOutput, session_id: str) -> Score:
@@ -99,14 +114,21 @@ def _judge(caller, case, output: CaseOutput, session_id: str) -> Score:
     model = config.get("model")
     if not model:
         raise ScorerError("a judge case needs scorer_config.model (and optionally version)")
-    judge = (model_version_by_number(tenant=caller.tenant, name=model, number=int(config["version"]))
-             if config.get("version") is not None else alias_resolve(tenant=caller.tenant, name=model,
-                                                                     alias="production"))
+    judge = (
+        model_version_by_number(tenant=caller.tenant, name=model, number=int(config["version"]))
+        if config.get("version") is not None
+        else alias_resolve(tenant=caller.tenant, name=model, alias="production")
+    )
     if judge is None:
         raise ScorerError(f"the judge model {model!r} has no production version; give scorer_config.version")
-    body = {"model": model, "messages": judge_messages(rubric=config["rubric"], case_input=case.input_messages,
-                                                       answer=output.text),
-            "max_tokens": int(config.get("max_tokens", 64)), "temperature": 0}
+    body = {
+        "model": model,
+        "messages": judge_messages(
+            rubric=config["rubric"], case_input=case.input_messages, answer=output.text
+        ),
+        "max_tokens": int(config.get("max_tokens", 64)),
+        "temperature": 0,
+    }
     payload, error, _ = caller.chat(version=judge, session_id=session_id + "-judge", body=body)
     if payload is None:
         raise ScorerError(f"the judge call failed: {error}")
@@ -115,8 +137,12 @@ def _judge(caller, case, output: CaseOutput, session_id: str) -> Score:
 
 def _run_case(caller, run, case) -> dict:
     session_id = f"eval-{run.pk}-{case.pk}"
-    body = {"model": run.model_version.name, "messages": case.input_messages,
-            "max_tokens": int(case.params.get("max_tokens", 64)), "temperature": case.params.get("temperature", 0)}
+    body = {
+        "model": run.model_version.name,
+        "messages": case.input_messages,
+        "max_tokens": int(case.params.get("max_tokens", 64)),
+        "temperature": case.params.get("temperature", 0),
+    }
     if case.tools:
         body["tools"] = case.tools
     if "seed" in case.params or "seed" in case.environment:
@@ -130,9 +156,16 @@ def _run_case(caller, run, case) -> dict:
     output = _output(payload, case)
     fields |= {"output_text": output.text[:20000], "tool_calls": list(output.tool_calls)}
     try:
-        score = (_judge(caller, case, output, session_id) if case.scorer == "judge" else
-                 score_case(case.scorer, case.scorer_config, output,
-                            programs_dir=getattr(settings, "AREAL_EVALUATOR_PROGRAMS_DIR", None) or None))
+        score = (
+            _judge(caller, case, output, session_id)
+            if case.scorer == "judge"
+            else score_case(
+                case.scorer,
+                case.scorer_config,
+                output,
+                programs_dir=getattr(settings, "AREAL_EVALUATOR_PROGRAMS_DIR", None) or None,
+            )
+        )
     except ScorerError as problem:
         return fields | {"score": None, "passed": False, "error": f"scorer: {problem}"[:500]}
     return fields | {"score": score.value, "passed": score.passed, "label": score.label[:300]}
@@ -143,9 +176,12 @@ def summarize(results) -> dict:
     rows = list(results.values_list("score", "passed", "error", "case__category"))
     if not rows:
         return {"cases": 0}
-    summary = {"cases": len(rows), "errors": sum(1 for _, _, error, _ in rows if error),
-               "score": sum(score or 0.0 for score, *_ in rows) / len(rows),
-               "pass_rate": sum(1 for _, passed, *_ in rows if passed) / len(rows)}
+    summary = {
+        "cases": len(rows),
+        "errors": sum(1 for _, _, error, _ in rows if error),
+        "score": sum(score or 0.0 for score, *_ in rows) / len(rows),
+        "pass_rate": sum(1 for _, passed, *_ in rows if passed) / len(rows),
+    }
     for category in sorted({row[3] for row in rows}):
         members = [row for row in rows if row[3] == category]
         summary[f"{category}.pass_rate"] = sum(1 for row in members if row[1]) / len(members)
@@ -160,8 +196,11 @@ def eval_run_execute(*, run_id: int) -> dict:
         return {"status": run.status, "skipped": "claimed by another worker or finished"}
     run = EvalRun.objects.select_related("tenant", "suite", "model_version").get(pk=run_id)
     done = set(EvalCaseResult.objects.filter(run=run).values_list("case_id", flat=True))
-    caller = GatewayCaller(tenant=run.tenant, agent_name=run.suite.agent_name,
-                           timeout_s=settings.AREAL_EVAL_REQUEST_TIMEOUT_SECONDS)
+    caller = GatewayCaller(
+        tenant=run.tenant,
+        agent_name=run.suite.agent_name,
+        timeout_s=settings.AREAL_EVAL_REQUEST_TIMEOUT_SECONDS,
+    )
     unreachable = 0
     try:
         for case in run.suite.cases.order_by("key"):
@@ -176,8 +215,11 @@ def eval_run_execute(*, run_id: int) -> dict:
                 pass  # a redelivered task scored it first
             EvalRun.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
             with transaction.atomic():
-                metrics_publish(tenant_id=run.tenant_id, stream="evaluation", payload={
-                    "run": run.pk, "case": case.key, "passed": fields.get("passed", False)})
+                metrics_publish(
+                    tenant_id=run.tenant_id,
+                    stream="evaluation",
+                    payload={"run": run.pk, "case": case.key, "passed": fields.get("passed", False)},
+                )
     finally:
         caller.close()
     return _finish(run, failed=unreachable > 0 and unreachable == run.suite.cases.count())
@@ -190,14 +232,30 @@ def _finish(run: EvalRun, *, failed: bool) -> dict:
     summary = summarize(EvalCaseResult.objects.filter(run=run))
     status = RunStatus.FAILED if failed else RunStatus.SUCCEEDED
     EvalRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=status, summary=summary, finished_at=timezone.now(),
-        error="the gateway could not be reached" if failed else "")
+        status=status,
+        summary=summary,
+        finished_at=timezone.now(),
+        error="the gateway could not be reached" if failed else "",
+    )
     if not failed:
-        model_version_update_metrics(tenant=run.tenant, version_id=run.model_version_id, metrics={
-            f"eval.{run.suite.name}.score": summary.get("score"),
-            f"eval.{run.suite.name}.pass_rate": summary.get("pass_rate")})
-    audit_record(tenant=run.tenant, actor=SYSTEM, verb="eval_run.finish", target=run,
-                 data={"status": status, "summary": summary})
-    metrics_publish(tenant_id=run.tenant_id, stream="evaluation", payload={"run": run.pk, "status": status,
-                                                                          "summary": summary})
+        model_version_update_metrics(
+            tenant=run.tenant,
+            version_id=run.model_version_id,
+            metrics={
+                f"eval.{run.suite.name}.score": summary.get("score"),
+                f"eval.{run.suite.name}.pass_rate": summary.get("pass_rate"),
+            },
+        )
+    audit_record(
+        tenant=run.tenant,
+        actor=SYSTEM,
+        verb="eval_run.finish",
+        target=run,
+        data={"status": status, "summary": summary},
+    )
+    metrics_publish(
+        tenant_id=run.tenant_id,
+        stream="evaluation",
+        payload={"run": run.pk, "status": status, "summary": summary},
+    )
     return {"status": status, **summary}

@@ -37,7 +37,12 @@ def eval_run_get(*, tenant, run_id) -> EvalRun:
 
 
 def eval_results(*, tenant, run_id):
-    return EvalCaseResult.objects.for_tenant(tenant).filter(run_id=run_id).select_related("case").order_by("case__key")
+    return (
+        EvalCaseResult.objects.for_tenant(tenant)
+        .filter(run_id=run_id)
+        .select_related("case")
+        .order_by("case__key")
+    )
 
 
 def eval_run_statuses(*, tenant, run_ids) -> dict[int, str]:
@@ -46,9 +51,12 @@ def eval_run_statuses(*, tenant, run_ids) -> dict[int, str]:
 
 def eval_run_case_values(*, tenant, run_id) -> list[CaseValue]:
     """Per-case values of a run for comparison; a case that errored counts as failed with score 0."""
-    return [CaseValue(key=key, category=category, score=score if score is not None else 0.0, passed=passed)
-            for key, category, score, passed in eval_results(tenant=tenant, run_id=run_id).values_list(
-                "case__key", "case__category", "score", "passed")]
+    return [
+        CaseValue(key=key, category=category, score=score if score is not None else 0.0, passed=passed)
+        for key, category, score, passed in eval_results(tenant=tenant, run_id=run_id).values_list(
+            "case__key", "case__category", "score", "passed"
+        )
+    ]
 
 
 def eval_comparison(*, tenant, candidate_run_id, baseline_run_id) -> tuple[EvalRun, EvalRun, Comparison]:
@@ -56,6 +64,8 @@ def eval_comparison(*, tenant, candidate_run_id, baseline_run_id) -> tuple[EvalR
     and the cases that flipped. Both runs must be of this tenant (404 otherwise)."""
     candidate = eval_run_get(tenant=tenant, run_id=candidate_run_id)
     baseline = eval_run_get(tenant=tenant, run_id=baseline_run_id)
-    comparison = compare_runs(eval_run_case_values(tenant=tenant, run_id=candidate.pk),
-                              eval_run_case_values(tenant=tenant, run_id=baseline.pk))
+    comparison = compare_runs(
+        eval_run_case_values(tenant=tenant, run_id=candidate.pk),
+        eval_run_case_values(tenant=tenant, run_id=baseline.pk),
+    )
     return candidate, baseline, comparison

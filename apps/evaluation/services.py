@@ -16,17 +16,34 @@ SYSTEM = Actor.system("eval-runner")
 
 
 @transaction.atomic
-def eval_suite_create(*, tenant, actor: Actor, name: str, kind: str = SuiteKind.REGRESSION, agent_name: str = "",
-                      description: str = "") -> EvalSuite:
+def eval_suite_create(
+    *,
+    tenant,
+    actor: Actor,
+    name: str,
+    kind: str = SuiteKind.REGRESSION,
+    agent_name: str = "",
+    description: str = "",
+) -> EvalSuite:
     if kind not in SuiteKind.values:
-        raise ValidationFailed(f"kind must be one of {', '.join(SuiteKind.values)}", fields={"kind": ["invalid"]})
+        raise ValidationFailed(
+            f"kind must be one of {', '.join(SuiteKind.values)}", fields={"kind": ["invalid"]}
+        )
     try:
         with transaction.atomic():
-            suite = EvalSuite.objects.create(tenant=tenant, name=name, kind=kind, agent_name=agent_name,
-                                             description=description, created_by=actor.label)
+            suite = EvalSuite.objects.create(
+                tenant=tenant,
+                name=name,
+                kind=kind,
+                agent_name=agent_name,
+                description=description,
+                created_by=actor.label,
+            )
     except IntegrityError:
         raise Conflict(f"this tenant already has a suite named {name!r}", code="eval_suite_exists") from None
-    audit_record(tenant=tenant, actor=actor, verb="eval_suite.create", target=suite, data={"name": name, "kind": kind})
+    audit_record(
+        tenant=tenant, actor=actor, verb="eval_suite.create", target=suite, data={"name": name, "kind": kind}
+    )
     return suite
 
 
@@ -34,16 +51,31 @@ def _messages_problems(messages) -> str | None:
     if not isinstance(messages, list) or not messages:
         return "a non-empty list of chat messages"
     for message in messages:
-        if not isinstance(message, dict) or message.get("role") not in {"system", "user", "assistant", "tool"}:
+        if not isinstance(message, dict) or message.get("role") not in {
+            "system",
+            "user",
+            "assistant",
+            "tool",
+        }:
             return "each message is an object with a role of system, user, assistant or tool"
     return None
 
 
 @transaction.atomic
-def eval_case_create(*, tenant, actor: Actor, suite_id, key: str, scorer: str, input_messages: list,
-                     scorer_config: dict | None = None, category: str = CaseCategory.REGRESSION,
-                     tools: list | None = None, environment: dict | None = None,
-                     params: dict | None = None) -> EvalCase:
+def eval_case_create(
+    *,
+    tenant,
+    actor: Actor,
+    suite_id,
+    key: str,
+    scorer: str,
+    input_messages: list,
+    scorer_config: dict | None = None,
+    category: str = CaseCategory.REGRESSION,
+    tools: list | None = None,
+    environment: dict | None = None,
+    params: dict | None = None,
+) -> EvalCase:
     """Adds a case to one of the tenant's suites (404 for another tenant's). Validates the messages and the
     scorer's configuration; a key is unique within its suite (409)."""
     from apps.evaluation.selectors import eval_suite_get
@@ -53,7 +85,9 @@ def eval_case_create(*, tenant, actor: Actor, suite_id, key: str, scorer: str, i
     problem = _messages_problems(input_messages)
     if problem:
         fields["input_messages"] = [problem]
-    fields.update({name: [text] for name, text in scorer_config_problems(scorer, scorer_config or {}).items()})
+    fields.update(
+        {name: [text] for name, text in scorer_config_problems(scorer, scorer_config or {}).items()}
+    )
     if category not in CaseCategory.values:
         fields["category"] = [f"one of {', '.join(CaseCategory.values)}"]
     if fields:
@@ -61,13 +95,26 @@ def eval_case_create(*, tenant, actor: Actor, suite_id, key: str, scorer: str, i
     try:
         with transaction.atomic():
             case = EvalCase.objects.create(
-                tenant=tenant, suite=suite, key=key, category=category, input_messages=input_messages,
-                tools=tools or [], environment=environment or {}, params=params or {}, scorer=scorer,
-                scorer_config=scorer_config or {})
+                tenant=tenant,
+                suite=suite,
+                key=key,
+                category=category,
+                input_messages=input_messages,
+                tools=tools or [],
+                environment=environment or {},
+                params=params or {},
+                scorer=scorer,
+                scorer_config=scorer_config or {},
+            )
     except IntegrityError:
         raise Conflict(f"the suite already has a case {key!r}", code="eval_case_exists") from None
-    audit_record(tenant=tenant, actor=actor, verb="eval_case.create", target=case,
-                 data={"suite": suite.name, "key": key, "scorer": scorer, "category": category})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="eval_case.create",
+        target=case,
+        data={"suite": suite.name, "key": key, "scorer": scorer, "category": category},
+    )
     return case
 
 
@@ -77,13 +124,19 @@ def eval_run_start(*, tenant, actor: Actor, suite_id, version_id) -> EvalRun:
     through the gateway (enqueued on commit)."""
     from apps.evaluation.selectors import eval_suite_get
     from apps.training.selectors import model_version_get
+
     suite = eval_suite_get(tenant=tenant, suite_id=suite_id)
     version = model_version_get(tenant=tenant, version_id=version_id)
     if not suite.cases.exists():
         raise ValidationFailed(f"the suite {suite.name} has no cases", code="eval_suite_empty")
     run = EvalRun.objects.create(tenant=tenant, suite=suite, model_version=version, requested_by=actor.label)
-    audit_record(tenant=tenant, actor=actor, verb="eval_run.start", target=run,
-                 data={"suite": suite.name, "model": version.name, "version": version.number})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="eval_run.start",
+        target=run,
+        data={"suite": suite.name, "model": version.name, "version": version.number},
+    )
     transaction.on_commit(lambda: eval_run_enqueue(run_id=run.pk))
     return run
 
@@ -106,16 +159,24 @@ def eval_runs_requeue_stale(*, stale_after_seconds: int) -> list[int]:
     requeued ids."""
     cutoff = timezone.now() - timedelta(seconds=stale_after_seconds)
     requeued = []
-    for run in EvalRun.objects.filter(Q(status=RunStatus.RUNNING, heartbeat_at__lte=cutoff)
-                                      | Q(status=RunStatus.QUEUED, created_at__lte=cutoff)).order_by("pk"):
+    for run in EvalRun.objects.filter(
+        Q(status=RunStatus.RUNNING, heartbeat_at__lte=cutoff)
+        | Q(status=RunStatus.QUEUED, created_at__lte=cutoff)
+    ).order_by("pk"):
         if run.status == RunStatus.RUNNING:
             with transaction.atomic():
-                taken = EvalRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, heartbeat_at__lte=cutoff
-                                               ).update(status=RunStatus.QUEUED)
+                taken = EvalRun.objects.filter(
+                    pk=run.pk, status=RunStatus.RUNNING, heartbeat_at__lte=cutoff
+                ).update(status=RunStatus.QUEUED)
                 if not taken:
                     continue
-                audit_record(tenant=run.tenant, actor=SYSTEM, verb="eval_run.requeue", target=run,
-                             data={"reason": "no heartbeat", "stale_after_seconds": stale_after_seconds})
+                audit_record(
+                    tenant=run.tenant,
+                    actor=SYSTEM,
+                    verb="eval_run.requeue",
+                    target=run,
+                    data={"reason": "no heartbeat", "stale_after_seconds": stale_after_seconds},
+                )
         eval_run_enqueue(run_id=run.pk)
         requeued.append(run.pk)
     return requeued

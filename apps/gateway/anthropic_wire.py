@@ -34,8 +34,14 @@ TEXT_JOIN = "\n"
 TOOL_ERROR_PREFIX = "Error: "
 
 ERROR_TYPES = (
-    "invalid_request_error", "authentication_error", "permission_error", "not_found_error",
-    "request_too_large", "rate_limit_error", "api_error", "overloaded_error",
+    "invalid_request_error",
+    "authentication_error",
+    "permission_error",
+    "not_found_error",
+    "request_too_large",
+    "rate_limit_error",
+    "api_error",
+    "overloaded_error",
 )
 _ERROR_TYPE_BY_STATUS = {
     400: "invalid_request_error",
@@ -180,26 +186,31 @@ def _translate_messages(messages) -> tuple[list[dict], bool]:
         elif isinstance(content, list) and content:
             blocks = content
         else:
-            raise AnthropicRequestError("must be a string or a non-empty array of content blocks",
-                                        f"{where}.content")
+            raise AnthropicRequestError(
+                "must be a string or a non-empty array of content blocks", f"{where}.content"
+            )
         if role == "user":
             answered = _translate_user(blocks, where, set(unanswered), out)
             missing = [tool_id for tool_id in unanswered if tool_id not in answered]
             if missing:
                 raise AnthropicRequestError(
                     f"tool_use ids were found without tool_result blocks immediately after: {', '.join(missing)}",
-                    where)
+                    where,
+                )
             unanswered = []
         else:
             if unanswered:
                 raise AnthropicRequestError(
                     f"tool_use ids were found without tool_result blocks immediately after: "
-                    f"{', '.join(unanswered)}", where)
+                    f"{', '.join(unanswered)}",
+                    where,
+                )
             unanswered = _translate_assistant(blocks, where, out)
     if unanswered:
         raise AnthropicRequestError(
             f"tool_use ids were found without tool_result blocks immediately after: {', '.join(unanswered)}",
-            f"messages.{len(messages) - 1}")
+            f"messages.{len(messages) - 1}",
+        )
     prefill = messages[-1]["role"] == "assistant"
     return out, prefill
 
@@ -225,14 +236,22 @@ def _translate_user(blocks: list, where: str, expected_ids: set[str], out: list[
             if tool_id not in expected_ids:
                 raise AnthropicRequestError(
                     f"unexpected tool_use_id {tool_id!r} in tool_result: each tool_result block must have a "
-                    "corresponding tool_use block in the previous message", f"{block_where}.tool_use_id")
+                    "corresponding tool_use block in the previous message",
+                    f"{block_where}.tool_use_id",
+                )
             if tool_id in answered:
-                raise AnthropicRequestError(f"tool_use_id {tool_id!r} is answered twice", f"{block_where}.tool_use_id")
+                raise AnthropicRequestError(
+                    f"tool_use_id {tool_id!r} is answered twice", f"{block_where}.tool_use_id"
+                )
             answered.add(tool_id)
             flush_text()
-            out.append({"role": "tool", "tool_call_id": tool_id, "content": _tool_result_text(block, block_where)})
+            out.append(
+                {"role": "tool", "tool_call_id": tool_id, "content": _tool_result_text(block, block_where)}
+            )
         elif kind == "tool_use":
-            raise AnthropicRequestError("tool_use blocks may only appear in assistant messages", f"{block_where}.type")
+            raise AnthropicRequestError(
+                "tool_use blocks may only appear in assistant messages", f"{block_where}.type"
+            )
         else:
             _refuse_block(kind, block_where)
     flush_text()
@@ -252,7 +271,9 @@ def _translate_assistant(blocks: list, where: str, out: list[dict]) -> list[str]
         elif kind in _DROPPED_BLOCK_TYPES:
             continue
         elif kind == "tool_result":
-            raise AnthropicRequestError("tool_result blocks may only appear in user messages", f"{block_where}.type")
+            raise AnthropicRequestError(
+                "tool_result blocks may only appear in user messages", f"{block_where}.type"
+            )
         else:
             _refuse_block(kind, block_where)
     message: dict = {"role": "assistant", "content": TEXT_JOIN.join(texts) if texts else None}
@@ -272,8 +293,11 @@ def _tool_use_to_call(block: dict, where: str) -> dict:
         raise AnthropicRequestError("required, a non-empty string", f"{where}.name")
     if not isinstance(tool_input, dict):
         raise AnthropicRequestError("must be an object", f"{where}.input")
-    return {"id": tool_id, "type": "function",
-            "function": {"name": name, "arguments": json.dumps(tool_input, ensure_ascii=False)}}
+    return {
+        "id": tool_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(tool_input, ensure_ascii=False)},
+    }
 
 
 def _tool_result_text(block: dict, where: str) -> str:
@@ -314,8 +338,9 @@ def _block_text(block: dict, where: str) -> str:
 
 def _refuse_block(kind: str, where: str, *, inside: str = "messages") -> None:
     if kind in _UNSUPPORTED_BLOCK_TYPES:
-        raise AnthropicRequestError(f"{kind} content blocks are not supported by this gateway (text only)",
-                                    f"{where}.type")
+        raise AnthropicRequestError(
+            f"{kind} content blocks are not supported by this gateway (text only)", f"{where}.type"
+        )
     raise AnthropicRequestError(f"content block type {kind!r} is not supported in {inside}", f"{where}.type")
 
 
@@ -333,7 +358,8 @@ def _translate_tools(tools) -> list[dict]:
         if kind not in (None, "custom"):
             raise AnthropicRequestError(
                 f"tool type {kind!r} is not supported by this gateway (only client tools with an input_schema)",
-                f"{where}.type")
+                f"{where}.type",
+            )
         name, description, schema = tool.get("name"), tool.get("description"), tool.get("input_schema")
         if not isinstance(name, str) or not name:
             raise AnthropicRequestError("required, a non-empty string", f"{where}.name")
@@ -420,8 +446,9 @@ def new_tool_use_id() -> str:
     return f"toolu_{uuid.uuid4().hex}"
 
 
-def chat_response_to_message(chat: dict, *, model: str, message_id: str | None = None,
-                             stop_sequences: list[str] | None = None) -> dict:
+def chat_response_to_message(
+    chat: dict, *, model: str, message_id: str | None = None, stop_sequences: list[str] | None = None
+) -> dict:
     """A non-streaming chat.completion body as an Anthropic `message`. Only the first choice is used.
 
     `stop_sequences`, when given, limits which backend-reported stop strings count as a `stop_sequence`."""
@@ -438,8 +465,9 @@ def chat_response_to_message(chat: dict, *, model: str, message_id: str | None =
         function = call.get("function") or {}
         content.append(_call_block(call.get("id"), function.get("name"), function.get("arguments")))
     has_tool_use = any(block["type"] == "tool_use" for block in content)
-    stop_reason, stop_sequence = _stop_reason(choice.get("finish_reason"), choice.get("stop_reason"),
-                                              has_tool_use, stop_sequences)
+    stop_reason, stop_sequence = _stop_reason(
+        choice.get("finish_reason"), choice.get("stop_reason"), has_tool_use, stop_sequences
+    )
     return {
         "id": message_id or new_message_id(),
         "type": "message",
@@ -448,8 +476,9 @@ def chat_response_to_message(chat: dict, *, model: str, message_id: str | None =
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
-        "usage": _usage(chat.get("usage"), len(chat.get("prompt_token_ids") or []),
-                        len(choice.get("token_ids") or [])),
+        "usage": _usage(
+            chat.get("usage"), len(chat.get("prompt_token_ids") or []), len(choice.get("token_ids") or [])
+        ),
     }
 
 
@@ -473,16 +502,21 @@ def _call_block(call_id, name, arguments) -> dict:
     return {"type": "text", "text": json.dumps({"name": name, "arguments": raw}, ensure_ascii=False)}
 
 
-def _stop_reason(finish_reason, backend_stop_reason, has_tool_use: bool,
-                 stop_sequences: list[str] | None) -> tuple[str, str | None]:
+def _stop_reason(
+    finish_reason, backend_stop_reason, has_tool_use: bool, stop_sequences: list[str] | None
+) -> tuple[str, str | None]:
     if finish_reason == "length":
         return "max_tokens", None
     if has_tool_use:
         return "tool_use", None
     if finish_reason == "content_filter":
         return "refusal", None
-    if (finish_reason == "stop" and isinstance(backend_stop_reason, str) and backend_stop_reason
-            and (stop_sequences is None or backend_stop_reason in stop_sequences)):
+    if (
+        finish_reason == "stop"
+        and isinstance(backend_stop_reason, str)
+        and backend_stop_reason
+        and (stop_sequences is None or backend_stop_reason in stop_sequences)
+    ):
         return "stop_sequence", backend_stop_reason
     return "end_turn", None
 
@@ -496,8 +530,12 @@ def _usage(usage, prompt_ids: int, completion_ids: int) -> dict:
     details = usage.get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     cached = cached if _is_int(cached) and 0 <= cached <= prompt else 0
-    return {"input_tokens": prompt - cached, "output_tokens": completion,
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
+    return {
+        "input_tokens": prompt - cached,
+        "output_tokens": completion,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
 
 
 # ---- streaming ---------------------------------------------------------------------------------------------
@@ -529,8 +567,14 @@ class ChatStreamToMessageEvents:
 
     sse_encode = staticmethod(sse_encode)
 
-    def __init__(self, *, model: str, message_id: str | None = None, stop_sequences: list[str] | None = None,
-                 ping: bool = True):
+    def __init__(
+        self,
+        *,
+        model: str,
+        message_id: str | None = None,
+        stop_sequences: list[str] | None = None,
+        ping: bool = True,
+    ):
         self.model = model
         self.message_id = message_id or new_message_id()
         self._stop_sequences = stop_sequences
@@ -590,16 +634,25 @@ class ChatStreamToMessageEvents:
         events = [] if self._started else self._start()
         events += self._flush_calls()
         events += self._close_block()
-        stop_reason, stop_sequence = _stop_reason(self._finish_reason, self._backend_stop_reason,
-                                                  self._has_tool_use, self._stop_sequences)
+        stop_reason, stop_sequence = _stop_reason(
+            self._finish_reason, self._backend_stop_reason, self._has_tool_use, self._stop_sequences
+        )
         usage = _usage(self._usage, self._prompt_ids, self._completion_ids)
         delta_usage = {"output_tokens": usage["output_tokens"]}
         if self._usage is not None:
-            delta_usage.update(input_tokens=usage["input_tokens"],
-                               cache_read_input_tokens=usage["cache_read_input_tokens"])
-        events.append(("message_delta", {"type": "message_delta",
-                                         "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                                         "usage": delta_usage}))
+            delta_usage.update(
+                input_tokens=usage["input_tokens"], cache_read_input_tokens=usage["cache_read_input_tokens"]
+            )
+        events.append(
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                    "usage": delta_usage,
+                },
+            )
+        )
         events.append(("message_stop", {"type": "message_stop"}))
         self._finished = True
         return events
@@ -609,10 +662,19 @@ class ChatStreamToMessageEvents:
     def _start(self) -> list[tuple[str, dict]]:
         self._started = True
         message = {
-            "id": self.message_id, "type": "message", "role": "assistant", "model": self.model, "content": [],
-            "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": self._prompt_ids, "output_tokens": 0,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": self._prompt_ids,
+                "output_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
         }
         events = [("message_start", {"type": "message_start", "message": message})]
         if self._ping:
@@ -623,8 +685,12 @@ class ChatStreamToMessageEvents:
         events = self._close_block()
         self._open = block["type"]
         self._block_count += 1
-        events.append(("content_block_start", {"type": "content_block_start", "index": self._block_count - 1,
-                                               "content_block": block}))
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": self._block_count - 1, "content_block": block},
+            )
+        )
         return events
 
     def _close_block(self) -> list[tuple[str, dict]]:
@@ -634,8 +700,10 @@ class ChatStreamToMessageEvents:
         return [("content_block_stop", {"type": "content_block_stop", "index": self._block_count - 1})]
 
     def _delta(self, delta: dict) -> tuple[str, dict]:
-        return ("content_block_delta", {"type": "content_block_delta", "index": self._block_count - 1,
-                                        "delta": delta})
+        return (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self._block_count - 1, "delta": delta},
+        )
 
     def _add_call_fragment(self, position: int, fragment: dict) -> None:
         if not isinstance(fragment, dict):
@@ -661,7 +729,9 @@ class ChatStreamToMessageEvents:
             if block["type"] == "tool_use":
                 self._has_tool_use = True
                 events += self._open_block({**block, "input": {}})
-                events.append(self._delta({"type": "input_json_delta", "partial_json": raw if raw.strip() else "{}"}))
+                events.append(
+                    self._delta({"type": "input_json_delta", "partial_json": raw if raw.strip() else "{}"})
+                )
             else:
                 events += self._open_block({"type": "text", "text": ""})
                 events.append(self._delta({"type": "text_delta", "text": block["text"]}))

@@ -106,22 +106,37 @@ class Gateway:
             handler = ROUTES.get((scope["method"], route))
             if handler is None:
                 if any(key[1] == route for key in ROUTES):
-                    raise GatewayError(405, f"{scope['method']} is not allowed on {scope['path']}", "method_not_allowed")
+                    raise GatewayError(
+                        405, f"{scope['method']} is not allowed on {scope['path']}", "method_not_allowed"
+                    )
                 raise GatewayError(404, f"no endpoint {scope['path']}", "not_found")
             headers = dict(scope["headers"])
             await handler(self, scope, receive, send, headers, session_from_path)
         except GatewayError as error:
             await self._reply(send, error, anthropic=anthropic)
         except DomainError as error:
-            await self._reply(send, GatewayError(error.status, error.message, error.code), anthropic=anthropic)
+            await self._reply(
+                send, GatewayError(error.status, error.message, error.code), anthropic=anthropic
+            )
         except (OperationalError, InterfaceError):  # the database is down or restarting: worth a retry
-            logger.warning("gateway request on %s failed: the database is unavailable", scope["path"], exc_info=True)
-            await self._reply(send, GatewayError(503, "the gateway cannot reach its database; retry shortly",
-                                                 "database_unavailable", retry_after=DATABASE_RETRY_AFTER_SECONDS),
-                              anthropic=anthropic)
+            logger.warning(
+                "gateway request on %s failed: the database is unavailable", scope["path"], exc_info=True
+            )
+            await self._reply(
+                send,
+                GatewayError(
+                    503,
+                    "the gateway cannot reach its database; retry shortly",
+                    "database_unavailable",
+                    retry_after=DATABASE_RETRY_AFTER_SECONDS,
+                ),
+                anthropic=anthropic,
+            )
         except Exception:
             logger.exception("gateway failure on %s", scope["path"])
-            await self._reply(send, GatewayError(500, "internal gateway error", "internal_error"), anthropic=anthropic)
+            await self._reply(
+                send, GatewayError(500, "internal gateway error", "internal_error"), anthropic=anthropic
+            )
 
     async def _reply(self, send, error: GatewayError, *, anthropic: bool = False) -> None:
         body = error.anthropic_body() if anthropic else error.openai_body()
@@ -148,8 +163,11 @@ class Gateway:
             chunks.append(chunk)
             if not message.get("more_body"):
                 break
-        too_deep = GatewayError(400, f"the JSON body is nested too deeply (at most {validation.MAX_JSON_DEPTH} "
-                                     "levels)", "invalid_json")
+        too_deep = GatewayError(
+            400,
+            f"the JSON body is nested too deeply (at most {validation.MAX_JSON_DEPTH} levels)",
+            "invalid_json",
+        )
         raw = b"".join(chunks)
         try:
             body = json.loads(raw or b"null")
@@ -169,15 +187,23 @@ class Gateway:
             raise GatewayError(403, f"this API key lacks the {scope_needed!r} scope", "scope_missing")
         return principal, raw
 
-    def attribute_session(self, principal, headers, session_from_path, messages) -> tuple[str, list[str], bool]:
+    def attribute_session(
+        self, principal, headers, session_from_path, messages
+    ) -> tuple[str, list[str], bool]:
         """(session id, message-prefix hashes, whether the id was minted by this request)."""
         hashes = prefix_hashes(messages) if messages is not None else []
-        session_id = (principal.session_id or headers.get(b"x-session-id", b"").decode("utf-8", "replace").strip()
-                      or session_from_path)
+        session_id = (
+            principal.session_id
+            or headers.get(b"x-session-id", b"").decode("utf-8", "replace").strip()
+            or session_from_path
+        )
         minted = False
         if not session_id:
-            continued = self.sessions.continue_by_prefix(principal.tenant_id, principal.key_prefix, hashes) \
-                if hashes else None
+            continued = (
+                self.sessions.continue_by_prefix(principal.tenant_id, principal.key_prefix, hashes)
+                if hashes
+                else None
+            )
             session_id, minted = (continued, False) if continued else ("auto-" + uuid.uuid4().hex, True)
         if len(session_id) > 200:
             raise GatewayError(400, "session ids are at most 200 characters", "invalid_session_id")
@@ -200,34 +226,55 @@ class Gateway:
         if plan is MISSING:
             plan = await database(routing_plan)(tenant_id=principal.tenant_id, model=model)
         backend = state.backend
-        if (backend is not None and backend.served_model == model and getattr(backend, "healthy", True)
-                and (plan is None or plan.allows(backend.model_version))):
+        if (
+            backend is not None
+            and backend.served_model == model
+            and getattr(backend, "healthy", True)
+            and (plan is None or plan.allows(backend.model_version))
+        ):
             return backend
         if minted:  # a session created by this request: nothing to read (apps/gateway/routing.py)
-            version = fresh_session_version(tenant_id=principal.tenant_id, session_id=state.session_id, plan=plan)
-            snapshot = await candidates_for(tenant_id=principal.tenant_id, model=model, version=version,
-                                            load=database)
+            version = fresh_session_version(
+                tenant_id=principal.tenant_id, session_id=state.session_id, plan=plan
+            )
+            snapshot = await candidates_for(
+                tenant_id=principal.tenant_id, model=model, version=version, load=database
+            )
             if snapshot.backends:
                 backend = state.backend = snapshot.pick()
-                remember_fresh_route(tenant_id=principal.tenant_id, model=model, session_id=state.session_id,
-                                     backend_id=backend.pk, plan=plan)
+                remember_fresh_route(
+                    tenant_id=principal.tenant_id,
+                    model=model,
+                    session_id=state.session_id,
+                    backend_id=backend.pk,
+                    plan=plan,
+                )
                 return backend
 
         def choose():
             from apps.tenants.models import Tenant
 
             tenant = Tenant.objects.get(pk=principal.tenant_id)
-            version = routing_version_for_session(tenant_id=principal.tenant_id, model=model,
-                                                  session_id=state.session_id, plan=plan)
+            version = routing_version_for_session(
+                tenant_id=principal.tenant_id, model=model, session_id=state.session_id, plan=plan
+            )
             try:
-                return backend_for_session(tenant=tenant, served_model=model, session_id=state.session_id,
-                                           model_version=version)
+                return backend_for_session(
+                    tenant=tenant, served_model=model, session_id=state.session_id, model_version=version
+                )
             except NoBackendAvailable:
                 if not backend_list(tenant=tenant, served_model=model).exists():
-                    raise GatewayError(404, f"the model {model!r} does not exist or is not served for this tenant",
-                                       "model_not_found") from None
-                raise GatewayError(503, f"no healthy backend serves {model!r} right now", "no_backend_available",
-                                   retry_after=5) from None
+                    raise GatewayError(
+                        404,
+                        f"the model {model!r} does not exist or is not served for this tenant",
+                        "model_not_found",
+                    ) from None
+                raise GatewayError(
+                    503,
+                    f"no healthy backend serves {model!r} right now",
+                    "no_backend_available",
+                    retry_after=5,
+                ) from None
 
         backend = await database(choose)()
         if backend.state != BackendState.UP:
@@ -238,11 +285,14 @@ class Gateway:
 
 # OpenAI-compatible generation ------------------------------------------------------------------------
 
+
 def _estimate_prompt_tokens(body: dict) -> int:
     return max(1, len(json.dumps(body.get("messages") or body.get("prompt") or "")) // 3)
 
 
-async def handle_generation(gateway: Gateway, scope, receive, send, headers, session_from_path, *, endpoint: str):
+async def handle_generation(
+    gateway: Gateway, scope, receive, send, headers, session_from_path, *, endpoint: str
+):
     started = time.perf_counter()
     principal, _ = await gateway.authorize(headers, "inference")
     body = await gateway.read_json(receive)
@@ -251,7 +301,9 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
         try:
             chat_body = anthropic_wire.messages_request_to_chat(body)
         except anthropic_wire.AnthropicRequestError as error:
-            raise GatewayError(400, str(error), "invalid_request", field=getattr(error, "field", None)) from None
+            raise GatewayError(
+                400, str(error), "invalid_request", field=getattr(error, "field", None)
+            ) from None
         validation.validate_chat(chat_body)
         client_model = body.get("model")
     else:
@@ -263,20 +315,29 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
     if not policy.allows(model):
         raise GatewayError(403, f"the model {model!r} is not allowed for this tenant", "model_not_allowed")
     messages = chat_body.get("messages") if endpoint != "completions" else None
-    draft = StepDraft.begin(principal=principal, policy=policy, endpoint=endpoint, request=chat_body,
-                            headers=headers)
+    draft = StepDraft.begin(
+        principal=principal, policy=policy, endpoint=endpoint, request=chat_body, headers=headers
+    )
     await draft.sanitize_request()  # raises 422 under PII mode `block`; off the event loop when large
     journal_check(gateway, draft)  # 503 before forwarding when the step could not be journalled
     max_tokens = caps.reserved_cap(chat_body)  # per choice; forwarded as the cap (apps/gateway/caps.py)
     estimated_prompt = _estimate_prompt_tokens(chat_body)
     n = chat_body.get("n", 1)
-    await gateway.counters.reserve(tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm)
-    await gateway.counters.reserve(tenant_id=principal.tenant_id, kind="tpm", amount=estimated_prompt + max_tokens * n,
-                                   limit=policy.rate_limit_tpm)
+    await gateway.counters.reserve(
+        tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm
+    )
+    await gateway.counters.reserve(
+        tenant_id=principal.tenant_id,
+        kind="tpm",
+        amount=estimated_prompt + max_tokens * n,
+        limit=policy.rate_limit_tpm,
+    )
     reserved = await budget_reserve(policy, policy.price(model, estimated_prompt, max_tokens * n))
     actual_cost = 0.0
     try:
-        session_id, hashes, minted = gateway.attribute_session(principal, headers, session_from_path, messages)
+        session_id, hashes, minted = gateway.attribute_session(
+            principal, headers, session_from_path, messages
+        )
         state = gateway.sessions.get(principal.tenant_id, session_id)
         if state.ended:
             raise GatewayError(410, f"session {session_id} has ended", "session_ended")
@@ -294,13 +355,18 @@ async def handle_generation(gateway: Gateway, scope, receive, send, headers, ses
         path = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
         url = backend_url(backend.base_url, path)  # refused before any connection unless allowed (egress.py)
         if chat_body.get("stream"):
-            actual_cost = await _stream(gateway, receive, send, draft, url, forward_body, started, anthropic,
-                                        client_model)
+            actual_cost = await _stream(
+                gateway, receive, send, draft, url, forward_body, started, anthropic, client_model
+            )
         else:
-            actual_cost = await _unary(gateway, send, draft, url, forward_body, started, anthropic, client_model)
+            actual_cost = await _unary(
+                gateway, send, draft, url, forward_body, started, anthropic, client_model
+            )
         if messages is not None and draft.reply_message is not None and draft.recorded:
             conversation = extend_hash(hashes[-1] if hashes else None, draft.reply_message)
-            gateway.sessions.remember_conversation(principal.tenant_id, principal.key_prefix, conversation, session_id)
+            gateway.sessions.remember_conversation(
+                principal.tenant_id, principal.key_prefix, conversation, session_id
+            )
     finally:
         await budget_settle(policy, reserved, actual_cost or draft.cost_usd)  # a 503'd answer's compute too
 
@@ -328,8 +394,9 @@ async def _unary(gateway, send, draft, url, forward_body, started, anthropic, cl
     import aiohttp
 
     try:
-        async with backend_session().post(url, data=encode(forward_body), headers=JSON_CONTENT,
-                                          allow_redirects=False) as response:
+        async with backend_session().post(
+            url, data=encode(forward_body), headers=JSON_CONTENT, allow_redirects=False
+        ) as response:
             status, raw = response.status, await read_capped(response)
     except TimeoutError:
         raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
@@ -346,13 +413,20 @@ async def _unary(gateway, send, draft, url, forward_body, started, anthropic, cl
         except (ValueError, AttributeError):
             detail = text
         if status < 500:
-            raise GatewayError(status if status in {400, 404, 413, 422} else 400,
-                               f"the backend refused the request: {detail}", "backend_rejected")
-        raise await _backend_failure(gateway, draft, 502, f"the inference backend answered {status}: {detail[:200]}")
+            raise GatewayError(
+                status if status in {400, 404, 413, 422} else 400,
+                f"the backend refused the request: {detail}",
+                "backend_rejected",
+            )
+        raise await _backend_failure(
+            gateway, draft, 502, f"the inference backend answered {status}: {detail[:200]}"
+        )
     try:
         payload = json.loads(raw)
     except ValueError:
-        raise await _backend_failure(gateway, draft, 502, "the inference backend answered with malformed JSON") from None
+        raise await _backend_failure(
+            gateway, draft, 502, "the inference backend answered with malformed JSON"
+        ) from None
     draft.complete_unary(payload, latency_ms=(time.perf_counter() - started) * 1000)
     payload["id"] = draft.response_id()
     await draft.sanitize_response()
@@ -361,8 +435,13 @@ async def _unary(gateway, send, draft, url, forward_body, started, anthropic, cl
         payload = anthropic_wire.chat_response_to_message(payload, model=client_model)
         payload["id"] = draft.response_id(anthropic=True)
     data = json.dumps(payload, separators=(",", ":")).encode()
-    await send({"type": "http.response.start", "status": 200,
-                "headers": JSON_HEADERS + [(b"x-session-id", draft.session_id.encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": JSON_HEADERS + [(b"x-session-id", draft.session_id.encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
     return draft.cost_usd
 
@@ -375,27 +454,41 @@ async def _watch_disconnect(receive, flag: asyncio.Event):
             return
 
 
-async def _stream(gateway, receive, send, draft, url, forward_body, started, anthropic, client_model) -> float:
+async def _stream(
+    gateway, receive, send, draft, url, forward_body, started, anthropic, client_model
+) -> float:
     import aiohttp
 
     disconnected = asyncio.Event()
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, disconnected))
-    translator = (anthropic_wire.ChatStreamToMessageEvents(model=client_model, message_id=draft.response_id(anthropic=True))
-                  if anthropic else None)
+    translator = (
+        anthropic_wire.ChatStreamToMessageEvents(
+            model=client_model, message_id=draft.response_id(anthropic=True)
+        )
+        if anthropic
+        else None
+    )
     headers_sent = False
     try:
-        async with backend_session().post(url, data=encode(forward_body), headers=JSON_CONTENT,
-                                          allow_redirects=False) as response:
+        async with backend_session().post(
+            url, data=encode(forward_body), headers=JSON_CONTENT, allow_redirects=False
+        ) as response:
             if 300 <= response.status < 400:
                 raise await _backend_failure(gateway, draft, 502, _redirect_refused(response.status))
             if response.status >= 400:
                 detail = (await response.content.read(4096)).decode("utf-8", "replace")[:300]
                 if response.status < 500:
                     raise GatewayError(400, f"the backend refused the request: {detail}", "backend_rejected")
-                raise await _backend_failure(gateway, draft, 502, f"the inference backend answered "
-                                                                  f"{response.status}: {detail}")
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": SSE_HEADERS + [(b"x-session-id", draft.session_id.encode())]})
+                raise await _backend_failure(
+                    gateway, draft, 502, f"the inference backend answered {response.status}: {detail}"
+                )
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": SSE_HEADERS + [(b"x-session-id", draft.session_id.encode())],
+                }
+            )
             headers_sent = True
             received, limit = 0, settings.AREAL_GATEWAY_MAX_RESPONSE_BYTES
             async for raw_line in response.content:  # one SSE line at a time
@@ -416,7 +509,9 @@ async def _stream(gateway, receive, send, draft, url, forward_body, started, ant
                 draft.add_chunk(chunk, elapsed_ms=(time.perf_counter() - started) * 1000)
                 chunk["id"] = draft.response_id()
                 if translator is not None:
-                    out = b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.feed(chunk))
+                    out = b"".join(
+                        anthropic_wire.sse_encode(event, body) for event, body in translator.feed(chunk)
+                    )
                 elif chunk.get("choices") or "usage" in chunk:
                     out = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
                 else:
@@ -441,8 +536,11 @@ async def _stream(gateway, receive, send, draft, url, forward_body, started, ant
     await draft.sanitize_response()
     record_step(gateway, draft, delivered=True)  # journalled before the final bytes are released
     if not draft.aborted:
-        tail = (b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())
-                if translator is not None else b"data: [DONE]\n\n")
+        tail = (
+            b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())
+            if translator is not None
+            else b"data: [DONE]\n\n"
+        )
         try:
             await send({"type": "http.response.body", "body": tail, "more_body": False})
         except Exception:
@@ -461,8 +559,11 @@ async def handle_models(gateway, scope, receive, send, headers, session_from_pat
 
     policy = await policy_for(principal.tenant_id)
     created = int(timezone.now().timestamp())
-    data = [{"id": name, "object": "model", "created": created, "owned_by": principal.tenant_slug}
-            for name in await database(models)() if policy.allows(name)]
+    data = [
+        {"id": name, "object": "model", "created": created, "owned_by": principal.tenant_slug}
+        for name in await database(models)()
+        if policy.allows(name)
+    ]
     await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
     await send({"type": "http.response.body", "body": json.dumps({"object": "list", "data": data}).encode()})
 

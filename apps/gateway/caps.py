@@ -42,14 +42,19 @@ async def model_context_length(backend) -> int | None:
         return cached[1]
     length = None
     try:
-        async with backend_session().get(backend.base_url + "/v1/models", allow_redirects=False,
-                                          timeout=_probe_timeout()) as response:
+        async with backend_session().get(
+            backend.base_url + "/v1/models", allow_redirects=False, timeout=_probe_timeout()
+        ) as response:
             if response.status == 200:
                 models = (await response.json(content_type=None)).get("data") or []
                 for model in models:
                     if isinstance(model, dict) and model.get("id") == backend.served_model:
                         value = model.get("max_model_len")
-                        length = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+                        length = (
+                            value
+                            if isinstance(value, int) and not isinstance(value, bool) and value > 0
+                            else None
+                        )
     except Exception:  # unreachable, not JSON, another shape: unknown, and the reserved cap is forwarded
         length = None
     _lengths[key] = (now + (LENGTH_SECONDS if length else UNKNOWN_SECONDS), length)

@@ -53,6 +53,7 @@ def flusher_database(function):
 
     async def call(*args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(
-            _flusher_executor, functools.partial(managed, *args, **kwargs))
+            _flusher_executor, functools.partial(managed, *args, **kwargs)
+        )
 
     return call

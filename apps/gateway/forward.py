@@ -75,8 +75,9 @@ def backend_session() -> aiohttp.ClientSession:
     if _session is None or _session.closed:
         _session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS, sock_read=READ_SECONDS),
-            connector=aiohttp.TCPConnector(limit=512, limit_per_host=256, ttl_dns_cache=300,
-                                           resolver=CheckedResolver()),
+            connector=aiohttp.TCPConnector(
+                limit=512, limit_per_host=256, ttl_dns_cache=300, resolver=CheckedResolver()
+            ),
             skip_auto_headers=("User-Agent",),
             read_bufsize=8 * 1024 * 1024,  # a first SSE chunk carries all prompt token ids on one line
         )

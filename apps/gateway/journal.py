@@ -49,10 +49,34 @@ MIN_FREE_BYTES = 32 * 1024 * 1024  # below this much free disk, requests are ref
 FREE_CHECK_SECONDS = 1.0  # how long a "there is room" answer of statvfs is trusted
 REJECTED_NAME = "rejected.jsonl"
 # What a rejected record keeps: who, when, what it cost, never what was said.
-REJECTED_FIELDS = ("step_id", "tenant_id", "session_id", "api_key_prefix", "task_id", "group_id", "purpose", "consent",
-                   "agent_name", "agent_version", "created_at", "retention_until", "parent_step_id", "retry_of",
-                   "kind", "endpoint", "served_model", "model_version", "policy_version", "backend_name",
-                   "prompt_tokens", "completion_tokens", "latency_ms", "ttft_ms", "cost_usd", "aborted")
+REJECTED_FIELDS = (
+    "step_id",
+    "tenant_id",
+    "session_id",
+    "api_key_prefix",
+    "task_id",
+    "group_id",
+    "purpose",
+    "consent",
+    "agent_name",
+    "agent_version",
+    "created_at",
+    "retention_until",
+    "parent_step_id",
+    "retry_of",
+    "kind",
+    "endpoint",
+    "served_model",
+    "model_version",
+    "policy_version",
+    "backend_name",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_ms",
+    "ttft_ms",
+    "cost_usd",
+    "aborted",
+)
 # Errors a record's own content can cause in steps_ingest: the record is set aside, the others are stored.
 # (A database that is down raises OperationalError/InterfaceError: those are retried, never set aside.)
 RECORD_ERRORS = (DataError, IntegrityError, ValueError, TypeError, KeyError, AttributeError)
@@ -163,8 +187,12 @@ def _ingest_each(records: list[dict], rejected_path: Path) -> int:
         try:
             written += _ingest([record])
         except RECORD_ERRORS as error:
-            logger.error("step %s refused by the database (%s); set aside in %s", record.get("step_id"), error,
-                         rejected_path.name)
+            logger.error(
+                "step %s refused by the database (%s); set aside in %s",
+                record.get("step_id"),
+                error,
+                rejected_path.name,
+            )
             _set_aside(rejected_path, _rejected_entry(record, error))
     return written
 
@@ -176,9 +204,13 @@ class Journal:
         # (record, end offset in the file); a record the file could not take carries the offset it reached.
         self.pending: list[tuple[dict, int]] = []
         self.wakeup = asyncio.Event()
-        self.flushing = asyncio.Lock()  # a flush returns only once everything journalled before it is in the database
+        self.flushing = (
+            asyncio.Lock()
+        )  # a flush returns only once everything journalled before it is in the database
         self.rejected_path = directory / REJECTED_NAME
-        self.unavailable_until = 0.0  # time.monotonic() until which the journal refuses (after a failed write)
+        self.unavailable_until = (
+            0.0  # time.monotonic() until which the journal refuses (after a failed write)
+        )
         self._room_until = 0.0  # time.monotonic() until which the last "enough free disk" answer holds
         self._dirty = False  # a failed write may have left a fragment that could not be taken back
         self._lock = threading.Lock()  # one record at a time into the file, whatever thread appends
@@ -187,7 +219,9 @@ class Journal:
     def _open_new_file(self) -> None:
         self.path = self.directory / f"journal-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # one writer per file; recovery skips locked files
+        fcntl.flock(
+            self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB
+        )  # one writer per file; recovery skips locked files
         self.offset = 0
         self.committed = 0
         self._dirty = False
@@ -199,7 +233,9 @@ class Journal:
         while there is room."""
         now = time.monotonic()
         if now < self.unavailable_until:
-            raise JournalUnavailable("the journal failed a write", retry_after=math.ceil(self.unavailable_until - now))
+            raise JournalUnavailable(
+                "the journal failed a write", retry_after=math.ceil(self.unavailable_until - now)
+            )
         if now < self._room_until:
             return
         try:
@@ -223,8 +259,13 @@ class Journal:
             except OSError as error:
                 self._take_back()
                 self.unavailable_until = time.monotonic() + RETRY_SECONDS
-                logger.error("the journal %s could not take step %s (%s); refusing steps for %d s", self.path.name,
-                             record.get("step_id"), error, RETRY_SECONDS)
+                logger.error(
+                    "the journal %s could not take step %s (%s); refusing steps for %d s",
+                    self.path.name,
+                    record.get("step_id"),
+                    error,
+                    RETRY_SECONDS,
+                )
                 raise JournalUnavailable(f"the journal could not take the step: {error}") from error
             self.pending.append((record, self.offset))
         if len(self.pending) >= FLUSH_BATCH:
@@ -263,8 +304,12 @@ class Journal:
             os.fdatasync(self.fd)
         except OSError as error:
             self.unavailable_until = time.monotonic() + RETRY_SECONDS
-            logger.error("fdatasync of the journal %s failed (%s); refusing steps for %d s", self.path.name, error,
-                         RETRY_SECONDS)
+            logger.error(
+                "fdatasync of the journal %s failed (%s); refusing steps for %d s",
+                self.path.name,
+                error,
+                RETRY_SECONDS,
+            )
 
     def _commit(self, records: list[dict], offset: int) -> int:
         """On the flusher's thread: sync the journal, store the batch, advance the committed marker."""
@@ -321,6 +366,7 @@ class Journal:
 
 # recovery ----------------------------------------------------------------------------------------------
 
+
 def _committed_offset(handle, marker: Path) -> int:
     """Where replay starts: the marker's offset if it is a readable line boundary inside the file, else 0
     (replaying committed records again is harmless: step ids make it idempotent)."""
@@ -339,8 +385,11 @@ def _committed_offset(handle, marker: Path) -> int:
         handle.seek(offset - 1)
         if handle.read(1) == b"\n":
             return offset
-    logger.warning("the marker %s (%r) is not a record boundary of its journal; replaying it from the start",
-                   marker.name, raw[:40])
+    logger.warning(
+        "the marker %s (%r) is not a record boundary of its journal; replaying it from the start",
+        marker.name,
+        raw[:40],
+    )
     return 0
 
 
@@ -368,8 +417,13 @@ def _replay(path: Path, marker: Path) -> int:
             start, position = position, position + len(line)
             record, problem = _parse(line)
             if record is None:
-                logger.error("%s: the line at byte %d cannot be replayed (%s); set aside", path.name, start, problem)
-                _set_aside(rejected_path, {"error": problem, "journal": path.name, "offset": start, "bytes": len(line)})
+                logger.error(
+                    "%s: the line at byte %d cannot be replayed (%s); set aside", path.name, start, problem
+                )
+                _set_aside(
+                    rejected_path,
+                    {"error": problem, "journal": path.name, "offset": start, "bytes": len(line)},
+                )
                 continue
             batch.append(record)
             if len(batch) >= FLUSH_BATCH:

@@ -32,8 +32,10 @@ class PolicySnapshot:
 
     def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
         prices = self.price_table.get(model) or {}
-        return (prompt_tokens * float(prices.get("prompt_per_1k", 0)) +
-                completion_tokens * float(prices.get("completion_per_1k", 0))) / 1000.0
+        return (
+            prompt_tokens * float(prices.get("prompt_per_1k", 0))
+            + completion_tokens * float(prices.get("completion_per_1k", 0))
+        ) / 1000.0
 
     def retention_until(self):
         return timezone.now() + timedelta(days=self.retention_days)
@@ -51,10 +53,16 @@ def policy_load(tenant_id: int) -> PolicySnapshot:
 
     patterns = tuple(CustomPattern(name=item["name"], regex=item["regex"]) for item in policy.pii_patterns)
     return PolicySnapshot(
-        tenant_id=tenant_id, allowed_models=frozenset(policy.allowed_models), rate_limit_rpm=policy.rate_limit_rpm,
+        tenant_id=tenant_id,
+        allowed_models=frozenset(policy.allowed_models),
+        rate_limit_rpm=policy.rate_limit_rpm,
         rate_limit_tpm=policy.rate_limit_tpm,
-        monthly_budget_usd=float(policy.monthly_budget_usd) if policy.monthly_budget_usd is not None else None,
-        consent_mode=policy.consent_mode, pii_mode=policy.pii_mode, retention_days=policy.retention_days,
+        monthly_budget_usd=float(policy.monthly_budget_usd)
+        if policy.monthly_budget_usd is not None
+        else None,
+        consent_mode=policy.consent_mode,
+        pii_mode=policy.pii_mode,
+        retention_days=policy.retention_days,
         price_table=policy.price_table,
         custom_patterns=patterns,
     )
@@ -98,8 +106,12 @@ class WindowCounter:
             counter_add(key=key, amount=-amount, window_seconds=2 * self.WINDOW_SECONDS)
             retry_after = max(1, self.WINDOW_SECONDS - int(now % self.WINDOW_SECONDS))
             unit = "requests" if kind == "rpm" else "tokens"
-            raise GatewayError(429, f"rate limit: {limit} {unit} per minute for this tenant; retry in {retry_after} s",
-                               f"rate_limit_{kind}", retry_after=retry_after)
+            raise GatewayError(
+                429,
+                f"rate limit: {limit} {unit} per minute for this tenant; retry in {retry_after} s",
+                f"rate_limit_{kind}",
+                retry_after=retry_after,
+            )
 
 
 def _reserve(tenant_id: int, amount: float, budget: float):
@@ -122,8 +134,13 @@ async def budget_reserve(policy: PolicySnapshot, amount: float):
         return None
     reservation = await database(_reserve)(policy.tenant_id, amount, policy.monthly_budget_usd)
     if reservation is None:
-        raise GatewayError(429, f"monthly budget of ${policy.monthly_budget_usd:.2f} would be exceeded by this "
-                                f"request (reserved ${amount:.6f})", "budget_exceeded", retry_after=3600)
+        raise GatewayError(
+            429,
+            f"monthly budget of ${policy.monthly_budget_usd:.2f} would be exceeded by this "
+            f"request (reserved ${amount:.6f})",
+            "budget_exceeded",
+            retry_after=3600,
+        )
     return reservation
 
 

@@ -58,11 +58,22 @@ def session_key_mint(*, principal: Principal, session_id: str, task_id: str, gro
     """A new session key bound to `session_id`, valid while the principal's API key is (see the module docstring);
     a principal without an API key (the system's) mints a key bounded only by its expiry and its ending."""
     raw = SESSION_KEY_PREFIX + secrets.token_urlsafe(24)
-    cache.set(_session_cache_key(raw), {
-        "tenant_id": principal.tenant_id, "tenant_slug": principal.tenant_slug, "key_prefix": principal.key_prefix,
-        "scopes": list(principal.scopes), "session_id": session_id, "task_id": task_id, "group_id": group_id,
-        "parent_key_hash": principal.api_key_hash, "minted_while_rotating": principal.api_key_rotated, "ended": False,
-    }, SESSION_KEY_SECONDS)
+    cache.set(
+        _session_cache_key(raw),
+        {
+            "tenant_id": principal.tenant_id,
+            "tenant_slug": principal.tenant_slug,
+            "key_prefix": principal.key_prefix,
+            "scopes": list(principal.scopes),
+            "session_id": session_id,
+            "task_id": task_id,
+            "group_id": group_id,
+            "parent_key_hash": principal.api_key_hash,
+            "minted_while_rotating": principal.api_key_rotated,
+            "ended": False,
+        },
+        SESSION_KEY_SECONDS,
+    )
     return raw
 
 
@@ -87,30 +98,51 @@ def _check_parent(data: dict) -> None:
     try:
         parent = api_key_authenticate_hashed(parent_hash)
     except KeyRejected as rejected:
-        raise GatewayError(401, f"this session key's API key is refused: {rejected.message}", rejected.code) from None
+        raise GatewayError(
+            401, f"this session key's API key is refused: {rejected.message}", rejected.code
+        ) from None
     if parent.grace_until is not None and not data["minted_while_rotating"]:
-        raise GatewayError(401, f"API key {parent.prefix}… was rotated, which ended the sessions it had started; "
-                                "start a new session", "key_rotated")
+        raise GatewayError(
+            401,
+            f"API key {parent.prefix}… was rotated, which ended the sessions it had started; "
+            "start a new session",
+            "key_rotated",
+        )
 
 
 def _resolve(raw: str) -> Principal:
     if raw.startswith(SESSION_KEY_PREFIX):
         data = cache.get(_session_cache_key(raw))
-        if data is None or "parent_key_hash" not in data:  # unknown, expired, or minted before parents were kept
+        if (
+            data is None or "parent_key_hash" not in data
+        ):  # unknown, expired, or minted before parents were kept
             raise GatewayError(401, "unknown or expired session key", "invalid_session_key")
         _check_parent(data)
         if data["ended"]:
             raise GatewayError(410, f"session {data['session_id']} has ended", "session_ended")
-        return Principal(tenant_id=data["tenant_id"], tenant_slug=data["tenant_slug"], key_prefix=data["key_prefix"],
-                         scopes=tuple(data["scopes"]), session_id=data["session_id"], task_id=data["task_id"],
-                         group_id=data["group_id"], api_key_hash=data["parent_key_hash"],
-                         api_key_rotated=data["minted_while_rotating"])
+        return Principal(
+            tenant_id=data["tenant_id"],
+            tenant_slug=data["tenant_slug"],
+            key_prefix=data["key_prefix"],
+            scopes=tuple(data["scopes"]),
+            session_id=data["session_id"],
+            task_id=data["task_id"],
+            group_id=data["group_id"],
+            api_key_hash=data["parent_key_hash"],
+            api_key_rotated=data["minted_while_rotating"],
+        )
     try:
         key = api_key_authenticate(raw)
     except KeyRejected as rejected:
         raise GatewayError(401, rejected.message, rejected.code) from None
-    return Principal(tenant_id=key.tenant_id, tenant_slug=key.tenant_slug, key_prefix=key.prefix, scopes=key.scopes,
-                     api_key_hash=key_hash(raw), api_key_rotated=key.grace_until is not None)
+    return Principal(
+        tenant_id=key.tenant_id,
+        tenant_slug=key.tenant_slug,
+        key_prefix=key.prefix,
+        scopes=key.scopes,
+        api_key_hash=key_hash(raw),
+        api_key_rotated=key.grace_until is not None,
+    )
 
 
 async def authenticate(headers: dict[bytes, bytes]) -> tuple[Principal, str]:
@@ -118,7 +150,9 @@ async def authenticate(headers: dict[bytes, bytes]) -> tuple[Principal, str]:
     raw = authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""
     raw = raw or headers.get(b"x-api-key", b"").decode("latin-1").strip()
     if not raw:
-        raise GatewayError(401, "no API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'", "missing_key")
+        raise GatewayError(
+            401, "no API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'", "missing_key"
+        )
     memo = _memo.get(raw)
     now = time.monotonic()
     if memo and memo[0] > now:

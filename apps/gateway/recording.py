@@ -26,8 +26,19 @@ from apps.gateway.sanitizer import UNSCANNED, InvalidPattern, ScanLimits, saniti
 from workers.inference.client import parse_response, parse_stream
 
 PURPOSES = {"production", "eval", "replay", "annotation"}
-PARAM_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop", "seed", "tool_choice",
-                "stream", "presence_penalty", "frequency_penalty")
+PARAM_FIELDS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "n",
+    "stop",
+    "seed",
+    "tool_choice",
+    "stream",
+    "presence_penalty",
+    "frequency_penalty",
+)
 
 
 @dataclass
@@ -64,14 +75,21 @@ class StepDraft:
     def begin(cls, *, principal, policy, endpoint, request, headers) -> "StepDraft":
         purpose = headers.get(b"x-areal-purpose", b"production").decode("latin-1").strip() or "production"
         if purpose not in PURPOSES:
-            raise GatewayError(400, f"X-Areal-Purpose must be one of {', '.join(sorted(PURPOSES))}", "invalid_purpose")
+            raise GatewayError(
+                400, f"X-Areal-Purpose must be one of {', '.join(sorted(PURPOSES))}", "invalid_purpose"
+            )
         return cls(
-            principal=principal, policy=policy, endpoint=endpoint, request=request, purpose=purpose,
+            principal=principal,
+            policy=policy,
+            endpoint=endpoint,
+            request=request,
+            purpose=purpose,
             agent_name=headers.get(b"x-agent-name", b"").decode("utf-8", "replace")[:200],
             agent_version=headers.get(b"x-agent-version", b"").decode("utf-8", "replace")[:64],
             task_id=(principal.task_id or headers.get(b"x-task-id", b"").decode("utf-8", "replace"))[:200],
             state_header={"prompt_version": headers.get(b"x-prompt-version", b"").decode("utf-8", "replace")}
-            if headers.get(b"x-prompt-version") else {},
+            if headers.get(b"x-prompt-version")
+            else {},
         )
 
     async def sanitize_request(self) -> None:
@@ -85,15 +103,25 @@ class StepDraft:
             if self.policy.consent_mode not in ("none", "metadata_only"):
                 self.observation_scan = await _off_the_loop(scanner.scan_value, self._observation())
             return
-        content = self.request.get("messages") if self.endpoint != "completions" else self.request.get("prompt")
+        content = (
+            self.request.get("messages") if self.endpoint != "completions" else self.request.get("prompt")
+        )
         _, entities = await _off_the_loop(scanner.scan_value, content)
         if UNSCANNED in entities:
-            raise GatewayError(422, "the request could not be scanned for personal data (it is too large, or a "
-                                    "PII pattern of this tenant took too long); this tenant's policy blocks "
-                                    "such requests", "pii_unscannable")
+            raise GatewayError(
+                422,
+                "the request could not be scanned for personal data (it is too large, or a "
+                "PII pattern of this tenant took too long); this tenant's policy blocks "
+                "such requests",
+                "pii_unscannable",
+            )
         if entities:
-            raise GatewayError(422, f"the request contains personal data or secrets ({', '.join(entities)}); this "
-                                    "tenant's policy blocks such requests", "pii_blocked")
+            raise GatewayError(
+                422,
+                f"the request contains personal data or secrets ({', '.join(entities)}); this "
+                "tenant's policy blocks such requests",
+                "pii_blocked",
+            )
 
     async def sanitize_response(self) -> None:
         """Under `redact`, scans what the step will store of the answer, off the event loop when large."""
@@ -101,17 +129,27 @@ class StepDraft:
             self.action_scan = await _off_the_loop(self._scanner().scan_value, self._action())
 
     def _scanner(self):
-        limits = ScanLimits(max_chars=settings.AREAL_PII_MAX_SCAN_CHARS,
-                            custom_seconds=settings.AREAL_PII_PATTERN_TIMEOUT_MS / 1000)
+        limits = ScanLimits(
+            max_chars=settings.AREAL_PII_MAX_SCAN_CHARS,
+            custom_seconds=settings.AREAL_PII_PATTERN_TIMEOUT_MS / 1000,
+        )
         try:
             return sanitizer_for(self.policy.custom_patterns, limits)
         except InvalidPattern as error:  # stored before patterns were validated on save
-            raise GatewayError(422, f"this tenant's PII pattern {error.name!r} is invalid ({error.reason}); an "
-                                    "admin must fix it in the policy before requests can be scanned",
-                               "pii_policy_invalid") from None
+            raise GatewayError(
+                422,
+                f"this tenant's PII pattern {error.name!r} is invalid ({error.reason}); an "
+                "admin must fix it in the policy before requests can be scanned",
+                "pii_policy_invalid",
+            ) from None
 
     def attach(self, *, session, prompt_hash, backend) -> None:
-        self.session, self.session_id, self.prompt_hash, self.backend = session, session.session_id, prompt_hash, backend
+        self.session, self.session_id, self.prompt_hash, self.backend = (
+            session,
+            session.session_id,
+            prompt_hash,
+            backend,
+        )
 
     def response_id(self, *, anthropic: bool = False) -> str:
         return ("msg_" if anthropic else "") + self.step_id
@@ -149,7 +187,8 @@ class StepDraft:
         usage = self.parsed.usage or {}
         prompt = usage.get("prompt_tokens") or len(self.parsed.prompt_token_ids or ())
         completion = usage.get("completion_tokens") or sum(
-            len(choice.completion_token_ids or ()) for choice in self.parsed.choices)
+            len(choice.completion_token_ids or ()) for choice in self.parsed.choices
+        )
         return prompt, completion
 
     # the record --------------------------------------------------------------------------------------
@@ -157,11 +196,16 @@ class StepDraft:
         if self.parsed is None or not self.parsed.choices:
             return {}
         first = self.parsed.choices[0]
-        calls = [{"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-                 for call in first.tool_calls]
+        calls = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in first.tool_calls
+        ]
         self.reply_message = {"role": "assistant", "content": first.text or "", "tool_calls": calls or None}
-        action = {"message": {"role": "assistant", "content": first.text, "tool_calls": calls or None},
-                  "tool_calls": calls, "text": first.text}
+        action = {
+            "message": {"role": "assistant", "content": first.text, "tool_calls": calls or None},
+            "tool_calls": calls,
+            "text": first.text,
+        }
         if len(self.parsed.choices) > 1:
             action["alternatives"] = [choice.text for choice in self.parsed.choices[1:]]
         return action
@@ -174,10 +218,15 @@ class StepDraft:
         prompt_ids = parsed.prompt_token_ids or first.prompt_token_ids
         if prompt_ids is None or first.completion_token_ids is None or first.logprobs is None:
             return None
-        versions = first.policy_versions or [parsed.policy_version if parsed.policy_version is not None else -1] * len(
-            first.completion_token_ids)
-        return {"prompt_ids": list(prompt_ids), "completion_ids": list(first.completion_token_ids),
-                "completion_logprobs": list(first.logprobs), "completion_versions": list(versions)}
+        versions = first.policy_versions or [
+            parsed.policy_version if parsed.policy_version is not None else -1
+        ] * len(first.completion_token_ids)
+        return {
+            "prompt_ids": list(prompt_ids),
+            "completion_ids": list(first.completion_token_ids),
+            "completion_logprobs": list(first.logprobs),
+            "completion_versions": list(versions),
+        }
 
     def _model_version(self) -> str:
         """The backend row's version; for a row registered without one, the version the server reported: in
@@ -189,9 +238,12 @@ class StepDraft:
         return getattr(self.backend, "reported_version", "") or ""
 
     def _observation(self) -> dict:
-        return {"messages": self.request.get("messages"), "prompt": self.request.get("prompt"),
-                "tools": self.request.get("tools"),
-                "params": {key: self.request[key] for key in PARAM_FIELDS if key in self.request}}
+        return {
+            "messages": self.request.get("messages"),
+            "prompt": self.request.get("prompt"),
+            "tools": self.request.get("tools"),
+            "params": {key: self.request[key] for key in PARAM_FIELDS if key in self.request},
+        }
 
     def to_record(self) -> dict | None:
         consent = self.policy.consent_mode
@@ -200,26 +252,41 @@ class StepDraft:
         prompt_tokens, completion_tokens = self._token_counts()
         first = self.parsed.choices[0] if self.parsed is not None and self.parsed.choices else None
         record = {
-            "step_id": self.step_id, "tenant_id": self.principal.tenant_id, "session_id": self.session_id,
-            "api_key_prefix": self.principal.key_prefix, "task_id": self.task_id,
+            "step_id": self.step_id,
+            "tenant_id": self.principal.tenant_id,
+            "session_id": self.session_id,
+            "api_key_prefix": self.principal.key_prefix,
+            "task_id": self.task_id,
             "group_id": self.principal.group_id or (self.session.group_id if self.session else ""),
-            "purpose": self.purpose, "consent": consent, "agent_name": self.agent_name,
-            "agent_version": self.agent_version, "created_at": self.created_at.isoformat(),
+            "purpose": self.purpose,
+            "consent": consent,
+            "agent_name": self.agent_name,
+            "agent_version": self.agent_version,
+            "created_at": self.created_at.isoformat(),
             "retention_until": self.policy.retention_until().isoformat(),
             "parent_step_id": self.session.last_step_id if self.session else None,
-            "retry_of": None, "kind": "llm_call", "endpoint": self.endpoint,
+            "retry_of": None,
+            "kind": "llm_call",
+            "endpoint": self.endpoint,
             "served_model": self.request.get("model", ""),
             "model_version": self._model_version(),
             "policy_version": self.parsed.policy_version if self.parsed is not None else None,
             "backend_name": getattr(self.backend, "name", "") or "",
-            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "latency_ms": int(self.latency_ms), "ttft_ms": int(self.ttft_ms) if self.ttft_ms is not None else None,
-            "cost_usd": round(self.cost_usd, 6), "scopes": list(self.principal.scopes),
-            "aborted": self.aborted, "error": self.error[:500],
-            "result": {"finish_reason": first.finish_reason if first else None,
-                       "error": self.error or None},
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "latency_ms": int(self.latency_ms),
+            "ttft_ms": int(self.ttft_ms) if self.ttft_ms is not None else None,
+            "cost_usd": round(self.cost_usd, 6),
+            "scopes": list(self.principal.scopes),
+            "aborted": self.aborted,
+            "error": self.error[:500],
+            "result": {"finish_reason": first.finish_reason if first else None, "error": self.error or None},
         }
-        if self.session is not None and self.prompt_hash is not None and self.prompt_hash == self.session.last_prompt_hash:
+        if (
+            self.session is not None
+            and self.prompt_hash is not None
+            and self.prompt_hash == self.session.last_prompt_hash
+        ):
             record["retry_of"] = self.session.last_step_id
             record["parent_step_id"] = self.session.last_parent_id
         if consent == "metadata_only":
@@ -237,9 +304,14 @@ class StepDraft:
             if entities:
                 tokens = None  # the ids would still encode what was redacted
         self.pii_entities = entities
-        record.update(observation=observation, action=action, state=self.state_header,
-                      pii_entities=list(entities), tokens=tokens,
-                      tokenizer=getattr(self.backend, "served_model", "") if tokens else "")
+        record.update(
+            observation=observation,
+            action=action,
+            state=self.state_header,
+            pii_entities=list(entities),
+            tokens=tokens,
+            tokenizer=getattr(self.backend, "served_model", "") if tokens else "",
+        )
         return record
 
 
@@ -274,8 +346,12 @@ def _text_size(value, limit: int) -> int:
 
 
 def _journal_unavailable(error: JournalUnavailable) -> GatewayError:
-    return GatewayError(503, "the gateway cannot record steps right now (its journal's disk is full or failing); "
-                             "retry later", "journal_unavailable", retry_after=error.retry_after)
+    return GatewayError(
+        503,
+        "the gateway cannot record steps right now (its journal's disk is full or failing); retry later",
+        "journal_unavailable",
+        retry_after=error.retry_after,
+    )
 
 
 def journal_check(gateway, draft: StepDraft) -> None:

@@ -16,15 +16,24 @@ from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound
 from apps.trajectories.models import Purpose, Step, StepKind, Trajectory, TrajectoryStatus
 
-ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/chat/completions", "completions": "/v1/completions"}
+ENDPOINT_PATHS = {
+    "chat": "/v1/chat/completions",
+    "messages": "/v1/chat/completions",
+    "completions": "/v1/completions",
+}
 REPLAY_NAMESPACE = uuid.UUID("0f3c5d1e-2b8a-4d6f-9e7c-5a1b3c2d4e6f")
 
 
 def _replayable_steps(trajectory):
     from apps.trajectories.selectors import step_list
 
-    return [step for step in step_list(tenant=trajectory.tenant_id, trajectory=trajectory).filter(kind=StepKind.LLM_CALL)
-            if step.observation.get("messages") or step.observation.get("prompt")]
+    return [
+        step
+        for step in step_list(tenant=trajectory.tenant_id, trajectory=trajectory).filter(
+            kind=StepKind.LLM_CALL
+        )
+        if step.observation.get("messages") or step.observation.get("prompt")
+    ]
 
 
 def replay_step_id(*, source_step_id, session_id: str) -> str:
@@ -33,7 +42,9 @@ def replay_step_id(*, source_step_id, session_id: str) -> str:
 
 
 @transaction.atomic
-def trajectory_replay_start(*, tenant, trajectory_id, model: str, model_version: str = "", actor) -> Trajectory:
+def trajectory_replay_start(
+    *, tenant, trajectory_id, model: str, model_version: str = "", actor
+) -> Trajectory:
     """Opens the replay trajectory and enqueues the replay on the `eval` queue (on commit).
 
     Tenancy: the source must be this tenant's (404 otherwise), and so must the backend serving `model`.
@@ -46,22 +57,45 @@ def trajectory_replay_start(*, tenant, trajectory_id, model: str, model_version:
     source = trajectory_get(tenant=tenant, trajectory_id=trajectory_id)
     steps = _replayable_steps(source)
     if not steps:
-        raise Conflict("this trajectory has no recorded observations to replay (its consent mode stored metadata "
-                       "only, or it has no model calls)", code="nothing_to_replay")
+        raise Conflict(
+            "this trajectory has no recorded observations to replay (its consent mode stored metadata "
+            "only, or it has no model calls)",
+            code="nothing_to_replay",
+        )
     backends = backend_list(tenant=tenant, served_model=model)
     if model_version:
         backends = backends.filter(model_version=model_version)
     if not backends.exists():
-        raise NotFound(f"no backend of this tenant serves {model!r}" + (f" at version {model_version}"
-                       if model_version else ""), code="model_not_found")
+        raise NotFound(
+            f"no backend of this tenant serves {model!r}"
+            + (f" at version {model_version}" if model_version else ""),
+            code="model_not_found",
+        )
     session_id = f"replay-{uuid.uuid4().hex}"
-    replay = trajectory_open(tenant=tenant, session_id=session_id, task_id=source.task_id,
-                             api_key_prefix=source.api_key_prefix, purpose=Purpose.REPLAY, consent=source.consent)
-    audit_record(tenant=tenant, actor=actor, verb="trajectory.replay", target=replay, data={
-        "source": str(source.id), "model": model, "model_version": model_version, "steps": len(steps)})
-    transaction.on_commit(lambda: replay_trajectory.delay(
-        tenant_id=tenant.pk, source_id=str(source.id), session_id=session_id, model=model,
-        model_version=model_version))
+    replay = trajectory_open(
+        tenant=tenant,
+        session_id=session_id,
+        task_id=source.task_id,
+        api_key_prefix=source.api_key_prefix,
+        purpose=Purpose.REPLAY,
+        consent=source.consent,
+    )
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="trajectory.replay",
+        target=replay,
+        data={"source": str(source.id), "model": model, "model_version": model_version, "steps": len(steps)},
+    )
+    transaction.on_commit(
+        lambda: replay_trajectory.delay(
+            tenant_id=tenant.pk,
+            source_id=str(source.id),
+            session_id=session_id,
+            model=model,
+            model_version=model_version,
+        )
+    )
     return replay
 
 
@@ -79,8 +113,15 @@ def _request_body(step: Step, model: str) -> dict:
     return body
 
 
-def trajectory_replay_run(*, tenant_id: int, source_id: str, session_id: str, model: str,
-                          model_version: str = "", timeout_s: float = 120.0) -> int:
+def trajectory_replay_run(
+    *,
+    tenant_id: int,
+    source_id: str,
+    session_id: str,
+    model: str,
+    model_version: str = "",
+    timeout_s: float = 120.0,
+) -> int:
     """Forwards each replayable step to a backend serving `model` (session-affine routing, like live
     traffic) and records the answers; a failed call is recorded as a failed step and the replay goes
     on. Idempotent: steps already recorded for this replay are skipped. Returns the steps recorded."""
@@ -99,8 +140,14 @@ def trajectory_replay_run(*, tenant_id: int, source_id: str, session_id: str, mo
     source = Trajectory.objects.for_tenant(tenant).get(pk=source_id)
     replay = Trajectory.objects.for_tenant(tenant).get(session_id=session_id)
     policy = policy_load(tenant_id)
-    principal = Principal(tenant_id=tenant_id, tenant_slug=tenant.slug, key_prefix=replay.api_key_prefix or "replay",
-                          scopes=("inference",), session_id=session_id, task_id=source.task_id)
+    principal = Principal(
+        tenant_id=tenant_id,
+        tenant_slug=tenant.slug,
+        key_prefix=replay.api_key_prefix or "replay",
+        scopes=("inference",),
+        session_id=session_id,
+        task_id=source.task_id,
+    )
     session = SessionState(session_id=session_id, task_id=source.task_id)
     done = set(Step.objects.for_tenant(tenant).filter(trajectory=replay).values_list("id", flat=True))
     recorded = 0
@@ -112,27 +159,44 @@ def trajectory_replay_run(*, tenant_id: int, source_id: str, session_id: str, mo
                 continue
             endpoint = "completions" if step.endpoint == "completions" else "chat"
             request = _request_body(step, model)
-            draft = StepDraft(principal=principal, policy=policy, endpoint=endpoint, request=request,
-                              purpose=Purpose.REPLAY, agent_name=source.agent_name,
-                              agent_version=source.agent_version, task_id=source.task_id,
-                              state_header={"replay_of": str(step.id)}, step_id=step_id)
+            draft = StepDraft(
+                principal=principal,
+                policy=policy,
+                endpoint=endpoint,
+                request=request,
+                purpose=Purpose.REPLAY,
+                agent_name=source.agent_name,
+                agent_version=source.agent_version,
+                task_id=source.task_id,
+                state_header={"replay_of": str(step.id)},
+                step_id=step_id,
+            )
             try:
-                backend = backend_for_session(tenant=tenant, served_model=model, session_id=session_id,
-                                              model_version=model_version or None)
+                backend = backend_for_session(
+                    tenant=tenant,
+                    served_model=model,
+                    session_id=session_id,
+                    model_version=model_version or None,
+                )
             except NoBackendAvailable as error:
                 backend = None
                 draft.fail(str(error))
             draft.attach(session=session, prompt_hash=None, backend=backend)
             if backend is not None:
                 started = time.perf_counter()
-                forward = {**request, "return_token_ids": True,
-                           "logprobs": True if endpoint == "chat" else max(int(request.get("logprobs") or 0), 0)}
+                forward = {
+                    **request,
+                    "return_token_ids": True,
+                    "logprobs": True if endpoint == "chat" else max(int(request.get("logprobs") or 0), 0),
+                }
                 try:
                     response = client.post(backend.base_url + ENDPOINT_PATHS[endpoint], json=forward)
                     if response.status_code >= 400:
                         draft.fail(f"the backend answered {response.status_code}: {response.text[:200]}")
                     else:
-                        draft.complete_unary(response.json(), latency_ms=(time.perf_counter() - started) * 1000)
+                        draft.complete_unary(
+                            response.json(), latency_ms=(time.perf_counter() - started) * 1000
+                        )
                 except httpx.HTTPError as error:
                     draft.fail(f"the inference backend failed: {type(error).__name__}")
                 except BackendAddressRefused as error:

@@ -45,7 +45,11 @@ def fresh_session_version(*, tenant_id: int, session_id: str, plan) -> str | Non
         return None
     if plan.canary is None or plan.percent <= 0:
         return plan.stable
-    return plan.canary if session_bucket(tenant_id=tenant_id, session_id=session_id) < plan.percent else plan.stable
+    return (
+        plan.canary
+        if session_bucket(tenant_id=tenant_id, session_id=session_id) < plan.percent
+        else plan.stable
+    )
 
 
 def _load_candidates(tenant_id: int, model: str, version: str | None) -> list:
@@ -60,7 +64,9 @@ async def candidates_for(*, tenant_id: int, model: str, version: str | None, loa
     snapshot = _snapshots.get(key)
     if snapshot is None or snapshot.expires < time.monotonic():
         backends = await load(_load_candidates)(tenant_id, model, version)
-        snapshot = _snapshots[key] = CandidateSnapshot(expires=time.monotonic() + SNAPSHOT_SECONDS, backends=backends)
+        snapshot = _snapshots[key] = CandidateSnapshot(
+            expires=time.monotonic() + SNAPSHOT_SECONDS, backends=backends
+        )
         if len(_snapshots) > 10_000:
             _snapshots.clear()
     return snapshot
@@ -82,8 +88,12 @@ def _write(routes: list[tuple]) -> None:
     from apps.inference.services import session_pins_record
     from apps.releases.routing import routing_version_for_session
 
-    session_pins_record(pins=[(tenant_id, model, session_id, backend_id)
-                              for tenant_id, model, session_id, backend_id, _ in routes])
+    session_pins_record(
+        pins=[
+            (tenant_id, model, session_id, backend_id)
+            for tenant_id, model, session_id, backend_id, _ in routes
+        ]
+    )
     for tenant_id, model, session_id, _, plan in routes:
         if plan is not None and plan.canary is not None:  # only a canary split needs the assignment kept
             routing_version_for_session(tenant_id=tenant_id, model=model, session_id=session_id, plan=plan)
@@ -93,7 +103,7 @@ async def routes_flush() -> int:
     """Writes every queued route on the journal's database thread; a failure costs only stickiness, so it
     is logged. Returns how many were written."""
     routes = _unrecorded[:]
-    del _unrecorded[:len(routes)]
+    del _unrecorded[: len(routes)]
     if routes:
         try:
             await flusher_database(_write)(routes)

@@ -82,8 +82,17 @@ MAX_CUSTOM_PATTERN_LENGTH = 1000
 MAX_CUSTOM_PATTERN_SIZE = 10_000  # the pattern's size with every counted repetition written out
 UNSCANNED = "unscanned"  # the type of a string replaced whole because it could not be scanned
 MAX_PASSES = 4  # redaction passes over one string (one is the rule, two when a finding frees a neighbour)
-SPECIFICITY = ("private_key", "jwt", "api_key", "aws_access_key", "iban", "credit_card", "email",
-               "ip_address", "phone")
+SPECIFICITY = (
+    "private_key",
+    "jwt",
+    "api_key",
+    "aws_access_key",
+    "iban",
+    "credit_card",
+    "email",
+    "ip_address",
+    "phone",
+)
 
 
 @dataclass(frozen=True)
@@ -194,8 +203,9 @@ def _stands_alone(text: str, span: Span, neighbours: frozenset[str]) -> bool:
 Validator = Callable[[str, re.Match[str]], Span | None]
 
 
-def _rechecked_matches(pattern: re.Pattern[str], text: str, validate: Validator,
-                       start: int = 0, end: int | None = None) -> Iterator[Span]:
+def _rechecked_matches(
+    pattern: re.Pattern[str], text: str, validate: Validator, start: int = 0, end: int | None = None
+) -> Iterator[Span]:
     """Validated spans; after a rejected match the search resumes one character on, so a real finding that
     starts inside a rejected one is not skipped."""
     end = len(text) if end is None else end
@@ -214,13 +224,15 @@ def _checked_matches(pattern: re.Pattern[str], text: str, validate: Validator) -
             yield span
 
 
-def _in_numeric_clusters(pattern: re.Pattern[str], validate: Validator,
-                         shortest: int) -> Callable[[_TextView], Iterator[Span]]:
+def _in_numeric_clusters(
+    pattern: re.Pattern[str], validate: Validator, shortest: int
+) -> Callable[[_TextView], Iterator[Span]]:
     def find(view: _TextView) -> Iterator[Span]:
         for start, end in view.numeric_clusters:
             if end - start >= shortest:  # one character past the cluster feeds the pattern's lookahead
                 end_with_context = min(end + 1, len(view.text))
                 yield from _rechecked_matches(pattern, view.text, validate, start, end_with_context)
+
     return find
 
 
@@ -289,9 +301,12 @@ def _phone_span(text: str, match: re.Match[str]) -> Span | None:
     kind = next(name for name in _PHONE_DIGIT_RANGES if match.group(name))
     fewest, most = _PHONE_DIGIT_RANGES[kind]
     number = match.group()
-    while kind == "international" and _count_digits(number) > most and (
-            trailing := _TRAILING_DIGIT_GROUP.search(number)):
-        number = number[:trailing.start()]
+    while (
+        kind == "international"
+        and _count_digits(number) > most
+        and (trailing := _TRAILING_DIGIT_GROUP.search(number))
+    ):
+        number = number[: trailing.start()]
     if fewest <= _count_digits(number) <= most:
         return match.start(), match.start() + len(number)
     return None
@@ -404,8 +419,10 @@ class _CardRun:
         doubled = [_LUHN_DOUBLED[digit] for digit in digits]
         kept_on_even, kept_on_odd = digits[:], doubled[:]
         kept_on_even[1::2], kept_on_odd[1::2] = doubled[1::2], digits[1::2]
-        return (list(itertools.accumulate(kept_on_even, initial=0)),
-                list(itertools.accumulate(kept_on_odd, initial=0)))
+        return (
+            list(itertools.accumulate(kept_on_even, initial=0)),
+            list(itertools.accumulate(kept_on_odd, initial=0)),
+        )
 
     def longest_window(self, first: int) -> int | None:
         """The last group of the longest card-shaped window from `first` that passes Luhn: one block of
@@ -414,15 +431,21 @@ class _CardRun:
         lengths, offsets = self.lengths, self.offsets
         first_length = lengths[first]
         if self.text[self.groups[first][0]] not in "23456" or (
-                first_length != 4 and first_length not in _CARD_DIGITS):
+            first_length != 4 and first_length not in _CARD_DIGITS
+        ):
             return None
         for last in range(min(len(self.groups), first + _CARD_MAX_GROUPS) - 1, first - 1, -1):
             if offsets[last + 1] - offsets[first] not in _CARD_DIGITS:
                 continue
             if last > first:
-                middle = lengths[first + 1:last] or [4]
-                if (first_length != 4 or lengths[last] > 6 or min(middle) < 4 or max(middle) > 6
-                        or len(set(self.separators[first:last])) != 1):
+                middle = lengths[first + 1 : last] or [4]
+                if (
+                    first_length != 4
+                    or lengths[last] > 6
+                    or min(middle) < 4
+                    or max(middle) > 6
+                    or len(set(self.separators[first:last])) != 1
+                ):
                     continue
             if self._passes_luhn(first, last):
                 return last
@@ -438,15 +461,95 @@ class _CardRun:
 
 _IBAN = re.compile(r"[A-Z][A-Z][0-9]{2}(?: ?[A-Z0-9]){11,30}")
 _IBAN_LENGTHS = {
-    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BI": 27,
-    "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DJ": 27, "DK": 18, "DO": 28,
-    "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FK": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23,
-    "GL": 18, "GR": 27, "GT": 28, "HN": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26,
-    "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21,
-    "LY": 25, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MN": 20, "MR": 27, "MT": 31, "MU": 30, "NI": 28,
-    "NL": 18, "NO": 15, "OM": 23, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22,
-    "RU": 33, "SA": 24, "SC": 31, "SD": 18, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "SO": 23, "ST": 25,
-    "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20, "YE": 30,
+    "AD": 24,
+    "AE": 23,
+    "AL": 28,
+    "AT": 20,
+    "AZ": 28,
+    "BA": 20,
+    "BE": 16,
+    "BG": 22,
+    "BH": 22,
+    "BI": 27,
+    "BR": 29,
+    "BY": 28,
+    "CH": 21,
+    "CR": 22,
+    "CY": 28,
+    "CZ": 24,
+    "DE": 22,
+    "DJ": 27,
+    "DK": 18,
+    "DO": 28,
+    "EE": 20,
+    "EG": 29,
+    "ES": 24,
+    "FI": 18,
+    "FK": 18,
+    "FO": 18,
+    "FR": 27,
+    "GB": 22,
+    "GE": 22,
+    "GI": 23,
+    "GL": 18,
+    "GR": 27,
+    "GT": 28,
+    "HN": 28,
+    "HR": 21,
+    "HU": 28,
+    "IE": 22,
+    "IL": 23,
+    "IQ": 23,
+    "IS": 26,
+    "IT": 27,
+    "JO": 30,
+    "KW": 30,
+    "KZ": 20,
+    "LB": 28,
+    "LC": 32,
+    "LI": 21,
+    "LT": 20,
+    "LU": 20,
+    "LV": 21,
+    "LY": 25,
+    "MC": 27,
+    "MD": 24,
+    "ME": 22,
+    "MK": 19,
+    "MN": 20,
+    "MR": 27,
+    "MT": 31,
+    "MU": 30,
+    "NI": 28,
+    "NL": 18,
+    "NO": 15,
+    "OM": 23,
+    "PK": 24,
+    "PL": 28,
+    "PS": 29,
+    "PT": 25,
+    "QA": 29,
+    "RO": 24,
+    "RS": 22,
+    "RU": 33,
+    "SA": 24,
+    "SC": 31,
+    "SD": 18,
+    "SE": 24,
+    "SI": 19,
+    "SK": 24,
+    "SM": 27,
+    "SO": 23,
+    "ST": 25,
+    "SV": 28,
+    "TL": 23,
+    "TN": 24,
+    "TR": 26,
+    "UA": 29,
+    "VA": 22,
+    "VG": 24,
+    "XK": 20,
+    "YE": 30,
 }
 _IBAN_MIN_LENGTH = 15
 
@@ -479,7 +582,9 @@ def _iban_span(text: str, match: re.Match[str]) -> Span | None:
     return None
 
 
-_IBAN_DIGIT_TABLE = str.maketrans({letter: str(value) for value, letter in enumerate(string.ascii_uppercase, 10)})
+_IBAN_DIGIT_TABLE = str.maketrans(
+    {letter: str(value) for value, letter in enumerate(string.ascii_uppercase, 10)}
+)
 
 
 # --- IP addresses ---------------------------------------------------------------------------------------
@@ -498,8 +603,10 @@ def _may_hold_ipv4(view: _TextView) -> bool:
 
 def _ipv4_span(text: str, match: re.Match[str]) -> Span | None:
     octets_valid = all(int(octet) <= 255 for octet in match.group().split("."))
-    alone = (_char_before(text, match.start()) not in _IPV4_NEIGHBOURS
-             and _char_after(text, match.end()) not in _WORD_CHARS)  # a full stop may end the sentence
+    alone = (
+        _char_before(text, match.start()) not in _IPV4_NEIGHBOURS
+        and _char_after(text, match.end()) not in _WORD_CHARS
+    )  # a full stop may end the sentence
     return match.span() if octets_valid and alone else None
 
 
@@ -554,6 +661,7 @@ def _is_distinctive_ipv6(candidate: str) -> bool:
 
 # --- keys and tokens ------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _KeyFormat:
     separator: str  # one character, found by memchr, before the slower search for the markers
@@ -565,8 +673,9 @@ class _KeyFormat:
 _API_KEY_FORMATS = (
     _KeyFormat("-", ("sk-",), re.compile(r"sk-[A-Za-z0-9_-]{20,}"), True),
     _KeyFormat("-", ("ak-",), re.compile(r"ak-[A-Za-z0-9_-]{20,}"), True),
-    _KeyFormat("_", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
-               re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"), False),
+    _KeyFormat(
+        "_", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"), False
+    ),
     _KeyFormat("_", ("github_pat_",), re.compile(r"github_pat_[A-Za-z0-9_]{30,}"), False),
     _KeyFormat("-", ("xox",), re.compile(r"xox[abposr]-[A-Za-z0-9-]{10,}"), False),
 )
@@ -582,7 +691,7 @@ def _find_api_keys(view: _TextView) -> Iterator[Span]:
 def _api_key_span(key_format: _KeyFormat, text: str, match: re.Match[str]) -> Span | None:
     if _char_before(text, match.start()) in _TOKEN_CHARS:
         return None
-    body = match.group()[len(key_format.markers[0]):]
+    body = match.group()[len(key_format.markers[0]) :]
     if key_format.needs_mixed_characters and not any(c.isdigit() or c.isupper() for c in body):
         return None
     return match.span()
@@ -591,7 +700,8 @@ def _api_key_span(key_format: _KeyFormat, text: str, match: re.Match[str]) -> Sp
 _AWS_ACCESS_KEY_ID = re.compile(r"A[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])")
 _AWS_SECRET_LABEL = r"(?:aws[_ .-]?secret[_ .-]?(?:access[_ .-]?)?key|secret[_ .-]?access[_ .-]?key)"
 _AWS_LABELLED_SECRET = re.compile(
-    _AWS_SECRET_LABEL + r"""["']?\s*[:=]\s*["']?([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])""", re.IGNORECASE)
+    _AWS_SECRET_LABEL + r"""["']?\s*[:=]\s*["']?([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])""", re.IGNORECASE
+)
 _AWS_SECRET_KEY_NAME = re.compile(_AWS_SECRET_LABEL, re.IGNORECASE)
 _AWS_SECRET_VALUE = re.compile(r"[A-Za-z0-9/+]{40}")
 
@@ -608,14 +718,19 @@ def _find_aws_keys(view: _TextView) -> Iterator[Span]:
 
 
 def _is_labelled_aws_secret(key: object, value: object) -> bool:
-    return (isinstance(key, str) and isinstance(value, str)
-            and bool(_AWS_SECRET_KEY_NAME.fullmatch(key)) and bool(_AWS_SECRET_VALUE.fullmatch(value)))
+    return (
+        isinstance(key, str)
+        and isinstance(value, str)
+        and bool(_AWS_SECRET_KEY_NAME.fullmatch(key))
+        and bool(_AWS_SECRET_VALUE.fullmatch(value))
+    )
 
 
 _JWT = re.compile(  # header.payload.signature, or the five segments of a JWE
     # Only where a token starts: tried inside a run such as "eyJeyJeyJ..." the pattern would swallow the
     # rest of the run from every "eyJ" and give it back (quadratic); a match there is refused anyway.
-    r"(?<![A-Za-z0-9_.-])eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)?")
+    r"(?<![A-Za-z0-9_.-])eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)?"
+)
 _JWT_NEIGHBOURS = _TOKEN_CHARS | {"."}
 
 
@@ -645,6 +760,7 @@ def _find_private_keys(view: _TextView) -> Iterator[Span]:
 
 
 # --- detectors ------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Detector:
@@ -765,14 +881,20 @@ def _subpatterns(argument) -> Iterator:
 def _custom_finder(pattern: regex.Pattern) -> Callable[[_TextView], Iterator[Span]]:
     """Every match of a tenant pattern, within the time left to the scan call; the GIL is released while it
     matches, so a slow pattern does not stall the other threads (the gateway's event loop among them)."""
+
     def find(view: _TextView) -> Iterator[Span]:
         try:
-            spans = [match.span() for match in pattern.finditer(
-                view.text, timeout=view.budget.custom_seconds_left(), concurrent=True)
-                if match.end() > match.start()]
+            spans = [
+                match.span()
+                for match in pattern.finditer(
+                    view.text, timeout=view.budget.custom_seconds_left(), concurrent=True
+                )
+                if match.end() > match.start()
+            ]
         except TimeoutError:
             raise _Unscannable from None
         return iter(spans)
+
     return find
 
 
@@ -789,8 +911,10 @@ class Sanitizer:
     threads. Each scan call gets a fresh budget of `ScanLimits`."""
 
     def __init__(self, custom_patterns: Sequence[CustomPattern] = (), *, limits: ScanLimits = ScanLimits()):
-        self._custom_detectors = tuple(_Detector(entity, _always, _custom_finder(pattern))
-                                       for entity, pattern in compile_patterns(custom_patterns))
+        self._custom_detectors = tuple(
+            _Detector(entity, _always, _custom_finder(pattern))
+            for entity, pattern in compile_patterns(custom_patterns)
+        )
         self._detectors = self._custom_detectors + _BUILTIN_DETECTORS
         self.limits = limits
 
@@ -815,7 +939,9 @@ class Sanitizer:
         thinking signatures and binary parts (images, audio, files, base64 sources) are kept as they are."""
         found: set[str] = set()
         budget = _Budget(self.limits)
-        return [self._walk(message, found, budget, in_messages=True) for message in messages], tuple(sorted(found))
+        return [self._walk(message, found, budget, in_messages=True) for message in messages], tuple(
+            sorted(found)
+        )
 
     def _scan_text(self, text: str, found: set[str], budget: _Budget) -> str:
         """The redacted text, or the unscanned placeholder when the budget does not cover it."""
@@ -839,9 +965,12 @@ class Sanitizer:
         if len(text) < _SHORTEST_BUILTIN_FINDING and not self._custom_detectors:
             return []
         view = _TextView(text, budget)
-        findings = [(start, end, detector.rank, detector.entity)
-                    for detector in self._detectors if detector.might_occur(view)
-                    for start, end in detector.find_spans(view)]
+        findings = [
+            (start, end, detector.rank, detector.entity)
+            for detector in self._detectors
+            if detector.might_occur(view)
+            for start, end in detector.find_spans(view)
+        ]
         if findings and "[REDACTED:" in text:
             findings = _outside_placeholders(text, findings)
         return findings
@@ -884,7 +1013,9 @@ class Sanitizer:
                 return redacted_json
         return self._scan_text(value, found, budget)
 
-    def _scan_json_string(self, value: str, found: set[str], budget: _Budget, in_messages: bool) -> str | None:
+    def _scan_json_string(
+        self, value: str, found: set[str], budget: _Budget, in_messages: bool
+    ) -> str | None:
         """Tool arguments and JSON tool results are scanned parsed (raw text hides findings behind escapes
         such as ``\\n``) and written back, still valid JSON, only when something was redacted."""
         try:

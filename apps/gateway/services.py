@@ -43,14 +43,19 @@ def budget_reserve_amount(*, tenant_id: int, amount: float, budget: float) -> Bu
     ceiling = Decimal(str(budget)) - amount
     for attempt in range(2):
         with transaction.atomic():
-            updated = BudgetLedger.objects.filter(tenant_id=tenant_id, month=month).filter(
-                reserved_usd__lte=ceiling - F("spent_usd")
-            ).update(reserved_usd=F("reserved_usd") + amount)
+            updated = (
+                BudgetLedger.objects.filter(tenant_id=tenant_id, month=month)
+                .filter(reserved_usd__lte=ceiling - F("spent_usd"))
+                .update(reserved_usd=F("reserved_usd") + amount)
+            )
             if updated == 1:
-                reservation = BudgetReservation.objects.create(tenant_id=tenant_id, month=month, amount_usd=amount)
+                reservation = BudgetReservation.objects.create(
+                    tenant_id=tenant_id, month=month, amount_usd=amount
+                )
                 return BudgetHold(pk=reservation.pk, month=month, amount=amount)
         if attempt == 0 and not budget_reservations_expire(
-                tenant_id=tenant_id, older_than=timedelta(seconds=settings.AREAL_GATEWAY_RESERVATION_SECONDS)):
+            tenant_id=tenant_id, older_than=timedelta(seconds=settings.AREAL_GATEWAY_RESERVATION_SECONDS)
+        ):
             return None
     return None
 
@@ -78,9 +83,13 @@ def budget_reservations_expire(*, older_than: timedelta, tenant_id: int | None =
         with transaction.atomic():
             if BudgetReservation.objects.filter(pk=pk).delete()[0]:
                 BudgetLedger.objects.filter(tenant_id=owner, month=month).update(
-                    reserved_usd=F("reserved_usd") - amount)
+                    reserved_usd=F("reserved_usd") - amount
+                )
                 released += 1
     if released:
-        logger.warning("released %d budget reservations older than %s (their processes died before settling)",
-                       released, older_than)
+        logger.warning(
+            "released %d budget reservations older than %s (their processes died before settling)",
+            released,
+            older_than,
+        )
     return released

@@ -23,8 +23,11 @@ def _canonical(message: dict) -> bytes:
         (call.get("function", {}).get("name"), call.get("function", {}).get("arguments"))
         for call in message.get("tool_calls") or []
     ]
-    return json.dumps([message.get("role"), content or "", calls, message.get("tool_call_id")],
-                      separators=(",", ":"), ensure_ascii=False).encode()
+    return json.dumps(
+        [message.get("role"), content or "", calls, message.get("tool_call_id")],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode()
 
 
 def prefix_hashes(messages: list[dict]) -> list[str]:
@@ -79,7 +82,9 @@ class SessionIndex:
                 return session_id
         return None
 
-    def remember_conversation(self, tenant_id: int, key_prefix: str, conversation_hash: str, session_id: str) -> None:
+    def remember_conversation(
+        self, tenant_id: int, key_prefix: str, conversation_hash: str, session_id: str
+    ) -> None:
         self.conversations[(tenant_id, key_prefix, conversation_hash)] = session_id
         if len(self.conversations) > MAX_FINGERPRINTS:
             self.conversations.popitem(last=False)

@@ -61,8 +61,10 @@ def validate_common(body: dict) -> None:
     if "stream" in body and not isinstance(body["stream"], bool):
         raise _fail("stream must be a boolean", "stream")
     stop = body.get("stop")
-    if stop is not None and not isinstance(stop, str) and not (
-        isinstance(stop, list) and all(isinstance(item, str) for item in stop) and len(stop) <= 4
+    if (
+        stop is not None
+        and not isinstance(stop, str)
+        and not (isinstance(stop, list) and all(isinstance(item, str) for item in stop) and len(stop) <= 4)
     ):
         raise _fail("stop must be a string or a list of up to 4 strings", "stop")
     seed = body.get("seed")
@@ -76,12 +78,20 @@ def validate_chat(body: dict) -> None:
     if not isinstance(messages, list) or not messages:
         raise _fail("messages must be a non-empty list", "messages")
     for position, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in {"system", "developer", "user", "assistant",
-                                                                          "tool", "function"}:
+        if not isinstance(message, dict) or message.get("role") not in {
+            "system",
+            "developer",
+            "user",
+            "assistant",
+            "tool",
+            "function",
+        }:
             raise _fail(f"messages[{position}] needs a role of system, user, assistant or tool", "messages")
     tools = body.get("tools")
-    if tools is not None and (not isinstance(tools, list) or not all(
-            isinstance(tool, dict) and isinstance(tool.get("function"), dict) for tool in tools)):
+    if tools is not None and (
+        not isinstance(tools, list)
+        or not all(isinstance(tool, dict) and isinstance(tool.get("function"), dict) for tool in tools)
+    ):
         raise _fail("tools must be a list of {type: function, function: {...}}", "tools")
 
 
@@ -91,6 +101,7 @@ def validate_completion(body: dict) -> None:
     if not isinstance(prompt, str) or not prompt:
         raise _fail("prompt must be a non-empty string", "prompt")
     logprobs = body.get("logprobs")
-    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
-                                 or not 0 <= logprobs <= MAX_LOGPROBS):
+    if logprobs is not None and (
+        isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= MAX_LOGPROBS
+    ):
         raise _fail(f"logprobs must be an integer between 0 and {MAX_LOGPROBS}", "logprobs")

@@ -16,7 +16,9 @@ class BackendOutputSerializer(serializers.Serializer):
     kind = serializers.CharField()
     served_model = serializers.CharField()
     model_version = serializers.CharField()
-    reported_version = serializers.CharField(help_text="The version the server itself reported at its last check.")
+    reported_version = serializers.CharField(
+        help_text="The version the server itself reported at its last check."
+    )
     weight = serializers.IntegerField()
     state = serializers.CharField()
     last_checked_at = serializers.DateTimeField(allow_null=True)
@@ -35,11 +37,15 @@ class BackendListApi(TenantApi):
         model_version = serializers.CharField(max_length=64, required=False, default="", allow_blank=True)
         weight = serializers.IntegerField(min_value=0, max_value=1000, default=1)
 
-    @extend_schema(parameters=[OpenApiParameter("model", str, description="only backends serving this model")],
-                   responses=BackendOutputSerializer(many=True))
+    @extend_schema(
+        parameters=[OpenApiParameter("model", str, description="only backends serving this model")],
+        responses=BackendOutputSerializer(many=True),
+    )
     def get(self, request):
-        return self.paginated(selectors.backend_list(tenant=self.tenant, served_model=request.query_params.get("model")),
-                              BackendOutputSerializer)
+        return self.paginated(
+            selectors.backend_list(tenant=self.tenant, served_model=request.query_params.get("model")),
+            BackendOutputSerializer,
+        )
 
     @extend_schema(request=InputSerializer, responses={201: BackendOutputSerializer})
     def post(self, request):
@@ -59,19 +65,25 @@ class BackendDetailApi(TenantApi):
         served_model = serializers.CharField(max_length=200, required=False)
         model_version = serializers.CharField(max_length=64, required=False, allow_blank=True)
         weight = serializers.IntegerField(min_value=0, max_value=1000, required=False)
-        state = serializers.ChoiceField(choices=[BackendState.DRAINING, BackendState.UNKNOWN], required=False,
-                                        help_text="draining: no new sessions; unknown: re-enter health checks")
+        state = serializers.ChoiceField(
+            choices=[BackendState.DRAINING, BackendState.UNKNOWN],
+            required=False,
+            help_text="draining: no new sessions; unknown: re-enter health checks",
+        )
 
     @extend_schema(responses=BackendOutputSerializer)
     def get(self, request, backend_id):
-        return Response(BackendOutputSerializer(selectors.backend_get(tenant=self.tenant, backend_id=backend_id)).data)
+        return Response(
+            BackendOutputSerializer(selectors.backend_get(tenant=self.tenant, backend_id=backend_id)).data
+        )
 
     @extend_schema(request=InputSerializer, responses=BackendOutputSerializer)
     def patch(self, request, backend_id):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        backend = services.backend_update(tenant=self.tenant, actor=self.actor, backend_id=backend_id,
-                                          changes=dict(body.validated_data))
+        backend = services.backend_update(
+            tenant=self.tenant, actor=self.actor, backend_id=backend_id, changes=dict(body.validated_data)
+        )
         return Response(BackendOutputSerializer(backend).data)
 
     @extend_schema(responses={204: None})

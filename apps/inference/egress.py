@@ -94,8 +94,10 @@ def _parse_entry(text: str) -> _Entry:
         if not separator:
             host, port_text = text, None
     if not host or port_text is None:
-        raise ConfigurationError(f"{SETTING}: entry {text!r} needs a port: HOST:PORT or HOST:* ('public' allows "
-                                 "any globally routable address)")
+        raise ConfigurationError(
+            f"{SETTING}: entry {text!r} needs a port: HOST:PORT or HOST:* ('public' allows "
+            "any globally routable address)"
+        )
     if port_text == "*":
         port = None
     elif port_text.isdigit() and 0 < int(port_text) < 65536:
@@ -129,20 +131,27 @@ def address_rule(*, name: str, address: str, port: int) -> _Entry | None:
     """The first entry that allows connecting to `address`:`port` for host `name`, or None."""
     checked = _address(address)
     name = name.lower().rstrip(".")
-    return next((entry for entry in allowed_entries() if entry.allows(name=name, address=checked, port=port)), None)
+    return next(
+        (entry for entry in allowed_entries() if entry.allows(name=name, address=checked, port=port)), None
+    )
 
 
 def _refused(host: str, port: int, detail: str) -> BackendAddressRefused:
     logger.warning("backend address %s:%s refused: %s", host, port, detail)
     return BackendAddressRefused(
         f"the backend address {host}:{port} is not allowed on this installation, or does not resolve (an operator "
-        f"lists allowed backend addresses in {SETTING})")
+        f"lists allowed backend addresses in {SETTING})"
+    )
 
 
 def url_parts(url: str) -> tuple[str, int]:
     """(host, port) of a well-formed backend URL; BackendAddressRefused for anything else."""
-    if not isinstance(url, str) or any(ord(char) <= 0x20 or ord(char) == 0x7F or char == "\\" for char in url):
-        raise BackendAddressRefused("the backend URL must not contain spaces, control characters or backslashes")
+    if not isinstance(url, str) or any(
+        ord(char) <= 0x20 or ord(char) == 0x7F or char == "\\" for char in url
+    ):
+        raise BackendAddressRefused(
+            "the backend URL must not contain spaces, control characters or backslashes"
+        )
     parts = urlsplit(url)
     if parts.scheme not in {"http", "https"}:
         raise BackendAddressRefused("the backend URL must start with http:// or https://")
@@ -238,5 +247,10 @@ class BackendTransport(httpx.HTTPTransport):
 
 def backend_http_client(*, timeout: float, headers: dict | None = None) -> httpx.Client:
     """An httpx client for calling backends: checked addresses, no redirects, no proxies from the environment."""
-    return httpx.Client(transport=BackendTransport(trust_env=False), timeout=timeout, headers=headers,
-                        follow_redirects=False, trust_env=False)
+    return httpx.Client(
+        transport=BackendTransport(trust_env=False),
+        timeout=timeout,
+        headers=headers,
+        follow_redirects=False,
+        trust_env=False,
+    )

@@ -26,8 +26,9 @@ class InferenceBackend(models.Model):
     kind = models.CharField(max_length=24, choices=BackendKind.choices)
     served_model = models.CharField(max_length=200, help_text="The model name clients ask for.")
     model_version = models.CharField(max_length=64, blank=True, help_text="Version of that model it serves.")
-    reported_version = models.CharField(max_length=64, blank=True,
-                                        help_text="The version the server itself reported at its last check.")
+    reported_version = models.CharField(
+        max_length=64, blank=True, help_text="The version the server itself reported at its last check."
+    )
     weight = models.PositiveIntegerField(default=1, help_text="Relative share of new sessions; 0 takes none.")
     state = models.CharField(max_length=16, choices=BackendState.choices, default=BackendState.UNKNOWN)
     last_checked_at = models.DateTimeField(null=True, blank=True)
@@ -56,7 +57,9 @@ class SessionAffinity(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "served_model", "session_id"], name="affinity_unique_session")
+            models.UniqueConstraint(
+                fields=["tenant", "served_model", "session_id"], name="affinity_unique_session"
+            )
         ]
         indexes = [models.Index(fields=["backend", "last_used_at"])]
 

@@ -32,13 +32,19 @@ def backend_candidates(*, tenant, served_model: str, model_version: str | None =
     )
     if model_version:
         backends = backends.filter(model_version=model_version)
-    return backends.annotate(active_sessions=Count("affinities", filter=Q(affinities__last_used_at__gte=since)))
+    return backends.annotate(
+        active_sessions=Count("affinities", filter=Q(affinities__last_used_at__gte=since))
+    )
 
 
 def served_models(*, tenant) -> list[str]:
-    return sorted(set(
-        InferenceBackend.objects.for_tenant(tenant).filter(state=BackendState.UP).values_list("served_model", flat=True)
-    ))
+    return sorted(
+        set(
+            InferenceBackend.objects.for_tenant(tenant)
+            .filter(state=BackendState.UP)
+            .values_list("served_model", flat=True)
+        )
+    )
 
 
 def dangerously_backend_list_all_tenants():

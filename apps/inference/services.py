@@ -21,30 +21,63 @@ class NoBackendAvailable(DomainError):
 
 def _validate(fields: dict) -> None:
     if "kind" in fields and fields["kind"] not in BackendKind.values:
-        raise ValidationFailed(f"kind must be one of {', '.join(BackendKind.values)}", fields={"kind": ["invalid"]})
+        raise ValidationFailed(
+            f"kind must be one of {', '.join(BackendKind.values)}", fields={"kind": ["invalid"]}
+        )
     if "base_url" in fields:
         backend_url_validate(fields["base_url"])  # form, and every address it resolves to (egress.py)
-    if "state" in fields and fields["state"] not in {BackendState.UP, BackendState.DOWN, BackendState.DRAINING,
-                                                     BackendState.UNKNOWN}:
+    if "state" in fields and fields["state"] not in {
+        BackendState.UP,
+        BackendState.DOWN,
+        BackendState.DRAINING,
+        BackendState.UNKNOWN,
+    }:
         raise ValidationFailed("unknown state", fields={"state": ["invalid"]})
 
 
 @transaction.atomic
-def backend_register(*, tenant, actor: Actor, name: str, base_url: str, kind: str, served_model: str,
-                     model_version: str = "", weight: int = 1) -> InferenceBackend:
+def backend_register(
+    *,
+    tenant,
+    actor: Actor,
+    name: str,
+    base_url: str,
+    kind: str,
+    served_model: str,
+    model_version: str = "",
+    weight: int = 1,
+) -> InferenceBackend:
     """Registers a replica; its state is `unknown` until the first health check. 409 on a taken name."""
     _validate({"base_url": base_url, "kind": kind})
     try:
         with transaction.atomic():
             backend = InferenceBackend.objects.create(
-                tenant=tenant, name=name, base_url=base_url.rstrip("/"), kind=kind, served_model=served_model,
-                model_version=model_version, weight=weight,
+                tenant=tenant,
+                name=name,
+                base_url=base_url.rstrip("/"),
+                kind=kind,
+                served_model=served_model,
+                model_version=model_version,
+                weight=weight,
             )
     except IntegrityError:
-        raise Conflict(f"this tenant already has a backend named {name!r}", code="backend_name_taken") from None
-    audit_record(tenant=tenant, actor=actor, verb="backend.register", target=backend,
-                 data={"name": name, "base_url": backend.base_url, "kind": kind, "served_model": served_model,
-                       "model_version": model_version, "weight": weight})
+        raise Conflict(
+            f"this tenant already has a backend named {name!r}", code="backend_name_taken"
+        ) from None
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="backend.register",
+        target=backend,
+        data={
+            "name": name,
+            "base_url": backend.base_url,
+            "kind": kind,
+            "served_model": served_model,
+            "model_version": model_version,
+            "weight": weight,
+        },
+    )
     return backend
 
 
@@ -79,14 +112,20 @@ def backend_update(*, tenant, actor: Actor, backend_id, changes: dict) -> Infere
 @transaction.atomic
 def backend_remove(*, tenant, actor: Actor, backend_id) -> None:
     backend = _lock(tenant=tenant, backend_id=backend_id)
-    audit_record(tenant=tenant, actor=actor, verb="backend.remove", target=backend,
-                 data={"name": backend.name, "base_url": backend.base_url})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="backend.remove",
+        target=backend,
+        data={"name": backend.name, "base_url": backend.base_url},
+    )
     backend.delete()
 
 
 @transaction.atomic
-def backend_record_health(*, backend_id: int, healthy: bool, error: str = "",
-                          reported_version: str | None = None) -> InferenceBackend | None:
+def backend_record_health(
+    *, backend_id: int, healthy: bool, error: str = "", reported_version: str | None = None
+) -> InferenceBackend | None:
     """Stores a health-check result (and the version the server said it serves, when it said). A draining
     backend stays draining; otherwise up or down. A change of state is published to the tenant's `backends`
     stream."""
@@ -104,8 +143,11 @@ def backend_record_health(*, backend_id: int, healthy: bool, error: str = "",
         fields.append("reported_version")
     backend.save(update_fields=fields)
     if backend.state != previous:
-        metrics_publish(tenant_id=backend.tenant_id, stream="backends",
-                        payload={"backend": backend.name, "state": backend.state, "error": backend.last_error})
+        metrics_publish(
+            tenant_id=backend.tenant_id,
+            stream="backends",
+            payload={"backend": backend.name, "state": backend.state, "error": backend.last_error},
+        )
     return backend
 
 
@@ -115,37 +157,54 @@ def backend_check(*, backend: InferenceBackend) -> InferenceBackend:
     from apps.inference.health import backend_probe
 
     probe = backend_probe(base_url=backend.base_url, kind=backend.kind)
-    return backend_record_health(backend_id=backend.pk, healthy=probe.healthy, error=probe.error,
-                                 reported_version=probe.version)
+    return backend_record_health(
+        backend_id=backend.pk, healthy=probe.healthy, error=probe.error, reported_version=probe.version
+    )
 
 
-def backend_for_session(*, tenant, served_model: str, session_id: str,
-                        model_version: str | None = None) -> InferenceBackend:
+def backend_for_session(
+    *, tenant, served_model: str, session_id: str, model_version: str | None = None
+) -> InferenceBackend:
     """Routes a session: its pinned backend while that stays up (and serves the asked version);
     otherwise the healthy replica with the fewest active sessions per unit of weight, and pins it.
     Concurrent first calls of one session agree on one backend (the unique pin wins)."""
     now = timezone.now()
-    pin = SessionAffinity.objects.select_related("backend").filter(
-        tenant=tenant, served_model=served_model, session_id=session_id
-    ).first()
-    if pin is not None and pin.backend.state == BackendState.UP and (
-        not model_version or pin.backend.model_version == model_version
+    pin = (
+        SessionAffinity.objects.select_related("backend")
+        .filter(tenant=tenant, served_model=served_model, session_id=session_id)
+        .first()
+    )
+    if (
+        pin is not None
+        and pin.backend.state == BackendState.UP
+        and (not model_version or pin.backend.model_version == model_version)
     ):
         SessionAffinity.objects.filter(pk=pin.pk).update(last_used_at=now)
         return pin.backend
-    candidates = list(backend_candidates(tenant=tenant, served_model=served_model, model_version=model_version))
+    candidates = list(
+        backend_candidates(tenant=tenant, served_model=served_model, model_version=model_version)
+    )
     if not candidates:
-        raise NoBackendAvailable(f"no healthy backend serves {served_model!r}"
-                                 + (f" at version {model_version}" if model_version else ""))
-    chosen = min(candidates, key=lambda backend: (backend.active_sessions / backend.weight, backend.active_sessions,
-                                                  backend.pk))
+        raise NoBackendAvailable(
+            f"no healthy backend serves {served_model!r}"
+            + (f" at version {model_version}" if model_version else "")
+        )
+    chosen = min(
+        candidates,
+        key=lambda backend: (backend.active_sessions / backend.weight, backend.active_sessions, backend.pk),
+    )
     if pin is not None:
         SessionAffinity.objects.filter(pk=pin.pk).update(backend=chosen, last_used_at=now)
         return chosen
     try:
         with transaction.atomic():
-            SessionAffinity.objects.create(tenant=tenant, served_model=served_model, session_id=session_id,
-                                           backend=chosen, last_used_at=now)
+            SessionAffinity.objects.create(
+                tenant=tenant,
+                served_model=served_model,
+                session_id=session_id,
+                backend=chosen,
+                last_used_at=now,
+            )
     except IntegrityError:
         winner = SessionAffinity.objects.select_related("backend").get(
             tenant=tenant, served_model=served_model, session_id=session_id
@@ -157,6 +216,12 @@ def backend_for_session(*, tenant, served_model: str, session_id: str,
 def session_pins_record(*, pins: list[tuple[int, str, str, int]]) -> None:
     """Pins sessions the gateway routed itself (sessions it just created) to their backends, given as
     (tenant id, served model, session id, backend id); an existing pin wins. Idempotent."""
-    SessionAffinity.objects.bulk_create([
-        SessionAffinity(tenant_id=tenant_id, served_model=model, session_id=session_id, backend_id=backend_id)
-        for tenant_id, model, session_id, backend_id in pins], ignore_conflicts=True)
+    SessionAffinity.objects.bulk_create(
+        [
+            SessionAffinity(
+                tenant_id=tenant_id, served_model=model, session_id=session_id, backend_id=backend_id
+            )
+            for tenant_id, model, session_id, backend_id in pins
+        ],
+        ignore_conflicts=True,
+    )

@@ -62,8 +62,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     def _membership(self, user, *, slug=None):
         """(tenant id, role) of the user's membership, or None (also for an inactive user)."""
         memberships = Membership.objects.filter(user_id=user.pk, user__is_active=True)
-        memberships = (memberships.filter(tenant__slug=slug) if slug is not None
-                       else memberships.filter(tenant_id=self.tenant_id))
+        memberships = (
+            memberships.filter(tenant__slug=slug)
+            if slug is not None
+            else memberships.filter(tenant_id=self.tenant_id)
+        )
         return memberships.values_list("tenant_id", "role").first()
 
     @database_sync_to_async
@@ -98,7 +101,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             for stream in list(self.groups_joined):
                 if not role_can(self.role, stream_action(stream)):
                     await self.channel_layer.group_discard(self.groups_joined.pop(stream), self.channel_name)
-                    await self.send_json({"unsubscribed": stream, "error": "your role may no longer view this stream"})
+                    await self.send_json(
+                        {"unsubscribed": stream, "error": "your role may no longer view this stream"}
+                    )
             await self._rejoin()
 
     async def _rejoin(self):
@@ -114,7 +119,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content, **kwargs):
         stream = content.get("subscribe") if isinstance(content, dict) else None
         if not isinstance(stream, str) or not STREAM_NAME.match(stream):
-            await self.send_json({"error": "send {\"subscribe\": \"<stream>\"} with a-z, 0-9, _ . - only"})
+            await self.send_json({"error": 'send {"subscribe": "<stream>"} with a-z, 0-9, _ . - only'})
             return
         action = stream_action(stream)
         if action is None:

@@ -19,14 +19,25 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 # Created unregistered: a scrape builds a fresh registry (see render).
-GATEWAY_REQUESTS = Counter("areal_gateway_requests_total",
-                           "Gateway calls recorded, by tenant, endpoint and outcome (all processes of this host).",
-                           ("tenant_id", "endpoint", "outcome"), registry=None)
-GATEWAY_LATENCY = Histogram("areal_gateway_request_duration_seconds",
-                            "Latency of gateway calls recorded (request to last byte; all processes of this host).",
-                            ("tenant_id",), buckets=LATENCY_BUCKETS, registry=None)
-GATEWAY_TOKENS = Counter("areal_gateway_tokens_total", "Tokens of gateway calls recorded (all processes of this host).",
-                         ("tenant_id", "kind"), registry=None)
+GATEWAY_REQUESTS = Counter(
+    "areal_gateway_requests_total",
+    "Gateway calls recorded, by tenant, endpoint and outcome (all processes of this host).",
+    ("tenant_id", "endpoint", "outcome"),
+    registry=None,
+)
+GATEWAY_LATENCY = Histogram(
+    "areal_gateway_request_duration_seconds",
+    "Latency of gateway calls recorded (request to last byte; all processes of this host).",
+    ("tenant_id",),
+    buckets=LATENCY_BUCKETS,
+    registry=None,
+)
+GATEWAY_TOKENS = Counter(
+    "areal_gateway_tokens_total",
+    "Tokens of gateway calls recorded (all processes of this host).",
+    ("tenant_id", "kind"),
+    registry=None,
+)
 PROCESS_METRICS = (GATEWAY_REQUESTS, GATEWAY_LATENCY, GATEWAY_TOKENS)
 
 

@@ -27,8 +27,9 @@ def traffic_points(records: list[dict]) -> dict[int, dict]:
     for record in records:
         if record.get("kind", "llm_call") != "llm_call":
             continue
-        point = points.setdefault(record["tenant_id"], {"minute": minute, "requests": 0, "errors": 0,
-                                                        "latencies_ms": []})
+        point = points.setdefault(
+            record["tenant_id"], {"minute": minute, "requests": 0, "errors": 0, "latencies_ms": []}
+        )
         point["requests"] += 1
         point["errors"] += _outcome(record) != "ok"
         point["latencies_ms"].append(int(record.get("latency_ms") or 0))

@@ -16,8 +16,9 @@ from areal_web.queues import Queue
 
 def queue_depths() -> dict[tuple[str], int]:
     """Messages waiting in each Celery queue: LLEN on Redis, message files of the embedded broker."""
-    names = [queue.value for queue in Queue] + ([settings.AREAL_TRAINING_QUEUE]
-                                                if settings.AREAL_TRAINING_QUEUE not in set(Queue) else [])
+    names = [queue.value for queue in Queue] + (
+        [settings.AREAL_TRAINING_QUEUE] if settings.AREAL_TRAINING_QUEUE not in set(Queue) else []
+    )
     if settings.REDIS_URL:
         import redis
 
@@ -50,12 +51,20 @@ def _releases():
     return dangerously_release_counts()
 
 
-SCRAPED = ScrapedGauges((
-    ScrapedGauge("areal_steps_recorded", "Steps recorded in the database, by tenant.", ("tenant",), _steps),
-    ScrapedGauge("areal_celery_queue_depth", "Messages waiting in each Celery queue.", ("queue",), queue_depths),
-    ScrapedGauge("areal_training_jobs", "Training jobs by tenant and status.", ("tenant", "status"), _jobs),
-    ScrapedGauge("areal_releases", "Releases by tenant and status.", ("tenant", "status"), _releases),
-))
+SCRAPED = ScrapedGauges(
+    (
+        ScrapedGauge(
+            "areal_steps_recorded", "Steps recorded in the database, by tenant.", ("tenant",), _steps
+        ),
+        ScrapedGauge(
+            "areal_celery_queue_depth", "Messages waiting in each Celery queue.", ("queue",), queue_depths
+        ),
+        ScrapedGauge(
+            "areal_training_jobs", "Training jobs by tenant and status.", ("tenant", "status"), _jobs
+        ),
+        ScrapedGauge("areal_releases", "Releases by tenant and status.", ("tenant", "status"), _releases),
+    )
+)
 
 
 def _allowed(request) -> bool:
@@ -74,6 +83,9 @@ def _allowed(request) -> bool:
 @require_GET
 def metrics(request):
     if not _allowed(request):
-        return HttpResponse("forbidden: set AREAL_METRICS_TOKEN and send it as a bearer token, or scrape from "
-                            "the loopback\n", status=403, content_type="text/plain")
+        return HttpResponse(
+            "forbidden: set AREAL_METRICS_TOKEN and send it as a bearer token, or scrape from the loopback\n",
+            status=403,
+            content_type="text/plain",
+        )
     return HttpResponse(render(SCRAPED), content_type=CONTENT_TYPE)

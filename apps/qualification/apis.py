@@ -49,25 +49,35 @@ class ReviewListApi(TenantApi):
         status = serializers.ChoiceField(choices=ReviewStatus.choices)
         note = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
 
-    @extend_schema(operation_id="review_list", parameters=[OpenApiParameter("trajectory_id", uuid.UUID),
-                                                           OpenApiParameter("status", str)],
-                   responses=ReviewSerializer(many=True))
+    @extend_schema(
+        operation_id="review_list",
+        parameters=[OpenApiParameter("trajectory_id", uuid.UUID), OpenApiParameter("status", str)],
+        responses=ReviewSerializer(many=True),
+    )
     def get(self, request):
         trajectory_id = request.query_params.get("trajectory_id")
         if trajectory_id is not None:
             try:
                 trajectory_id = uuid.UUID(trajectory_id)
             except ValueError:
-                raise ValidationFailed("trajectory_id must be a UUID", fields={"trajectory_id": ["a UUID"]}) from None
-        return self.paginated(selectors.review_list(tenant=self.tenant, trajectory_id=trajectory_id,
-                                                    status=request.query_params.get("status")), ReviewSerializer)
+                raise ValidationFailed(
+                    "trajectory_id must be a UUID", fields={"trajectory_id": ["a UUID"]}
+                ) from None
+        return self.paginated(
+            selectors.review_list(
+                tenant=self.tenant, trajectory_id=trajectory_id, status=request.query_params.get("status")
+            ),
+            ReviewSerializer,
+        )
 
     @extend_schema(operation_id="review_create", request=InputSerializer, responses={201: ReviewSerializer})
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         reviewer = None if isinstance(request.user, KeyPrincipal) else request.user
-        review = services.review_set(tenant=self.tenant, actor=self.actor, reviewer=reviewer, **data.validated_data)
+        review = services.review_set(
+            tenant=self.tenant, actor=self.actor, reviewer=reviewer, **data.validated_data
+        )
         return Response(ReviewSerializer(review).data, status=201)
 
 
@@ -75,9 +85,18 @@ def _verdict(tenant, trajectory_id) -> dict:
     trajectory = selectors.trajectory_for_qualification(tenant=tenant, trajectory_id=trajectory_id)
     row = selectors.qualification_get(tenant=tenant, trajectory_id=trajectory.pk)
     review = selectors.review_current(tenant=tenant, trajectory_id=trajectory.pk)
-    body = QualificationSerializer(row).data if row else {
-        "trajectory_id": str(trajectory.pk), "status": QualificationStatus.PENDING, "reasons": [],
-        "gate_status": QualificationStatus.PENDING, "gate_reasons": [], "training_reward": None}
+    body = (
+        QualificationSerializer(row).data
+        if row
+        else {
+            "trajectory_id": str(trajectory.pk),
+            "status": QualificationStatus.PENDING,
+            "reasons": [],
+            "gate_status": QualificationStatus.PENDING,
+            "gate_reasons": [],
+            "training_reward": None,
+        }
+    )
     body["review"] = ReviewSerializer(review).data if review else {"status": ReviewStatus.UNREVIEWED}
     return body
 
@@ -113,8 +132,9 @@ class QualificationOverrideApi(TenantApi):
     def post(self, request, trajectory_id):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        services.qualification_override(tenant=self.tenant, actor=self.actor, trajectory_id=trajectory_id,
-                                        **data.validated_data)
+        services.qualification_override(
+            tenant=self.tenant, actor=self.actor, trajectory_id=trajectory_id, **data.validated_data
+        )
         return Response(_verdict(self.tenant, trajectory_id))
 
 
@@ -123,14 +143,26 @@ class QualificationListApi(TenantApi):
 
     actions = {"GET": Action.TRAJECTORY_VIEW}
 
-    @extend_schema(operation_id="qualification_list", responses=QualificationSerializer(many=True),
-                   parameters=[OpenApiParameter(name, str) for name in ("status", "reason", "agent", "task_id",
-                                                                         "group_id")])
+    @extend_schema(
+        operation_id="qualification_list",
+        responses=QualificationSerializer(many=True),
+        parameters=[
+            OpenApiParameter(name, str) for name in ("status", "reason", "agent", "task_id", "group_id")
+        ],
+    )
     def get(self, request):
         params = request.query_params
-        return self.paginated(selectors.qualification_list(
-            tenant=self.tenant, status=params.get("status"), reason=params.get("reason"), agent=params.get("agent"),
-            task_id=params.get("task_id"), group_id=params.get("group_id")), QualificationSerializer)
+        return self.paginated(
+            selectors.qualification_list(
+                tenant=self.tenant,
+                status=params.get("status"),
+                reason=params.get("reason"),
+                agent=params.get("agent"),
+                task_id=params.get("task_id"),
+                group_id=params.get("group_id"),
+            ),
+            QualificationSerializer,
+        )
 
 
 class TrainingQueueApi(TenantApi):
@@ -140,9 +172,13 @@ class TrainingQueueApi(TenantApi):
 
     @extend_schema(operation_id="training_queue")
     def get(self, request):
-        return Response({"waiting": selectors.training_queue(tenant=self.tenant),
-                         "disqualified": selectors.disqualified_counts(tenant=self.tenant),
-                         "gate_codes": list(GATE_CODES)})
+        return Response(
+            {
+                "waiting": selectors.training_queue(tenant=self.tenant),
+                "disqualified": selectors.disqualified_counts(tenant=self.tenant),
+                "gate_codes": list(GATE_CODES),
+            }
+        )
 
 
 class QualificationLimitsApi(TenantApi):
@@ -157,7 +193,9 @@ class QualificationLimitsApi(TenantApi):
     def get(self, request):
         return Response(self.LimitsSerializer(selectors.qualification_limits(tenant=self.tenant)).data)
 
-    @extend_schema(operation_id="qualification_limits_set", request=LimitsSerializer, responses=LimitsSerializer)
+    @extend_schema(
+        operation_id="qualification_limits_set", request=LimitsSerializer, responses=LimitsSerializer
+    )
     def put(self, request):
         data = self.LimitsSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -22,9 +22,13 @@ class Review(models.Model):
     """A reviewer's verdict on a trajectory. Appended, never edited: the newest is the current one."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
-    trajectory = models.ForeignKey("trajectories.Trajectory", on_delete=models.CASCADE, related_name="reviews")
+    trajectory = models.ForeignKey(
+        "trajectories.Trajectory", on_delete=models.CASCADE, related_name="reviews"
+    )
     status = models.CharField(max_length=16, choices=ReviewStatus.choices)
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     reviewer_label = models.CharField(max_length=200, blank=True)
     note = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -44,12 +48,16 @@ class Qualification(models.Model):
     operator's override, and the effective `status` and `reasons` the training queue reads."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
-    trajectory = models.OneToOneField("trajectories.Trajectory", on_delete=models.CASCADE,
-                                      related_name="qualification")
-    status = models.CharField(max_length=16, choices=QualificationStatus.choices, default=QualificationStatus.PENDING)
+    trajectory = models.OneToOneField(
+        "trajectories.Trajectory", on_delete=models.CASCADE, related_name="qualification"
+    )
+    status = models.CharField(
+        max_length=16, choices=QualificationStatus.choices, default=QualificationStatus.PENDING
+    )
     reasons = models.JSONField(default=list)
-    gate_status = models.CharField(max_length=16, choices=QualificationStatus.choices,
-                                   default=QualificationStatus.PENDING)
+    gate_status = models.CharField(
+        max_length=16, choices=QualificationStatus.choices, default=QualificationStatus.PENDING
+    )
     gate_reasons = models.JSONField(default=list)
     content_hash = models.CharField(max_length=64, blank=True)
     training_reward = models.FloatField(null=True, blank=True)
@@ -78,7 +86,9 @@ class QualificationReason(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["qualification", "code"], name="qualificationreason_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["qualification", "code"], name="qualificationreason_unique")
+        ]
         indexes = [models.Index(fields=["tenant", "code"])]
 
     def __str__(self) -> str:

@@ -53,56 +53,106 @@ def _step_facts(step: dict) -> StepFacts:
     consistent = True
     if has_tokens:
         count = len(unpack_ids(bytes(step["completion_ids"])))
-        logprobs = len(unpack_floats(bytes(step["completion_logprobs"]))) if step["completion_logprobs"] else 0
-        versions = len(unpack_versions(bytes(step["completion_versions"]))) if step["completion_versions"] else 0
+        logprobs = (
+            len(unpack_floats(bytes(step["completion_logprobs"]))) if step["completion_logprobs"] else 0
+        )
+        versions = (
+            len(unpack_versions(bytes(step["completion_versions"]))) if step["completion_versions"] else 0
+        )
         consistent = count > 0 and logprobs == count and versions == count
-    return StepFacts(step_id=str(step["id"]), kind=step["kind"],
-                     retry_of=str(step["retry_of"]) if step["retry_of"] else None, aborted=step["aborted"],
-                     pii_redacted=bool(step["pii_entities"]), has_tokens=has_tokens, tokens_consistent=consistent,
-                     retokenized=step["retokenized"])
+    return StepFacts(
+        step_id=str(step["id"]),
+        kind=step["kind"],
+        retry_of=str(step["retry_of"]) if step["retry_of"] else None,
+        aborted=step["aborted"],
+        pii_redacted=bool(step["pii_entities"]),
+        has_tokens=has_tokens,
+        tokens_consistent=consistent,
+        retokenized=step["retokenized"],
+    )
 
 
-STEP_FACT_FIELDS = ("id", "kind", "retry_of", "aborted", "pii_entities", "prompt_ids", "completion_ids",
-                    "completion_logprobs", "completion_versions", "retokenized", "observation", "action")
+STEP_FACT_FIELDS = (
+    "id",
+    "kind",
+    "retry_of",
+    "aborted",
+    "pii_entities",
+    "prompt_ids",
+    "completion_ids",
+    "completion_logprobs",
+    "completion_versions",
+    "retokenized",
+    "observation",
+    "action",
+)
 
 
 def trajectory_facts(*, trajectory) -> tuple[TrajectoryFacts, str]:
     """(facts for the gates, content hash). Duplicate: another trajectory of the tenant with the same
     content hash that started earlier (ties broken by id)."""
     tenant = trajectory.tenant
-    steps = list(Step.objects.for_tenant(tenant).filter(trajectory=trajectory).order_by("index")
-                 .values(*STEP_FACT_FIELDS))
+    steps = list(
+        Step.objects.for_tenant(tenant)
+        .filter(trajectory=trajectory)
+        .order_by("index")
+        .values(*STEP_FACT_FIELDS)
+    )
     digest = content_hash(steps)
-    earlier = Qualification.objects.for_tenant(tenant).filter(content_hash=digest).exclude(
-        trajectory_id=trajectory.pk).values_list("trajectory__started_at", "trajectory_id")
-    is_duplicate = any((started, str(other)) < (trajectory.started_at, str(trajectory.pk)) for started, other in earlier)
+    earlier = (
+        Qualification.objects.for_tenant(tenant)
+        .filter(content_hash=digest)
+        .exclude(trajectory_id=trajectory.pk)
+        .values_list("trajectory__started_at", "trajectory_id")
+    )
+    is_duplicate = any(
+        (started, str(other)) < (trajectory.started_at, str(trajectory.pk)) for started, other in earlier
+    )
     review = review_current(tenant=tenant, trajectory_id=trajectory.pk)
     facts = TrajectoryFacts(
-        status=trajectory.status, purpose=trajectory.purpose, consent=trajectory.consent,
-        training_use=trajectory.training_use, training_reward=training_reward(tenant=tenant, trajectory=trajectory),
+        status=trajectory.status,
+        purpose=trajectory.purpose,
+        consent=trajectory.consent,
+        training_use=trajectory.training_use,
+        training_reward=training_reward(tenant=tenant, trajectory=trajectory),
         review_status=review.status if review else ReviewStatus.UNREVIEWED,
         review_required=bool(getattr(getattr(tenant, "policy", None), "review_required", False)),
         total_tokens=trajectory.prompt_tokens + trajectory.completion_tokens,
-        steps=tuple(_step_facts(step) for step in steps), is_duplicate=is_duplicate,
+        steps=tuple(_step_facts(step) for step in steps),
+        is_duplicate=is_duplicate,
     )
     return facts, digest
 
 
 def training_queue(*, tenant) -> list[dict]:
     """Qualified trajectories waiting, counted by agent, task and group (largest first)."""
-    rows = (Qualification.objects.for_tenant(tenant).filter(status=QualificationStatus.QUALIFIED)
-            .values("trajectory__agent_name", "trajectory__task_id", "trajectory__group_id")
-            .annotate(count=Count("id")).order_by("-count", "trajectory__agent_name", "trajectory__task_id",
-                                                  "trajectory__group_id"))
-    return [{"agent": row["trajectory__agent_name"], "task_id": row["trajectory__task_id"],
-             "group_id": row["trajectory__group_id"], "count": row["count"]} for row in rows]
+    rows = (
+        Qualification.objects.for_tenant(tenant)
+        .filter(status=QualificationStatus.QUALIFIED)
+        .values("trajectory__agent_name", "trajectory__task_id", "trajectory__group_id")
+        .annotate(count=Count("id"))
+        .order_by("-count", "trajectory__agent_name", "trajectory__task_id", "trajectory__group_id")
+    )
+    return [
+        {
+            "agent": row["trajectory__agent_name"],
+            "task_id": row["trajectory__task_id"],
+            "group_id": row["trajectory__group_id"],
+            "count": row["count"],
+        }
+        for row in rows
+    ]
 
 
 def disqualified_counts(*, tenant) -> list[dict]:
     """Disqualified trajectories by reason code (one trajectory counts under each of its codes)."""
-    rows = (QualificationReason.objects.for_tenant(tenant)
-            .filter(qualification__status=QualificationStatus.DISQUALIFIED)
-            .values("code").annotate(count=Count("qualification_id", distinct=True)).order_by("-count", "code"))
+    rows = (
+        QualificationReason.objects.for_tenant(tenant)
+        .filter(qualification__status=QualificationStatus.DISQUALIFIED)
+        .values("code")
+        .annotate(count=Count("qualification_id", distinct=True))
+        .order_by("-count", "code")
+    )
     return [{"code": row["code"], "count": row["count"]} for row in rows]
 
 
@@ -113,6 +163,10 @@ def qualification_list(*, tenant, status=None, reason=None, agent=None, task_id=
         rows = rows.filter(status=status)
     if reason:
         rows = rows.filter(reason_rows__code=reason)
-    exact = {"trajectory__agent_name": agent, "trajectory__task_id": task_id, "trajectory__group_id": group_id}
+    exact = {
+        "trajectory__agent_name": agent,
+        "trajectory__task_id": task_id,
+        "trajectory__group_id": group_id,
+    }
     rows = rows.filter(**{name: value for name, value in exact.items() if value is not None})
     return rows.order_by("-trajectory__started_at", "-trajectory_id")

@@ -43,8 +43,9 @@ def _save_effective(row: Qualification) -> None:
     row.status, row.reasons = _effective(row)
     row.save()
     QualificationReason.objects.filter(qualification=row).delete()
-    QualificationReason.objects.bulk_create([QualificationReason(tenant_id=row.tenant_id, qualification=row, code=code)
-                                             for code in row.reasons])
+    QualificationReason.objects.bulk_create(
+        [QualificationReason(tenant_id=row.tenant_id, qualification=row, code=code) for code in row.reasons]
+    )
 
 
 @transaction.atomic
@@ -53,18 +54,25 @@ def qualification_evaluate(*, trajectory_id) -> Qualification | None:
     Tenancy: the trajectory's own tenant (the id is globally unique). Locking: the trajectory row.
     When this trajectory turns out to be the earliest of identical ones, the later copies are re-queued
     so they are marked duplicates. Returns None for a trajectory that no longer exists."""
-    trajectory = Trajectory.objects.select_for_update().select_related("tenant").filter(pk=trajectory_id).first()
+    trajectory = (
+        Trajectory.objects.select_for_update().select_related("tenant").filter(pk=trajectory_id).first()
+    )
     if trajectory is None:
         return None
     facts, digest = trajectory_facts(trajectory=trajectory)
     verdict = evaluate(facts, qualification_limits(tenant=trajectory.tenant))
-    row, _ = Qualification.objects.get_or_create(trajectory=trajectory, defaults={"tenant": trajectory.tenant})
+    row, _ = Qualification.objects.get_or_create(
+        trajectory=trajectory, defaults={"tenant": trajectory.tenant}
+    )
     row.gate_status, row.gate_reasons = verdict.status, list(verdict.reasons)
     row.content_hash, row.training_reward, row.evaluated_at = digest, facts.training_reward, timezone.now()
     _save_effective(row)
     if not facts.is_duplicate:
-        later = (Qualification.objects.filter(tenant=trajectory.tenant, content_hash=digest)
-                 .exclude(pk=row.pk).values_list("trajectory_id", flat=True))
+        later = (
+            Qualification.objects.filter(tenant=trajectory.tenant, content_hash=digest)
+            .exclude(pk=row.pk)
+            .values_list("trajectory_id", flat=True)
+        )
         for other in later:
             qualification_enqueue(trajectory_id=other)
     return row
@@ -79,10 +87,21 @@ def review_set(*, tenant, actor: Actor, trajectory_id, status: str, note: str = 
         raise ValidationFailed(f"unknown review status {status!r}", fields={"status": ["unknown"]})
     if status in (ReviewStatus.REJECTED, ReviewStatus.NEEDS_CHANGES) and not note.strip():
         raise ValidationFailed("say why in a note", fields={"note": ["required for this status"]})
-    review = Review.objects.create(tenant=tenant, trajectory=trajectory, status=status, note=note, reviewer=reviewer,
-                                   reviewer_label=actor.label)
-    audit_record(tenant=tenant, actor=actor, verb="trajectory.review", target=trajectory,
-                 data={"status": status, "note": note})
+    review = Review.objects.create(
+        tenant=tenant,
+        trajectory=trajectory,
+        status=status,
+        note=note,
+        reviewer=reviewer,
+        reviewer_label=actor.label,
+    )
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="trajectory.review",
+        target=trajectory,
+        data={"status": status, "note": note},
+    )
     qualification_enqueue(trajectory_id=trajectory.pk)
     return review
 
@@ -94,17 +113,29 @@ def qualification_override(*, tenant, actor: Actor, trajectory_id, status: str, 
     kept beside it."""
     trajectory = trajectory_for_qualification(tenant=tenant, trajectory_id=trajectory_id)
     if status not in ("", QualificationStatus.QUALIFIED, QualificationStatus.DISQUALIFIED):
-        raise ValidationFailed("status must be qualified, disqualified or empty", fields={"status": ["invalid"]})
+        raise ValidationFailed(
+            "status must be qualified, disqualified or empty", fields={"status": ["invalid"]}
+        )
     if not reason.strip():
         raise ValidationFailed("an override needs a reason", fields={"reason": ["required"]})
-    row, _ = Qualification.objects.select_for_update().get_or_create(trajectory=trajectory,
-                                                                    defaults={"tenant": tenant})
+    row, _ = Qualification.objects.select_for_update().get_or_create(
+        trajectory=trajectory, defaults={"tenant": tenant}
+    )
     row.override_status, row.override_reason = status, reason
     row.overridden_by, row.overridden_at = actor.label, timezone.now()
     _save_effective(row)
-    audit_record(tenant=tenant, actor=actor, verb="qualification.override", target=trajectory,
-                 data={"status": status, "reason": reason, "gate_status": row.gate_status,
-                       "gate_reasons": row.gate_reasons})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="qualification.override",
+        target=trajectory,
+        data={
+            "status": status,
+            "reason": reason,
+            "gate_status": row.gate_status,
+            "gate_reasons": row.gate_reasons,
+        },
+    )
     return row
 
 
@@ -114,7 +145,13 @@ def qualification_limits_set(*, tenant, actor: Actor, min_steps: int, max_steps:
     if not 0 < min_steps <= max_steps:
         raise ValidationFailed("need 0 < min_steps <= max_steps", fields={"max_steps": ["below min_steps"]})
     row, _ = QualificationLimits.objects.update_or_create(
-        tenant=tenant, defaults={"min_steps": min_steps, "max_steps": max_steps, "max_tokens": max_tokens})
-    audit_record(tenant=tenant, actor=actor, verb="qualification.limits", target=row,
-                 data={"min_steps": min_steps, "max_steps": max_steps, "max_tokens": max_tokens})
+        tenant=tenant, defaults={"min_steps": min_steps, "max_steps": max_steps, "max_tokens": max_tokens}
+    )
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="qualification.limits",
+        target=row,
+        data={"min_steps": min_steps, "max_steps": max_steps, "max_tokens": max_tokens},
+    )
     return row

@@ -31,27 +31,54 @@ def _trajectory_or_404(request, trajectory_id):
 @console_page(Action.TRAJECTORY_VIEW)
 def training_queue(request):
     listing = reverse("console:training-queue-trajectories")
-    waiting = [{**row, "url": listing + "?" + urlencode({"status": "qualified", "agent": row["agent"],
-                                                        "task_id": row["task_id"], "group_id": row["group_id"]})}
-               for row in selectors.training_queue(tenant=request.tenant)]
-    disqualified = [{**row, "url": listing + "?" + urlencode({"status": "disqualified", "reason": row["code"]})}
-                    for row in selectors.disqualified_counts(tenant=request.tenant)]
-    return render(request, "console/training_queue.html", {
-        "waiting": waiting, "waiting_total": sum(row["count"] for row in waiting), "disqualified": disqualified,
-        "gate_codes": GATE_CODES,
-    })
+    waiting = [
+        {
+            **row,
+            "url": listing
+            + "?"
+            + urlencode(
+                {
+                    "status": "qualified",
+                    "agent": row["agent"],
+                    "task_id": row["task_id"],
+                    "group_id": row["group_id"],
+                }
+            ),
+        }
+        for row in selectors.training_queue(tenant=request.tenant)
+    ]
+    disqualified = [
+        {**row, "url": listing + "?" + urlencode({"status": "disqualified", "reason": row["code"]})}
+        for row in selectors.disqualified_counts(tenant=request.tenant)
+    ]
+    return render(
+        request,
+        "console/training_queue.html",
+        {
+            "waiting": waiting,
+            "waiting_total": sum(row["count"] for row in waiting),
+            "disqualified": disqualified,
+            "gate_codes": GATE_CODES,
+        },
+    )
 
 
 @console_page(Action.TRAJECTORY_VIEW)
 def training_queue_trajectories(request):
-    filters = {name: request.GET.get(name) for name in ("status", "reason", "agent", "task_id", "group_id")
-               if request.GET.get(name) is not None}
+    filters = {
+        name: request.GET.get(name)
+        for name in ("status", "reason", "agent", "task_id", "group_id")
+        if request.GET.get(name) is not None
+    }
     rows = selectors.qualification_list(tenant=request.tenant, **filters)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    return render(request, "console/training_queue_trajectories.html", {
-        "page": page, "filters": filters, "query": query.urlencode()})
+    return render(
+        request,
+        "console/training_queue_trajectories.html",
+        {"page": page, "filters": filters, "query": query.urlencode()},
+    )
 
 
 @console_page(Action.TRAJECTORY_VIEW)
@@ -60,17 +87,24 @@ def trajectory_review(request, trajectory_id):
     verdict = selectors.qualification_get(tenant=request.tenant, trajectory_id=trajectory.pk)
     failing = set(verdict.gate_reasons) if verdict else set()
     role = request.membership.role
-    return render(request, "console/review.html", {
-        "trajectory": trajectory, "verdict": verdict,
-        "gates": [{"code": code, "passed": code not in failing} for code in GATE_CODES],
-        "reviews": selectors.review_list(tenant=request.tenant, trajectory_id=trajectory.pk)[:20],
-        "training_reward": training_reward(tenant=request.tenant, trajectory=trajectory),
-        "feedback": feedback_summary(tenant=request.tenant, trajectory_id=trajectory.pk),
-        "review_statuses": [status for status in ReviewStatus.values if status != ReviewStatus.UNREVIEWED],
-        "can_review": role_can(role, Action.TRAJECTORY_REVIEW),
-        "can_override": role_can(role, Action.QUALIFICATION_OVERRIDE),
-        "can_run": role_can(role, Action.QUALIFICATION_RUN),
-    })
+    return render(
+        request,
+        "console/review.html",
+        {
+            "trajectory": trajectory,
+            "verdict": verdict,
+            "gates": [{"code": code, "passed": code not in failing} for code in GATE_CODES],
+            "reviews": selectors.review_list(tenant=request.tenant, trajectory_id=trajectory.pk)[:20],
+            "training_reward": training_reward(tenant=request.tenant, trajectory=trajectory),
+            "feedback": feedback_summary(tenant=request.tenant, trajectory_id=trajectory.pk),
+            "review_statuses": [
+                status for status in ReviewStatus.values if status != ReviewStatus.UNREVIEWED
+            ],
+            "can_review": role_can(role, Action.TRAJECTORY_REVIEW),
+            "can_override": role_can(role, Action.QUALIFICATION_OVERRIDE),
+            "can_run": role_can(role, Action.QUALIFICATION_RUN),
+        },
+    )
 
 
 def _act(request, action, success: str):
@@ -85,9 +119,18 @@ def _act(request, action, success: str):
 @console_page(Action.TRAJECTORY_REVIEW)
 def trajectory_review_submit(request, trajectory_id):
     _trajectory_or_404(request, trajectory_id)
-    _act(request, lambda: services.review_set(
-        tenant=request.tenant, actor=request.actor, reviewer=request.user, trajectory_id=trajectory_id,
-        status=request.POST.get("status", ""), note=request.POST.get("note", "")), "Review saved; gates re-run.")
+    _act(
+        request,
+        lambda: services.review_set(
+            tenant=request.tenant,
+            actor=request.actor,
+            reviewer=request.user,
+            trajectory_id=trajectory_id,
+            status=request.POST.get("status", ""),
+            note=request.POST.get("note", ""),
+        ),
+        "Review saved; gates re-run.",
+    )
     return redirect("console:trajectory-review", trajectory_id=trajectory_id)
 
 
@@ -96,9 +139,17 @@ def trajectory_review_submit(request, trajectory_id):
 def trajectory_override(request, trajectory_id):
     _trajectory_or_404(request, trajectory_id)
     status = request.POST.get("status", "")
-    _act(request, lambda: services.qualification_override(
-        tenant=request.tenant, actor=request.actor, trajectory_id=trajectory_id, status=status,
-        reason=request.POST.get("reason", "")), f"Overridden: {status or 'override removed'}.")
+    _act(
+        request,
+        lambda: services.qualification_override(
+            tenant=request.tenant,
+            actor=request.actor,
+            trajectory_id=trajectory_id,
+            status=status,
+            reason=request.POST.get("reason", ""),
+        ),
+        f"Overridden: {status or 'override removed'}.",
+    )
     return redirect("console:trajectory-review", trajectory_id=trajectory_id)
 
 
@@ -109,5 +160,3 @@ def trajectory_run_gates(request, trajectory_id):
     services.qualification_enqueue(trajectory_id=trajectory.pk)
     messages.success(request, "Gates queued; reload in a moment for the verdict.")
     return redirect("console:trajectory-review", trajectory_id=trajectory_id)
-
-

@@ -56,19 +56,28 @@ class ReleaseListApi(TenantApi):
     class InputSerializer(serializers.Serializer):
         candidate_id = serializers.IntegerField()
         baseline_id = serializers.IntegerField(required=False, allow_null=True, default=None)
-        stages = serializers.ListField(child=serializers.FloatField(), required=False, default=None, allow_null=True)
+        stages = serializers.ListField(
+            child=serializers.FloatField(), required=False, default=None, allow_null=True
+        )
         guardrails = GuardrailSerializer(many=True, required=False, default=list)
         eval_suite_ids = serializers.ListField(child=serializers.IntegerField(), required=False, default=list)
         failure_limit = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, default=0)
         inconclusive_limit = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, default=3)
         stage_min_seconds = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, default=0)
 
-    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("model", str)],
-                   responses=ReleaseOutputSerializer(many=True))
+    @extend_schema(
+        parameters=[OpenApiParameter("status", str), OpenApiParameter("model", str)],
+        responses=ReleaseOutputSerializer(many=True),
+    )
     def get(self, request):
-        return self.paginated(selectors.release_list(tenant=self.tenant, status=request.query_params.get("status"),
-                                                     model=request.query_params.get("model")),
-                              ReleaseOutputSerializer)
+        return self.paginated(
+            selectors.release_list(
+                tenant=self.tenant,
+                status=request.query_params.get("status"),
+                model=request.query_params.get("model"),
+            ),
+            ReleaseOutputSerializer,
+        )
 
     @extend_schema(request=InputSerializer, responses={201: ReleaseOutputSerializer})
     def post(self, request):
@@ -87,12 +96,27 @@ class ReleaseDetailApi(TenantApi):
     def get(self, request, release_id):
         release = selectors.release_get(tenant=self.tenant, release_id=release_id)
         data = ReleaseOutputSerializer(release).data
-        data["events"] = [{"from": event.from_status, "to": event.to_status, "stage_index": event.stage_index,
-                           "actor": event.actor, "reason": event.reason, "at": event.at}
-                          for event in selectors.release_events(tenant=self.tenant, release_id=release.pk)]
-        data["analyses"] = [{"at": run.at, "stage_index": run.stage_index, "verdict": run.verdict,
-                             "decision": run.decision, "measurements": run.measurements}
-                            for run in selectors.release_analyses(tenant=self.tenant, release_id=release.pk)]
+        data["events"] = [
+            {
+                "from": event.from_status,
+                "to": event.to_status,
+                "stage_index": event.stage_index,
+                "actor": event.actor,
+                "reason": event.reason,
+                "at": event.at,
+            }
+            for event in selectors.release_events(tenant=self.tenant, release_id=release.pk)
+        ]
+        data["analyses"] = [
+            {
+                "at": run.at,
+                "stage_index": run.stage_index,
+                "verdict": run.verdict,
+                "decision": run.decision,
+                "measurements": run.measurements,
+            }
+            for run in selectors.release_analyses(tenant=self.tenant, release_id=release.pk)
+        ]
         return Response(data)
 
 
@@ -136,14 +160,18 @@ class ReleaseRollbackApi(_ReleaseActionApi):
     actions = {"POST": Action.RELEASE_ROLLBACK}
 
     def act(self, release_id, reason):
-        return services.release_rollback(tenant=self.tenant, actor=self.actor, release_id=release_id, reason=reason)
+        return services.release_rollback(
+            tenant=self.tenant, actor=self.actor, release_id=release_id, reason=reason
+        )
 
 
 class ReleaseAbortApi(_ReleaseActionApi):
     actions = {"POST": Action.RELEASE_MANAGE}
 
     def act(self, release_id, reason):
-        return services.release_abort(tenant=self.tenant, actor=self.actor, release_id=release_id, reason=reason)
+        return services.release_abort(
+            tenant=self.tenant, actor=self.actor, release_id=release_id, reason=reason
+        )
 
 
 class ReleaseResumeApi(_ReleaseActionApi):
@@ -173,9 +201,16 @@ def _moment(text: str):
 
 
 def serving_event_data(event) -> dict:
-    return {"model": event.model, "since": event.at, "stable": _version(event.stable),
-            "canary": _version(event.canary), "canary_percent": event.canary_percent,
-            "release": event.release_id, "reason": event.reason, "actor": event.actor}
+    return {
+        "model": event.model,
+        "since": event.at,
+        "stable": _version(event.stable),
+        "canary": _version(event.canary),
+        "canary_percent": event.canary_percent,
+        "release": event.release_id,
+        "reason": event.reason,
+        "actor": event.actor,
+    }
 
 
 class ServingHistoryApi(TenantApi):
@@ -184,9 +219,13 @@ class ServingHistoryApi(TenantApi):
 
     actions = {"GET": Action.SERVING_VIEW}
 
-    @extend_schema(parameters=[OpenApiParameter("model", str),
-                               OpenApiParameter("at", str, description="a moment or a date (ISO 8601)")],
-                   responses=dict)
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("model", str),
+            OpenApiParameter("at", str, description="a moment or a date (ISO 8601)"),
+        ],
+        responses=dict,
+    )
     def get(self, request):
         model = request.query_params.get("model", "")
         at = request.query_params.get("at")
@@ -195,6 +234,14 @@ class ServingHistoryApi(TenantApi):
                 raise ValidationFailed("give ?model= with ?at=", fields={"model": ["required with at"]})
             moment = _moment(at)
             event = selectors.serving_at(tenant=self.tenant, model=model, moment=moment)
-            return Response({"model": model, "at": moment, "serving": serving_event_data(event) if event else None})
-        return Response({"results": [serving_event_data(event)
-                                     for event in selectors.serving_history(tenant=self.tenant, model=model or None)]})
+            return Response(
+                {"model": model, "at": moment, "serving": serving_event_data(event) if event else None}
+            )
+        return Response(
+            {
+                "results": [
+                    serving_event_data(event)
+                    for event in selectors.serving_history(tenant=self.tenant, model=model or None)
+                ]
+            }
+        )

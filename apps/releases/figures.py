@@ -28,11 +28,20 @@ def release_figures(analyses) -> dict[str, dict]:
     figures = {}
     for metric in sorted(series, key=METRICS.index):
         points = series[metric]
-        figure = go.Figure([
-            go.Scatter(x=points["x"], y=points[arm], name=arm, mode="lines+markers", line={"color": COLORS[arm]})
-            for arm in ("candidate", "baseline")])
-        figure.update_layout(title=metric.replace("_", " "), height=260, margin={"l": 40, "r": 10, "t": 40, "b": 30},
-                             legend={"orientation": "h"})
+        figure = go.Figure(
+            [
+                go.Scatter(
+                    x=points["x"], y=points[arm], name=arm, mode="lines+markers", line={"color": COLORS[arm]}
+                )
+                for arm in ("candidate", "baseline")
+            ]
+        )
+        figure.update_layout(
+            title=metric.replace("_", " "),
+            height=260,
+            margin={"l": 40, "r": 10, "t": 40, "b": 30},
+            legend={"orientation": "h"},
+        )
         figures[metric] = _figure(figure)
     return figures
 
@@ -45,9 +54,17 @@ def serving_figure(events) -> dict:
         x, y, text = by_model.setdefault(event.model, ([], [], []))
         x.append(event.at.isoformat())
         y.append(event.canary_percent)
-        text.append(f"stable v{event.stable.number}" + (f", canary v{event.canary.number}" if event.canary else ""))
+        text.append(
+            f"stable v{event.stable.number}" + (f", canary v{event.canary.number}" if event.canary else "")
+        )
     for model, (x, y, text) in by_model.items():
-        figure.add_trace(go.Scatter(x=x, y=y, text=text, name=model, mode="lines+markers", line={"shape": "hv"}))
-    figure.update_layout(title="Canary share of new sessions (%)", height=280, yaxis={"range": [0, 100]},
-                         margin={"l": 40, "r": 10, "t": 40, "b": 30})
+        figure.add_trace(
+            go.Scatter(x=x, y=y, text=text, name=model, mode="lines+markers", line={"shape": "hv"})
+        )
+    figure.update_layout(
+        title="Canary share of new sessions (%)",
+        height=280,
+        yaxis={"range": [0, 100]},
+        margin={"l": 40, "r": 10, "t": 40, "b": 30},
+    )
     return _figure(figure)

@@ -14,13 +14,20 @@ MAX_TRAJECTORIES_PER_ARM = 1000
 def arm_samples(*, tenant, model: str, version: str, since) -> dict[str, list[float]]:
     """{metric: per-sample values} for one arm: error_rate and latency_p95 per model call, reward_mean,
     user_correction_rate and cost_per_task per session."""
-    steps = (Step.objects.for_tenant(tenant)
-             .filter(kind=StepKind.LLM_CALL, served_model=model, model_version=version, created_at__gte=since,
-                     trajectory__purpose=Purpose.PRODUCTION)
-             .order_by("-created_at")
-             .values_list("trajectory_id", "error", "aborted", "latency_ms", "cost_usd"))
+    steps = (
+        Step.objects.for_tenant(tenant)
+        .filter(
+            kind=StepKind.LLM_CALL,
+            served_model=model,
+            model_version=version,
+            created_at__gte=since,
+            trajectory__purpose=Purpose.PRODUCTION,
+        )
+        .order_by("-created_at")
+        .values_list("trajectory_id", "error", "aborted", "latency_ms", "cost_usd")
+    )
     errors, latencies, cost_by_trajectory = [], [], defaultdict(float)
-    for trajectory_id, error, aborted, latency_ms, cost in steps[:20 * MAX_TRAJECTORIES_PER_ARM]:
+    for trajectory_id, error, aborted, latency_ms, cost in steps[: 20 * MAX_TRAJECTORIES_PER_ARM]:
         failed = bool(error) and not aborted
         errors.append(1.0 if failed else 0.0)
         if not failed and not aborted:
@@ -32,6 +39,13 @@ def arm_samples(*, tenant, model: str, version: str, since) -> dict[str, list[fl
         reward = training_reward(tenant=tenant, trajectory=trajectory)
         if reward is not None:
             rewards.append(float(reward))
-        corrections.append(1.0 if feedback_summary(tenant=tenant, trajectory_id=trajectory.pk)["corrections"] else 0.0)
-    return {"error_rate": errors, "latency_p95": latencies, "cost_per_task": list(cost_by_trajectory.values()),
-            "reward_mean": rewards, "user_correction_rate": corrections}
+        corrections.append(
+            1.0 if feedback_summary(tenant=tenant, trajectory_id=trajectory.pk)["corrections"] else 0.0
+        )
+    return {
+        "error_rate": errors,
+        "latency_p95": latencies,
+        "cost_per_task": list(cost_by_trajectory.values()),
+        "reward_mean": rewards,
+        "user_correction_rate": corrections,
+    }

@@ -18,18 +18,33 @@ class ReleaseStatus(models.TextChoices):
 # The only moves a release may make. canary → canary is the move to the next stage.
 RELEASE_TRANSITIONS: dict[str, frozenset[str]] = {
     ReleaseStatus.DRAFT: frozenset({ReleaseStatus.EVALUATING, ReleaseStatus.ABORTED}),
-    ReleaseStatus.EVALUATING: frozenset({ReleaseStatus.CANARY, ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}),
-    ReleaseStatus.CANARY: frozenset({ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL,
-                                     ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}),
+    ReleaseStatus.EVALUATING: frozenset(
+        {ReleaseStatus.CANARY, ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}
+    ),
+    ReleaseStatus.CANARY: frozenset(
+        {
+            ReleaseStatus.CANARY,
+            ReleaseStatus.PAUSED,
+            ReleaseStatus.AWAITING_APPROVAL,
+            ReleaseStatus.ROLLED_BACK,
+            ReleaseStatus.ABORTED,
+        }
+    ),
     ReleaseStatus.PAUSED: frozenset({ReleaseStatus.CANARY, ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}),
-    ReleaseStatus.AWAITING_APPROVAL: frozenset({ReleaseStatus.PROMOTED, ReleaseStatus.ROLLED_BACK,
-                                                ReleaseStatus.ABORTED}),
+    ReleaseStatus.AWAITING_APPROVAL: frozenset(
+        {ReleaseStatus.PROMOTED, ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}
+    ),
     ReleaseStatus.PROMOTED: frozenset(),
     ReleaseStatus.ROLLED_BACK: frozenset(),
     ReleaseStatus.ABORTED: frozenset(),
 }
-ACTIVE_STATUSES = (ReleaseStatus.DRAFT, ReleaseStatus.EVALUATING, ReleaseStatus.CANARY, ReleaseStatus.PAUSED,
-                   ReleaseStatus.AWAITING_APPROVAL)
+ACTIVE_STATUSES = (
+    ReleaseStatus.DRAFT,
+    ReleaseStatus.EVALUATING,
+    ReleaseStatus.CANARY,
+    ReleaseStatus.PAUSED,
+    ReleaseStatus.AWAITING_APPROVAL,
+)
 # Statuses in which the candidate takes live traffic, so ticks measure it.
 SERVING_STATUSES = (ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL)
 
@@ -68,14 +83,20 @@ class Release(models.Model):
     baseline = models.ForeignKey("training.ModelVersion", on_delete=models.PROTECT, related_name="+")
     status = models.CharField(max_length=24, choices=ReleaseStatus.choices, default=ReleaseStatus.DRAFT)
     status_reason = models.CharField(max_length=500, blank=True)
-    stages = models.JSONField(default=list, help_text="Percent of new sessions per stage, rising, e.g. [5, 25, 50, 100].")
+    stages = models.JSONField(
+        default=list, help_text="Percent of new sessions per stage, rising, e.g. [5, 25, 50, 100]."
+    )
     stage_index = models.IntegerField(default=-1)
     stage_min_seconds = models.PositiveIntegerField(default=0)
-    guardrails = models.JSONField(default=list, help_text='[{"metric", "direction", "threshold", "min_samples"}]')
+    guardrails = models.JSONField(
+        default=list, help_text='[{"metric", "direction", "threshold", "min_samples"}]'
+    )
     failure_limit = models.PositiveIntegerField(default=0)
     inconclusive_limit = models.PositiveIntegerField(default=3)
     eval_suites = models.ManyToManyField("evaluation.EvalSuite", blank=True, related_name="+")
-    eval_runs = models.JSONField(default=dict, blank=True, help_text='{"candidate": {suite_id: run_id}, "baseline": ...}')
+    eval_runs = models.JSONField(
+        default=dict, blank=True, help_text='{"candidate": {suite_id: run_id}, "baseline": ...}'
+    )
     consecutive_failures = models.PositiveIntegerField(default=0)
     consecutive_inconclusive = models.PositiveIntegerField(default=0)
     last_verdict = models.CharField(max_length=16, blank=True)
@@ -153,8 +174,9 @@ class RoutingState(models.Model):
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     model = models.CharField(max_length=200)
     stable = models.ForeignKey("training.ModelVersion", on_delete=models.PROTECT, related_name="+")
-    canary = models.ForeignKey("training.ModelVersion", null=True, blank=True, on_delete=models.PROTECT,
-                               related_name="+")
+    canary = models.ForeignKey(
+        "training.ModelVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     canary_percent = models.FloatField(default=0)
     release = models.ForeignKey(Release, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     updated_at = models.DateTimeField(default=timezone.now)
@@ -183,8 +205,11 @@ class SessionRoute(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "model", "session_id"],
-                                               name="session_route_unique_session")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "model", "session_id"], name="session_route_unique_session"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.session_id} → {self.version_id}"
@@ -197,8 +222,9 @@ class ServingEvent(ImmutableModel):
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     model = models.CharField(max_length=200)
     stable = models.ForeignKey("training.ModelVersion", on_delete=models.PROTECT, related_name="+")
-    canary = models.ForeignKey("training.ModelVersion", null=True, blank=True, on_delete=models.PROTECT,
-                               related_name="+")
+    canary = models.ForeignKey(
+        "training.ModelVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     canary_percent = models.FloatField(default=0)
     release = models.ForeignKey(Release, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     reason = models.CharField(max_length=300)

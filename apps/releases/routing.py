@@ -42,12 +42,21 @@ def session_bucket(*, tenant_id: int, session_id: str) -> float:
 
 
 def _load(tenant_id: int, model: str) -> RoutingPlan | None:
-    row = RoutingState.objects.filter(tenant_id=tenant_id, model=model).select_related("stable", "canary").first()
+    row = (
+        RoutingState.objects.filter(tenant_id=tenant_id, model=model)
+        .select_related("stable", "canary")
+        .first()
+    )
     if row is None:
         return None
-    return RoutingPlan(stable=str(row.stable.number), stable_id=row.stable_id,
-                       canary=str(row.canary.number) if row.canary else None, canary_id=row.canary_id,
-                       percent=row.canary_percent if row.canary else 0.0, release_id=row.release_id)
+    return RoutingPlan(
+        stable=str(row.stable.number),
+        stable_id=row.stable_id,
+        canary=str(row.canary.number) if row.canary else None,
+        canary_id=row.canary_id,
+        percent=row.canary_percent if row.canary else 0.0,
+        release_id=row.release_id,
+    )
 
 
 def routing_plan_cached(*, tenant_id: int, model: str):
@@ -74,13 +83,17 @@ def routing_cache_clear() -> None:
     _plans.clear()
 
 
-def routing_version_for_session(*, tenant_id: int, model: str, session_id: str,
-                                plan: RoutingPlan | None) -> str | None:
+def routing_version_for_session(
+    *, tenant_id: int, model: str, session_id: str, plan: RoutingPlan | None
+) -> str | None:
     """The version this session must be served by (None: any). A pinned session (an eval run's) gets its
     pin; a session already assigned keeps its version while the plan still serves it; a new session during a
     canary is hashed to the canary when its bucket is below the stage's percentage, and the choice is kept."""
-    route = (SessionRoute.objects.filter(tenant_id=tenant_id, model=model, session_id=session_id)
-             .values("pk", "version_id", "version__number", "pinned").first())
+    route = (
+        SessionRoute.objects.filter(tenant_id=tenant_id, model=model, session_id=session_id)
+        .values("pk", "version_id", "version__number", "pinned")
+        .first()
+    )
     if route is not None:
         version = str(route["version__number"])
         if route["pinned"] or (plan is not None and plan.allows(version)):
@@ -92,15 +105,24 @@ def routing_version_for_session(*, tenant_id: int, model: str, session_id: str,
     to_canary = session_bucket(tenant_id=tenant_id, session_id=session_id) < plan.percent
     version, version_id = (plan.canary, plan.canary_id) if to_canary else (plan.stable, plan.stable_id)
     if route is not None:
-        SessionRoute.objects.filter(pk=route["pk"], pinned=False).update(version_id=version_id,
-                                                                          release_id=plan.release_id)
+        SessionRoute.objects.filter(pk=route["pk"], pinned=False).update(
+            version_id=version_id, release_id=plan.release_id
+        )
         return version
     try:
         with transaction.atomic():
-            SessionRoute.objects.create(tenant_id=tenant_id, model=model, session_id=session_id,
-                                        version_id=version_id, release_id=plan.release_id)
+            SessionRoute.objects.create(
+                tenant_id=tenant_id,
+                model=model,
+                session_id=session_id,
+                version_id=version_id,
+                release_id=plan.release_id,
+            )
     except IntegrityError:  # a concurrent first call of the same session won: follow it
-        winner = SessionRoute.objects.filter(tenant_id=tenant_id, model=model, session_id=session_id).values(
-            "version__number").first()
+        winner = (
+            SessionRoute.objects.filter(tenant_id=tenant_id, model=model, session_id=session_id)
+            .values("version__number")
+            .first()
+        )
         return str(winner["version__number"]) if winner else version
     return version

@@ -39,7 +39,11 @@ def release_analyses(*, tenant, release_id):
 
 
 def routing_states(*, tenant):
-    return RoutingState.objects.for_tenant(tenant).select_related("stable", "canary", "release").order_by("model")
+    return (
+        RoutingState.objects.for_tenant(tenant)
+        .select_related("stable", "canary", "release")
+        .order_by("model")
+    )
 
 
 def serving_history(*, tenant, model: str | None = None):
@@ -57,8 +61,11 @@ def serving_at(*, tenant, model: str, moment) -> ServingEvent | None:
 
 def dangerously_analyzable_release_ids() -> list[tuple[int, int]]:
     """(tenant id, release id) of every tenant's release that a beat tick analyses: only for the beat task."""
-    return list(Release.objects.filter(status__in=["evaluating", "canary", "paused", "awaiting_approval"])
-                .values_list("tenant_id", "pk"))
+    return list(
+        Release.objects.filter(
+            status__in=["evaluating", "canary", "paused", "awaiting_approval"]
+        ).values_list("tenant_id", "pk")
+    )
 
 
 def release_for_dashboard(*, tenant) -> Release | None:

@@ -32,15 +32,20 @@ def release_stream(release_id: int) -> str:
 
 def _validate_plan(*, stages, guardrails, failure_limit: int, inconclusive_limit: int) -> None:
     fields = {}
-    if (not isinstance(stages, list) or not stages
-            or not all(isinstance(p, int | float) and not isinstance(p, bool) and 0 < p <= 100 for p in stages)
-            or any(second <= first for first, second in zip(stages, stages[1:], strict=False))):
+    if (
+        not isinstance(stages, list)
+        or not stages
+        or not all(isinstance(p, int | float) and not isinstance(p, bool) and 0 < p <= 100 for p in stages)
+        or any(second <= first for first, second in zip(stages, stages[1:], strict=False))
+    ):
         fields["stages"] = ["a rising list of percentages in (0, 100], e.g. [5, 25, 50, 100]"]
     if not isinstance(guardrails, list):
         fields["guardrails"] = ["a list of {metric, direction, threshold, min_samples}"]
     else:
         for index, guardrail in enumerate(guardrails):
-            problems = guardrail_problems(guardrail) if isinstance(guardrail, dict) else {"guardrail": "an object"}
+            problems = (
+                guardrail_problems(guardrail) if isinstance(guardrail, dict) else {"guardrail": "an object"}
+            )
             if problems:
                 fields[f"guardrails[{index}]"] = [f"{name}: {text}" for name, text in problems.items()]
     if failure_limit < 0 or inconclusive_limit < 0:
@@ -52,26 +57,44 @@ def _validate_plan(*, stages, guardrails, failure_limit: int, inconclusive_limit
 def _releasable(*, candidate, baseline) -> None:
     """Refusals with the reason: a version still training, another model, or another tokenizer."""
     if candidate.status == VersionStatus.TRAINING:
-        raise Conflict(f"{candidate} is still training; release it once training has finished",
-                       code="version_training")
+        raise Conflict(
+            f"{candidate} is still training; release it once training has finished", code="version_training"
+        )
     if candidate.status != VersionStatus.CANDIDATE:
-        raise Conflict(f"{candidate} is {candidate.status}; only a candidate version can be released",
-                       code="version_not_releasable")
+        raise Conflict(
+            f"{candidate} is {candidate.status}; only a candidate version can be released",
+            code="version_not_releasable",
+        )
     if candidate.pk == baseline.pk:
         raise ValidationFailed("the candidate and the baseline are the same version", code="same_version")
     if candidate.name != baseline.name:
-        raise ValidationFailed(f"the candidate is a version of {candidate.name!r}, the baseline of {baseline.name!r}",
-                               code="model_mismatch")
+        raise ValidationFailed(
+            f"the candidate is a version of {candidate.name!r}, the baseline of {baseline.name!r}",
+            code="model_mismatch",
+        )
     if candidate.tokenizer_hash != baseline.tokenizer_hash:
         raise ValidationFailed(
             f"{candidate}'s tokenizer differs from the baseline's ({baseline}); the serving stack and recorded "
-            "token data would not match", code="tokenizer_mismatch", fields={"candidate": ["tokenizer differs"]})
+            "token data would not match",
+            code="tokenizer_mismatch",
+            fields={"candidate": ["tokenizer differs"]},
+        )
 
 
 @transaction.atomic
-def release_create(*, tenant, actor: Actor, candidate_id: int, baseline_id: int | None = None,
-                   stages: list | None = None, guardrails: list | None = None, eval_suite_ids: list | None = None,
-                   failure_limit: int = 0, inconclusive_limit: int = 3, stage_min_seconds: int = 0) -> Release:
+def release_create(
+    *,
+    tenant,
+    actor: Actor,
+    candidate_id: int,
+    baseline_id: int | None = None,
+    stages: list | None = None,
+    guardrails: list | None = None,
+    eval_suite_ids: list | None = None,
+    failure_limit: int = 0,
+    inconclusive_limit: int = 3,
+    stage_min_seconds: int = 0,
+) -> Release:
     """A draft release of `candidate` over `baseline` (default: the model's `production` alias, else the
     routing's stable version). Refused (with the reason) for a version still training, of another model, with
     another tokenizer, or while another release of the model is active (409)."""
@@ -84,30 +107,59 @@ def release_create(*, tenant, actor: Actor, candidate_id: int, baseline_id: int 
     else:
         baseline = alias_resolve(tenant=tenant, name=candidate.name, alias="production")
         if baseline is None:
-            state = RoutingState.objects.filter(tenant=tenant, model=candidate.name).select_related("stable").first()
+            state = (
+                RoutingState.objects.filter(tenant=tenant, model=candidate.name)
+                .select_related("stable")
+                .first()
+            )
             baseline = state.stable if state else None
         if baseline is None:
-            raise ValidationFailed(f"{candidate.name} has no production version; name a baseline",
-                                   code="baseline_missing")
+            raise ValidationFailed(
+                f"{candidate.name} has no production version; name a baseline", code="baseline_missing"
+            )
     _releasable(candidate=candidate, baseline=baseline)
     stages = list(DEFAULT_STAGES if stages is None else stages)
     guardrails = list(guardrails or [])
-    _validate_plan(stages=stages, guardrails=guardrails, failure_limit=failure_limit,
-                   inconclusive_limit=inconclusive_limit)
+    _validate_plan(
+        stages=stages,
+        guardrails=guardrails,
+        failure_limit=failure_limit,
+        inconclusive_limit=inconclusive_limit,
+    )
     suites = list(eval_suite_list(tenant=tenant).filter(pk__in=eval_suite_ids or []))
     if len(suites) != len(set(eval_suite_ids or [])):
         raise NotFound("no such eval suite in this tenant", code="eval_suite_not_found")
     if Release.objects.for_tenant(tenant).filter(model=candidate.name, status__in=ACTIVE_STATUSES).exists():
-        raise Conflict(f"another release of {candidate.name} is active; finish or abort it first",
-                       code="release_active")
+        raise Conflict(
+            f"another release of {candidate.name} is active; finish or abort it first", code="release_active"
+        )
     release = Release.objects.create(
-        tenant=tenant, model=candidate.name, candidate=candidate, baseline=baseline, stages=stages,
-        guardrails=[{"min_samples": 30, **guardrail} for guardrail in guardrails], failure_limit=failure_limit,
-        inconclusive_limit=inconclusive_limit, stage_min_seconds=stage_min_seconds, created_by=actor.label)
+        tenant=tenant,
+        model=candidate.name,
+        candidate=candidate,
+        baseline=baseline,
+        stages=stages,
+        guardrails=[{"min_samples": 30, **guardrail} for guardrail in guardrails],
+        failure_limit=failure_limit,
+        inconclusive_limit=inconclusive_limit,
+        stage_min_seconds=stage_min_seconds,
+        created_by=actor.label,
+    )
     release.eval_suites.set(suites)
-    audit_record(tenant=tenant, actor=actor, verb="release.create", target=release, data={
-        "model": release.model, "candidate": candidate.number, "baseline": baseline.number, "stages": stages,
-        "guardrails": release.guardrails, "eval_suites": [suite.name for suite in suites]})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="release.create",
+        target=release,
+        data={
+            "model": release.model,
+            "candidate": candidate.number,
+            "baseline": baseline.number,
+            "stages": stages,
+            "guardrails": release.guardrails,
+            "eval_suites": [suite.name for suite in suites],
+        },
+    )
     return release
 
 
@@ -118,8 +170,9 @@ def _lock(*, tenant, release_id) -> Release:
         raise NotFound("no such release in this tenant", code="release_not_found") from None
 
 
-def _transition(*, release: Release, to: str, actor: Actor, reason: str = "", stage_index: int | None = None,
-                **fields) -> Release:
+def _transition(
+    *, release: Release, to: str, actor: Actor, reason: str = "", stage_index: int | None = None, **fields
+) -> Release:
     """The one way a release changes status: checked against RELEASE_TRANSITIONS, claimed by a conditional
     update on the status and stage it was read in, recorded in ReleaseEvent and the audit chain."""
     if to not in RELEASE_TRANSITIONS[release.status]:
@@ -130,42 +183,84 @@ def _transition(*, release: Release, to: str, actor: Actor, reason: str = "", st
         updates["stage_index"] = stage_index
     if to in {ReleaseStatus.PROMOTED, ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}:
         updates["finished_at"] = now
-    claimed = Release.objects.filter(pk=release.pk, status=release.status, stage_index=release.stage_index).update(
-        **updates)
+    claimed = Release.objects.filter(
+        pk=release.pk, status=release.status, stage_index=release.stage_index
+    ).update(**updates)
     if not claimed:
         raise Conflict("the release was changed by someone else meanwhile; reload it", code="release_changed")
     previous = release.status
     release.refresh_from_db()
-    ReleaseEvent.objects.create(tenant_id=release.tenant_id, release=release, from_status=previous, to_status=to,
-                                stage_index=release.stage_index, actor=actor.label, reason=reason[:500], at=now)
-    audit_record(tenant=release.tenant, actor=actor, verb=f"release.{to}", target=release, data={
-        "from": previous, "to": to, "stage": release.stage_index, "percent": release.stage_percent,
-        "reason": reason})
-    metrics_publish(tenant_id=release.tenant_id, stream=release_stream(release.pk), payload={
-        "kind": "status", "status": to, "stage_index": release.stage_index, "percent": release.stage_percent,
-        "reason": reason, "at": now.isoformat()})
+    ReleaseEvent.objects.create(
+        tenant_id=release.tenant_id,
+        release=release,
+        from_status=previous,
+        to_status=to,
+        stage_index=release.stage_index,
+        actor=actor.label,
+        reason=reason[:500],
+        at=now,
+    )
+    audit_record(
+        tenant=release.tenant,
+        actor=actor,
+        verb=f"release.{to}",
+        target=release,
+        data={
+            "from": previous,
+            "to": to,
+            "stage": release.stage_index,
+            "percent": release.stage_percent,
+            "reason": reason,
+        },
+    )
+    metrics_publish(
+        tenant_id=release.tenant_id,
+        stream=release_stream(release.pk),
+        payload={
+            "kind": "status",
+            "status": to,
+            "stage_index": release.stage_index,
+            "percent": release.stage_percent,
+            "reason": reason,
+            "at": now.isoformat(),
+        },
+    )
     return release
 
 
-def _routing_set(*, tenant, model: str, stable, canary=None, percent: float = 0.0, release=None,
-                 actor: Actor, reason: str) -> RoutingState:
+def _routing_set(
+    *, tenant, model: str, stable, canary=None, percent: float = 0.0, release=None, actor: Actor, reason: str
+) -> RoutingState:
     """Points the tenant's model at `stable` (+ `canary` at `percent` of new sessions) and appends the change
     to the serving history. Locking: the routing row."""
     from apps.releases.routing import routing_cache_clear
 
     now = timezone.now()
     state = RoutingState.objects.select_for_update().filter(tenant=tenant, model=model).first()
-    values = {"stable": stable, "canary": canary, "canary_percent": percent if canary else 0.0,
-              "release": release, "updated_at": now}
+    values = {
+        "stable": stable,
+        "canary": canary,
+        "canary_percent": percent if canary else 0.0,
+        "release": release,
+        "updated_at": now,
+    }
     if state is None:
         state = RoutingState.objects.create(tenant=tenant, model=model, **values)
     else:
         for field, value in values.items():
             setattr(state, field, value)
         state.save()
-    ServingEvent.objects.create(tenant=tenant, model=model, stable=stable, canary=canary,
-                                canary_percent=state.canary_percent, release=release, reason=reason[:300],
-                                actor=actor.label, at=now)
+    ServingEvent.objects.create(
+        tenant=tenant,
+        model=model,
+        stable=stable,
+        canary=canary,
+        canary_percent=state.canary_percent,
+        release=release,
+        reason=reason[:300],
+        actor=actor.label,
+        at=now,
+    )
     transaction.on_commit(routing_cache_clear)
     return state
 
@@ -174,8 +269,13 @@ def _routing_set(*, tenant, model: str, stable, canary=None, percent: float = 0.
 def routing_initialize(*, tenant, actor: Actor, version, reason: str = "serving set") -> RoutingState:
     """Declares what serves `version.name` for the tenant when no release has yet (audited)."""
     state = _routing_set(tenant=tenant, model=version.name, stable=version, actor=actor, reason=reason)
-    audit_record(tenant=tenant, actor=actor, verb="routing.set", target=version,
-                 data={"model": version.name, "stable": version.number})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="routing.set",
+        target=version,
+        data={"model": version.name, "stable": version.number},
+    )
     return state
 
 
@@ -183,7 +283,11 @@ def session_pin(*, tenant, version, session_id: str) -> SessionRoute:
     """Pins a session (an eval run's) to `version` whatever the routing says. Idempotent on the session; not a
     governance act, so not audited (the eval run that asks for it is)."""
     route, _ = SessionRoute.objects.update_or_create(
-        tenant=tenant, model=version.name, session_id=session_id, defaults={"version": version, "pinned": True})
+        tenant=tenant,
+        model=version.name,
+        session_id=session_id,
+        defaults={"version": version, "pinned": True},
+    )
     return route
 
 
@@ -205,11 +309,19 @@ def release_start(*, tenant, actor: Actor, release_id) -> Release:
     runs = {"candidate": {}, "baseline": {}}
     for suite in release.eval_suites.all():
         for arm, version in (("candidate", release.candidate), ("baseline", release.baseline)):
-            runs[arm][str(suite.pk)] = eval_run_start(tenant=tenant, actor=actor, suite_id=suite.pk,
-                                                      version_id=version.pk).pk
-    release = _transition(release=release, to=ReleaseStatus.EVALUATING, actor=actor, reason="started",
-                          started_by_kind=actor.kind, started_by_id=actor.id, started_by=actor.label,
-                          eval_runs=runs)
+            runs[arm][str(suite.pk)] = eval_run_start(
+                tenant=tenant, actor=actor, suite_id=suite.pk, version_id=version.pk
+            ).pk
+    release = _transition(
+        release=release,
+        to=ReleaseStatus.EVALUATING,
+        actor=actor,
+        reason="started",
+        started_by_kind=actor.kind,
+        started_by_id=actor.id,
+        started_by=actor.label,
+        eval_runs=runs,
+    )
     from workers.tasks.releases import analyze_release
 
     transaction.on_commit(lambda: analyze_release.delay(release.pk))
@@ -218,43 +330,94 @@ def release_start(*, tenant, actor: Actor, release_id) -> Release:
 
 def _enter_canary(*, release: Release, actor: Actor) -> Release:
     now = timezone.now()
-    release = _transition(release=release, to=ReleaseStatus.CANARY, actor=actor, stage_index=0,
-                          reason=f"offline evaluation passed; stage 1 at {release.stages[0]}%",
-                          canary_started_at=now, stage_started_at=now)
-    _set_version_status(tenant=release.tenant, actor=actor, version=release.candidate, status=VersionStatus.CANARY,
-                        reason=f"canary of release {release.pk}")
-    _routing_set(tenant=release.tenant, model=release.model, stable=release.baseline, canary=release.candidate,
-                 percent=release.stage_percent, release=release, actor=actor,
-                 reason=f"release {release.pk}: canary {release.stage_percent:g}%")
+    release = _transition(
+        release=release,
+        to=ReleaseStatus.CANARY,
+        actor=actor,
+        stage_index=0,
+        reason=f"offline evaluation passed; stage 1 at {release.stages[0]}%",
+        canary_started_at=now,
+        stage_started_at=now,
+    )
+    _set_version_status(
+        tenant=release.tenant,
+        actor=actor,
+        version=release.candidate,
+        status=VersionStatus.CANARY,
+        reason=f"canary of release {release.pk}",
+    )
+    _routing_set(
+        tenant=release.tenant,
+        model=release.model,
+        stable=release.baseline,
+        canary=release.candidate,
+        percent=release.stage_percent,
+        release=release,
+        actor=actor,
+        reason=f"release {release.pk}: canary {release.stage_percent:g}%",
+    )
     return release
 
 
 def _advance(*, release: Release, actor: Actor) -> Release:
     if release.stage_index + 1 < len(release.stages):
-        release = _transition(release=release, to=ReleaseStatus.CANARY, actor=actor,
-                              stage_index=release.stage_index + 1, stage_started_at=timezone.now(),
-                              reason=f"stage {release.stage_index + 2} at {release.stages[release.stage_index + 1]}%",
-                              consecutive_failures=0, consecutive_inconclusive=0)
-        _routing_set(tenant=release.tenant, model=release.model, stable=release.baseline, canary=release.candidate,
-                     percent=release.stage_percent, release=release, actor=actor,
-                     reason=f"release {release.pk}: canary {release.stage_percent:g}%")
+        release = _transition(
+            release=release,
+            to=ReleaseStatus.CANARY,
+            actor=actor,
+            stage_index=release.stage_index + 1,
+            stage_started_at=timezone.now(),
+            reason=f"stage {release.stage_index + 2} at {release.stages[release.stage_index + 1]}%",
+            consecutive_failures=0,
+            consecutive_inconclusive=0,
+        )
+        _routing_set(
+            tenant=release.tenant,
+            model=release.model,
+            stable=release.baseline,
+            canary=release.candidate,
+            percent=release.stage_percent,
+            release=release,
+            actor=actor,
+            reason=f"release {release.pk}: canary {release.stage_percent:g}%",
+        )
         return release
-    return _transition(release=release, to=ReleaseStatus.AWAITING_APPROVAL, actor=actor,
-                       reason="every stage passed its guardrails; an operator approves the promotion")
+    return _transition(
+        release=release,
+        to=ReleaseStatus.AWAITING_APPROVAL,
+        actor=actor,
+        reason="every stage passed its guardrails; an operator approves the promotion",
+    )
 
 
 def _withdraw(*, release: Release, actor: Actor, to: str, reason: str) -> Release:
     """Rollback or abort: the baseline serves everyone again; a candidate in canary leaves it."""
-    was_serving = release.status in {ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL}
+    was_serving = release.status in {
+        ReleaseStatus.CANARY,
+        ReleaseStatus.PAUSED,
+        ReleaseStatus.AWAITING_APPROVAL,
+    }
     release = _transition(release=release, to=to, actor=actor, reason=reason)
     if was_serving:
-        _routing_set(tenant=release.tenant, model=release.model, stable=release.baseline, release=release,
-                     actor=actor, reason=f"release {release.pk} {to.replace('_', ' ')}: {reason}"[:300])
+        _routing_set(
+            tenant=release.tenant,
+            model=release.model,
+            stable=release.baseline,
+            release=release,
+            actor=actor,
+            reason=f"release {release.pk} {to.replace('_', ' ')}: {reason}"[:300],
+        )
         release.candidate.refresh_from_db()
         if release.candidate.status == VersionStatus.CANARY:
-            _set_version_status(tenant=release.tenant, actor=actor, version=release.candidate,
-                                status=VersionStatus.ROLLED_BACK if to == ReleaseStatus.ROLLED_BACK
-                                else VersionStatus.CANDIDATE, reason=reason)
+            _set_version_status(
+                tenant=release.tenant,
+                actor=actor,
+                version=release.candidate,
+                status=VersionStatus.ROLLED_BACK
+                if to == ReleaseStatus.ROLLED_BACK
+                else VersionStatus.CANDIDATE,
+                reason=reason,
+            )
     return release
 
 
@@ -263,8 +426,12 @@ def release_rollback(*, tenant, actor: Actor, release_id, reason: str = "") -> R
     """Manual (any time before the end) or automatic rollback: the baseline takes all traffic again at once;
     sessions on the candidate move to it on their next request."""
     release = _lock(tenant=tenant, release_id=release_id)
-    return _withdraw(release=release, actor=actor, to=ReleaseStatus.ROLLED_BACK,
-                     reason=reason or f"rolled back by {actor.label}")
+    return _withdraw(
+        release=release,
+        actor=actor,
+        to=ReleaseStatus.ROLLED_BACK,
+        reason=reason or f"rolled back by {actor.label}",
+    )
 
 
 @transaction.atomic
@@ -278,9 +445,17 @@ def release_resume(*, tenant, actor: Actor, release_id) -> Release:
     """paused → canary at the same stage, counters reset (the operator judged the inconclusive analysis)."""
     release = _lock(tenant=tenant, release_id=release_id)
     if release.status != ReleaseStatus.PAUSED:
-        raise Conflict(f"only a paused release resumes; this one is {release.status}", code="invalid_transition")
-    return _transition(release=release, to=ReleaseStatus.CANARY, actor=actor, reason=f"resumed by {actor.label}",
-                       consecutive_failures=0, consecutive_inconclusive=0)
+        raise Conflict(
+            f"only a paused release resumes; this one is {release.status}", code="invalid_transition"
+        )
+    return _transition(
+        release=release,
+        to=ReleaseStatus.CANARY,
+        actor=actor,
+        reason=f"resumed by {actor.label}",
+        consecutive_failures=0,
+        consecutive_inconclusive=0,
+    )
 
 
 def _check_two_people(*, tenant, release: Release, approver: Actor) -> None:
@@ -292,13 +467,23 @@ def _check_two_people(*, tenant, release: Release, approver: Actor) -> None:
 
     approver_person = person_behind(tenant=tenant, actor_kind=approver.kind, actor_id=approver.id)
     if approver_person is None:
-        raise Forbidden("this tenant's two-person rule: this approval names no person (the API key was not created "
-                        "by a member); approve as a person or with a key a member created", code="two_person_rule")
-    starter_person = person_behind(tenant=tenant, actor_kind=release.started_by_kind, actor_id=release.started_by_id)
-    if approver_person == starter_person or (approver.kind, approver.id) == (release.started_by_kind,
-                                                                          release.started_by_id):
-        raise Forbidden("this tenant's two-person rule: someone other than the person who started the release "
-                        "must approve it (a key they created counts as them)", code="two_person_rule")
+        raise Forbidden(
+            "this tenant's two-person rule: this approval names no person (the API key was not created "
+            "by a member); approve as a person or with a key a member created",
+            code="two_person_rule",
+        )
+    starter_person = person_behind(
+        tenant=tenant, actor_kind=release.started_by_kind, actor_id=release.started_by_id
+    )
+    if approver_person == starter_person or (approver.kind, approver.id) == (
+        release.started_by_kind,
+        release.started_by_id,
+    ):
+        raise Forbidden(
+            "this tenant's two-person rule: someone other than the person who started the release "
+            "must approve it (a key they created counts as them)",
+            code="two_person_rule",
+        )
 
 
 @transaction.atomic
@@ -312,44 +497,99 @@ def release_approve(*, tenant, actor: Actor, release_id) -> Release:
 
     release = _lock(tenant=tenant, release_id=release_id)
     if release.status != ReleaseStatus.AWAITING_APPROVAL:
-        raise Conflict(f"the release is {release.status}, not awaiting approval", code="not_awaiting_approval")
-    two_person = TenantPolicy.objects.filter(tenant=tenant).values_list("two_person_promotion", flat=True).first()
+        raise Conflict(
+            f"the release is {release.status}, not awaiting approval", code="not_awaiting_approval"
+        )
+    two_person = (
+        TenantPolicy.objects.filter(tenant=tenant).values_list("two_person_promotion", flat=True).first()
+    )
     if two_person:
         _check_two_people(tenant=tenant, release=release, approver=actor)
-    release = _transition(release=release, to=ReleaseStatus.PROMOTED, actor=actor,
-                          reason=f"approved by {actor.label}", approved_by=actor.label)
+    release = _transition(
+        release=release,
+        to=ReleaseStatus.PROMOTED,
+        actor=actor,
+        reason=f"approved by {actor.label}",
+        approved_by=actor.label,
+    )
     candidate, baseline = release.candidate, release.baseline
     candidate.refresh_from_db()
     baseline.refresh_from_db()
-    _set_version_status(tenant=tenant, actor=actor, version=candidate, status=VersionStatus.PRODUCTION,
-                        reason=f"release {release.pk} promoted")
+    _set_version_status(
+        tenant=tenant,
+        actor=actor,
+        version=candidate,
+        status=VersionStatus.PRODUCTION,
+        reason=f"release {release.pk} promoted",
+    )
     if baseline.status == VersionStatus.PRODUCTION:
-        _set_version_status(tenant=tenant, actor=actor, version=baseline, status=VersionStatus.RETIRED,
-                            reason=f"replaced by {candidate} (release {release.pk})")
-    alias_move(tenant=tenant, actor=actor, name=release.model, alias="production", version=candidate,
-               reason=f"release {release.pk} promoted")
-    _routing_set(tenant=tenant, model=release.model, stable=candidate, release=release, actor=actor,
-                 reason=f"release {release.pk} promoted")
+        _set_version_status(
+            tenant=tenant,
+            actor=actor,
+            version=baseline,
+            status=VersionStatus.RETIRED,
+            reason=f"replaced by {candidate} (release {release.pk})",
+        )
+    alias_move(
+        tenant=tenant,
+        actor=actor,
+        name=release.model,
+        alias="production",
+        version=candidate,
+        reason=f"release {release.pk} promoted",
+    )
+    _routing_set(
+        tenant=tenant,
+        model=release.model,
+        stable=candidate,
+        release=release,
+        actor=actor,
+        reason=f"release {release.pk} promoted",
+    )
     return release
 
 
 # analysis -------------------------------------------------------------------------------------------------------
 
+
 def _record_analysis(*, release, verdict, decision, measurements) -> AnalysisRun:
     now = timezone.now()
-    run = AnalysisRun.objects.create(tenant_id=release.tenant_id, release=release, stage_index=release.stage_index,
-                                     verdict=verdict, decision=decision, measurements=measurements, at=now)
-    metrics_publish(tenant_id=release.tenant_id, stream=release_stream(release.pk), payload={
-        "kind": "analysis", "at": now.isoformat(), "verdict": str(verdict), "decision": decision,
-        "stage_index": release.stage_index, "measurements": measurements})
+    run = AnalysisRun.objects.create(
+        tenant_id=release.tenant_id,
+        release=release,
+        stage_index=release.stage_index,
+        verdict=verdict,
+        decision=decision,
+        measurements=measurements,
+        at=now,
+    )
+    metrics_publish(
+        tenant_id=release.tenant_id,
+        stream=release_stream(release.pk),
+        payload={
+            "kind": "analysis",
+            "at": now.isoformat(),
+            "verdict": str(verdict),
+            "decision": decision,
+            "stage_index": release.stage_index,
+            "measurements": measurements,
+        },
+    )
     return run
 
 
 def _measurement_row(measurement) -> dict:
-    return {"metric": measurement.metric, "candidate": measurement.candidate, "baseline": measurement.baseline,
-            "candidate_samples": measurement.candidate_samples, "baseline_samples": measurement.baseline_samples,
-            "verdict": str(measurement.verdict), "reason": measurement.reason, "low": measurement.low,
-            "high": measurement.high}
+    return {
+        "metric": measurement.metric,
+        "candidate": measurement.candidate,
+        "baseline": measurement.baseline,
+        "candidate_samples": measurement.candidate_samples,
+        "baseline_samples": measurement.baseline_samples,
+        "verdict": str(measurement.verdict),
+        "reason": measurement.reason,
+        "low": measurement.low,
+        "high": measurement.high,
+    }
 
 
 def _analyze_evaluation(release: Release) -> Release:
@@ -357,35 +597,59 @@ def _analyze_evaluation(release: Release) -> Release:
     from workers.evaluation.analysis import Guardrail, Verdict, measure
     from workers.evaluation.compare import case_flips
 
-    run_ids = [int(run_id) for arm in ("candidate", "baseline") for run_id in (release.eval_runs.get(arm) or {}).values()]
+    run_ids = [
+        int(run_id)
+        for arm in ("candidate", "baseline")
+        for run_id in (release.eval_runs.get(arm) or {}).values()
+    ]
     statuses = eval_run_statuses(tenant=release.tenant, run_ids=run_ids)
     if any(status in {"queued", "running"} for status in statuses.values()):
         return release
     if any(status == "failed" for status in statuses.values()):
-        return _withdraw(release=release, actor=SYSTEM, to=ReleaseStatus.ROLLED_BACK,
-                         reason="an offline eval run failed; see the eval runs")
+        return _withdraw(
+            release=release,
+            actor=SYSTEM,
+            to=ReleaseStatus.ROLLED_BACK,
+            reason="an offline eval run failed; see the eval runs",
+        )
     guardrails = [g for g in release.guardrails if g["metric"] == "eval_score"]
     measurements, problems = [], []
     for suite in release.eval_suites.all():
-        candidate = eval_run_case_values(tenant=release.tenant, run_id=release.eval_runs["candidate"][str(suite.pk)])
-        baseline = eval_run_case_values(tenant=release.tenant, run_id=release.eval_runs["baseline"][str(suite.pk)])
+        candidate = eval_run_case_values(
+            tenant=release.tenant, run_id=release.eval_runs["candidate"][str(suite.pk)]
+        )
+        baseline = eval_run_case_values(
+            tenant=release.tenant, run_id=release.eval_runs["baseline"][str(suite.pk)]
+        )
         flips = case_flips({v.key: v.passed for v in candidate}, {v.key: v.passed for v in baseline})
         if suite.kind == "safety" and flips.regressed:
             problems.append(f"safety regression in {suite.name}: {', '.join(flips.regressed)}")
         for guardrail in guardrails:
-            measured = measure(Guardrail(metric="eval_score", direction=guardrail["direction"],
-                                         threshold=float(guardrail["threshold"]),
-                                         min_samples=int(guardrail.get("min_samples", 1))),
-                               [v.score for v in candidate], [v.score for v in baseline])
+            measured = measure(
+                Guardrail(
+                    metric="eval_score",
+                    direction=guardrail["direction"],
+                    threshold=float(guardrail["threshold"]),
+                    min_samples=int(guardrail.get("min_samples", 1)),
+                ),
+                [v.score for v in candidate],
+                [v.score for v in baseline],
+            )
             row = _measurement_row(measured) | {"suite": suite.name, "regressed": list(flips.regressed)}
             measurements.append(row)
             if measured.verdict == Verdict.FAILED:
                 problems.append(f"eval score in {suite.name}: {measured.reason}")
     verdict = Verdict.FAILED if problems else Verdict.SUCCESSFUL
-    _record_analysis(release=release, verdict=verdict, decision="rollback" if problems else "advance",
-                     measurements=measurements)
+    _record_analysis(
+        release=release,
+        verdict=verdict,
+        decision="rollback" if problems else "advance",
+        measurements=measurements,
+    )
     if problems:
-        return _withdraw(release=release, actor=SYSTEM, to=ReleaseStatus.ROLLED_BACK, reason="; ".join(problems))
+        return _withdraw(
+            release=release, actor=SYSTEM, to=ReleaseStatus.ROLLED_BACK, reason="; ".join(problems)
+        )
     return _enter_canary(release=release, actor=SYSTEM)
 
 
@@ -395,36 +659,72 @@ def _analyze_live(release: Release) -> Release:
 
     live = [g for g in release.guardrails if g["metric"] != "eval_score"]
     since = release.canary_started_at
-    arms = {arm: arm_samples(tenant=release.tenant, model=release.model, version=str(version.number), since=since)
-            for arm, version in (("candidate", release.candidate), ("baseline", release.baseline))} if live else {}
-    measured = [measure(Guardrail(metric=g["metric"], direction=g["direction"], threshold=float(g["threshold"]),
-                                  min_samples=int(g.get("min_samples", 30))),
-                        arms["candidate"][g["metric"]], arms["baseline"][g["metric"]],
-                        aggregate="p95" if g["metric"] == "latency_p95" else "mean") for g in live]
+    arms = (
+        {
+            arm: arm_samples(
+                tenant=release.tenant, model=release.model, version=str(version.number), since=since
+            )
+            for arm, version in (("candidate", release.candidate), ("baseline", release.baseline))
+        }
+        if live
+        else {}
+    )
+    measured = [
+        measure(
+            Guardrail(
+                metric=g["metric"],
+                direction=g["direction"],
+                threshold=float(g["threshold"]),
+                min_samples=int(g.get("min_samples", 30)),
+            ),
+            arms["candidate"][g["metric"]],
+            arms["baseline"][g["metric"]],
+            aggregate="p95" if g["metric"] == "latency_p95" else "mean",
+        )
+        for g in live
+    ]
     verdict = tick_verdict(measured) if measured else Verdict.SUCCESSFUL
-    stage_ready = (release.stage_started_at is None or
-                   (timezone.now() - release.stage_started_at).total_seconds() >= release.stage_min_seconds)
-    decision = decide(verdict, consecutive_failures=release.consecutive_failures,
-                      consecutive_inconclusive=release.consecutive_inconclusive, failure_limit=release.failure_limit,
-                      inconclusive_limit=release.inconclusive_limit, stage_ready=stage_ready)
+    stage_ready = (
+        release.stage_started_at is None
+        or (timezone.now() - release.stage_started_at).total_seconds() >= release.stage_min_seconds
+    )
+    decision = decide(
+        verdict,
+        consecutive_failures=release.consecutive_failures,
+        consecutive_inconclusive=release.consecutive_inconclusive,
+        failure_limit=release.failure_limit,
+        inconclusive_limit=release.inconclusive_limit,
+        stage_ready=stage_ready,
+    )
     action = decision.action
     if release.status == ReleaseStatus.PAUSED:
         action = "wait"  # an operator decides; ticks keep measuring for the page
     elif release.status == ReleaseStatus.AWAITING_APPROVAL and action != "rollback":
         action = "wait"  # a failure still rolls back while the approval is pending
-    _record_analysis(release=release, verdict=verdict, decision=action,
-                     measurements=[_measurement_row(m) for m in measured])
+    _record_analysis(
+        release=release,
+        verdict=verdict,
+        decision=action,
+        measurements=[_measurement_row(m) for m in measured],
+    )
     Release.objects.filter(pk=release.pk, status=release.status, stage_index=release.stage_index).update(
         consecutive_failures=decision.consecutive_failures,
-        consecutive_inconclusive=decision.consecutive_inconclusive, last_verdict=str(verdict))
+        consecutive_inconclusive=decision.consecutive_inconclusive,
+        last_verdict=str(verdict),
+    )
     release.refresh_from_db()
     if action == "rollback":
         failed = "; ".join(f"{m.metric}: {m.reason}" for m in measured if m.verdict == Verdict.FAILED)
-        return _withdraw(release=release, actor=SYSTEM, to=ReleaseStatus.ROLLED_BACK,
-                         reason=f"guardrail failed: {failed}")
+        return _withdraw(
+            release=release, actor=SYSTEM, to=ReleaseStatus.ROLLED_BACK, reason=f"guardrail failed: {failed}"
+        )
     if action == "pause":
-        return _transition(release=release, to=ReleaseStatus.PAUSED, actor=SYSTEM,
-                           reason=f"analysis inconclusive {decision.consecutive_inconclusive} times in a row")
+        return _transition(
+            release=release,
+            to=ReleaseStatus.PAUSED,
+            actor=SYSTEM,
+            reason=f"analysis inconclusive {decision.consecutive_inconclusive} times in a row",
+        )
     if action == "advance":
         return _advance(release=release, actor=SYSTEM)
     return release
@@ -442,5 +742,3 @@ def release_analyze(*, tenant, release_id) -> Release:
     if release.status in {ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL}:
         return _analyze_live(release)
     return release
-
-

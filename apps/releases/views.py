@@ -15,7 +15,9 @@ from apps.tenants.permissions import Action, role_can
 
 @console_page(Action.RELEASE_VIEW)
 def release_list(request):
-    return render(request, "console/releases.html", {"releases": selectors.release_list(tenant=request.tenant)})
+    return render(
+        request, "console/releases.html", {"releases": selectors.release_list(tenant=request.tenant)}
+    )
 
 
 @console_page(Action.RELEASE_VIEW)
@@ -25,20 +27,32 @@ def release_detail(request, release_id):
     role = request.membership.role
     latest = analyses[-1] if analyses else None
     measured = {row["metric"]: row for run in analyses for row in run.measurements}  # newest per metric wins
-    return render(request, "console/release_detail.html", {
-        "release": release, "events": selectors.release_events(tenant=request.tenant, release_id=release.pk),
-        "latest": latest, "figures": release_figures(analyses),
-        "guardrail_rows": [(guardrail, measured.get(guardrail["metric"])) for guardrail in release.guardrails],
-        "stream": services.release_stream(release.pk),
-        "can_approve": role_can(role, Action.RELEASE_APPROVE) and release.status == ReleaseStatus.AWAITING_APPROVAL,
-        "can_rollback": role_can(role, Action.RELEASE_ROLLBACK) and release.status in ACTIVE_STATUSES
-        and release.status != ReleaseStatus.DRAFT,
-        "can_manage": role_can(role, Action.RELEASE_MANAGE),
-    })
+    return render(
+        request,
+        "console/release_detail.html",
+        {
+            "release": release,
+            "events": selectors.release_events(tenant=request.tenant, release_id=release.pk),
+            "latest": latest,
+            "figures": release_figures(analyses),
+            "guardrail_rows": [
+                (guardrail, measured.get(guardrail["metric"])) for guardrail in release.guardrails
+            ],
+            "stream": services.release_stream(release.pk),
+            "can_approve": role_can(role, Action.RELEASE_APPROVE)
+            and release.status == ReleaseStatus.AWAITING_APPROVAL,
+            "can_rollback": role_can(role, Action.RELEASE_ROLLBACK)
+            and release.status in ACTIVE_STATUSES
+            and release.status != ReleaseStatus.DRAFT,
+            "can_manage": role_can(role, Action.RELEASE_MANAGE),
+        },
+    )
 
 
 def _act(request, release_id, call, done: str):
-    selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404, not a message
+    selectors.release_get(
+        tenant=request.tenant, release_id=release_id
+    )  # another tenant's: 404, not a message
     try:
         call()
         messages.success(request, done)
@@ -50,43 +64,74 @@ def _act(request, release_id, call, done: str):
 @require_POST
 @console_page(Action.RELEASE_APPROVE)
 def release_approve(request, release_id):
-    return _act(request, release_id, lambda: services.release_approve(
-        tenant=request.tenant, actor=request.actor, release_id=release_id), "Promoted.")
+    return _act(
+        request,
+        release_id,
+        lambda: services.release_approve(tenant=request.tenant, actor=request.actor, release_id=release_id),
+        "Promoted.",
+    )
 
 
 @require_POST
 @console_page(Action.RELEASE_ROLLBACK)
 def release_rollback(request, release_id):
-    return _act(request, release_id, lambda: services.release_rollback(
-        tenant=request.tenant, actor=request.actor, release_id=release_id,
-        reason=request.POST.get("reason", "")[:300]), "Rolled back: the baseline serves every session again.")
+    return _act(
+        request,
+        release_id,
+        lambda: services.release_rollback(
+            tenant=request.tenant,
+            actor=request.actor,
+            release_id=release_id,
+            reason=request.POST.get("reason", "")[:300],
+        ),
+        "Rolled back: the baseline serves every session again.",
+    )
 
 
 @require_POST
 @console_page(Action.RELEASE_MANAGE)
 def release_start(request, release_id):
-    return _act(request, release_id, lambda: services.release_start(
-        tenant=request.tenant, actor=request.actor, release_id=release_id), "Started: offline evaluation queued.")
+    return _act(
+        request,
+        release_id,
+        lambda: services.release_start(tenant=request.tenant, actor=request.actor, release_id=release_id),
+        "Started: offline evaluation queued.",
+    )
 
 
 @require_POST
 @console_page(Action.RELEASE_MANAGE)
 def release_resume(request, release_id):
-    return _act(request, release_id, lambda: services.release_resume(
-        tenant=request.tenant, actor=request.actor, release_id=release_id), "Resumed.")
+    return _act(
+        request,
+        release_id,
+        lambda: services.release_resume(tenant=request.tenant, actor=request.actor, release_id=release_id),
+        "Resumed.",
+    )
 
 
 @require_POST
 @console_page(Action.RELEASE_MANAGE)
 def release_analyze(request, release_id):
-    return _act(request, release_id, lambda: services.release_analyze(tenant=request.tenant, release_id=release_id),
-                "Analysed.")
+    return _act(
+        request,
+        release_id,
+        lambda: services.release_analyze(tenant=request.tenant, release_id=release_id),
+        "Analysed.",
+    )
 
 
 @console_page(Action.SERVING_VIEW)
 def serving(request):
     model = request.GET.get("model") or None
     events = list(selectors.serving_history(tenant=request.tenant, model=model))
-    return render(request, "console/serving_timeline.html", {
-        "events": list(reversed(events)), "figure": serving_figure(events), "model": model or "",
-        "routing": selectors.routing_states(tenant=request.tenant)})
+    return render(
+        request,
+        "console/serving_timeline.html",
+        {
+            "events": list(reversed(events)),
+            "figure": serving_figure(events),
+            "model": model or "",
+            "routing": selectors.routing_states(tenant=request.tenant),
+        },
+    )

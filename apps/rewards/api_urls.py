@@ -18,7 +18,10 @@ urlpatterns = [
     path("reward-specs/<int:spec_id>/", RewardSpecDetailApi.as_view(), name="reward-spec-detail"),
     path("rewards/", RewardListApi.as_view(), name="reward-list"),
     path("rewards/feedback/", RewardFeedbackApi.as_view(), name="reward-feedback"),
-    path("rewards/trajectories/<uuid:trajectory_id>/", TrajectoryRewardSummaryApi.as_view(),
-         name="reward-trajectory-summary"),
+    path(
+        "rewards/trajectories/<uuid:trajectory_id>/",
+        TrajectoryRewardSummaryApi.as_view(),
+        name="reward-trajectory-summary",
+    ),
     path("rewards/<uuid:reward_id>/", RewardDetailApi.as_view(), name="reward-detail"),
 ]

@@ -25,9 +25,12 @@ class RewardSpecSerializer(serializers.Serializer):
     maximum = serializers.FloatField(required=False, allow_null=True)
     categories = serializers.DictField(child=serializers.FloatField(), required=False)
     is_training_reward = serializers.BooleanField(required=False, default=False)
-    combination = serializers.ChoiceField(choices=Combination.choices, required=False, default=Combination.PRIORITY)
-    source_priority = serializers.ListField(child=serializers.ChoiceField(choices=RewardSource.choices),
-                                            required=False)
+    combination = serializers.ChoiceField(
+        choices=Combination.choices, required=False, default=Combination.PRIORITY
+    )
+    source_priority = serializers.ListField(
+        child=serializers.ChoiceField(choices=RewardSource.choices), required=False
+    )
     source_weights = serializers.DictField(child=serializers.FloatField(), required=False)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     created_at = serializers.DateTimeField(read_only=True)
@@ -36,13 +39,20 @@ class RewardSpecSerializer(serializers.Serializer):
 class RewardSpecListApi(TenantApi):
     actions = {"GET": Action.REWARD_VIEW, "POST": Action.REWARD_SPEC_MANAGE}
 
-    @extend_schema(operation_id="reward_spec_list", responses=RewardSpecSerializer(many=True),
-                   parameters=[OpenApiParameter("agent", str, description="only this agent's specs")])
+    @extend_schema(
+        operation_id="reward_spec_list",
+        responses=RewardSpecSerializer(many=True),
+        parameters=[OpenApiParameter("agent", str, description="only this agent's specs")],
+    )
     def get(self, request):
         agent = request.query_params.get("agent")
-        return self.paginated(selectors.reward_spec_list(tenant=self.tenant, agent_name=agent), RewardSpecSerializer)
+        return self.paginated(
+            selectors.reward_spec_list(tenant=self.tenant, agent_name=agent), RewardSpecSerializer
+        )
 
-    @extend_schema(operation_id="reward_spec_create", request=RewardSpecSerializer, responses={201: RewardSpecSerializer})
+    @extend_schema(
+        operation_id="reward_spec_create", request=RewardSpecSerializer, responses={201: RewardSpecSerializer}
+    )
     def post(self, request):
         data = RewardSpecSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -55,7 +65,9 @@ class RewardSpecDetailApi(TenantApi):
 
     @extend_schema(operation_id="reward_spec_detail", responses=RewardSpecSerializer)
     def get(self, request, spec_id):
-        return Response(RewardSpecSerializer(selectors.reward_spec_get(tenant=self.tenant, spec_id=spec_id)).data)
+        return Response(
+            RewardSpecSerializer(selectors.reward_spec_get(tenant=self.tenant, spec_id=spec_id)).data
+        )
 
 
 @extend_schema_serializer(component_name="Reward")
@@ -105,30 +117,43 @@ class RewardListApi(TenantApi):
         kind = serializers.ChoiceField(choices=RewardKind.choices, required=False, allow_null=True)
         spec = serializers.CharField(required=False, allow_blank=True, default="", max_length=120)
         source = serializers.ChoiceField(choices=RewardSource.choices, required=False)
-        timing = serializers.ChoiceField(choices=RewardTiming.choices, required=False, default=RewardTiming.DELAYED)
+        timing = serializers.ChoiceField(
+            choices=RewardTiming.choices, required=False, default=RewardTiming.DELAYED
+        )
         idempotency_key = serializers.CharField(required=False, allow_null=True, max_length=200)
         override = serializers.BooleanField(required=False, default=False)
         reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
-    @extend_schema(operation_id="reward_list", parameters=[FilterSerializer],
-                   responses=RewardOutputSerializer(many=True))
+    @extend_schema(
+        operation_id="reward_list", parameters=[FilterSerializer], responses=RewardOutputSerializer(many=True)
+    )
     def get(self, request):
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        return self.paginated(selectors.reward_list(tenant=self.tenant, **filters.validated_data),
-                              RewardOutputSerializer)
+        return self.paginated(
+            selectors.reward_list(tenant=self.tenant, **filters.validated_data), RewardOutputSerializer
+        )
 
-    @extend_schema(operation_id="reward_create", request=InputSerializer, responses={201: RewardOutputSerializer})
+    @extend_schema(
+        operation_id="reward_create", request=InputSerializer, responses={201: RewardOutputSerializer}
+    )
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
         if fields["override"] and not self.can(Action.REWARD_OVERRIDE):
             raise Forbidden("only operators may override a reward", code="role_forbidden")
-        created_by = request.user.prefix if isinstance(request.user, KeyPrincipal) else request.user.get_username()
+        created_by = (
+            request.user.prefix if isinstance(request.user, KeyPrincipal) else request.user.get_username()
+        )
         reward, created = services.reward_create(
-            tenant=self.tenant, actor=self.actor, source=fields.pop("source", None), created_by=created_by,
-            spec_name=fields.pop("spec"), **fields)
+            tenant=self.tenant,
+            actor=self.actor,
+            source=fields.pop("source", None),
+            created_by=created_by,
+            spec_name=fields.pop("spec"),
+            **fields,
+        )
         return Response(RewardOutputSerializer(reward).data, status=201 if created else 200)
 
 
@@ -137,7 +162,9 @@ class RewardDetailApi(TenantApi):
 
     @extend_schema(operation_id="reward_detail", responses=RewardOutputSerializer)
     def get(self, request, reward_id):
-        return Response(RewardOutputSerializer(selectors.reward_get(tenant=self.tenant, reward_id=reward_id)).data)
+        return Response(
+            RewardOutputSerializer(selectors.reward_get(tenant=self.tenant, reward_id=reward_id)).data
+        )
 
 
 class TrajectoryRewardSummaryApi(TenantApi):
@@ -150,11 +177,13 @@ class TrajectoryRewardSummaryApi(TenantApi):
         trajectory = trajectory_list(tenant=self.tenant).filter(pk=trajectory_id).first()
         if trajectory is None:
             raise NotFound("no such trajectory in this tenant", code="trajectory_not_found")
-        return Response({
-            "trajectory_id": str(trajectory.pk),
-            "training_reward": selectors.training_reward(tenant=self.tenant, trajectory=trajectory),
-            "feedback": selectors.feedback_summary(tenant=self.tenant, trajectory_id=trajectory.pk),
-        })
+        return Response(
+            {
+                "trajectory_id": str(trajectory.pk),
+                "training_reward": selectors.training_reward(tenant=self.tenant, trajectory=trajectory),
+                "feedback": selectors.feedback_summary(tenant=self.tenant, trajectory_id=trajectory.pk),
+            }
+        )
 
 
 class RewardFeedbackApi(TenantApi):
@@ -174,7 +203,9 @@ class EvaluatorSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=EvaluatorKind.choices)
     config = serializers.DictField(required=False, default=dict)
     agent_name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-    spec = serializers.CharField(source="spec.name", required=False, allow_blank=True, default="", max_length=120)
+    spec = serializers.CharField(
+        source="spec.name", required=False, allow_blank=True, default="", max_length=120
+    )
     enabled = serializers.BooleanField(required=False, default=True)
     created_at = serializers.DateTimeField(read_only=True)
 
@@ -189,13 +220,17 @@ class EvaluatorListApi(TenantApi):
     def get(self, request):
         return self.paginated(selectors.evaluator_list(tenant=self.tenant), EvaluatorSerializer)
 
-    @extend_schema(operation_id="evaluator_create", request=EvaluatorSerializer, responses={201: EvaluatorSerializer})
+    @extend_schema(
+        operation_id="evaluator_create", request=EvaluatorSerializer, responses={201: EvaluatorSerializer}
+    )
     def post(self, request):
         data = EvaluatorSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
         spec_name = (fields.pop("spec", None) or {}).get("name", "")
-        evaluator = services.evaluator_create(tenant=self.tenant, actor=self.actor, spec_name=spec_name, **fields)
+        evaluator = services.evaluator_create(
+            tenant=self.tenant, actor=self.actor, spec_name=spec_name, **fields
+        )
         return Response(EvaluatorSerializer(evaluator).data, status=201)
 
 
@@ -213,9 +248,12 @@ class EvaluatorRunApi(TenantApi):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         evaluator = selectors.evaluator_get(tenant=self.tenant, evaluator_id=evaluator_id)
-        trajectory = trajectory_list(tenant=self.tenant).filter(pk=data.validated_data["trajectory_id"]).first()
+        trajectory = (
+            trajectory_list(tenant=self.tenant).filter(pk=data.validated_data["trajectory_id"]).first()
+        )
         if trajectory is None:
             raise NotFound("no such trajectory in this tenant", code="trajectory_not_found")
         transaction.on_commit(lambda: run_evaluators.delay(str(trajectory.pk), evaluator.pk))
-        return Response({"evaluator": str(evaluator), "trajectory_id": str(trajectory.pk), "queued": True},
-                        status=202)
+        return Response(
+            {"evaluator": str(evaluator), "trajectory_id": str(trajectory.pk), "queued": True}, status=202
+        )

@@ -61,8 +61,11 @@ class RewardSpec(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "agent_name", "name"], name="rewardspec_unique_name"),
-            models.UniqueConstraint(fields=["tenant", "agent_name"], condition=models.Q(is_training_reward=True),
-                                    name="rewardspec_one_training_reward"),
+            models.UniqueConstraint(
+                fields=["tenant", "agent_name"],
+                condition=models.Q(is_training_reward=True),
+                name="rewardspec_one_training_reward",
+            ),
         ]
         ordering = ["agent_name", "name"]
 
@@ -75,7 +78,9 @@ class Reward(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
-    trajectory = models.ForeignKey("trajectories.Trajectory", on_delete=models.CASCADE, related_name="rewards")
+    trajectory = models.ForeignKey(
+        "trajectories.Trajectory", on_delete=models.CASCADE, related_name="rewards"
+    )
     step_id = models.UUIDField(null=True, blank=True)
     target = models.CharField(max_length=16, choices=RewardTarget.choices)
     value = models.FloatField()
@@ -90,7 +95,9 @@ class Reward(models.Model):
     # Whose key it is: "<source>/<principal>" (services.idempotency_scope). Keys are unique within a scope,
     # so no caller can claim a key another source or principal will use. "": imported or legacy rows.
     idempotency_scope = models.CharField(max_length=200, blank=True, default="")
-    spec = models.ForeignKey(RewardSpec, null=True, blank=True, on_delete=models.PROTECT, related_name="rewards")
+    spec = models.ForeignKey(
+        RewardSpec, null=True, blank=True, on_delete=models.PROTECT, related_name="rewards"
+    )
     is_override = models.BooleanField(default=False, help_text="An operator's override: beats every source.")
     reason = models.TextField(blank=True, help_text="Why an operator overrode.")
 
@@ -98,10 +105,15 @@ class Reward(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "idempotency_scope", "idempotency_key"],
-                                    name="reward_unique_scoped_idempotency_key"),
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_scope", "idempotency_key"],
+                name="reward_unique_scoped_idempotency_key",
+            ),
             models.CheckConstraint(
-                condition=(models.Q(target="step", step_id__isnull=False) | models.Q(target="trajectory", step_id__isnull=True)),
+                condition=(
+                    models.Q(target="step", step_id__isnull=False)
+                    | models.Q(target="trajectory", step_id__isnull=True)
+                ),
                 name="reward_exactly_one_target",
             ),
         ]
@@ -136,7 +148,9 @@ class Evaluator(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "name", "version"], name="evaluator_unique_version")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name", "version"], name="evaluator_unique_version")
+        ]
         ordering = ["name", "version"]
 
     def __str__(self) -> str:

@@ -35,28 +35,55 @@ def reward_spec_for(*, tenant_id: int, agent_name: str, name: str = "") -> Rewar
     # The agent's own spec sorts before the tenant-wide one (blank agent name).
     found = sorted(specs, key=lambda spec: spec.agent_name == "")
     if name and not found:
-        raise RewardRejected(f"unknown reward spec {name!r} for agent {agent_name or '(none)'}",
-                             code="reward_spec_unknown", fields={"spec": ["unknown reward spec"]})
+        raise RewardRejected(
+            f"unknown reward spec {name!r} for agent {agent_name or '(none)'}",
+            code="reward_spec_unknown",
+            fields={"spec": ["unknown reward spec"]},
+        )
     return found[0] if found else None
 
 
 def spec_data(spec: RewardSpec) -> SpecData:
-    return SpecData(name=spec.name, kind=spec.kind, minimum=spec.minimum, maximum=spec.maximum,
-                    categories=dict(spec.categories or {}))
+    return SpecData(
+        name=spec.name,
+        kind=spec.kind,
+        minimum=spec.minimum,
+        maximum=spec.maximum,
+        categories=dict(spec.categories or {}),
+    )
 
 
 def combination_rule(spec: RewardSpec | None) -> CombinationRule:
     if spec is None:
         return CombinationRule()
-    return CombinationRule(mode=spec.combination, priority=tuple(spec.source_priority or DEFAULT_PRIORITY),
-                           weights={source: float(weight) for source, weight in (spec.source_weights or {}).items()})
+    return CombinationRule(
+        mode=spec.combination,
+        priority=tuple(spec.source_priority or DEFAULT_PRIORITY),
+        weights={source: float(weight) for source, weight in (spec.source_weights or {}).items()},
+    )
 
 
-def reward_list(*, tenant, trajectory_id=None, step_id=None, source=None, kind=None, spec_id=None,
-                created_after=None, created_before=None, is_override=None):
+def reward_list(
+    *,
+    tenant,
+    trajectory_id=None,
+    step_id=None,
+    source=None,
+    kind=None,
+    spec_id=None,
+    created_after=None,
+    created_before=None,
+    is_override=None,
+):
     """Newest first."""
     rewards = Reward.objects.for_tenant(tenant).select_related("spec")
-    exact = {"trajectory_id": trajectory_id, "step_id": step_id, "source": source, "kind": kind, "spec_id": spec_id}
+    exact = {
+        "trajectory_id": trajectory_id,
+        "step_id": step_id,
+        "source": source,
+        "kind": kind,
+        "spec_id": spec_id,
+    }
     rewards = rewards.filter(**{name: value for name, value in exact.items() if value})
     if created_after:
         rewards = rewards.filter(created_at__gte=created_after)
@@ -80,9 +107,12 @@ def training_reward(*, tenant, trajectory) -> float | None:
     spec = reward_spec_for(tenant_id=tenant.pk, agent_name=trajectory.agent_name)
     rewards = Reward.objects.for_tenant(tenant).filter(trajectory_id=trajectory.pk)
     rewards = rewards.filter(spec=spec) if spec else rewards.exclude(kind=RewardKind.CRITIQUE)
-    points = [RewardPoint(value=value, source=source, created_at=created_at, is_override=is_override)
-              for value, source, created_at, is_override
-              in rewards.values_list("value", "source", "created_at", "is_override")]
+    points = [
+        RewardPoint(value=value, source=source, created_at=created_at, is_override=is_override)
+        for value, source, created_at, is_override in rewards.values_list(
+            "value", "source", "created_at", "is_override"
+        )
+    ]
     return combine(points, combination_rule(spec))
 
 
@@ -126,8 +156,11 @@ def _tool_succeeded(content) -> bool:
 def trajectory_outcome(*, trajectory) -> Outcome:
     """What evaluators judge: the final answer, each tool call with whether its result succeeded (a tool
     message or result without an error), and the environment's reported outcome (env_event results)."""
-    steps = list(Step.objects.filter(tenant_id=trajectory.tenant_id, trajectory=trajectory).order_by("index")
-                 .values("kind", "observation", "action", "result"))
+    steps = list(
+        Step.objects.filter(tenant_id=trajectory.tenant_id, trajectory=trajectory)
+        .order_by("index")
+        .values("kind", "observation", "action", "result")
+    )
     calls: dict[str, str] = {}
     results: dict[str, bool] = {}
     final_text, environment = "", {}
@@ -146,6 +179,12 @@ def trajectory_outcome(*, trajectory) -> Outcome:
             environment.update(result)
         elif step["kind"] == "llm_call":
             message = action.get("message") or {}
-            final_text = action.get("text") or (message.get("content") if isinstance(message, dict) else "") or ""
-    return Outcome(task_id=trajectory.task_id, final_text=final_text, environment=environment,
-                   tool_calls=tuple(ToolCall(call_id, name, results.get(call_id)) for call_id, name in calls.items()))
+            final_text = (
+                action.get("text") or (message.get("content") if isinstance(message, dict) else "") or ""
+            )
+    return Outcome(
+        task_id=trajectory.task_id,
+        final_text=final_text,
+        environment=environment,
+        tool_calls=tuple(ToolCall(call_id, name, results.get(call_id)) for call_id, name in calls.items()),
+    )

@@ -30,14 +30,25 @@ def _as_uuid(value: str, what: str) -> uuid.UUID:
     try:
         return uuid.UUID(str(value))
     except ValueError:
-        raise NotFound(f"no {what} {value!r} in this tenant", code=f"{what.replace(' ', '_')}_not_found") from None
+        raise NotFound(
+            f"no {what} {value!r} in this tenant", code=f"{what.replace(' ', '_')}_not_found"
+        ) from None
 
 
 def _payload(reward: Reward, *, created: bool) -> dict:
-    return {"reward_id": str(reward.id), "target": reward.target, "trajectory_id": str(reward.trajectory_id),
-            "step_id": str(reward.step_id) if reward.step_id else None, "value": reward.value, "kind": reward.kind,
-            "label": reward.label or None, "spec": reward.spec.name if reward.spec_id else None,
-            "source": reward.source, "timing": reward.timing, "created": created}
+    return {
+        "reward_id": str(reward.id),
+        "target": reward.target,
+        "trajectory_id": str(reward.trajectory_id),
+        "step_id": str(reward.step_id) if reward.step_id else None,
+        "value": reward.value,
+        "kind": reward.kind,
+        "label": reward.label or None,
+        "spec": reward.spec.name if reward.spec_id else None,
+        "source": reward.source,
+        "timing": reward.timing,
+        "created": created,
+    }
 
 
 def _enqueue_follow_ups(reward: Reward) -> None:
@@ -74,32 +85,48 @@ def _source_for(*, actor: Actor, requested: str | None) -> tuple[str, str]:
     source = requested or allowed[0]
     if source not in allowed:
         who = "an API key" if actor.kind == "api_key" else "a person's session"
-        raise Forbidden(f"{who} may not post a reward with source {source!r}; it may post "
-                        f"{', '.join(allowed)}", code="source_not_allowed", fields={"source": list(allowed)})
+        raise Forbidden(
+            f"{who} may not post a reward with source {source!r}; it may post {', '.join(allowed)}",
+            code="source_not_allowed",
+            fields={"source": list(allowed)},
+        )
     return source, idempotency_scope(source=source, principal=principal)
 
 
 def _existing(tenant_id: int, scope: str, idempotency_key: str | None) -> Reward | None:
     if not idempotency_key:
         return None
-    return Reward.objects.select_related("spec").filter(
-        tenant_id=tenant_id, idempotency_scope=scope, idempotency_key=idempotency_key).first()
+    return (
+        Reward.objects.select_related("spec")
+        .filter(tenant_id=tenant_id, idempotency_scope=scope, idempotency_key=idempotency_key)
+        .first()
+    )
 
 
-def _checked(*, tenant_id: int, agent_name: str, spec_name: str, kind: str | None, value: float | None,
-             label: str) -> tuple[RewardSpec | None, str, float, str]:
+def _checked(
+    *, tenant_id: int, agent_name: str, spec_name: str, kind: str | None, value: float | None, label: str
+) -> tuple[RewardSpec | None, str, float, str]:
     """(spec, kind, value, label) after checking against the named spec or the agent's training spec.
     An unnamed critique is not held to a scored training spec: corrections are free text."""
     spec = reward_spec_for(tenant_id=tenant_id, agent_name=agent_name, name=spec_name)
-    if spec is not None and not spec_name and (kind == RewardKind.CRITIQUE) != (spec.kind == RewardKind.CRITIQUE):
+    if (
+        spec is not None
+        and not spec_name
+        and (kind == RewardKind.CRITIQUE) != (spec.kind == RewardKind.CRITIQUE)
+    ):
         spec = None
     if spec is None:
         kind = kind or RewardKind.NUMERIC
         if kind != RewardKind.CRITIQUE and value is None:
-            raise RewardRejected("a value is required", code="invalid_request", fields={"value": ["required"]})
+            raise RewardRejected(
+                "a value is required", code="invalid_request", fields={"value": ["required"]}
+            )
         if kind == RewardKind.CRITIQUE and not label.strip():
-            raise RewardRejected("a critique needs its text as label (or comment)", code="invalid_request",
-                                 fields={"label": ["required"]})
+            raise RewardRejected(
+                "a critique needs its text as label (or comment)",
+                code="invalid_request",
+                fields={"label": ["required"]},
+            )
         return None, kind, 0.0 if value is None else float(value), label
     kind = kind or spec.kind
     checked = check_reward(spec_data(spec), kind=kind, value=value, label=label)
@@ -112,22 +139,37 @@ def _refuse_after_window(*, tenant_id: int, trajectory_id) -> None:
     """A session that ended more than the tenant's `late_reward_hours` ago takes no more rewards (410)."""
     from apps.tenants.models import TenantPolicy
 
-    ended_at = Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id).values_list("ended_at", flat=True).first()
+    ended_at = (
+        Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id)
+        .values_list("ended_at", flat=True)
+        .first()
+    )
     if ended_at is None:
         return
-    hours = TenantPolicy.objects.filter(tenant_id=tenant_id).values_list("late_reward_hours", flat=True).first()
+    hours = (
+        TenantPolicy.objects.filter(tenant_id=tenant_id).values_list("late_reward_hours", flat=True).first()
+    )
     if hours is not None and timezone.now() - ended_at > timedelta(hours=hours):
-        raise Gone(f"the session ended at {ended_at:%Y-%m-%d %H:%M} UTC, more than this tenant's late-reward window of "
-                   f"{hours} h ago", code="reward_window_closed")
+        raise Gone(
+            f"the session ended at {ended_at:%Y-%m-%d %H:%M} UTC, more than this tenant's late-reward window of "
+            f"{hours} h ago",
+            code="reward_window_closed",
+        )
 
 
-def _store(*, tenant_id: int, idempotency_scope: str, idempotency_key: str | None, **fields) -> tuple[Reward, bool]:
+def _store(
+    *, tenant_id: int, idempotency_scope: str, idempotency_key: str | None, **fields
+) -> tuple[Reward, bool]:
     if not fields.get("is_override"):
         _refuse_after_window(tenant_id=tenant_id, trajectory_id=fields["trajectory_id"])
     try:
         with transaction.atomic():
-            reward = Reward.objects.create(tenant_id=tenant_id, idempotency_scope=idempotency_scope,
-                                           idempotency_key=idempotency_key, **fields)
+            reward = Reward.objects.create(
+                tenant_id=tenant_id,
+                idempotency_scope=idempotency_scope,
+                idempotency_key=idempotency_key,
+                **fields,
+            )
     except IntegrityError:
         existing = _existing(tenant_id, idempotency_scope, idempotency_key)
         if existing is None:
@@ -137,9 +179,20 @@ def _store(*, tenant_id: int, idempotency_scope: str, idempotency_key: str | Non
     return reward, True
 
 
-def reward_append_for_agent(*, tenant_id: int, session_id: str | None, step_id: str | None, value: float | None,
-                            kind: str | None, source: str, label: str, idempotency_key: str | None, timing: str,
-                            created_by: str, spec_name: str = "") -> dict:
+def reward_append_for_agent(
+    *,
+    tenant_id: int,
+    session_id: str | None,
+    step_id: str | None,
+    value: float | None,
+    kind: str | None,
+    source: str,
+    label: str,
+    idempotency_key: str | None,
+    timing: str,
+    created_by: str,
+    spec_name: str = "",
+) -> dict:
     """The gateway's reward path (/rl/set_reward, /v1/rewards). Binds the reward to a step (step_id /
     interaction_id) or to a session's trajectory, inside the tenant only: another tenant's target is not
     found (404). Checks it against the named spec or the agent's training spec (422 naming the spec).
@@ -148,40 +201,74 @@ def reward_append_for_agent(*, tenant_id: int, session_id: str | None, step_id: 
     `source_not_allowed`) and the idempotency key is namespaced by source and that key.
     Enqueues the trajectory's qualification on commit."""
     if source not in KEY_SOURCES:
-        raise Forbidden(f"an API key may not post a reward with source {source!r}", code="source_not_allowed",
-                        fields={"source": list(KEY_SOURCES)})
+        raise Forbidden(
+            f"an API key may not post a reward with source {source!r}",
+            code="source_not_allowed",
+            fields={"source": list(KEY_SOURCES)},
+        )
     scope = idempotency_scope(source=source, principal=f"key:{created_by}")
     existing = _existing(tenant_id, scope, idempotency_key)
     if existing:
         return _payload(existing, created=False)
     if step_id:
-        step = Step.objects.filter(tenant_id=tenant_id, id=_as_uuid(step_id, "step")).values(
-            "id", "trajectory_id", "trajectory__agent_name").first()
+        step = (
+            Step.objects.filter(tenant_id=tenant_id, id=_as_uuid(step_id, "step"))
+            .values("id", "trajectory_id", "trajectory__agent_name")
+            .first()
+        )
         if step is None:
             raise NotFound(f"no step {step_id!r} in this tenant", code="step_not_found")
         target, trajectory_id, bound_step = RewardTarget.STEP, step["trajectory_id"], step["id"]
         agent_name = step["trajectory__agent_name"]
     else:
         trajectory_id = trajectory_id_for(tenant_id=tenant_id, session_id=session_id)
-        agent_name = Trajectory.objects.filter(tenant_id=tenant_id, id=trajectory_id).values_list(
-            "agent_name", flat=True).first()
+        agent_name = (
+            Trajectory.objects.filter(tenant_id=tenant_id, id=trajectory_id)
+            .values_list("agent_name", flat=True)
+            .first()
+        )
         if agent_name is None:
             raise NotFound(f"no session {session_id!r} in this tenant", code="session_not_found")
         target, bound_step = RewardTarget.TRAJECTORY, None
-    spec, kind, value, label = _checked(tenant_id=tenant_id, agent_name=agent_name, spec_name=spec_name, kind=kind,
-                                        value=value, label=label)
-    reward, created = _store(tenant_id=tenant_id, idempotency_scope=scope, idempotency_key=idempotency_key,
-                             trajectory_id=trajectory_id,
-                             step_id=bound_step, target=target, value=value, kind=kind, label=label, source=source,
-                             timing=timing, created_by=created_by, spec=spec)
+    spec, kind, value, label = _checked(
+        tenant_id=tenant_id, agent_name=agent_name, spec_name=spec_name, kind=kind, value=value, label=label
+    )
+    reward, created = _store(
+        tenant_id=tenant_id,
+        idempotency_scope=scope,
+        idempotency_key=idempotency_key,
+        trajectory_id=trajectory_id,
+        step_id=bound_step,
+        target=target,
+        value=value,
+        kind=kind,
+        label=label,
+        source=source,
+        timing=timing,
+        created_by=created_by,
+        spec=spec,
+    )
     return _payload(reward, created=created)
 
 
 @transaction.atomic
-def reward_create(*, tenant, actor: Actor, trajectory_id, step_id=None, value: float | None = None,
-                  label: str = "", kind: str | None = None, spec_name: str = "", source: str | None = None,
-                  timing: str = RewardTiming.DELAYED, idempotency_key: str | None = None, override: bool = False,
-                  reason: str = "", created_by: str) -> tuple[Reward, bool]:
+def reward_create(
+    *,
+    tenant,
+    actor: Actor,
+    trajectory_id,
+    step_id=None,
+    value: float | None = None,
+    label: str = "",
+    kind: str | None = None,
+    spec_name: str = "",
+    source: str | None = None,
+    timing: str = RewardTiming.DELAYED,
+    idempotency_key: str | None = None,
+    override: bool = False,
+    reason: str = "",
+    created_by: str,
+) -> tuple[Reward, bool]:
     """A reward from the REST API or the console (annotators and operators in person, programs through keys).
     The source follows the actor (`_source_for`): a key names user/agent/environment/rule (default agent), a
     person posts as annotator; another source is refused (403 `source_not_allowed`).
@@ -194,34 +281,86 @@ def reward_create(*, tenant, actor: Actor, trajectory_id, step_id=None, value: f
     existing = _existing(tenant.pk, scope, idempotency_key)
     if existing:
         return existing, False
-    trajectory = Trajectory.objects.for_tenant(tenant).filter(pk=trajectory_id).values("id", "agent_name").first()
+    trajectory = (
+        Trajectory.objects.for_tenant(tenant).filter(pk=trajectory_id).values("id", "agent_name").first()
+    )
     if trajectory is None:
         raise NotFound("no such trajectory in this tenant", code="trajectory_not_found")
-    if step_id and not Step.objects.for_tenant(tenant).filter(pk=step_id, trajectory_id=trajectory["id"]).exists():
+    if (
+        step_id
+        and not Step.objects.for_tenant(tenant).filter(pk=step_id, trajectory_id=trajectory["id"]).exists()
+    ):
         raise NotFound("no such step in this trajectory", code="step_not_found")
     if override and not reason.strip():
         raise ValidationFailed("an override needs a reason", fields={"reason": ["required for an override"]})
-    spec, kind, value, label = _checked(tenant_id=tenant.pk, agent_name=trajectory["agent_name"],
-                                        spec_name=spec_name, kind=kind, value=value, label=label)
+    spec, kind, value, label = _checked(
+        tenant_id=tenant.pk,
+        agent_name=trajectory["agent_name"],
+        spec_name=spec_name,
+        kind=kind,
+        value=value,
+        label=label,
+    )
     reward, created = _store(
-        tenant_id=tenant.pk, idempotency_scope=scope, idempotency_key=idempotency_key, trajectory_id=trajectory["id"],
+        tenant_id=tenant.pk,
+        idempotency_scope=scope,
+        idempotency_key=idempotency_key,
+        trajectory_id=trajectory["id"],
         step_id=step_id or None,
-        target=RewardTarget.STEP if step_id else RewardTarget.TRAJECTORY, value=value, kind=kind, label=label,
-        source=source, timing=timing, created_by=created_by, spec=spec, is_override=override, reason=reason)
+        target=RewardTarget.STEP if step_id else RewardTarget.TRAJECTORY,
+        value=value,
+        kind=kind,
+        label=label,
+        source=source,
+        timing=timing,
+        created_by=created_by,
+        spec=spec,
+        is_override=override,
+        reason=reason,
+    )
     if created:
-        audit_record(tenant=tenant, actor=actor, verb="reward.override" if override else "reward.create",
-                     target=reward, data={"trajectory_id": str(reward.trajectory_id), "value": value, "kind": kind,
-                                          "source": source, "spec": spec.name if spec else None, "reason": reason})
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            verb="reward.override" if override else "reward.create",
+            target=reward,
+            data={
+                "trajectory_id": str(reward.trajectory_id),
+                "value": value,
+                "kind": kind,
+                "source": source,
+                "spec": spec.name if spec else None,
+                "reason": reason,
+            },
+        )
     return reward, created
 
 
-SPEC_FIELDS = ("agent_name", "name", "kind", "minimum", "maximum", "categories", "is_training_reward", "combination",
-               "source_priority", "source_weights", "description")
+SPEC_FIELDS = (
+    "agent_name",
+    "name",
+    "kind",
+    "minimum",
+    "maximum",
+    "categories",
+    "is_training_reward",
+    "combination",
+    "source_priority",
+    "source_weights",
+    "description",
+)
 
 
 def _spec_validate(fields: dict) -> None:
-    problems = spec_problems(SpecData(name=fields["name"], kind=fields["kind"], minimum=fields.get("minimum"),
-                                      maximum=fields.get("maximum"), categories=fields.get("categories") or {}))
+    problems = spec_problems(
+        SpecData(
+            name=fields["name"],
+            kind=fields["kind"],
+            minimum=fields.get("minimum"),
+            maximum=fields.get("maximum"),
+            categories=fields.get("categories") or {},
+        )
+    )
     sources = set(RewardSource.values)
     if fields.get("is_training_reward") and fields["kind"] == RewardKind.CRITIQUE:
         problems["is_training_reward"] = "a critique (free text) cannot be the training reward"
@@ -232,8 +371,10 @@ def _spec_validate(fields: dict) -> None:
     if fields.get("combination") == Combination.WEIGHTED_SUM and not fields.get("source_weights"):
         problems["source_weights"] = "a weighted sum needs {source: weight}"
     if problems:
-        raise ValidationFailed("the reward spec is invalid: " + "; ".join(f"{k}: {v}" for k, v in problems.items()),
-                               fields={name: [problem] for name, problem in problems.items()})
+        raise ValidationFailed(
+            "the reward spec is invalid: " + "; ".join(f"{k}: {v}" for k, v in problems.items()),
+            fields={name: [problem] for name, problem in problems.items()},
+        )
 
 
 @transaction.atomic
@@ -245,12 +386,19 @@ def reward_spec_create(*, tenant, actor: Actor, **fields) -> RewardSpec:
     _spec_validate(fields)
     clashes = RewardSpec.objects.for_tenant(tenant).filter(agent_name=fields["agent_name"])
     if clashes.filter(name=fields["name"]).exists():
-        raise Conflict(f"a reward spec {fields['name']!r} already exists for this agent", code="reward_spec_exists")
+        raise Conflict(
+            f"a reward spec {fields['name']!r} already exists for this agent", code="reward_spec_exists"
+        )
     if fields.get("is_training_reward") and clashes.filter(is_training_reward=True).exists():
         raise Conflict("this agent already has a training reward spec", code="training_reward_exists")
     spec = RewardSpec.objects.create(tenant=tenant, **fields)
-    audit_record(tenant=tenant, actor=actor, verb="reward_spec.create", target=spec,
-                 data={name: getattr(spec, name) for name in SPEC_FIELDS})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="reward_spec.create",
+        target=spec,
+        data={name: getattr(spec, name) for name in SPEC_FIELDS},
+    )
     return spec
 
 
@@ -267,11 +415,20 @@ def evaluator_create(*, tenant, actor: Actor, spec_name: str = "", **fields) -> 
     spec = None
     if spec_name:
         spec = reward_spec_for(tenant_id=tenant.pk, agent_name=fields.get("agent_name", ""), name=spec_name)
-    if Evaluator.objects.for_tenant(tenant).filter(name=fields["name"], version=fields.get("version", "1")).exists():
+    if (
+        Evaluator.objects.for_tenant(tenant)
+        .filter(name=fields["name"], version=fields.get("version", "1"))
+        .exists()
+    ):
         raise Conflict("this evaluator version exists; register a new version", code="evaluator_exists")
     evaluator = Evaluator.objects.create(tenant=tenant, spec=spec, **fields)
-    audit_record(tenant=tenant, actor=actor, verb="evaluator.create", target=evaluator,
-                 data={name: getattr(evaluator, name) for name in EVALUATOR_FIELDS})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="evaluator.create",
+        target=evaluator,
+        data={name: getattr(evaluator, name) for name in EVALUATOR_FIELDS},
+    )
     return evaluator
 
 
@@ -298,11 +455,27 @@ def evaluator_run(*, evaluator: Evaluator, trajectory) -> Reward | None:
         return existing
     result = run_evaluator(evaluator.kind, evaluator.config, trajectory_outcome(trajectory=trajectory))
     spec_name = evaluator.spec.name if evaluator.spec_id else ""
-    spec, kind, value, label = _checked(tenant_id=evaluator.tenant_id, agent_name=trajectory.agent_name,
-                                        spec_name=spec_name, kind=None, value=result.value, label="")
-    reward, _ = _store(tenant_id=evaluator.tenant_id, idempotency_scope=scope, idempotency_key=key,
-                       trajectory_id=trajectory.pk, step_id=None,
-                       target=RewardTarget.TRAJECTORY, value=value, kind=kind, label=label or result.label,
-                       source=RewardSource.EVALUATOR, timing=RewardTiming.TERMINAL,
-                       created_by=f"{evaluator.name}@{evaluator.version}", spec=spec)
+    spec, kind, value, label = _checked(
+        tenant_id=evaluator.tenant_id,
+        agent_name=trajectory.agent_name,
+        spec_name=spec_name,
+        kind=None,
+        value=result.value,
+        label="",
+    )
+    reward, _ = _store(
+        tenant_id=evaluator.tenant_id,
+        idempotency_scope=scope,
+        idempotency_key=key,
+        trajectory_id=trajectory.pk,
+        step_id=None,
+        target=RewardTarget.TRAJECTORY,
+        value=value,
+        kind=kind,
+        label=label or result.label,
+        source=RewardSource.EVALUATOR,
+        timing=RewardTiming.TERMINAL,
+        created_by=f"{evaluator.name}@{evaluator.version}",
+        spec=spec,
+    )
     return reward

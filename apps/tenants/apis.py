@@ -51,10 +51,12 @@ class PolicyDetailApi(TenantApi):
     @extend_schema_serializer(component_name="PolicyUpdate")
     class InputSerializer(serializers.Serializer):
         allowed_models = serializers.ListField(child=serializers.CharField(max_length=200), required=False)
-        rate_limit_rpm = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, allow_null=True,
-                                                  required=False)
-        rate_limit_tpm = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, allow_null=True,
-                                                  required=False)
+        rate_limit_rpm = serializers.IntegerField(
+            min_value=1, max_value=INTEGER_COLUMN_MAX, allow_null=True, required=False
+        )
+        rate_limit_tpm = serializers.IntegerField(
+            min_value=1, max_value=INTEGER_COLUMN_MAX, allow_null=True, required=False
+        )
         monthly_budget_usd = serializers.DecimalField(
             max_digits=12, decimal_places=4, min_value=0, allow_null=True, required=False
         )
@@ -100,7 +102,9 @@ class PolicyDetailApi(TenantApi):
     def patch(self, request):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        policy = services.policy_update(tenant=self.tenant, actor=self.actor, changes=dict(body.validated_data))
+        policy = services.policy_update(
+            tenant=self.tenant, actor=self.actor, changes=dict(body.validated_data)
+        )
         return Response(self.OutputSerializer(policy).data)
 
 
@@ -129,7 +133,9 @@ class MemberListApi(TenantApi):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         membership = services.membership_add(
-            tenant=self.tenant, actor=self.actor, user_identifier=body.validated_data["user"],
+            tenant=self.tenant,
+            actor=self.actor,
+            user_identifier=body.validated_data["user"],
             role=body.validated_data["role"],
         )
         return Response(MemberOutputSerializer(membership).data, status=201)
@@ -152,7 +158,10 @@ class MemberDetailApi(TenantApi):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         membership = services.membership_change_role(
-            tenant=self.tenant, actor=self.actor, membership_id=membership_id, role=body.validated_data["role"]
+            tenant=self.tenant,
+            actor=self.actor,
+            membership_id=membership_id,
+            role=body.validated_data["role"],
         )
         return Response(MemberOutputSerializer(membership).data)
 
@@ -199,7 +208,9 @@ class ApiKeyListApi(TenantApi):
         scopes = serializers.ListField(
             child=serializers.ChoiceField(choices=[scope.value for scope in Scope]), allow_empty=False
         )
-        expires_in_days = serializers.IntegerField(min_value=1, max_value=3650, required=False, allow_null=True)
+        expires_in_days = serializers.IntegerField(
+            min_value=1, max_value=3650, required=False, allow_null=True
+        )
 
     @extend_schema(responses=ApiKeyOutputSerializer(many=True))
     def get(self, request):
@@ -213,7 +224,9 @@ class ApiKeyListApi(TenantApi):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         key, raw = services.api_key_create(
-            tenant=self.tenant, actor=self.actor, created_by=None if self.membership is None else request.user,
+            tenant=self.tenant,
+            actor=self.actor,
+            created_by=None if self.membership is None else request.user,
             **body.validated_data,
         )
         return Response(_key_payload(key, raw), status=201)
@@ -248,7 +261,10 @@ class ApiKeyRotateApi(TenantApi):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         new, raw = services.api_key_rotate(
-            tenant=self.tenant, actor=self.actor, key_id=key_id, grace_seconds=body.validated_data["grace_seconds"],
+            tenant=self.tenant,
+            actor=self.actor,
+            key_id=key_id,
+            grace_seconds=body.validated_data["grace_seconds"],
             created_by=None if self.membership is None else request.user,
         )
         return Response(_key_payload(new, raw), status=201)

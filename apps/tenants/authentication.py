@@ -85,7 +85,9 @@ def _load(hashed: str) -> KeyPrincipal | None:
     row = (
         ApiKey.objects.filter(hashed_secret=hashed)
         .select_related("tenant")
-        .only("id", "tenant__id", "tenant__slug", "prefix", "scopes", "expires_at", "revoked_at", "grace_until")
+        .only(
+            "id", "tenant__id", "tenant__slug", "prefix", "scopes", "expires_at", "revoked_at", "grace_until"
+        )
         .first()
     )
     if row is None:
@@ -122,7 +124,9 @@ def _touch(principal: KeyPrincipal, now) -> None:
 def api_key_authenticate(raw_key: str) -> KeyPrincipal:
     """Returns the principal for a raw key or raises KeyRejected with a message saying why."""
     if not raw_key:
-        raise KeyRejected("no API key given; send 'Authorization: Bearer <key>' or 'x-api-key: <key>'", "missing_key")
+        raise KeyRejected(
+            "no API key given; send 'Authorization: Bearer <key>' or 'x-api-key: <key>'", "missing_key"
+        )
     return api_key_authenticate_hashed(key_hash(raw_key))
 
 

@@ -44,10 +44,14 @@ class TenantPolicy(models.Model):
         help_text='Per model: {"model": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}} in USD.',
     )
     pii_patterns = models.JSONField(
-        default=list, blank=True, help_text='Tenant-defined PII patterns: [{"name": "order_id", "regex": "ORD-\\d+"}].'
+        default=list,
+        blank=True,
+        help_text='Tenant-defined PII patterns: [{"name": "order_id", "regex": "ORD-\\d+"}].',
     )
     late_reward_hours = models.PositiveIntegerField(
-        default=168, help_text="Rewards for a session still bind this many hours after it ended; later ones are refused.")
+        default=168,
+        help_text="Rewards for a session still bind this many hours after it ended; later ones are refused.",
+    )
     review_required = models.BooleanField(default=False)
     two_person_promotion = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)

@@ -6,5 +6,8 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
     name = "ApiKey"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer", "description": "An API key: `Authorization: Bearer ak-…` "
-                "(or the `x-api-key` header)."}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key: `Authorization: Bearer ak-…` (or the `x-api-key` header).",
+        }

@@ -64,7 +64,12 @@ def person_behind(*, tenant, actor_kind: str, actor_id: str) -> int | None:
     key_id, seen = int(actor_id), set()
     while key_id is not None and key_id not in seen and len(seen) < KEY_CHAIN_LIMIT:
         seen.add(key_id)
-        row = ApiKey.objects.for_tenant(tenant).filter(pk=key_id).values("created_by_id", "created_by_key_id").first()
+        row = (
+            ApiKey.objects.for_tenant(tenant)
+            .filter(pk=key_id)
+            .values("created_by_id", "created_by_key_id")
+            .first()
+        )
         if row is None:
             return None
         if row["created_by_id"] is not None:

@@ -40,13 +40,17 @@ def tenant_create(*, slug: str, name: str = "", actor: Actor) -> tuple[Tenant, b
     tenant, created = Tenant.objects.get_or_create(slug=slug, defaults={"name": name or slug})
     if created:
         TenantPolicy.objects.create(tenant=tenant)
-        audit_record(tenant=tenant, actor=actor, verb="tenant.create", target=tenant, data={"name": tenant.name})
+        audit_record(
+            tenant=tenant, actor=actor, verb="tenant.create", target=tenant, data={"name": tenant.name}
+        )
     return tenant, created
 
 
 def _validate_price_table(table) -> None:
     if not isinstance(table, dict):
-        raise ValidationFailed("price_table must be an object keyed by model", fields={"price_table": ["not an object"]})
+        raise ValidationFailed(
+            "price_table must be an object keyed by model", fields={"price_table": ["not an object"]}
+        )
     for model, prices in table.items():
         if not isinstance(prices, dict) or set(prices) - {"prompt_per_1k", "completion_per_1k"}:
             raise ValidationFailed(
@@ -67,8 +71,11 @@ def _validate_pii_patterns(patterns) -> None:
     try:
         patterns_from_policy(patterns)
     except InvalidPattern as error:
-        raise ValidationFailed(f"PII pattern {error.name!r}: {error.reason}" if error.name else error.reason,
-                               code="invalid_pii_pattern", fields={"pii_patterns": [str(error)]}) from None
+        raise ValidationFailed(
+            f"PII pattern {error.name!r}: {error.reason}" if error.name else error.reason,
+            code="invalid_pii_pattern",
+            fields={"pii_patterns": [str(error)]},
+        ) from None
 
 
 @transaction.atomic
@@ -115,15 +122,24 @@ def membership_add(*, tenant, actor: Actor, user_identifier: str, role: str) -> 
         with transaction.atomic():
             membership = Membership.objects.create(tenant=tenant, user=user, role=Role(role))
     except IntegrityError:
-        raise Conflict(f"{user.username} is already a member of {tenant.slug}", code="already_member") from None
-    audit_record(tenant=tenant, actor=actor, verb="member.add", target=membership,
-                 data={"user": user.username, "role": role})
+        raise Conflict(
+            f"{user.username} is already a member of {tenant.slug}", code="already_member"
+        ) from None
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="member.add",
+        target=membership,
+        data={"user": user.username, "role": role},
+    )
     return membership
 
 
 def _lock_membership(*, tenant, membership_id) -> Membership:
     try:
-        return Membership.objects.select_for_update().select_related("user").get(tenant=tenant, pk=membership_id)
+        return (
+            Membership.objects.select_for_update().select_related("user").get(tenant=tenant, pk=membership_id)
+        )
     except (Membership.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such member in this tenant", code="member_not_found") from None
 
@@ -139,8 +155,13 @@ def membership_change_role(*, tenant, actor: Actor, membership_id, role: str) ->
     old = membership.role
     membership.role = role
     membership.save(update_fields=["role"])
-    audit_record(tenant=tenant, actor=actor, verb="member.role_change", target=membership,
-                 data={"user": membership.user.username, "old": old, "new": role})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="member.role_change",
+        target=membership,
+        data={"user": membership.user.username, "old": old, "new": role},
+    )
     return membership
 
 
@@ -149,14 +170,21 @@ def membership_remove(*, tenant, actor: Actor, membership_id) -> None:
     membership = _lock_membership(tenant=tenant, membership_id=membership_id)
     if membership.role == Role.ADMIN and _admin_count(tenant) == 1:
         raise Conflict("cannot remove the tenant's last admin", code="last_admin")
-    audit_record(tenant=tenant, actor=actor, verb="member.remove", target=membership,
-                 data={"user": membership.user.username, "role": membership.role})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="member.remove",
+        target=membership,
+        data={"user": membership.user.username, "role": membership.role},
+    )
     membership.delete()
 
 
 def _validate_scopes(scopes) -> list[str]:
     if not scopes:
-        raise ValidationFailed("an API key needs at least one scope", fields={"scopes": ["at least one scope"]})
+        raise ValidationFailed(
+            "an API key needs at least one scope", fields={"scopes": ["at least one scope"]}
+        )
     valid = {scope.value for scope in Scope}
     unknown = [scope for scope in scopes if scope not in valid]
     if unknown:
@@ -173,8 +201,9 @@ def _creating_key_id(actor: Actor) -> int | None:
 
 
 @transaction.atomic
-def api_key_create(*, tenant, actor: Actor, name: str, scopes: list[str], expires_in_days: int | None = None,
-                   created_by=None) -> tuple[ApiKey, str]:
+def api_key_create(
+    *, tenant, actor: Actor, name: str, scopes: list[str], expires_in_days: int | None = None, created_by=None
+) -> tuple[ApiKey, str]:
     """Creates a key and returns (key, raw secret). The raw secret exists only in this return value.
     Records who made it: `created_by` (a person) or `created_by_key` (a key acting through the API)."""
     scopes = _validate_scopes(scopes)
@@ -182,18 +211,35 @@ def api_key_create(*, tenant, actor: Actor, name: str, scopes: list[str], expire
     if not name:
         raise ValidationFailed("an API key needs a name", fields={"name": ["required"]})
     if expires_in_days is not None and not 1 <= expires_in_days <= 3650:
-        raise ValidationFailed("expires_in_days must be between 1 and 3650", fields={"expires_in_days": ["out of range"]})
+        raise ValidationFailed(
+            "expires_in_days must be between 1 and 3650", fields={"expires_in_days": ["out of range"]}
+        )
     if ApiKey.objects.for_tenant(tenant).filter(name=name).exists():
         raise Conflict(f"this tenant already has a key named {name!r}", code="api_key_name_taken")
     raw = key_generate()
     expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
     key = ApiKey.objects.create(
-        tenant=tenant, name=name, prefix=key_prefix(raw), hashed_secret=key_hash(raw), scopes=scopes,
-        expires_at=expires_at, created_by=created_by, created_by_key_id=_creating_key_id(actor),
+        tenant=tenant,
+        name=name,
+        prefix=key_prefix(raw),
+        hashed_secret=key_hash(raw),
+        scopes=scopes,
+        expires_at=expires_at,
+        created_by=created_by,
+        created_by_key_id=_creating_key_id(actor),
     )
-    audit_record(tenant=tenant, actor=actor, verb="api_key.create", target=key,
-                 data={"name": name, "prefix": key.prefix, "scopes": scopes,
-                       "expires_at": expires_at.isoformat() if expires_at else None})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="api_key.create",
+        target=key,
+        data={
+            "name": name,
+            "prefix": key.prefix,
+            "scopes": scopes,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+        },
+    )
     return key, raw
 
 
@@ -225,7 +271,9 @@ def api_key_revoke(*, tenant, actor: Actor, key_id) -> ApiKey:
 
 
 @transaction.atomic
-def api_key_rotate(*, tenant, actor: Actor, key_id, grace_seconds: int, created_by=None) -> tuple[ApiKey, str]:
+def api_key_rotate(
+    *, tenant, actor: Actor, key_id, grace_seconds: int, created_by=None
+) -> tuple[ApiKey, str]:
     """Issues a replacement with the same scopes and expiry horizon; the old key stays valid for
     `grace_seconds` (0: ends now). Returns (new key, raw secret)."""
     if not 0 <= grace_seconds <= MAX_GRACE.total_seconds():
@@ -236,24 +284,39 @@ def api_key_rotate(*, tenant, actor: Actor, key_id, grace_seconds: int, created_
     old = _lock_key(tenant=tenant, key_id=key_id)
     now = timezone.now()
     if old.status_at(now) not in {"active"}:
-        raise Conflict(f"only an active key can be rotated; this one is {old.status_at(now)}", code="api_key_not_active")
+        raise Conflict(
+            f"only an active key can be rotated; this one is {old.status_at(now)}", code="api_key_not_active"
+        )
     raw = key_generate()
     new = ApiKey.objects.create(
-        tenant=tenant, name=_rotated_name(tenant, old.name), prefix=key_prefix(raw), hashed_secret=key_hash(raw),
-        scopes=old.scopes, expires_at=old.expires_at, created_by=created_by, created_by_key_id=_creating_key_id(actor),
+        tenant=tenant,
+        name=_rotated_name(tenant, old.name),
+        prefix=key_prefix(raw),
+        hashed_secret=key_hash(raw),
+        scopes=old.scopes,
+        expires_at=old.expires_at,
+        created_by=created_by,
+        created_by_key_id=_creating_key_id(actor),
     )
     old.replaced_by = new
     old.grace_until = now + timedelta(seconds=grace_seconds)
     old.save(update_fields=["replaced_by", "grace_until"])
-    audit_record(tenant=tenant, actor=actor, verb="api_key.rotate", target=old,
-                 data={"old_prefix": old.prefix, "new_prefix": new.prefix, "grace_until": old.grace_until.isoformat()})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="api_key.rotate",
+        target=old,
+        data={"old_prefix": old.prefix, "new_prefix": new.prefix, "grace_until": old.grace_until.isoformat()},
+    )
     _forget_cached(old.hashed_secret)
     return new, raw
 
 
 def _rotated_name(tenant, name: str) -> str:
     base = name.split(" (rotated")[0]
-    taken = set(ApiKey.objects.for_tenant(tenant).filter(name__startswith=base).values_list("name", flat=True))
+    taken = set(
+        ApiKey.objects.for_tenant(tenant).filter(name__startswith=base).values_list("name", flat=True)
+    )
     number = 2
     while f"{base} (rotated {number})" in taken:
         number += 1

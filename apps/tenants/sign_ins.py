@@ -29,24 +29,34 @@ def _address(request) -> str:
 def sign_in_audit(*, user, verb: str, address: str, path: str = "") -> int:
     """Records `verb` (one of VERBS) in the audit chain of every tenant `user` belongs to; returns how many."""
     assert verb in VERBS, verb
-    memberships = list(Membership.objects.filter(user_id=user.pk).select_related("tenant").order_by("tenant_id"))
+    memberships = list(
+        Membership.objects.filter(user_id=user.pk).select_related("tenant").order_by("tenant_id")
+    )
     actor = Actor.user(user) if verb != "auth.sign_in_failed" else Actor.system("sign-in")
     for membership in memberships:
-        audit_record(tenant=membership.tenant, actor=actor, verb=verb, target=user,
-                     data={"user": user.get_username(), "address": address, "path": path})
+        audit_record(
+            tenant=membership.tenant,
+            actor=actor,
+            verb=verb,
+            target=user,
+            data={"user": user.get_username(), "address": address, "path": path},
+        )
     return len(memberships)
 
 
 @receiver(user_logged_in, dispatch_uid="tenants.sign_in_audit")
 def _signed_in(sender, request, user, **kwargs):
-    sign_in_audit(user=user, verb="auth.sign_in", address=_address(request),
-                  path=getattr(request, "path", ""))
+    sign_in_audit(
+        user=user, verb="auth.sign_in", address=_address(request), path=getattr(request, "path", "")
+    )
 
 
 @receiver(user_logged_out, dispatch_uid="tenants.sign_out_audit")
 def _signed_out(sender, request, user, **kwargs):
     if user is not None:
-        sign_in_audit(user=user, verb="auth.sign_out", address=_address(request), path=getattr(request, "path", ""))
+        sign_in_audit(
+            user=user, verb="auth.sign_out", address=_address(request), path=getattr(request, "path", "")
+        )
 
 
 @receiver(user_login_failed, dispatch_uid="tenants.sign_in_failed_audit")
@@ -54,6 +64,10 @@ def _sign_in_failed(sender, credentials, request=None, **kwargs):
     username = str(credentials.get("username", ""))[:150]
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
-        logger.warning("sign-in failed for an unknown username from %s", _address(request) or "an unknown address")
+        logger.warning(
+            "sign-in failed for an unknown username from %s", _address(request) or "an unknown address"
+        )
         return
-    sign_in_audit(user=user, verb="auth.sign_in_failed", address=_address(request), path=getattr(request, "path", ""))
+    sign_in_audit(
+        user=user, verb="auth.sign_in_failed", address=_address(request), path=getattr(request, "path", "")
+    )

@@ -56,8 +56,11 @@ class JobOutputSerializer(serializers.Serializer):
 
     def get_dataset(self, job) -> dict:
         snapshot = job.dataset_snapshot or {}
-        return {"trajectories": len(snapshot.get("trajectory_ids", [])), "content_hash": snapshot.get("content_hash"),
-                "filters": snapshot.get("filters", {})}
+        return {
+            "trajectories": len(snapshot.get("trajectory_ids", [])),
+            "content_hash": snapshot.get("content_hash"),
+            "filters": snapshot.get("filters", {}),
+        }
 
 
 class TrainingJobListApi(TenantApi):
@@ -67,23 +70,28 @@ class TrainingJobListApi(TenantApi):
     class InputSerializer(serializers.Serializer):
         base_version_id = serializers.IntegerField()
         algorithm = serializers.ChoiceField(choices=Algorithm.choices)
-        hyperparameters = serializers.DictField(required=False, default=dict,
-                                                help_text="workers.engines.TrainConfig fields (learning_rate, ...)")
+        hyperparameters = serializers.DictField(
+            required=False, default=dict, help_text="workers.engines.TrainConfig fields (learning_rate, ...)"
+        )
         batch_size = serializers.IntegerField(min_value=1, max_value=4096, default=16)
         total_steps = serializers.IntegerField(min_value=1, max_value=100000, default=10)
         checkpoint_every = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, default=10)
-        staleness_bound = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, required=False,
-                                                   allow_null=True, default=None)
+        staleness_bound = serializers.IntegerField(
+            min_value=0, max_value=INTEGER_COLUMN_MAX, required=False, allow_null=True, default=None
+        )
         agent = serializers.CharField(required=False, allow_blank=True, default="")
         task_id = serializers.CharField(required=False, allow_blank=True, default="")
-        max_trajectories = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, required=False,
-                                                    allow_null=True, default=None)
+        max_trajectories = serializers.IntegerField(
+            min_value=1, max_value=INTEGER_COLUMN_MAX, required=False, allow_null=True, default=None
+        )
         description = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
     @extend_schema(parameters=[OpenApiParameter("status", str)], responses=JobOutputSerializer(many=True))
     def get(self, request):
-        return self.paginated(selectors.training_job_list(tenant=self.tenant, status=request.query_params.get("status")),
-                              JobOutputSerializer)
+        return self.paginated(
+            selectors.training_job_list(tenant=self.tenant, status=request.query_params.get("status")),
+            JobOutputSerializer,
+        )
 
     @extend_schema(request=InputSerializer, responses={201: JobOutputSerializer})
     def post(self, request):
@@ -104,8 +112,10 @@ class TrainingJobDetailApi(TenantApi):
         job = selectors.training_job_get(tenant=self.tenant, job_id=job_id)
         data = JobOutputSerializer(job).data
         data["metrics"] = selectors.training_job_metrics(tenant=self.tenant, job_id=job.pk)
-        data["logs"] = [{"at": line.at, "level": line.level, "message": line.message}
-                        for line in selectors.training_job_logs(tenant=self.tenant, job_id=job.pk)]
+        data["logs"] = [
+            {"at": line.at, "level": line.level, "message": line.message}
+            for line in selectors.training_job_logs(tenant=self.tenant, job_id=job.pk)
+        ]
         return Response(data)
 
 
@@ -114,19 +124,29 @@ class TrainingJobCancelApi(TenantApi):
 
     @extend_schema(request=None, responses=JobOutputSerializer)
     def post(self, request, job_id):
-        return Response(JobOutputSerializer(services.training_job_cancel(tenant=self.tenant, actor=self.actor,
-                                                                         job_id=job_id)).data)
+        return Response(
+            JobOutputSerializer(
+                services.training_job_cancel(tenant=self.tenant, actor=self.actor, job_id=job_id)
+            ).data
+        )
 
 
 class ModelVersionListApi(TenantApi):
     actions = {"GET": Action.MODEL_VERSION_VIEW}
 
-    @extend_schema(parameters=[OpenApiParameter("name", str), OpenApiParameter("status", str)],
-                   responses=VersionOutputSerializer(many=True))
+    @extend_schema(
+        parameters=[OpenApiParameter("name", str), OpenApiParameter("status", str)],
+        responses=VersionOutputSerializer(many=True),
+    )
     def get(self, request):
-        return self.paginated(selectors.model_version_list(tenant=self.tenant, name=request.query_params.get("name"),
-                                                           status=request.query_params.get("status")),
-                              VersionOutputSerializer)
+        return self.paginated(
+            selectors.model_version_list(
+                tenant=self.tenant,
+                name=request.query_params.get("name"),
+                status=request.query_params.get("status"),
+            ),
+            VersionOutputSerializer,
+        )
 
 
 class ModelVersionDetailApi(TenantApi):
@@ -134,8 +154,11 @@ class ModelVersionDetailApi(TenantApi):
 
     @extend_schema(responses=VersionOutputSerializer)
     def get(self, request, version_id):
-        return Response(VersionOutputSerializer(selectors.model_version_get(tenant=self.tenant,
-                                                                            version_id=version_id)).data)
+        return Response(
+            VersionOutputSerializer(
+                selectors.model_version_get(tenant=self.tenant, version_id=version_id)
+            ).data
+        )
 
 
 class ModelVersionLineageApi(TenantApi):
@@ -145,8 +168,9 @@ class ModelVersionLineageApi(TenantApi):
 
     def get(self, request, version_id):
         version = selectors.model_version_get(tenant=self.tenant, version_id=version_id)
-        return Response({"name": version.name, "versions": selectors.model_lineage(tenant=self.tenant,
-                                                                                   name=version.name)})
+        return Response(
+            {"name": version.name, "versions": selectors.model_lineage(tenant=self.tenant, name=version.name)}
+        )
 
 
 class ModelVersionPublishApi(TenantApi):
@@ -177,22 +201,46 @@ class ModelAliasListApi(TenantApi):
         version = serializers.CharField()
         updated_at = serializers.DateTimeField()
 
-    @extend_schema(parameters=[OpenApiParameter("name", str, description="only this model's aliases")],
-                   responses=OutputSerializer(many=True))
+    @extend_schema(
+        parameters=[OpenApiParameter("name", str, description="only this model's aliases")],
+        responses=OutputSerializer(many=True),
+    )
     def get(self, request):
         rows = selectors.alias_list(tenant=self.tenant, name=request.query_params.get("name"))
-        return Response([{"name": row.name, "alias": row.alias, "version_id": row.version_id,
-                          "version": row.version.label, "updated_at": row.updated_at} for row in rows])
+        return Response(
+            [
+                {
+                    "name": row.name,
+                    "alias": row.alias,
+                    "version_id": row.version_id,
+                    "version": row.version.label,
+                    "updated_at": row.updated_at,
+                }
+                for row in rows
+            ]
+        )
 
     @extend_schema(request=InputSerializer, responses={200: OutputSerializer})
     def post(self, request):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        version = selectors.model_version_get(tenant=self.tenant, version_id=body.validated_data["version_id"])
-        row = services.alias_move(tenant=self.tenant, actor=self.actor, name=version.name,
-                                  alias=body.validated_data["alias"], version=version,
-                                  reason=body.validated_data["reason"])
-        return Response({"name": row.name, "alias": row.alias, "version_id": row.version_id,
-                         "version": row.version.label, "updated_at": row.updated_at})
-
-
+        version = selectors.model_version_get(
+            tenant=self.tenant, version_id=body.validated_data["version_id"]
+        )
+        row = services.alias_move(
+            tenant=self.tenant,
+            actor=self.actor,
+            name=version.name,
+            alias=body.validated_data["alias"],
+            version=version,
+            reason=body.validated_data["reason"],
+        )
+        return Response(
+            {
+                "name": row.name,
+                "alias": row.alias,
+                "version_id": row.version_id,
+                "version": row.version.label,
+                "updated_at": row.updated_at,
+            }
+        )

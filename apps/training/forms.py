@@ -16,10 +16,15 @@ class TrainingJobForm(forms.Form):
     batch_size = forms.IntegerField(min_value=1, max_value=4096, initial=16)
     total_steps = forms.IntegerField(min_value=1, max_value=100000, initial=10)
     checkpoint_every = forms.IntegerField(min_value=1, initial=10)
-    staleness_bound = forms.IntegerField(min_value=0, required=False, label="Staleness bound η",
-                                         help_text="Empty: no bound. 0: only data of the base version.")
-    lora_rank = forms.IntegerField(min_value=0, max_value=256, initial=0, label="LoRA rank",
-                                   help_text="0: full fine-tuning.")
+    staleness_bound = forms.IntegerField(
+        min_value=0,
+        required=False,
+        label="Staleness bound η",
+        help_text="Empty: no bound. 0: only data of the base version.",
+    )
+    lora_rank = forms.IntegerField(
+        min_value=0, max_value=256, initial=0, label="LoRA rank", help_text="0: full fine-tuning."
+    )
     agent = forms.CharField(required=False, max_length=200)
     task_id = forms.CharField(required=False, max_length=200, label="Task id")
     max_trajectories = forms.IntegerField(min_value=1, required=False)
@@ -31,19 +36,33 @@ class TrainingJobForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        if data.get("warmup_steps") and data.get("total_steps") and data["warmup_steps"] >= data["total_steps"]:
+        if (
+            data.get("warmup_steps")
+            and data.get("total_steps")
+            and data["warmup_steps"] >= data["total_steps"]
+        ):
             self.add_error("warmup_steps", "Warm-up must be shorter than the run.")
         return data
 
     def service_arguments(self) -> dict:
         data = self.cleaned_data
-        hyperparameters = {"learning_rate": data["learning_rate"], "schedule": data["schedule"],
-                           "warmup_steps": data["warmup_steps"]}
+        hyperparameters = {
+            "learning_rate": data["learning_rate"],
+            "schedule": data["schedule"],
+            "warmup_steps": data["warmup_steps"],
+        }
         if data["lora_rank"]:
             hyperparameters["lora"] = {"rank": data["lora_rank"], "alpha": 2 * data["lora_rank"]}
-        return {"base_version_id": data["base_version"], "algorithm": data["algorithm"],
-                "hyperparameters": hyperparameters, "batch_size": data["batch_size"],
-                "total_steps": data["total_steps"], "checkpoint_every": data["checkpoint_every"],
-                "staleness_bound": data["staleness_bound"], "agent": data["agent"] or None,
-                "task_id": data["task_id"] or None, "max_trajectories": data["max_trajectories"],
-                "description": data["description"]}
+        return {
+            "base_version_id": data["base_version"],
+            "algorithm": data["algorithm"],
+            "hyperparameters": hyperparameters,
+            "batch_size": data["batch_size"],
+            "total_steps": data["total_steps"],
+            "checkpoint_every": data["checkpoint_every"],
+            "staleness_bound": data["staleness_bound"],
+            "agent": data["agent"] or None,
+            "task_id": data["task_id"] or None,
+            "max_trajectories": data["max_trajectories"],
+            "description": data["description"],
+        }

@@ -16,8 +16,12 @@ class VersionStatus(models.TextChoices):
 # Which statuses a version may move to from each status.
 VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
     VersionStatus.TRAINING: frozenset({VersionStatus.CANDIDATE, VersionStatus.RETIRED}),
-    VersionStatus.CANDIDATE: frozenset({VersionStatus.CANARY, VersionStatus.PRODUCTION, VersionStatus.RETIRED}),
-    VersionStatus.CANARY: frozenset({VersionStatus.PRODUCTION, VersionStatus.ROLLED_BACK, VersionStatus.CANDIDATE}),
+    VersionStatus.CANDIDATE: frozenset(
+        {VersionStatus.CANARY, VersionStatus.PRODUCTION, VersionStatus.RETIRED}
+    ),
+    VersionStatus.CANARY: frozenset(
+        {VersionStatus.PRODUCTION, VersionStatus.ROLLED_BACK, VersionStatus.CANDIDATE}
+    ),
     VersionStatus.PRODUCTION: frozenset({VersionStatus.RETIRED, VersionStatus.ROLLED_BACK}),
     VersionStatus.RETIRED: frozenset({VersionStatus.PRODUCTION}),
     VersionStatus.ROLLED_BACK: frozenset({VersionStatus.RETIRED}),
@@ -32,11 +36,18 @@ class ModelVersion(models.Model):
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="model_versions")
     name = models.CharField(max_length=200)
     number = models.PositiveIntegerField()
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
-    checkpoint_path = models.CharField(max_length=500, help_text="Hugging Face model directory of the weights.")
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    checkpoint_path = models.CharField(
+        max_length=500, help_text="Hugging Face model directory of the weights."
+    )
     tokenizer_hash = models.CharField(max_length=64)
-    dataset_snapshot = models.JSONField(default=dict, blank=True,
-                                        help_text='{"trajectory_ids": [...], "content_hash": "..."} it was trained on.')
+    dataset_snapshot = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='{"trajectory_ids": [...], "content_hash": "..."} it was trained on.',
+    )
     metrics = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=VersionStatus.choices, default=VersionStatus.CANDIDATE)
     description = models.CharField(max_length=300, blank=True)
@@ -46,7 +57,9 @@ class ModelVersion(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "name", "number"], name="model_version_unique_number")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name", "number"], name="model_version_unique_number")
+        ]
         ordering = ["name", "-number"]
 
     def __str__(self) -> str:
@@ -80,7 +93,9 @@ class AliasMove(models.Model):
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=200)
     alias = models.SlugField(max_length=40)
-    from_version = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    from_version = models.ForeignKey(
+        ModelVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     to_version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="+")
     actor = models.CharField(max_length=150)
     reason = models.CharField(max_length=300, blank=True)
@@ -108,7 +123,9 @@ class JobStatus(models.TextChoices):
 # running → running is a resumption: a redelivered or requeued job claimed again by another worker.
 JOB_TRANSITIONS: dict[str, frozenset[str]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
-    JobStatus.RUNNING: frozenset({JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: frozenset(
+        {JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}
+    ),
     JobStatus.SUCCEEDED: frozenset(),
     JobStatus.FAILED: frozenset(),
     JobStatus.CANCELLED: frozenset(),
@@ -129,15 +146,18 @@ class TrainingJob(models.Model):
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="training_jobs")
     algorithm = models.CharField(max_length=20, choices=Algorithm.choices)
     base_version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="training_jobs")
-    produced_version = models.OneToOneField(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL,
-                                            related_name="produced_by_job")
+    produced_version = models.OneToOneField(
+        ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="produced_by_job"
+    )
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
     config = models.JSONField(default=dict)
     batch_size = models.PositiveIntegerField(default=16)
     total_steps = models.PositiveIntegerField(default=10)
     checkpoint_every = models.PositiveIntegerField(default=10)
     staleness_bound = models.PositiveIntegerField(null=True, blank=True, help_text="η; empty: no bound.")
-    dataset_snapshot = models.JSONField(default=dict, help_text='{"trajectory_ids": [...], "content_hash", "filters"}')
+    dataset_snapshot = models.JSONField(
+        default=dict, help_text='{"trajectory_ids": [...], "content_hash", "filters"}'
+    )
     sample_counts = models.JSONField(default=dict, blank=True)
     progress_step = models.PositiveIntegerField(default=0)
     eta_at = models.DateTimeField(null=True, blank=True)
@@ -257,7 +277,9 @@ class OnlineConsumption(models.Model):
     at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "trajectory_id"], name="online_consumption_once")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "trajectory_id"], name="online_consumption_once")
+        ]
 
     def __str__(self) -> str:
         return f"run {self.run_id}: {self.trajectory_id} {self.outcome}"

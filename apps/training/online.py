@@ -23,9 +23,18 @@ from apps.training.services import JOBS_STREAM
 
 
 @transaction.atomic
-def online_run_start(*, tenant, actor: Actor, base_version: ModelVersion, hyperparameters: dict | None = None,
-                     samples_per_step: int = 16, publish_every: int = 1, staleness_bound: int = 1,
-                     max_steps: int | None = None, publish_to_backends: bool = True) -> OnlineRun:
+def online_run_start(
+    *,
+    tenant,
+    actor: Actor,
+    base_version: ModelVersion,
+    hyperparameters: dict | None = None,
+    samples_per_step: int = 16,
+    publish_every: int = 1,
+    staleness_bound: int = 1,
+    max_steps: int | None = None,
+    publish_to_backends: bool = True,
+) -> OnlineRun:
     """Creates the tenant's online run for `base_version.name` (one running run per tenant, else 409) and
     enqueues `training.run_online` on the train queue on commit. With `publish_to_backends` off the run only
     registers its versions, and releases decide what serves (its data then comes from the released versions,
@@ -44,15 +53,36 @@ def online_run_start(*, tenant, actor: Actor, base_version: ModelVersion, hyperp
     except (TypeError, ValueError) as error:
         raise ValidationFailed(f"invalid hyperparameters: {error}", code="invalid_hyperparameters") from None
     run = OnlineRun.objects.create(
-        tenant=tenant, model_name=base_version.name, base_version=base_version, current_version=base_version,
-        config=config, samples_per_step=samples_per_step, publish_every=publish_every,
-        staleness_bound=staleness_bound, max_steps=max_steps, publish_to_backends=publish_to_backends,
-        created_by=actor.label, heartbeat_at=timezone.now())
-    audit_record(tenant=tenant, actor=actor, verb="online_run.start", target=run, data={
-        "base": base_version.number, "samples_per_step": samples_per_step, "publish_every": publish_every,
-        "eta": staleness_bound, "publish_to_backends": publish_to_backends})
+        tenant=tenant,
+        model_name=base_version.name,
+        base_version=base_version,
+        current_version=base_version,
+        config=config,
+        samples_per_step=samples_per_step,
+        publish_every=publish_every,
+        staleness_bound=staleness_bound,
+        max_steps=max_steps,
+        publish_to_backends=publish_to_backends,
+        created_by=actor.label,
+        heartbeat_at=timezone.now(),
+    )
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="online_run.start",
+        target=run,
+        data={
+            "base": base_version.number,
+            "samples_per_step": samples_per_step,
+            "publish_every": publish_every,
+            "eta": staleness_bound,
+            "publish_to_backends": publish_to_backends,
+        },
+    )
     transaction.on_commit(lambda: _enqueue(run.pk))
-    metrics_publish(tenant_id=tenant.pk, stream=JOBS_STREAM, payload={"online_run": run.pk, "status": "running"})
+    metrics_publish(
+        tenant_id=tenant.pk, stream=JOBS_STREAM, payload={"online_run": run.pk, "status": "running"}
+    )
     return run
 
 
@@ -75,7 +105,8 @@ def online_run_stop(*, tenant, actor: Actor, run_id: int) -> OnlineRun:
 
 def online_run_finish(*, run_id: int, status: str, error: str = "") -> None:
     OnlineRun.objects.filter(pk=run_id, status=OnlineRunStatus.RUNNING).update(
-        status=status, error=error, finished_at=timezone.now())
+        status=status, error=error, finished_at=timezone.now()
+    )
 
 
 def online_run_heartbeat(*, run_id: int) -> bool:
@@ -90,9 +121,18 @@ def online_run_take(*, run: OnlineRun, waiting: list[str], stale: list[str], emp
     """Records trajectories taken from the queue, once per (run, trajectory): `waiting` for a step, `stale`
     (older than η versions: dropped and counted) or `empty` (nothing trainable)."""
     now = timezone.now()
-    rows = [OnlineConsumption(tenant_id=run.tenant_id, run=run, trajectory_id=trajectory_id, outcome=outcome,
-                              step=run.steps, at=now)
-            for outcome, ids in (("waiting", waiting), ("stale", stale), ("empty", empty)) for trajectory_id in ids]
+    rows = [
+        OnlineConsumption(
+            tenant_id=run.tenant_id,
+            run=run,
+            trajectory_id=trajectory_id,
+            outcome=outcome,
+            step=run.steps,
+            at=now,
+        )
+        for outcome, ids in (("waiting", waiting), ("stale", stale), ("empty", empty))
+        for trajectory_id in ids
+    ]
     OnlineConsumption.objects.bulk_create(rows, ignore_conflicts=True)
     if stale:
         OnlineRun.objects.filter(pk=run.pk).update(dropped_stale=F("dropped_stale") + len(stale))
@@ -104,9 +144,11 @@ def online_run_settle(*, run: OnlineRun, step: int, trained: list[str], stale: l
     for outcome, ids in (("trained", trained), ("stale", stale)):
         if ids:
             OnlineConsumption.objects.filter(run=run, trajectory_id__in=ids, outcome="waiting").update(
-                outcome=outcome, step=step)
-    OnlineRun.objects.filter(pk=run.pk).update(consumed=F("consumed") + len(trained),
-                                               dropped_stale=F("dropped_stale") + len(stale))
+                outcome=outcome, step=step
+            )
+    OnlineRun.objects.filter(pk=run.pk).update(
+        consumed=F("consumed") + len(trained), dropped_stale=F("dropped_stale") + len(stale)
+    )
 
 
 def online_run_record_step(*, run_id: int, version: ModelVersion | None = None) -> None:
@@ -119,9 +161,13 @@ def online_run_record_step(*, run_id: int, version: ModelVersion | None = None) 
 
 # ---- selectors ---------------------------------------------------------------------------------------
 
+
 def online_run_active(*, tenant) -> OnlineRun | None:
-    return OnlineRun.objects.filter(tenant=tenant, status=OnlineRunStatus.RUNNING).select_related(
-        "current_version", "base_version").first()
+    return (
+        OnlineRun.objects.filter(tenant=tenant, status=OnlineRunStatus.RUNNING)
+        .select_related("current_version", "base_version")
+        .first()
+    )
 
 
 def online_run_stream(run_id: int) -> str:
@@ -131,9 +177,12 @@ def online_run_stream(run_id: int) -> str:
 
 def online_run_losses(*, tenant, run_id: int) -> list[dict]:
     """[{"step", "loss"}] of the versions the run registered (one every `publish_every` steps), by step."""
-    rows = (ModelVersion.objects.filter(tenant=tenant, metrics__online__run=run_id)
-            .values_list("metrics", flat=True))
-    points = [{"step": metrics["online"].get("step"), "loss": metrics["online"].get("loss")} for metrics in rows]
+    rows = ModelVersion.objects.filter(tenant=tenant, metrics__online__run=run_id).values_list(
+        "metrics", flat=True
+    )
+    points = [
+        {"step": metrics["online"].get("step"), "loss": metrics["online"].get("loss")} for metrics in rows
+    ]
     return sorted((point for point in points if point["step"] is not None), key=lambda point: point["step"])
 
 
@@ -152,10 +201,16 @@ def online_pending(*, run: OnlineRun, limit: int = 256) -> list[str]:
     from apps.qualification.models import Qualification, QualificationStatus
 
     taken = OnlineConsumption.objects.filter(run=run).values("trajectory_id")
-    rows = (Qualification.objects.filter(tenant_id=run.tenant_id, status=QualificationStatus.QUALIFIED,
-                                         trajectory__started_at__gte=run.started_at)
-            .exclude(trajectory_id__in=taken)
-            .order_by("trajectory__started_at", "trajectory_id").values_list("trajectory_id", flat=True)[:limit])
+    rows = (
+        Qualification.objects.filter(
+            tenant_id=run.tenant_id,
+            status=QualificationStatus.QUALIFIED,
+            trajectory__started_at__gte=run.started_at,
+        )
+        .exclude(trajectory_id__in=taken)
+        .order_by("trajectory__started_at", "trajectory_id")
+        .values_list("trajectory_id", flat=True)[:limit]
+    )
     return [str(trajectory_id) for trajectory_id in rows]
 
 
@@ -169,9 +224,12 @@ def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
     run = OnlineRun.objects.filter(tenant_id=tenant_id, status=OnlineRunStatus.RUNNING).first()
     if run is None:
         return None
-    sessions = Trajectory.objects.filter(tenant_id=tenant_id, started_at__gte=run.started_at,
-                                         session_id__startswith="rl-").exclude(status=TrajectoryStatus.ABORTED)
-    unusable = OnlineConsumption.objects.filter(run=run, outcome__in=("stale", "empty")).values("trajectory_id")
+    sessions = Trajectory.objects.filter(
+        tenant_id=tenant_id, started_at__gte=run.started_at, session_id__startswith="rl-"
+    ).exclude(status=TrajectoryStatus.ABORTED)
+    unusable = OnlineConsumption.objects.filter(run=run, outcome__in=("stale", "empty")).values(
+        "trajectory_id"
+    )
     counted = sessions.exclude(qualification__status="disqualified").exclude(pk__in=unusable).count()
     budget = (run.staleness_bound + run.steps + 1) * run.samples_per_step
     return budget - counted, run
@@ -179,5 +237,8 @@ def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
 
 def online_runs_stale(*, stale_after_seconds: int) -> list[int]:
     cutoff = timezone.now() - timedelta(seconds=stale_after_seconds)
-    return list(OnlineRun.objects.filter(status=OnlineRunStatus.RUNNING, heartbeat_at__lt=cutoff)
-                .values_list("pk", flat=True))
+    return list(
+        OnlineRun.objects.filter(status=OnlineRunStatus.RUNNING, heartbeat_at__lt=cutoff).values_list(
+            "pk", flat=True
+        )
+    )

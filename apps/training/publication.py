@@ -43,23 +43,47 @@ class PublishOutcome:
     error: str = ""
 
 
-def model_version_publish(*, tenant, actor: Actor, version: ModelVersion, backend_ids: list[int] | None = None,
-                          admin_token: str | None = None, timeout: float = 120.0) -> list[PublishOutcome]:
+def model_version_publish(
+    *,
+    tenant,
+    actor: Actor,
+    version: ModelVersion,
+    backend_ids: list[int] | None = None,
+    admin_token: str | None = None,
+    timeout: float = 120.0,
+) -> list[PublishOutcome]:
     """Publishes `version` to this tenant's backends serving `version.name` (or the listed ones). Tenancy:
     only the tenant's backends. Not one transaction: each backend is swapped in turn and its row updated
     after its swap succeeded. Audited per call. `admin_token` defaults to the installation's."""
     if admin_token is None:
         admin_token = settings.AREAL_INFERENCE_ADMIN_TOKEN
-    backends = [b for b in backend_list(tenant=tenant, served_model=version.name)
-                if backend_ids is None or b.pk in backend_ids]
+    backends = [
+        b
+        for b in backend_list(tenant=tenant, served_model=version.name)
+        if backend_ids is None or b.pk in backend_ids
+    ]
     outcomes = []
     for backend in backends:
         others_up = any(other.pk != backend.pk and other.state == BackendState.UP for other in backends)
-        outcomes.append(_publish_one(tenant=tenant, actor=actor, backend=backend, version=version,
-                                     drain=others_up, admin_token=admin_token, timeout=timeout))
+        outcomes.append(
+            _publish_one(
+                tenant=tenant,
+                actor=actor,
+                backend=backend,
+                version=version,
+                drain=others_up,
+                admin_token=admin_token,
+                timeout=timeout,
+            )
+        )
     with transaction.atomic():
-        audit_record(tenant=tenant, actor=actor, verb="model_version.publish", target=version, data={
-            "backends": [{"name": o.backend, "ok": o.ok, "error": o.error[:200]} for o in outcomes]})
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            verb="model_version.publish",
+            target=version,
+            data={"backends": [{"name": o.backend, "ok": o.ok, "error": o.error[:200]} for o in outcomes]},
+        )
     return outcomes
 
 
@@ -68,23 +92,36 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
 
     started = time.perf_counter()
     if drain:
-        backend_update(tenant=tenant, actor=actor, backend_id=backend.pk, changes={"state": BackendState.DRAINING})
+        backend_update(
+            tenant=tenant, actor=actor, backend_id=backend.pk, changes={"state": BackendState.DRAINING}
+        )
     try:
-        target = backend_url_check(backend.base_url)  # before any connection; again on connect (the transport)
+        target = backend_url_check(
+            backend.base_url
+        )  # before any connection; again on connect (the transport)
         token = admin_token if target.operator_listed else None
         if backend.kind == BackendKind.EMBEDDED:
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             with backend_http_client(timeout=timeout) as client:
-                response = client.post(f"{backend.base_url.rstrip('/')}/admin/load", headers=headers,
-                                       json={"path": version.checkpoint_path, "version": version.number})
+                response = client.post(
+                    f"{backend.base_url.rstrip('/')}/admin/load",
+                    headers=headers,
+                    json={"path": version.checkpoint_path, "version": version.number},
+                )
             if response.status_code != 200:
                 raise RuntimeError(f"/admin/load answered {response.status_code}: {response.text[:300]}")
         elif backend.kind == BackendKind.VLLM:
             from workers.inference.vllm import VllmAdmin
 
-            with VllmAdmin(backend.base_url, api_key=token, timeout_s=timeout,
-                           transport=BackendTransport(trust_env=False)) as admin:
-                adapter = version.metrics.get("lora_adapter_path") if isinstance(version.metrics, dict) else None
+            with VllmAdmin(
+                backend.base_url,
+                api_key=token,
+                timeout_s=timeout,
+                transport=BackendTransport(trust_env=False),
+            ) as admin:
+                adapter = (
+                    version.metrics.get("lora_adapter_path") if isinstance(version.metrics, dict) else None
+                )
                 if adapter:
                     admin.publish_lora_adapter(version.name, adapter, version=str(version.number))
                 else:
@@ -93,7 +130,9 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
             raise RuntimeError(f"a {backend.kind} backend has no weight-update endpoint")
     except (httpx.HTTPError, RuntimeError, OSError, BackendAddressRefused) as error:
         if drain:
-            backend_update(tenant=tenant, actor=actor, backend_id=backend.pk, changes={"state": BackendState.UNKNOWN})
+            backend_update(
+                tenant=tenant, actor=actor, backend_id=backend.pk, changes={"state": BackendState.UNKNOWN}
+            )
         message = error.message if isinstance(error, BackendAddressRefused) else str(error)
         return PublishOutcome(backend.pk, backend.name, False, time.perf_counter() - started, message)
     changes = {"model_version": str(version.number)}

@@ -41,7 +41,9 @@ def model_version_by_number(*, tenant, name: str, number: int) -> ModelVersion:
     try:
         return ModelVersion.objects.for_tenant(tenant).get(name=name, number=number)
     except ModelVersion.DoesNotExist:
-        raise NotFound(f"no version {number} of {name!r} in this tenant", code="model_version_not_found") from None
+        raise NotFound(
+            f"no version {number} of {name!r} in this tenant", code="model_version_not_found"
+        ) from None
 
 
 def alias_resolve(*, tenant, name: str, alias: str) -> ModelVersion | None:
@@ -65,22 +67,36 @@ def alias_history(*, tenant, name: str | None = None, alias: str | None = None):
 
 def alias_at(*, tenant, name: str, alias: str, moment) -> ModelVersion | None:
     """The version `name:alias` named at `moment` (None before its first move)."""
-    move = alias_history(tenant=tenant, name=name, alias=alias).filter(moved_at__lte=moment).order_by(
-        "-moved_at", "-id").first()
+    move = (
+        alias_history(tenant=tenant, name=name, alias=alias)
+        .filter(moved_at__lte=moment)
+        .order_by("-moved_at", "-id")
+        .first()
+    )
     return move.to_version if move else None
 
 
 def model_lineage(*, tenant, name: str) -> list[dict]:
     """Every version of `name` with its parent number, oldest first: the tree a lineage page draws."""
-    return [{"id": version.pk, "number": version.number, "parent": version.parent.number if version.parent else None,
-             "status": version.status, "created_at": version.created_at, "metrics": version.metrics}
-            for version in model_version_list(tenant=tenant, name=name).order_by("number")]
+    return [
+        {
+            "id": version.pk,
+            "number": version.number,
+            "parent": version.parent.number if version.parent else None,
+            "status": version.status,
+            "created_at": version.created_at,
+            "metrics": version.metrics,
+        }
+        for version in model_version_list(tenant=tenant, name=name).order_by("number")
+    ]
 
 
 # ---- training jobs ---------------------------------------------------------------------------------
 
-def training_queue_snapshot(*, tenant, agent: str | None = None, task_id: str | None = None,
-                            limit: int | None = None) -> dict:
+
+def training_queue_snapshot(
+    *, tenant, agent: str | None = None, task_id: str | None = None, limit: int | None = None
+) -> dict:
     """The qualified training queue now, frozen: trajectory ids (oldest first) and a sha256 over their
     (id, content hash) pairs, so a job trains on exactly what it was created with."""
     rows = Qualification.objects.for_tenant(tenant).filter(status=QualificationStatus.QUALIFIED)
@@ -88,16 +104,24 @@ def training_queue_snapshot(*, tenant, agent: str | None = None, task_id: str | 
         rows = rows.filter(trajectory__agent_name=agent)
     if task_id:
         rows = rows.filter(trajectory__task_id=task_id)
-    rows = rows.order_by("trajectory__started_at", "trajectory_id").values_list("trajectory_id", "content_hash")
+    rows = rows.order_by("trajectory__started_at", "trajectory_id").values_list(
+        "trajectory_id", "content_hash"
+    )
     pairs = [(str(trajectory_id), digest) for trajectory_id, digest in (rows[:limit] if limit else rows)]
-    return {"trajectory_ids": [trajectory_id for trajectory_id, _ in pairs], "content_hash": _snapshot_hash(pairs),
-            "filters": {"agent": agent, "task_id": task_id, "limit": limit}}
+    return {
+        "trajectory_ids": [trajectory_id for trajectory_id, _ in pairs],
+        "content_hash": _snapshot_hash(pairs),
+        "filters": {"agent": agent, "task_id": task_id, "limit": limit},
+    }
 
 
 def training_snapshot_hash(*, tenant, trajectory_ids) -> str:
     """The content hash the snapshot's trajectories have now (compare with the one frozen at creation)."""
-    digests = dict(Qualification.objects.for_tenant(tenant).filter(trajectory_id__in=trajectory_ids)
-                   .values_list("trajectory_id", "content_hash"))
+    digests = dict(
+        Qualification.objects.for_tenant(tenant)
+        .filter(trajectory_id__in=trajectory_ids)
+        .values_list("trajectory_id", "content_hash")
+    )
     return _snapshot_hash([(str(t), digests.get(UUID(str(t)), "")) for t in trajectory_ids])
 
 
@@ -109,8 +133,10 @@ def training_records(*, tenant, trajectory_ids) -> list[dict]:
     """ATDP records of the snapshot's trajectories (in snapshot order) whose reward list is the single
     training reward apps.rewards computes (the combination rule of the agent's spec), ready for
     workers.rl.samples. A trajectory deleted since the snapshot is left out."""
-    trajectories = trajectory_with_records(Trajectory.objects.for_tenant(tenant).filter(pk__in=trajectory_ids)
-                                           .select_related("tenant"), tenant=tenant)
+    trajectories = trajectory_with_records(
+        Trajectory.objects.for_tenant(tenant).filter(pk__in=trajectory_ids).select_related("tenant"),
+        tenant=tenant,
+    )
     by_id = {str(t.pk): t for t in trajectories}
     records = []
     for trajectory_id in trajectory_ids:
@@ -131,18 +157,28 @@ def training_job_list(*, tenant, status: str | None = None):
 
 def training_job_get(*, tenant, job_id) -> TrainingJob:
     try:
-        return TrainingJob.objects.for_tenant(tenant).select_related("base_version", "produced_version").get(pk=job_id)
+        return (
+            TrainingJob.objects.for_tenant(tenant)
+            .select_related("base_version", "produced_version")
+            .get(pk=job_id)
+        )
     except (TrainingJob.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such training job in this tenant", code="training_job_not_found") from None
 
 
 def training_job_metrics(*, tenant, job_id) -> list[dict]:
-    return [{"step": step, **values} for step, values in TrainingMetric.objects.filter(
-        tenant=tenant, job_id=job_id).order_by("step").values_list("step", "values")]
+    return [
+        {"step": step, **values}
+        for step, values in TrainingMetric.objects.filter(tenant=tenant, job_id=job_id)
+        .order_by("step")
+        .values_list("step", "values")
+    ]
 
 
 def training_job_logs(*, tenant, job_id, limit: int = 500):
-    return list(TrainingLogLine.objects.filter(tenant=tenant, job_id=job_id).order_by("-at", "-id")[:limit])[::-1]
+    return list(TrainingLogLine.objects.filter(tenant=tenant, job_id=job_id).order_by("-at", "-id")[:limit])[
+        ::-1
+    ]
 
 
 def training_job_for_worker(*, job_id) -> TrainingJob:
@@ -151,7 +187,7 @@ def training_job_for_worker(*, job_id) -> TrainingJob:
 
 
 def training_job_stop_reason(*, job_id, lease: str) -> str | None:
-    """"cancel" when a cancel was requested, "lost" when another worker holds the job, else None."""
+    """ "cancel" when a cancel was requested, "lost" when another worker holds the job, else None."""
     row = TrainingJob.objects.filter(pk=job_id).values("lease", "status", "cancel_requested").first()
     if row is None or row["lease"] != lease or row["status"] != JobStatus.RUNNING:
         return "lost"
@@ -168,7 +204,13 @@ def training_trajectory_ids_in_use(*, tenant) -> set[UUID]:
     """Trajectory ids in the dataset snapshot of the tenant's unfinished (queued or running) training jobs:
     a job checks its snapshot's content hash when it starts or resumes, so retention holds these until the
     job ends. Finished jobs and versions keep only ids and a hash as lineage; they hold nothing."""
-    snapshots = (TrainingJob.objects.for_tenant(tenant).filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING))
-                 .values_list("dataset_snapshot", flat=True))
-    return {UUID(str(trajectory_id)) for snapshot in snapshots for trajectory_id in (snapshot or {}).get(
-        "trajectory_ids", [])}
+    snapshots = (
+        TrainingJob.objects.for_tenant(tenant)
+        .filter(status__in=(JobStatus.QUEUED, JobStatus.RUNNING))
+        .values_list("dataset_snapshot", flat=True)
+    )
+    return {
+        UUID(str(trajectory_id))
+        for snapshot in snapshots
+        for trajectory_id in (snapshot or {}).get("trajectory_ids", [])
+    }

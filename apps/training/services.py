@@ -29,10 +29,20 @@ JOBS_STREAM = "training.jobs"  # announces jobs (their status moves) and online 
 
 
 @transaction.atomic
-def model_version_register(*, tenant, actor: Actor, name: str, checkpoint_path: str, tokenizer_hash: str,
-                           parent: ModelVersion | None = None, status: str = VersionStatus.CANDIDATE,
-                           dataset_snapshot: dict | None = None, metrics: dict | None = None,
-                           description: str = "", number: int | None = None) -> ModelVersion:
+def model_version_register(
+    *,
+    tenant,
+    actor: Actor,
+    name: str,
+    checkpoint_path: str,
+    tokenizer_hash: str,
+    parent: ModelVersion | None = None,
+    status: str = VersionStatus.CANDIDATE,
+    dataset_snapshot: dict | None = None,
+    metrics: dict | None = None,
+    description: str = "",
+    number: int | None = None,
+) -> ModelVersion:
     """Registers the next version of `name` (0 for the first). Tenancy: the parent must be this tenant's and
     of the same model; its tokenizer must match (a version with another tokenizer is a new model).
     Locking: the tenant row serializes numbering (through the audit append)."""
@@ -42,11 +52,16 @@ def model_version_register(*, tenant, actor: Actor, name: str, checkpoint_path: 
         raise ValidationFailed(f"unknown status {status!r}", fields={"status": ["unknown"]})
     if parent is not None:
         if parent.tenant_id != tenant.pk or parent.name != name:
-            raise ValidationFailed("the parent must be a version of the same model in this tenant",
-                                   fields={"parent": ["not a version of this model"]})
+            raise ValidationFailed(
+                "the parent must be a version of the same model in this tenant",
+                fields={"parent": ["not a version of this model"]},
+            )
         if parent.tokenizer_hash != tokenizer_hash:
-            raise ValidationFailed("the tokenizer differs from the parent's; register it as another model",
-                                   fields={"tokenizer_hash": ["differs from the parent's"]}, code="tokenizer_mismatch")
+            raise ValidationFailed(
+                "the tokenizer differs from the parent's; register it as another model",
+                fields={"tokenizer_hash": ["differs from the parent's"]},
+                code="tokenizer_mismatch",
+            )
     type(tenant).objects.select_for_update().filter(pk=tenant.pk).values_list("pk", flat=True).get()
     if number is None:
         highest = ModelVersion.objects.filter(tenant=tenant, name=name).aggregate(top=Max("number"))["top"]
@@ -54,17 +69,32 @@ def model_version_register(*, tenant, actor: Actor, name: str, checkpoint_path: 
     elif ModelVersion.objects.filter(tenant=tenant, name=name, number=number).exists():
         raise Conflict(f"{name} version {number} exists already", code="version_exists")
     version = ModelVersion.objects.create(
-        tenant=tenant, name=name, number=number, parent=parent, checkpoint_path=checkpoint_path,
-        tokenizer_hash=tokenizer_hash, status=status, dataset_snapshot=dataset_snapshot or {},
-        metrics=metrics or {}, description=description, created_by=actor.label)
-    audit_record(tenant=tenant, actor=actor, verb="model_version.register", target=version, data={
-        "name": name, "number": number, "parent": parent.number if parent else None, "status": status})
+        tenant=tenant,
+        name=name,
+        number=number,
+        parent=parent,
+        checkpoint_path=checkpoint_path,
+        tokenizer_hash=tokenizer_hash,
+        status=status,
+        dataset_snapshot=dataset_snapshot or {},
+        metrics=metrics or {},
+        description=description,
+        created_by=actor.label,
+    )
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="model_version.register",
+        target=version,
+        data={"name": name, "number": number, "parent": parent.number if parent else None, "status": status},
+    )
     return version
 
 
 @transaction.atomic
-def model_version_set_status(*, tenant, actor: Actor, version_id: int, status: str,
-                             reason: str = "") -> ModelVersion:
+def model_version_set_status(
+    *, tenant, actor: Actor, version_id: int, status: str, reason: str = ""
+) -> ModelVersion:
     """Moves a version along VERSION_TRANSITIONS; a forbidden move raises Conflict (409) and changes nothing.
     Locking: the version row."""
     version = ModelVersion.objects.select_for_update().get(tenant=tenant, pk=version_id)
@@ -74,8 +104,13 @@ def model_version_set_status(*, tenant, actor: Actor, version_id: int, status: s
         raise Conflict(f"{version} is {version.status}; it cannot become {status}", code="invalid_transition")
     previous, version.status = version.status, status
     version.save(update_fields=["status"])
-    audit_record(tenant=tenant, actor=actor, verb="model_version.status", target=version,
-                 data={"from": previous, "to": status, "reason": reason})
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="model_version.status",
+        target=version,
+        data={"from": previous, "to": status, "reason": reason},
+    )
     return version
 
 
@@ -89,7 +124,9 @@ def model_version_update_metrics(*, tenant, version_id: int, metrics: dict) -> M
 
 
 @transaction.atomic
-def alias_move(*, tenant, actor: Actor, name: str, alias: str, version: ModelVersion, reason: str = "") -> ModelAlias:
+def alias_move(
+    *, tenant, actor: Actor, name: str, alias: str, version: ModelVersion, reason: str = ""
+) -> ModelAlias:
     """Points `name:alias` at `version`, appending the move to the alias history (never edited).
     Locking: the alias row (created on first move)."""
     if version.tenant_id != tenant.pk or version.name != name:
@@ -100,19 +137,40 @@ def alias_move(*, tenant, actor: Actor, name: str, alias: str, version: ModelVer
     if previous is not None and previous.pk == version.pk:
         return current
     if current is None:
-        current = ModelAlias.objects.create(tenant=tenant, name=name, alias=alias, version=version, updated_at=now)
+        current = ModelAlias.objects.create(
+            tenant=tenant, name=name, alias=alias, version=version, updated_at=now
+        )
     else:
         current.version, current.updated_at = version, now
         current.save(update_fields=["version", "updated_at"])
-    AliasMove.objects.create(tenant=tenant, name=name, alias=alias, from_version=previous, to_version=version,
-                             actor=actor.label, reason=reason, moved_at=now)
-    audit_record(tenant=tenant, actor=actor, verb="model_alias.move", target=version, data={
-        "name": name, "alias": alias, "from": previous.number if previous else None, "to": version.number,
-        "reason": reason})
+    AliasMove.objects.create(
+        tenant=tenant,
+        name=name,
+        alias=alias,
+        from_version=previous,
+        to_version=version,
+        actor=actor.label,
+        reason=reason,
+        moved_at=now,
+    )
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="model_alias.move",
+        target=version,
+        data={
+            "name": name,
+            "alias": alias,
+            "from": previous.number if previous else None,
+            "to": version.number,
+            "reason": reason,
+        },
+    )
     return current
 
 
 # ---- training jobs ---------------------------------------------------------------------------------
+
 
 def _job_config(*, algorithm: str, hyperparameters: dict, total_steps: int) -> dict:
     """The engine config the job will run with, validated now so a bad form never reaches a worker."""
@@ -123,15 +181,30 @@ def _job_config(*, algorithm: str, hyperparameters: dict, total_steps: int) -> d
     try:
         return TrainConfig.from_dict(values).to_dict()
     except (TypeError, ValueError) as error:
-        raise ValidationFailed(f"invalid hyperparameters: {error}", fields={"hyperparameters": [str(error)]},
-                               code="invalid_hyperparameters") from None
+        raise ValidationFailed(
+            f"invalid hyperparameters: {error}",
+            fields={"hyperparameters": [str(error)]},
+            code="invalid_hyperparameters",
+        ) from None
 
 
 @transaction.atomic
-def training_job_create(*, tenant, actor: Actor, base_version_id, algorithm: str, hyperparameters: dict | None = None,
-                        batch_size: int = 16, total_steps: int = 10, checkpoint_every: int = 10,
-                        staleness_bound: int | None = None, agent: str | None = None, task_id: str | None = None,
-                        max_trajectories: int | None = None, description: str = "") -> TrainingJob:
+def training_job_create(
+    *,
+    tenant,
+    actor: Actor,
+    base_version_id,
+    algorithm: str,
+    hyperparameters: dict | None = None,
+    batch_size: int = 16,
+    total_steps: int = 10,
+    checkpoint_every: int = 10,
+    staleness_bound: int | None = None,
+    agent: str | None = None,
+    task_id: str | None = None,
+    max_trajectories: int | None = None,
+    description: str = "",
+) -> TrainingJob:
     """Creates a queued job over a snapshot of the tenant's qualified training queue (trajectory ids and a
     content hash, frozen now) and enqueues it on the `train` queue on commit. Tenancy: the base version
     must be this tenant's (else NotFound, like a missing one). Refuses an empty snapshot."""
@@ -145,18 +218,45 @@ def training_job_create(*, tenant, actor: Actor, base_version_id, algorithm: str
     config = _job_config(algorithm=algorithm, hyperparameters=hyperparameters or {}, total_steps=total_steps)
     snapshot = training_queue_snapshot(tenant=tenant, agent=agent, task_id=task_id, limit=max_trajectories)
     if not snapshot["trajectory_ids"]:
-        raise ValidationFailed("the training queue has no qualified trajectory for these filters",
-                               code="empty_dataset", fields={"dataset": ["no qualified trajectory"]})
+        raise ValidationFailed(
+            "the training queue has no qualified trajectory for these filters",
+            code="empty_dataset",
+            fields={"dataset": ["no qualified trajectory"]},
+        )
     job = TrainingJob.objects.create(
-        tenant=tenant, algorithm=algorithm, base_version=base, config=config, batch_size=batch_size,
-        total_steps=total_steps, checkpoint_every=checkpoint_every, staleness_bound=staleness_bound,
-        dataset_snapshot=snapshot, description=description, created_by=actor.label)
-    TrainingLogLine.objects.create(tenant=tenant, job=job, message=(
-        f"queued: {algorithm} from {base.label}, {len(snapshot['trajectory_ids'])} trajectories "
-        f"(hash {snapshot['content_hash'][:12]}), {total_steps} steps of {batch_size}"))
-    audit_record(tenant=tenant, actor=actor, verb="training_job.create", target=job, data={
-        "algorithm": algorithm, "base": base.label, "trajectories": len(snapshot["trajectory_ids"]),
-        "content_hash": snapshot["content_hash"], "total_steps": total_steps})
+        tenant=tenant,
+        algorithm=algorithm,
+        base_version=base,
+        config=config,
+        batch_size=batch_size,
+        total_steps=total_steps,
+        checkpoint_every=checkpoint_every,
+        staleness_bound=staleness_bound,
+        dataset_snapshot=snapshot,
+        description=description,
+        created_by=actor.label,
+    )
+    TrainingLogLine.objects.create(
+        tenant=tenant,
+        job=job,
+        message=(
+            f"queued: {algorithm} from {base.label}, {len(snapshot['trajectory_ids'])} trajectories "
+            f"(hash {snapshot['content_hash'][:12]}), {total_steps} steps of {batch_size}"
+        ),
+    )
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="training_job.create",
+        target=job,
+        data={
+            "algorithm": algorithm,
+            "base": base.label,
+            "trajectories": len(snapshot["trajectory_ids"]),
+            "content_hash": snapshot["content_hash"],
+            "total_steps": total_steps,
+        },
+    )
     transaction.on_commit(lambda: training_job_enqueue(job_id=job.pk))
     return job
 
@@ -178,10 +278,16 @@ def training_job_claim(*, job_id: int, worker: str) -> tuple[TrainingJob, str] |
 
     lease = uuid.uuid4().hex
     now = timezone.now()
-    claimed = TrainingJob.objects.filter(pk=job_id, status__in=[JobStatus.QUEUED, JobStatus.RUNNING],
-                                         cancel_requested=False).update(
-        status=JobStatus.RUNNING, lease=lease, worker=worker[:200], attempts=F("attempts") + 1,
-        heartbeat_at=now, started_at=Coalesce("started_at", Value(now)))
+    claimed = TrainingJob.objects.filter(
+        pk=job_id, status__in=[JobStatus.QUEUED, JobStatus.RUNNING], cancel_requested=False
+    ).update(
+        status=JobStatus.RUNNING,
+        lease=lease,
+        worker=worker[:200],
+        attempts=F("attempts") + 1,
+        heartbeat_at=now,
+        started_at=Coalesce("started_at", Value(now)),
+    )
     if not claimed:
         return None
     job = TrainingJob.objects.select_related("tenant", "base_version").get(pk=job_id)
@@ -192,7 +298,11 @@ def training_job_claim(*, job_id: int, worker: str) -> tuple[TrainingJob, str] |
 
 def training_job_log(*, job: TrainingJob, message: str, level: str = "info") -> None:
     TrainingLogLine.objects.create(tenant_id=job.tenant_id, job=job, message=message, level=level)
-    metrics_publish(tenant_id=job.tenant_id, stream=training_job_stream(job.pk), payload={"log": {"level": level, "message": message}})
+    metrics_publish(
+        tenant_id=job.tenant_id,
+        stream=training_job_stream(job.pk),
+        payload={"log": {"level": level, "message": message}},
+    )
 
 
 @transaction.atomic
@@ -204,17 +314,26 @@ def training_job_record_step(*, job_id: int, lease: str, step: int, values: dict
     if job.lease != lease or job.status != JobStatus.RUNNING:
         return "lost"
     now = timezone.now()
-    TrainingMetric.objects.update_or_create(job=job, step=step, defaults={"tenant_id": job.tenant_id,
-                                                                          "values": values, "recorded_at": now})
+    TrainingMetric.objects.update_or_create(
+        job=job, step=step, defaults={"tenant_id": job.tenant_id, "values": values, "recorded_at": now}
+    )
     seconds = float(values.get("seconds") or 0.0)
     remaining = max(job.total_steps - step, 0)
     job.progress_step = step
     job.heartbeat_at = now
     job.eta_at = now + timedelta(seconds=seconds * remaining) if seconds else None
     job.save(update_fields=["progress_step", "heartbeat_at", "eta_at"])
-    metrics_publish(tenant_id=job.tenant_id, stream=training_job_stream(job.pk), payload={
-        "step": step, "total": job.total_steps, "values": values,
-        "eta_at": job.eta_at.isoformat() if job.eta_at else None, "status": job.status})
+    metrics_publish(
+        tenant_id=job.tenant_id,
+        stream=training_job_stream(job.pk),
+        payload={
+            "step": step,
+            "total": job.total_steps,
+            "values": values,
+            "eta_at": job.eta_at.isoformat() if job.eta_at else None,
+            "status": job.status,
+        },
+    )
     return "cancel" if job.cancel_requested else None
 
 
@@ -224,7 +343,9 @@ def training_job_set_counts(*, job_id: int, lease: str, counts: dict) -> None:
 
 
 @transaction.atomic
-def training_job_finish(*, job_id: int, lease: str | None, status: str, error: str = "") -> TrainingJob | None:
+def training_job_finish(
+    *, job_id: int, lease: str | None, status: str, error: str = ""
+) -> TrainingJob | None:
     """Moves the job to failed or cancelled along JOB_TRANSITIONS (only while `lease` holds; None: any
     holder). Returns None when the lease was lost or the job is final already."""
     job = TrainingJob.objects.select_for_update().get(pk=job_id)
@@ -232,17 +353,26 @@ def training_job_finish(*, job_id: int, lease: str | None, status: str, error: s
         return None
     job.status, job.error, job.finished_at, job.lease = status, error[-4000:], timezone.now(), ""
     job.save(update_fields=["status", "error", "finished_at", "lease"])
-    training_job_log(job=job, message=f"{status}" + (f": {error.splitlines()[-1]}" if error else ""),
-                     level="error" if status == JobStatus.FAILED else "info")
-    audit_record(tenant=job.tenant, actor=Actor.system("training"), verb=f"training_job.{status}", target=job,
-                 data={"error": error[-300:]} if error else {})
+    training_job_log(
+        job=job,
+        message=f"{status}" + (f": {error.splitlines()[-1]}" if error else ""),
+        level="error" if status == JobStatus.FAILED else "info",
+    )
+    audit_record(
+        tenant=job.tenant,
+        actor=Actor.system("training"),
+        verb=f"training_job.{status}",
+        target=job,
+        data={"error": error[-300:]} if error else {},
+    )
     _publish_job(job)
     return job
 
 
 @transaction.atomic
-def training_job_succeed(*, job_id: int, lease: str, checkpoint_path: str, tokenizer_hash: str,
-                         metrics: dict) -> ModelVersion | None:
+def training_job_succeed(
+    *, job_id: int, lease: str, checkpoint_path: str, tokenizer_hash: str, metrics: dict
+) -> ModelVersion | None:
     """Registers the trained weights as the next candidate version of the base's model (parent = base,
     the job's dataset snapshot, final metrics) and marks the job succeeded, in one transaction; None when
     the lease was lost."""
@@ -251,16 +381,33 @@ def training_job_succeed(*, job_id: int, lease: str, checkpoint_path: str, token
         return None
     base = job.base_version
     version = model_version_register(
-        tenant=job.tenant, actor=Actor.system("training"), name=base.name, checkpoint_path=checkpoint_path,
-        tokenizer_hash=tokenizer_hash, parent=base, status=VersionStatus.CANDIDATE,
-        dataset_snapshot={**job.dataset_snapshot, "job_id": job.pk}, metrics=metrics,
-        description=f"{job.get_algorithm_display()} job {job.pk} from {base.label}")
-    job.status, job.produced_version, job.finished_at, job.lease = JobStatus.SUCCEEDED, version, timezone.now(), ""
+        tenant=job.tenant,
+        actor=Actor.system("training"),
+        name=base.name,
+        checkpoint_path=checkpoint_path,
+        tokenizer_hash=tokenizer_hash,
+        parent=base,
+        status=VersionStatus.CANDIDATE,
+        dataset_snapshot={**job.dataset_snapshot, "job_id": job.pk},
+        metrics=metrics,
+        description=f"{job.get_algorithm_display()} job {job.pk} from {base.label}",
+    )
+    job.status, job.produced_version, job.finished_at, job.lease = (
+        JobStatus.SUCCEEDED,
+        version,
+        timezone.now(),
+        "",
+    )
     job.progress_step = job.total_steps
     job.save(update_fields=["status", "produced_version", "finished_at", "lease", "progress_step"])
     training_job_log(job=job, message=f"succeeded: registered {version.label} (candidate)")
-    audit_record(tenant=job.tenant, actor=Actor.system("training"), verb="training_job.succeeded", target=job,
-                 data={"version": version.label})
+    audit_record(
+        tenant=job.tenant,
+        actor=Actor.system("training"),
+        verb="training_job.succeeded",
+        target=job,
+        data={"version": version.label},
+    )
     _publish_job(job)
     return version
 
@@ -275,11 +422,14 @@ def training_job_cancel(*, tenant, actor: Actor, job_id) -> TrainingJob:
     if job.is_final:
         raise Conflict(f"job {job.pk} is {job.status} already", code="invalid_transition")
     if TrainingJob.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
-            status=JobStatus.CANCELLED, cancel_requested=True, finished_at=timezone.now()):
+        status=JobStatus.CANCELLED, cancel_requested=True, finished_at=timezone.now()
+    ):
         training_job_log(job=job, message=f"cancelled by {actor.label} before it started")
     else:
         TrainingJob.objects.filter(pk=job.pk).update(cancel_requested=True)
-        training_job_log(job=job, message=f"cancel requested by {actor.label}; stopping after the current step")
+        training_job_log(
+            job=job, message=f"cancel requested by {actor.label}; stopping after the current step"
+        )
     audit_record(tenant=tenant, actor=actor, verb="training_job.cancel", target=job)
     job.refresh_from_db()
     _publish_job(job)
@@ -293,13 +443,17 @@ def training_jobs_requeue_stale(*, stale_after_seconds: int) -> list[int]:
     marked cancelled instead. Returns the requeued ids."""
     cutoff = timezone.now() - timedelta(seconds=stale_after_seconds)
     stale = TrainingJob.objects.filter(
-        Q(status=JobStatus.RUNNING, heartbeat_at__lte=cutoff) | Q(status=JobStatus.QUEUED, created_at__lte=cutoff))
+        Q(status=JobStatus.RUNNING, heartbeat_at__lte=cutoff)
+        | Q(status=JobStatus.QUEUED, created_at__lte=cutoff)
+    )
     requeued = []
     for job in stale.select_related("tenant"):
         if job.cancel_requested:
             training_job_finish(job_id=job.pk, lease=None, status=JobStatus.CANCELLED)
             continue
-        training_job_log(job=job, message="requeued: no progress report for a while (worker lost?)", level="warning")
+        training_job_log(
+            job=job, message="requeued: no progress report for a while (worker lost?)", level="warning"
+        )
         training_job_enqueue(job_id=job.pk)
         requeued.append(job.pk)
     return requeued
@@ -311,7 +465,12 @@ def training_job_stream(job_id: int) -> str:
 
 
 def _publish_job(job: TrainingJob) -> None:
-    payload = {"job": job.pk, "status": job.status, "step": job.progress_step, "total": job.total_steps,
-               "produced_version": job.produced_version_id}
+    payload = {
+        "job": job.pk,
+        "status": job.status,
+        "step": job.progress_step,
+        "total": job.total_steps,
+        "produced_version": job.produced_version_id,
+    }
     metrics_publish(tenant_id=job.tenant_id, stream=training_job_stream(job.pk), payload=payload)
     metrics_publish(tenant_id=job.tenant_id, stream=JOBS_STREAM, payload=payload)

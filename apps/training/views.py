@@ -14,7 +14,11 @@ CHARTS = [  # (chart id, title, metric keys)
     ("loss", "Loss", ["loss"]),
     ("reward", "Reward mean / std", ["reward_mean", "reward_std"]),
     ("advantage", "Advantage mean / std", ["advantage_mean", "advantage_std"]),
-    ("policy", "KL to behaviour, clip and masked fractions", ["kl", "clip_fraction", "masked_token_fraction"]),
+    (
+        "policy",
+        "KL to behaviour, clip and masked fractions",
+        ["kl", "clip_fraction", "masked_token_fraction"],
+    ),
     ("throughput", "Tokens per second", ["tokens_per_second"]),
 ]
 
@@ -25,16 +29,32 @@ def job_figures(rows: list[dict]) -> dict:
     figures = {}
     for chart, title, keys in CHARTS:
         figures[chart] = {
-            "data": [{"type": "scatter", "mode": "lines+markers", "name": key, "x": steps,
-                      "y": [row.get(key) for row in rows]} for key in keys],
-            "layout": {"title": {"text": title}, "height": 260, "margin": {"l": 50, "r": 10, "t": 40, "b": 30},
-                       "xaxis": {"title": {"text": "step"}}, "legend": {"orientation": "h"}},
+            "data": [
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "name": key,
+                    "x": steps,
+                    "y": [row.get(key) for row in rows],
+                }
+                for key in keys
+            ],
+            "layout": {
+                "title": {"text": title},
+                "height": 260,
+                "margin": {"l": 50, "r": 10, "t": 40, "b": 30},
+                "xaxis": {"title": {"text": "step"}},
+                "legend": {"orientation": "h"},
+            },
         }
     histogram = rows[-1].get("staleness_histogram", []) if rows else []
     figures["staleness"] = {
         "data": [{"type": "bar", "x": [lag for lag, _ in histogram], "y": [count for _, count in histogram]}],
-        "layout": {"title": {"text": "Staleness of the last batch (current − token version)"}, "height": 260,
-                   "margin": {"l": 50, "r": 10, "t": 40, "b": 30}},
+        "layout": {
+            "title": {"text": "Staleness of the last batch (current − token version)"},
+            "height": 260,
+            "margin": {"l": 50, "r": 10, "t": 40, "b": 30},
+        },
     }
     return figures
 
@@ -43,10 +63,17 @@ def job_figures(rows: list[dict]) -> dict:
 def training_jobs(request):
     from apps.training.online import online_run_list
 
-    return render(request, "console/training_jobs.html", {
-        "jobs": selectors.training_job_list(tenant=request.tenant, status=request.GET.get("status"))[:200],
-        "online_runs": online_run_list(tenant=request.tenant)[:50],
-        "can_manage": role_can(request.membership.role, Action.TRAINING_MANAGE)})
+    return render(
+        request,
+        "console/training_jobs.html",
+        {
+            "jobs": selectors.training_job_list(tenant=request.tenant, status=request.GET.get("status"))[
+                :200
+            ],
+            "online_runs": online_run_list(tenant=request.tenant)[:50],
+            "can_manage": role_can(request.membership.role, Action.TRAINING_MANAGE),
+        },
+    )
 
 
 @console_page(Action.TRAINING_MANAGE)
@@ -55,7 +82,9 @@ def training_job_new(request):
     form = TrainingJobForm(request.POST or None, versions=versions)
     if request.method == "POST" and form.is_valid():
         try:
-            job = services.training_job_create(tenant=request.tenant, actor=request.actor, **form.service_arguments())
+            job = services.training_job_create(
+                tenant=request.tenant, actor=request.actor, **form.service_arguments()
+            )
         except DomainError as error:
             form.add_error(None, error.message)
             for field, problems in (error.fields or {}).items():
@@ -66,20 +95,31 @@ def training_job_new(request):
             messages.success(request, f"Job {job.pk} queued.")
             return redirect("console:training-job", job_id=job.pk)
     queue = selectors.training_queue_snapshot(tenant=request.tenant)
-    return render(request, "console/training_job_new.html", {
-        "form": form, "queued_trajectories": len(queue["trajectory_ids"])}, status=400 if form.errors else 200)
+    return render(
+        request,
+        "console/training_job_new.html",
+        {"form": form, "queued_trajectories": len(queue["trajectory_ids"])},
+        status=400 if form.errors else 200,
+    )
 
 
 @console_page(Action.TRAINING_VIEW)
 def training_job_detail(request, job_id):
     job = selectors.training_job_get(tenant=request.tenant, job_id=job_id)
     rows = selectors.training_job_metrics(tenant=request.tenant, job_id=job.pk)
-    return render(request, "console/job_detail.html", {
-        "job": job, "figures": job_figures(rows), "charts": [chart for chart, _, _ in CHARTS] + ["staleness"],
-        "chart_keys": {chart: keys for chart, _, keys in CHARTS},
-        "logs": selectors.training_job_logs(tenant=request.tenant, job_id=job.pk),
-        "stream": services.training_job_stream(job.pk),
-        "can_manage": role_can(request.membership.role, Action.TRAINING_MANAGE)})
+    return render(
+        request,
+        "console/job_detail.html",
+        {
+            "job": job,
+            "figures": job_figures(rows),
+            "charts": [chart for chart, _, _ in CHARTS] + ["staleness"],
+            "chart_keys": {chart: keys for chart, _, keys in CHARTS},
+            "logs": selectors.training_job_logs(tenant=request.tenant, job_id=job.pk),
+            "stream": services.training_job_stream(job.pk),
+            "can_manage": role_can(request.membership.role, Action.TRAINING_MANAGE),
+        },
+    )
 
 
 @require_POST
@@ -97,8 +137,15 @@ def training_job_cancel(request, job_id):
 
 @console_page(Action.MODEL_VERSION_VIEW)
 def model_versions(request):
-    return render(request, "console/version_list.html", {
-        "versions": selectors.model_version_list(tenant=request.tenant, name=request.GET.get("name") or None)})
+    return render(
+        request,
+        "console/version_list.html",
+        {
+            "versions": selectors.model_version_list(
+                tenant=request.tenant, name=request.GET.get("name") or None
+            )
+        },
+    )
 
 
 def lineage_tree(rows: list[dict]) -> list[dict]:
@@ -126,13 +173,33 @@ def lineage_figure(tree: list[dict]) -> dict:
             edge_x += [x0, x1, None]
             edge_y += [y0, y1, None]
     return {
-        "data": [{"type": "scatter", "mode": "lines", "x": edge_x, "y": edge_y, "hoverinfo": "skip",
-                  "line": {"color": "#999"}, "showlegend": False},
-                 {"type": "scatter", "mode": "markers+text", "x": [position[r["number"]][0] for r in tree],
-                  "y": [position[r["number"]][1] for r in tree], "text": [f"v{r['number']} {r['status']}" for r in tree],
-                  "textposition": "middle right", "marker": {"size": 14}, "showlegend": False}],
-        "layout": {"height": max(200, 40 * len(tree) + 80), "xaxis": {"title": {"text": "generation"}, "dtick": 1},
-                   "yaxis": {"autorange": "reversed", "visible": False}, "margin": {"l": 20, "r": 20, "t": 20, "b": 40}},
+        "data": [
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": edge_x,
+                "y": edge_y,
+                "hoverinfo": "skip",
+                "line": {"color": "#999"},
+                "showlegend": False,
+            },
+            {
+                "type": "scatter",
+                "mode": "markers+text",
+                "x": [position[r["number"]][0] for r in tree],
+                "y": [position[r["number"]][1] for r in tree],
+                "text": [f"v{r['number']} {r['status']}" for r in tree],
+                "textposition": "middle right",
+                "marker": {"size": 14},
+                "showlegend": False,
+            },
+        ],
+        "layout": {
+            "height": max(200, 40 * len(tree) + 80),
+            "xaxis": {"title": {"text": "generation"}, "dtick": 1},
+            "yaxis": {"autorange": "reversed", "visible": False},
+            "margin": {"l": 20, "r": 20, "t": 20, "b": 40},
+        },
     }
 
 
@@ -143,4 +210,6 @@ def model_lineage(request, name):
         from django.http import Http404
 
         raise Http404("no such model")
-    return render(request, "console/lineage.html", {"name": name, "tree": tree, "figure": lineage_figure(tree)})
+    return render(
+        request, "console/lineage.html", {"name": name, "tree": tree, "figure": lineage_figure(tree)}
+    )

@@ -68,12 +68,18 @@ class TrajectoryListApi(TenantApi):
     actions = {"GET": Action.TRAJECTORY_VIEW}
     pagination_class = TrajectoryCursor
 
-    @extend_schema(operation_id="trajectory_list", parameters=[FilterSerializer],
-                   responses=inline_serializer("AtdpTrajectory", {}))
+    @extend_schema(
+        operation_id="trajectory_list",
+        parameters=[FilterSerializer],
+        responses=inline_serializer("AtdpTrajectory", {}),
+    )
     def get(self, request):
         paginator = self.pagination_class()
-        page = paginator.paginate_queryset(selectors.trajectory_with_records(_filtered(self, request), tenant=self.tenant),
-                                           request, view=self)
+        page = paginator.paginate_queryset(
+            selectors.trajectory_with_records(_filtered(self, request), tenant=self.tenant),
+            request,
+            view=self,
+        )
         return paginator.get_paginated_response([_atdp(trajectory) for trajectory in page])
 
 
@@ -87,7 +93,9 @@ class TrajectoryDetailApi(TenantApi):
 
 def _records(queryset, *, tenant):
     """ATDP dicts, fetched in chunks with their steps and rewards: memory stays bounded by the chunk."""
-    for trajectory in selectors.trajectory_with_records(queryset, tenant=tenant).iterator(chunk_size=EXPORT_CHUNK):
+    for trajectory in selectors.trajectory_with_records(queryset, tenant=tenant).iterator(
+        chunk_size=EXPORT_CHUNK
+    ):
         yield _atdp(trajectory)
 
 
@@ -104,8 +112,10 @@ class TrajectoryExportApi(TenantApi):
     actions = {"GET": Action.TRAJECTORY_VIEW}
     content_negotiation_class = ExportFormatNegotiation
 
-    @extend_schema(parameters=[FilterSerializer, OpenApiParameter("format", enum=["jsonl", "parquet"])],
-                   responses={(200, "application/x-ndjson"): bytes, (200, "application/vnd.apache.parquet"): bytes})
+    @extend_schema(
+        parameters=[FilterSerializer, OpenApiParameter("format", enum=["jsonl", "parquet"])],
+        responses={(200, "application/x-ndjson"): bytes, (200, "application/vnd.apache.parquet"): bytes},
+    )
     def get(self, request):
         filters = FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
@@ -113,15 +123,23 @@ class TrajectoryExportApi(TenantApi):
         kind = request.query_params.get("format", "jsonl")
         if kind not in ("jsonl", "parquet"):
             raise ValidationFailed("format must be jsonl or parquet", fields={"format": ["jsonl or parquet"]})
-        services.trajectory_export_record(tenant=self.tenant, actor=self.actor, format=kind,
-                                          filters=filters.validated_data)
+        services.trajectory_export_record(
+            tenant=self.tenant, actor=self.actor, format=kind, filters=filters.validated_data
+        )
         if kind == "parquet":
             spool = tempfile.TemporaryFile(suffix=".parquet")
             write_parquet(_records(queryset, tenant=self.tenant), spool)
             spool.seek(0)
-            return FileResponse(spool, as_attachment=True, filename=f"{self.tenant.slug}-trajectories.parquet",
-                                content_type="application/vnd.apache.parquet")
-        lines = (json.dumps(record, separators=(",", ":")) + "\n" for record in _records(queryset, tenant=self.tenant))
+            return FileResponse(
+                spool,
+                as_attachment=True,
+                filename=f"{self.tenant.slug}-trajectories.parquet",
+                content_type="application/vnd.apache.parquet",
+            )
+        lines = (
+            json.dumps(record, separators=(",", ":")) + "\n"
+            for record in _records(queryset, tenant=self.tenant)
+        )
         response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
         response["Content-Disposition"] = f'attachment; filename="{self.tenant.slug}-trajectories.jsonl"'
         return response
@@ -137,12 +155,20 @@ class NdjsonParser(BaseParser):
 def import_responses() -> dict:
     """200 with the report; 400 with the report when no line was accepted, or an error for a body that is
     not JSON Lines at all."""
-    report = inline_serializer("AtdpImportReport", {
-        "accepted": serializers.IntegerField(), "trajectory_ids": serializers.ListField(child=serializers.UUIDField()),
-        "stored": serializers.ListField(child=serializers.DictField()),
-        "rejected": serializers.ListField(child=serializers.DictField())})
-    refusal = PolymorphicProxySerializer(component_name="AtdpImportRefusal", serializers=[report, ErrorSerializer],
-                                         resource_type_field_name=None)
+    report = inline_serializer(
+        "AtdpImportReport",
+        {
+            "accepted": serializers.IntegerField(),
+            "trajectory_ids": serializers.ListField(child=serializers.UUIDField()),
+            "stored": serializers.ListField(child=serializers.DictField()),
+            "rejected": serializers.ListField(child=serializers.DictField()),
+        },
+    )
+    refusal = PolymorphicProxySerializer(
+        component_name="AtdpImportRefusal",
+        serializers=[report, ErrorSerializer],
+        resource_type_field_name=None,
+    )
     return {200: report, 400: refusal}
 
 
@@ -165,24 +191,43 @@ class TrajectoryImportApi(TenantApi):
         stored, rejected = [], []
         for line in read_jsonl(text.splitlines()):
             if line.problems:
-                rejected.extend({"line": line.line_number, "field": problem.path, "message": problem.message}
-                                for problem in line.problems)
+                rejected.extend(
+                    {"line": line.line_number, "field": problem.path, "message": problem.message}
+                    for problem in line.problems
+                )
                 continue
             try:
-                trajectory = services.trajectory_import(tenant=self.tenant, record=line.record, actor=self.actor)
+                trajectory = services.trajectory_import(
+                    tenant=self.tenant, record=line.record, actor=self.actor
+                )
             except DomainError as error:
                 field = next(iter(error.fields), "trajectory_id")
                 rejected.append({"line": line.line_number, "field": field, "message": error.message})
             except IntegrityError:  # a step or reward id, or a reward idempotency key, is taken: say which
                 conflicts = selectors.trajectory_import_conflicts(tenant=self.tenant, record=line.record) or {
-                    "": "an id or reward idempotency key of this record was stored meanwhile"}
-                rejected.extend({"line": line.line_number, "field": field, "message": message}
-                                for field, message in conflicts.items())
+                    "": "an id or reward idempotency key of this record was stored meanwhile"
+                }
+                rejected.extend(
+                    {"line": line.line_number, "field": field, "message": message}
+                    for field, message in conflicts.items()
+                )
             else:
-                stored.append({"line": line.line_number, "trajectory_id": str(trajectory.id),
-                               "source_trajectory_id": str(trajectory.source_trajectory_id)})
-        return Response({"accepted": len(stored), "trajectory_ids": [entry["trajectory_id"] for entry in stored],
-                         "stored": stored, "rejected": rejected}, status=200 if stored or not rejected else 400)
+                stored.append(
+                    {
+                        "line": line.line_number,
+                        "trajectory_id": str(trajectory.id),
+                        "source_trajectory_id": str(trajectory.source_trajectory_id),
+                    }
+                )
+        return Response(
+            {
+                "accepted": len(stored),
+                "trajectory_ids": [entry["trajectory_id"] for entry in stored],
+                "stored": stored,
+                "rejected": rejected,
+            },
+            status=200 if stored or not rejected else 400,
+        )
 
 
 class TrajectoryReplayApi(TenantApi):
@@ -201,12 +246,15 @@ class TrajectoryReplayApi(TenantApi):
         purpose = serializers.CharField()
         status = serializers.CharField()
 
-    @extend_schema(operation_id="trajectory_replay", request=InputSerializer, responses={202: OutputSerializer})
+    @extend_schema(
+        operation_id="trajectory_replay", request=InputSerializer, responses={202: OutputSerializer}
+    )
     def post(self, request, trajectory_id):
         from apps.gateway.replay import trajectory_replay_start
 
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        replay = trajectory_replay_start(tenant=self.tenant, trajectory_id=trajectory_id, actor=self.actor,
-                                         **data.validated_data)
+        replay = trajectory_replay_start(
+            tenant=self.tenant, trajectory_id=trajectory_id, actor=self.actor, **data.validated_data
+        )
         return Response(self.OutputSerializer(replay).data, status=202)

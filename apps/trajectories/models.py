@@ -36,7 +36,8 @@ class Trajectory(models.Model):
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="trajectories")
     session_id = models.CharField(max_length=200)
     source_trajectory_id = models.UUIDField(
-        null=True, blank=True, help_text="The id an imported record carried; imports get a fresh `id`.")
+        null=True, blank=True, help_text="The id an imported record carried; imports get a fresh `id`."
+    )
     api_key_prefix = models.CharField(max_length=16, blank=True)
     agent_name = models.CharField(max_length=200, blank=True)
     agent_version = models.CharField(max_length=64, blank=True)
@@ -61,7 +62,9 @@ class Trajectory(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "session_id"], name="trajectory_unique_session"),
-            models.UniqueConstraint(fields=["tenant", "source_trajectory_id"], name="trajectory_unique_source"),
+            models.UniqueConstraint(
+                fields=["tenant", "source_trajectory_id"], name="trajectory_unique_source"
+            ),
         ]
         indexes = [
             models.Index(fields=["tenant", "-started_at", "id"]),

@@ -40,7 +40,8 @@ def trajectories_past_retention(*, tenant, now=None):
     now = now or timezone.now()
     started_before = now - timedelta(days=_retention_days(tenant))
     return Trajectory.objects.for_tenant(tenant).filter(
-        Q(retention_until__lte=now) | Q(retention_until__isnull=True, started_at__lte=started_before))
+        Q(retention_until__lte=now) | Q(retention_until__isnull=True, started_at__lte=started_before)
+    )
 
 
 def _held_ids(tenant) -> set:
@@ -56,8 +57,12 @@ def retention_summary(*, tenant, now=None) -> dict:
     held = _held_ids(tenant)
     past = due.count()
     held_count = due.filter(pk__in=held).count() if held else 0
-    return {"retention_days": _retention_days(tenant), "past_retention": past, "held_by_training": held_count,
-            "to_purge": past - held_count}
+    return {
+        "retention_days": _retention_days(tenant),
+        "past_retention": past,
+        "held_by_training": held_count,
+        "to_purge": past - held_count,
+    }
 
 
 def _purge_batch(*, tenant, ids: list) -> Counter:
@@ -73,8 +78,9 @@ def _purge_batch(*, tenant, ids: list) -> Counter:
     return counts
 
 
-def trajectories_purge_expired(*, tenant, now=None, batch_size: int | None = None,
-                               max_batches: int | None = None) -> dict:
+def trajectories_purge_expired(
+    *, tenant, now=None, batch_size: int | None = None, max_batches: int | None = None
+) -> dict:
     """Deletes the tenant's trajectories past retention (see the module docstring), at most `max_batches`
     batches of `batch_size` trajectories per call (AREAL_RETENTION_BATCH_SIZE / _MAX_BATCHES_PER_RUN); what
     is left waits for the next run. Tenancy: only `tenant`'s rows. Idempotent: a second run finds nothing.
@@ -103,7 +109,9 @@ def trajectories_purge_expired(*, tenant, now=None, batch_size: int | None = Non
     }
     if summary["trajectories"]:
         with transaction.atomic():
-            audit_record(tenant=tenant, actor=RETENTION_ACTOR, verb="trajectory.retention_purge", data=summary)
+            audit_record(
+                tenant=tenant, actor=RETENTION_ACTOR, verb="trajectory.retention_purge", data=summary
+            )
     return summary
 
 

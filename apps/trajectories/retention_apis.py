@@ -16,8 +16,17 @@ class TrajectoryRetentionApi(TenantApi):
 
     actions = {"GET": Action.POLICY_EDIT}
 
-    @extend_schema(operation_id="trajectory_retention", responses=inline_serializer("TrajectoryRetention", {
-        "retention_days": serializers.IntegerField(), "past_retention": serializers.IntegerField(),
-        "held_by_training": serializers.IntegerField(), "to_purge": serializers.IntegerField()}))
+    @extend_schema(
+        operation_id="trajectory_retention",
+        responses=inline_serializer(
+            "TrajectoryRetention",
+            {
+                "retention_days": serializers.IntegerField(),
+                "past_retention": serializers.IntegerField(),
+                "held_by_training": serializers.IntegerField(),
+                "to_purge": serializers.IntegerField(),
+            },
+        ),
+    )
     def get(self, request):
         return Response(retention_summary(tenant=self.tenant))

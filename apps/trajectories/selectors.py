@@ -14,16 +14,44 @@ class TrajectoryNotFound(NotFound, Http404):
     """The API's handler renders it as a domain error; on a console page Django answers its 404 page."""
 
 
-FILTERS = ("session_id", "agent", "task_id", "group_id", "status", "purpose", "reward_min", "reward_max",
-           "started_after", "started_before")
+FILTERS = (
+    "session_id",
+    "agent",
+    "task_id",
+    "group_id",
+    "status",
+    "purpose",
+    "reward_min",
+    "reward_max",
+    "started_after",
+    "started_before",
+)
 
 
-def trajectory_list(*, tenant, session_id=None, agent=None, task_id=None, group_id=None, status=None, purpose=None,
-                    reward_min=None, reward_max=None, started_after=None, started_before=None):
+def trajectory_list(
+    *,
+    tenant,
+    session_id=None,
+    agent=None,
+    task_id=None,
+    group_id=None,
+    status=None,
+    purpose=None,
+    reward_min=None,
+    reward_max=None,
+    started_after=None,
+    started_before=None,
+):
     """Newest first. `reward_min`/`reward_max`: trajectories with at least one reward in that range."""
     trajectories = Trajectory.objects.for_tenant(tenant).select_related("tenant")
-    exact = {"session_id": session_id, "agent_name": agent, "task_id": task_id, "group_id": group_id,
-             "status": status, "purpose": purpose}
+    exact = {
+        "session_id": session_id,
+        "agent_name": agent,
+        "task_id": task_id,
+        "group_id": group_id,
+        "status": status,
+        "purpose": purpose,
+    }
     trajectories = trajectories.filter(**{field: value for field, value in exact.items() if value})
     if started_after:
         trajectories = trajectories.filter(started_at__gte=started_after)
@@ -60,8 +88,9 @@ def step_list(*, tenant, trajectory=None):
 
 def trajectory_get(*, tenant, trajectory_id) -> Trajectory:
     try:
-        return trajectory_with_records(Trajectory.objects.for_tenant(tenant).select_related("tenant"),
-                                       tenant=tenant).get(pk=trajectory_id)
+        return trajectory_with_records(
+            Trajectory.objects.for_tenant(tenant).select_related("tenant"), tenant=tenant
+        ).get(pk=trajectory_id)
     except (Trajectory.DoesNotExist, ValueError, TypeError):
         raise TrajectoryNotFound("no such trajectory in this tenant", code="trajectory_not_found") from None
 
@@ -84,16 +113,23 @@ def trajectory_import_conflicts(*, tenant, record: dict) -> dict[str, str]:
         if key is None:
             continue
         if key in keys:
-            conflicts[f"rewards[{position}].idempotency_key"] = f"repeats rewards[{keys[key]}].idempotency_key"
+            conflicts[f"rewards[{position}].idempotency_key"] = (
+                f"repeats rewards[{keys[key]}].idempotency_key"
+            )
         else:
             keys[key] = position
-    used = Reward.objects.filter(tenant=tenant, idempotency_key__in=keys).values_list("idempotency_key", flat=True)
+    used = Reward.objects.filter(tenant=tenant, idempotency_key__in=keys).values_list(
+        "idempotency_key", flat=True
+    )
     for key in used:
-        conflicts[f"rewards[{keys[key]}].idempotency_key"] = "this tenant already stored a reward with this key"
+        conflicts[f"rewards[{keys[key]}].idempotency_key"] = (
+            "this tenant already stored a reward with this key"
+        )
     return conflicts
 
 
 # ---- dashboard aggregates (apps.metrics) -------------------------------------------------------------------
+
 
 def _percentile(ordered: list[int], fraction: float) -> float | None:
     """Nearest-rank percentile of an ascending list (None when empty)."""
@@ -105,8 +141,12 @@ def _percentile(ordered: list[int], fraction: float) -> float | None:
 def step_traffic_per_minute(*, tenant, since, limit: int = 200_000) -> list[dict]:
     """Gateway calls recorded since `since`, per minute (oldest first): requests, errors, p50 and p95 latency
     in ms. Reads at most `limit` steps (the newest) so a busy tenant's page stays cheap."""
-    rows = (Step.objects.for_tenant(tenant).filter(kind="llm_call", created_at__gte=since)
-            .order_by("-created_at").values_list("created_at", "latency_ms", "error")[:limit])
+    rows = (
+        Step.objects.for_tenant(tenant)
+        .filter(kind="llm_call", created_at__gte=since)
+        .order_by("-created_at")
+        .values_list("created_at", "latency_ms", "error")[:limit]
+    )
     buckets: dict = {}
     for created_at, latency_ms, error in rows:
         bucket = buckets.setdefault(created_at.replace(second=0, microsecond=0), ([], [0]))
@@ -115,8 +155,15 @@ def step_traffic_per_minute(*, tenant, since, limit: int = 200_000) -> list[dict
     minutes = []
     for minute in sorted(buckets):
         latencies, (errors,) = sorted(buckets[minute][0]), buckets[minute][1]
-        minutes.append({"minute": minute, "requests": len(latencies), "errors": errors,
-                        "p50_ms": _percentile(latencies, 0.5), "p95_ms": _percentile(latencies, 0.95)})
+        minutes.append(
+            {
+                "minute": minute,
+                "requests": len(latencies),
+                "errors": errors,
+                "p50_ms": _percentile(latencies, 0.5),
+                "p95_ms": _percentile(latencies, 0.95),
+            }
+        )
     return minutes
 
 
@@ -124,15 +171,33 @@ def reward_outcomes_per_minute(*, tenant, since) -> list[dict]:
     """Rewards (critiques excluded) created since `since`, per minute (oldest first): their count, mean value
     and success rate, where a reward of at least 0.5 counts as a success (the environment's 0/1 check,
     thumbs up)."""
-    rows = (Reward.objects.for_tenant(tenant).filter(created_at__gte=since).exclude(kind="critique")
-            .annotate(minute=TruncMinute("created_at")).values("minute")
-            .annotate(rewards=Count("id"), reward_mean=Avg("value"),
-                      successes=Count("id", filter=Q(value__gte=0.5))).order_by("minute"))
-    return [{"minute": row["minute"], "rewards": row["rewards"], "reward_mean": row["reward_mean"],
-             "success_rate": row["successes"] / row["rewards"]} for row in rows]
+    rows = (
+        Reward.objects.for_tenant(tenant)
+        .filter(created_at__gte=since)
+        .exclude(kind="critique")
+        .annotate(minute=TruncMinute("created_at"))
+        .values("minute")
+        .annotate(
+            rewards=Count("id"), reward_mean=Avg("value"), successes=Count("id", filter=Q(value__gte=0.5))
+        )
+        .order_by("minute")
+    )
+    return [
+        {
+            "minute": row["minute"],
+            "rewards": row["rewards"],
+            "reward_mean": row["reward_mean"],
+            "success_rate": row["successes"] / row["rewards"],
+        }
+        for row in rows
+    ]
 
 
 def dangerously_steps_recorded_per_tenant() -> dict[str, int]:
     """Every tenant's recorded step count by tenant slug (the Prometheus endpoint only)."""
-    return {slug: total or 0 for slug, total in Trajectory.objects.values("tenant__slug").annotate(
-        total=Sum("step_count")).values_list("tenant__slug", "total")}
+    return {
+        slug: total or 0
+        for slug, total in Trajectory.objects.values("tenant__slug")
+        .annotate(total=Sum("step_count"))
+        .values_list("tenant__slug", "total")
+    }

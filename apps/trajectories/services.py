@@ -15,9 +15,27 @@ from apps.trajectories.models import Step, Trajectory, TrajectoryStatus, traject
 from workers.atdp.tokens import pack_floats, pack_ids, pack_versions
 
 STEP_FIELDS = (
-    "parent_step_id", "retry_of", "kind", "endpoint", "observation", "state", "action", "result", "tokenizer",
-    "served_model", "model_version", "policy_version", "backend_name", "prompt_tokens", "completion_tokens",
-    "latency_ms", "ttft_ms", "scopes", "pii_entities", "aborted", "error",
+    "parent_step_id",
+    "retry_of",
+    "kind",
+    "endpoint",
+    "observation",
+    "state",
+    "action",
+    "result",
+    "tokenizer",
+    "served_model",
+    "model_version",
+    "policy_version",
+    "backend_name",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_ms",
+    "ttft_ms",
+    "scopes",
+    "pii_entities",
+    "aborted",
+    "error",
 )
 
 
@@ -37,8 +55,12 @@ def _moment(value) -> datetime:
 def _step_row(record: dict, *, trajectory_id, index: int) -> Step:
     tokens = record.get("tokens") or {}
     row = Step(
-        id=uuid.UUID(record["step_id"]), tenant_id=record["tenant_id"], trajectory_id=trajectory_id, index=index,
-        cost_usd=Decimal(str(record.get("cost_usd") or 0)), created_at=_moment(record.get("created_at")),
+        id=uuid.UUID(record["step_id"]),
+        tenant_id=record["tenant_id"],
+        trajectory_id=trajectory_id,
+        index=index,
+        cost_usd=Decimal(str(record.get("cost_usd") or 0)),
+        created_at=_moment(record.get("created_at")),
         **{field: record[field] for field in STEP_FIELDS if field in record},
     )
     if tokens.get("completion_ids") is not None:
@@ -51,11 +73,17 @@ def _step_row(record: dict, *, trajectory_id, index: int) -> Step:
 
 def _trajectory_row(record: dict, trajectory_id) -> Trajectory:
     return Trajectory(
-        id=trajectory_id, tenant_id=record["tenant_id"], session_id=record["session_id"],
-        api_key_prefix=record.get("api_key_prefix", ""), task_id=record.get("task_id") or "",
-        group_id=record.get("group_id") or "", purpose=record.get("purpose", "production"),
-        consent=record.get("consent", "full"), agent_name=record.get("agent_name", ""),
-        agent_version=record.get("agent_version", ""), started_at=_moment(record.get("created_at")),
+        id=trajectory_id,
+        tenant_id=record["tenant_id"],
+        session_id=record["session_id"],
+        api_key_prefix=record.get("api_key_prefix", ""),
+        task_id=record.get("task_id") or "",
+        group_id=record.get("group_id") or "",
+        purpose=record.get("purpose", "production"),
+        consent=record.get("consent", "full"),
+        agent_name=record.get("agent_name", ""),
+        agent_version=record.get("agent_version", ""),
+        started_at=_moment(record.get("created_at")),
         retention_until=_moment(record["retention_until"]) if record.get("retention_until") else None,
     )
 
@@ -112,7 +140,9 @@ def steps_ingest(*, records: list[dict]) -> int:
     if not records:
         return 0
     records = [_storable(record) for record in records]
-    stored = dict(Step.objects.filter(id__in=[record["step_id"] for record in records]).values_list("id", "tenant_id"))
+    stored = dict(
+        Step.objects.filter(id__in=[record["step_id"] for record in records]).values_list("id", "tenant_id")
+    )
     for record in records:
         owner = stored.get(uuid.UUID(record["step_id"]))
         if owner is not None and owner != record["tenant_id"]:
@@ -125,14 +155,21 @@ def steps_ingest(*, records: list[dict]) -> int:
         trajectory_id = trajectory_id_for(tenant_id=record["tenant_id"], session_id=record["session_id"])
         by_trajectory.setdefault(trajectory_id, []).append(record)
     owners = {trajectory_id: batch[0]["tenant_id"] for trajectory_id, batch in by_trajectory.items()}
-    if any(record["tenant_id"] != owners[trajectory_id] for trajectory_id, batch in by_trajectory.items()
-           for record in batch):
+    if any(
+        record["tenant_id"] != owners[trajectory_id]
+        for trajectory_id, batch in by_trajectory.items()
+        for record in batch
+    ):
         raise StepRefused("records of two tenants derive the same trajectory id")
 
     def lock_existing():
         existing = {}
-        for row in (Trajectory.objects.select_for_update().filter(id__in=by_trajectory).order_by("id")
-                    .only("id", "tenant_id", "step_count")):
+        for row in (
+            Trajectory.objects.select_for_update()
+            .filter(id__in=by_trajectory)
+            .order_by("id")
+            .only("id", "tenant_id", "step_count")
+        ):
             if row.tenant_id != owners[row.id]:
                 raise StepRefused(f"trajectory {row.id} belongs to another tenant")
             existing[row.id] = row.step_count
@@ -142,8 +179,10 @@ def steps_ingest(*, records: list[dict]) -> int:
     new_ids = [trajectory_id for trajectory_id in by_trajectory if trajectory_id not in existing]
     if new_ids and not _create_trajectories(by_trajectory, new_ids):
         # A concurrent writer created some of them: create the rest empty and count everything as existing.
-        Trajectory.objects.bulk_create([_trajectory_row(by_trajectory[trajectory_id][0], trajectory_id)
-                                        for trajectory_id in new_ids], ignore_conflicts=True)
+        Trajectory.objects.bulk_create(
+            [_trajectory_row(by_trajectory[trajectory_id][0], trajectory_id) for trajectory_id in new_ids],
+            ignore_conflicts=True,
+        )
         existing, new_ids = lock_existing(), []
         missing = [trajectory_id for trajectory_id in by_trajectory if trajectory_id not in existing]
         if missing:  # the session is taken by a trajectory under another id (an imported one)
@@ -152,24 +191,42 @@ def steps_ingest(*, records: list[dict]) -> int:
     rows = []
     for trajectory_id, batch in by_trajectory.items():
         start = 0 if trajectory_id in created else existing[trajectory_id]
-        rows.extend(_step_row(record, trajectory_id=trajectory_id, index=start + offset)
-                    for offset, record in enumerate(batch))
+        rows.extend(
+            _step_row(record, trajectory_id=trajectory_id, index=start + offset)
+            for offset, record in enumerate(batch)
+        )
         if trajectory_id not in created:
             Trajectory.objects.filter(id=trajectory_id, tenant_id=owners[trajectory_id]).update(
-                **{field: F(field) + value for field, value in _totals(batch).items()})
+                **{field: F(field) + value for field, value in _totals(batch).items()}
+            )
     Step.objects.bulk_create(rows)
     return len(rows)
 
 
 @transaction.atomic
-def trajectory_open(*, tenant, session_id: str, task_id: str = "", group_id: str = "", api_key_prefix: str = "",
-                    purpose: str = "production", consent: str = "full") -> Trajectory:
+def trajectory_open(
+    *,
+    tenant,
+    session_id: str,
+    task_id: str = "",
+    group_id: str = "",
+    api_key_prefix: str = "",
+    purpose: str = "production",
+    consent: str = "full",
+) -> Trajectory:
     """Creates the trajectory of an explicitly started session (idempotent on the session). Tenancy: only a
     row of `tenant` is ever returned; an id held by another tenant raises IntegrityError."""
     trajectory, _ = Trajectory.objects.get_or_create(
-        id=trajectory_id_for(tenant_id=tenant.pk, session_id=session_id), tenant=tenant,
-        defaults={"session_id": session_id, "task_id": task_id, "group_id": group_id,
-                  "api_key_prefix": api_key_prefix, "purpose": purpose, "consent": consent},
+        id=trajectory_id_for(tenant_id=tenant.pk, session_id=session_id),
+        tenant=tenant,
+        defaults={
+            "session_id": session_id,
+            "task_id": task_id,
+            "group_id": group_id,
+            "api_key_prefix": api_key_prefix,
+            "purpose": purpose,
+            "consent": consent,
+        },
     )
     return trajectory
 
@@ -190,15 +247,27 @@ def _step_from_atdp(*, tenant, trajectory_id, step: dict) -> Step:
     versions = step.get("versions") or {}
     action = step.get("action") or {}
     row = Step(
-        id=uuid.UUID(step["step_id"]), tenant=tenant, trajectory_id=trajectory_id, index=step["index"],
-        parent_step_id=step.get("parent_step_id"), kind=step["kind"], observation=step.get("observation") or {},
-        state=step.get("state") or {}, action=action, result=step.get("result") or {},
-        tokenizer=tokens.get("tokenizer") or "", model_version=versions.get("model_version") or "",
-        policy_version=versions.get("policy_version"), prompt_tokens=cost.get("prompt_tokens") or 0,
-        completion_tokens=cost.get("completion_tokens") or 0, latency_ms=cost.get("latency_ms") or 0,
-        ttft_ms=cost.get("ttft_ms"), cost_usd=Decimal(str(cost.get("usd") or 0)),
+        id=uuid.UUID(step["step_id"]),
+        tenant=tenant,
+        trajectory_id=trajectory_id,
+        index=step["index"],
+        parent_step_id=step.get("parent_step_id"),
+        kind=step["kind"],
+        observation=step.get("observation") or {},
+        state=step.get("state") or {},
+        action=action,
+        result=step.get("result") or {},
+        tokenizer=tokens.get("tokenizer") or "",
+        model_version=versions.get("model_version") or "",
+        policy_version=versions.get("policy_version"),
+        prompt_tokens=cost.get("prompt_tokens") or 0,
+        completion_tokens=cost.get("completion_tokens") or 0,
+        latency_ms=cost.get("latency_ms") or 0,
+        ttft_ms=cost.get("ttft_ms"),
+        cost_usd=Decimal(str(cost.get("usd") or 0)),
         scopes=(step.get("permissions") or {}).get("scopes") or [],
-        pii_entities=(step.get("pii") or {}).get("entities") or [], created_at=_moment(step.get("created_at")),
+        pii_entities=(step.get("pii") or {}).get("entities") or [],
+        created_at=_moment(step.get("created_at")),
         retokenized=bool(tokens.get("retokenized")),
     )
     if tokens.get("completion_ids") is not None:
@@ -222,40 +291,77 @@ def trajectory_import(*, tenant, record: dict, actor) -> Trajectory:
     from apps.rewards.models import Reward
 
     if record.get("tenant") != tenant.slug:
-        raise ValidationFailed(f"record belongs to tenant {record.get('tenant')!r}, not {tenant.slug!r}",
-                               fields={"tenant": ["does not match the API key's tenant"]})
+        raise ValidationFailed(
+            f"record belongs to tenant {record.get('tenant')!r}, not {tenant.slug!r}",
+            fields={"tenant": ["does not match the API key's tenant"]},
+        )
     source_id = uuid.UUID(record["trajectory_id"])
-    if Trajectory.objects.for_tenant(tenant).filter(
-            Q(pk=source_id) | Q(source_trajectory_id=source_id) | Q(session_id=record["session_id"])).exists():
+    if (
+        Trajectory.objects.for_tenant(tenant)
+        .filter(Q(pk=source_id) | Q(source_trajectory_id=source_id) | Q(session_id=record["session_id"]))
+        .exists()
+    ):
         raise Conflict("a trajectory with this id or session already exists", code="trajectory_exists")
     steps = record.get("steps") or []
     governance = record.get("governance") or {}
     agent = record.get("agent") or {}
     trajectory = Trajectory.objects.create(
-        id=uuid.uuid4(), source_trajectory_id=source_id, tenant=tenant, session_id=record["session_id"],
+        id=uuid.uuid4(),
+        source_trajectory_id=source_id,
+        tenant=tenant,
+        session_id=record["session_id"],
         agent_name=agent.get("name") or "",
-        agent_version=agent.get("version") or "", task_id=record.get("task_id") or "",
-        group_id=record.get("group_id") or "", status=record["status"], purpose=record["purpose"],
-        consent=governance.get("consent", "full"), data_class=governance.get("data_class", "internal"),
-        training_use=governance.get("training_use", True), started_at=_moment(record.get("started_at")),
-        ended_at=_moment(record["ended_at"]) if record.get("ended_at") else None, step_count=len(steps),
+        agent_version=agent.get("version") or "",
+        task_id=record.get("task_id") or "",
+        group_id=record.get("group_id") or "",
+        status=record["status"],
+        purpose=record["purpose"],
+        consent=governance.get("consent", "full"),
+        data_class=governance.get("data_class", "internal"),
+        training_use=governance.get("training_use", True),
+        started_at=_moment(record.get("started_at")),
+        ended_at=_moment(record["ended_at"]) if record.get("ended_at") else None,
+        step_count=len(steps),
         prompt_tokens=sum((step.get("cost") or {}).get("prompt_tokens") or 0 for step in steps),
         completion_tokens=sum((step.get("cost") or {}).get("completion_tokens") or 0 for step in steps),
         cost_usd=sum(Decimal(str((step.get("cost") or {}).get("usd") or 0)) for step in steps),
     )
-    Step.objects.bulk_create([_step_from_atdp(tenant=tenant, trajectory_id=trajectory.pk, step=step)
-                              for step in steps])
+    Step.objects.bulk_create(
+        [_step_from_atdp(tenant=tenant, trajectory_id=trajectory.pk, step=step) for step in steps]
+    )
     rewards = record.get("rewards") or []
-    Reward.objects.bulk_create([
-        Reward(id=uuid.UUID(reward["reward_id"]), tenant=tenant, trajectory=trajectory, step_id=reward.get("step_id"),
-               target=reward["target"], value=reward["value"], kind=reward["kind"], label=reward.get("label") or "",
-               source=reward["source"], timing=reward["timing"], created_by=reward.get("created_by") or "import",
-               created_at=_moment(reward.get("created_at")), idempotency_key=reward.get("idempotency_key"))
-        for reward in rewards
-    ])
-    audit_record(tenant=tenant, actor=actor, verb="trajectory.import", target=trajectory, data={
-        "source_trajectory_id": str(source_id), "session_id": trajectory.session_id, "steps": len(steps),
-        "rewards": len(rewards)})
+    Reward.objects.bulk_create(
+        [
+            Reward(
+                id=uuid.UUID(reward["reward_id"]),
+                tenant=tenant,
+                trajectory=trajectory,
+                step_id=reward.get("step_id"),
+                target=reward["target"],
+                value=reward["value"],
+                kind=reward["kind"],
+                label=reward.get("label") or "",
+                source=reward["source"],
+                timing=reward["timing"],
+                created_by=reward.get("created_by") or "import",
+                created_at=_moment(reward.get("created_at")),
+                idempotency_key=reward.get("idempotency_key"),
+            )
+            for reward in rewards
+        ]
+    )
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="trajectory.import",
+        target=trajectory,
+        data={
+            "source_trajectory_id": str(source_id),
+            "session_id": trajectory.session_id,
+            "steps": len(steps),
+            "rewards": len(rewards),
+        },
+    )
     return trajectory
 
 
@@ -263,4 +369,6 @@ def trajectory_import(*, tenant, record: dict, actor) -> Trajectory:
 def trajectory_export_record(*, tenant, actor, format: str, filters: dict) -> None:
     """Audits an export (`trajectory.export`) of this tenant's trajectories: its format and filters. Called
     before the stream starts, so an export that fails midway is still on record."""
-    audit_record(tenant=tenant, actor=actor, verb="trajectory.export", data={"format": format, "filters": filters})
+    audit_record(
+        tenant=tenant, actor=actor, verb="trajectory.export", data={"format": format, "filters": filters}
+    )

@@ -121,8 +121,13 @@ if REDIS_URL:
             "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("AREAL_CHANNEL_PREFIX", "areal")},
         }
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                          "KEY_PREFIX": env_str("AREAL_CACHE_PREFIX", "")}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env_str("AREAL_CACHE_PREFIX", ""),
+        }
+    }
 else:
     _broker_dir = VAR_DIR / "broker"
     for _folder in ("queue", "processed", "control"):
@@ -230,8 +235,9 @@ AREAL_GATEWAY_RESERVATION_SECONDS = env_int("AREAL_GATEWAY_RESERVATION_SECONDS",
 # Request bodies on Django's paths (REST API, console, admin): a larger body gets 413 before Django reads it
 # (areal_web/middleware.py). Path prefixes may have caps of their own (the longest matching prefix wins).
 AREAL_MAX_BODY_BYTES = env_int("AREAL_MAX_BODY_BYTES", 10 * 1024 * 1024)
-AREAL_MAX_BODY_BYTES_BY_PATH = env_int_map("AREAL_MAX_BODY_BYTES_BY_PATH",
-                                           {"/api/v1/trajectories/import/": 64 * 1024 * 1024})
+AREAL_MAX_BODY_BYTES_BY_PATH = env_int_map(
+    "AREAL_MAX_BODY_BYTES_BY_PATH", {"/api/v1/trajectories/import/": 64 * 1024 * 1024}
+)
 # How long a verified API key stays in the cache before the database is asked again.
 AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
 # /rl/start_session calls per minute and tenant (0: no limit beyond the tenant's requests per minute).
@@ -255,13 +261,21 @@ LOGGING = {
 CELERY_BEAT_SCHEDULE = {
     "audit-verify-chains": {"task": "audit.verify_chains", "schedule": 24 * 3600.0},
     "inference-check-backends": {"task": "inference.check_backends", "schedule": 15.0},
-    "releases-analyze": {"task": "releases.analyze_all", "schedule": float(env_int("AREAL_RELEASE_ANALYSIS_SECONDS", 60))},
+    "releases-analyze": {
+        "task": "releases.analyze_all",
+        "schedule": float(env_int("AREAL_RELEASE_ANALYSIS_SECONDS", 60)),
+    },
     # Annotation queues take in newly matching trajectories this often.
-    "annotation-fill": {"task": "annotation.fill_queues", "schedule": float(env_int("AREAL_ANNOTATION_FILL_SECONDS", 30))},
+    "annotation-fill": {
+        "task": "annotation.fill_queues",
+        "schedule": float(env_int("AREAL_ANNOTATION_FILL_SECONDS", 30)),
+    },
     # Retention: trajectories past retention_until are deleted (apps/trajectories/retention.py), in batches of
     # AREAL_RETENTION_BATCH_SIZE trajectories, at most AREAL_RETENTION_MAX_BATCHES_PER_RUN per tenant per run.
-    "trajectories-purge-expired": {"task": "trajectories.purge_expired",
-                                   "schedule": float(env_int("AREAL_RETENTION_PURGE_SECONDS", 3600))},
+    "trajectories-purge-expired": {
+        "task": "trajectories.purge_expired",
+        "schedule": float(env_int("AREAL_RETENTION_PURGE_SECONDS", 3600)),
+    },
 }
 AREAL_RETENTION_BATCH_SIZE = env_int("AREAL_RETENTION_BATCH_SIZE", 200)
 AREAL_RETENTION_MAX_BATCHES_PER_RUN = env_int("AREAL_RETENTION_MAX_BATCHES_PER_RUN", 50)
@@ -300,7 +314,9 @@ CELERY_BEAT_SCHEDULE["training-requeue-stale"] = {"task": "training.requeue_stal
 # without it, only loopback clients are answered.
 CELERY_IMPORTS += ["workers.tasks.metrics"]
 CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {
-    "task": "metrics.overview_tick", "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10))}
+    "task": "metrics.overview_tick",
+    "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10)),
+}
 AREAL_METRICS_TOKEN = env_str("AREAL_METRICS_TOKEN", "")
 # Live WebSocket streams (apps/metrics/consumers.py) read the member's membership and role again this often:
 # a removed member is disconnected, a demoted one leaves the streams the new role may not view.
@@ -323,9 +339,15 @@ os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(AREAL_PROMETHEUS_DIR)
 # and public addresses, so no tenant can aim the platform at Redis, PostgreSQL or anything else on loopback or a
 # private network.
 AREAL_INFERENCE_PORT = env_int("AREAL_INFERENCE_PORT", 8100)
-AREAL_BACKEND_ALLOWED_HOSTS = env_list("AREAL_BACKEND_ALLOWED_HOSTS", [
-    f"{host}:{port}" for port in (AREAL_INFERENCE_PORT, AREAL_INFERENCE_PORT + 1) for host in ("127.0.0.1", "[::1]")
-] + ["public"])
+AREAL_BACKEND_ALLOWED_HOSTS = env_list(
+    "AREAL_BACKEND_ALLOWED_HOSTS",
+    [
+        f"{host}:{port}"
+        for port in (AREAL_INFERENCE_PORT, AREAL_INFERENCE_PORT + 1)
+        for host in ("127.0.0.1", "[::1]")
+    ]
+    + ["public"],
+)
 # Largest backend response body the gateway reads (a larger one answers 502 backend_response_too_large).
 AREAL_GATEWAY_MAX_RESPONSE_BYTES = env_int("AREAL_GATEWAY_MAX_RESPONSE_BYTES", 32 * 1024 * 1024)
 # Bearer token of the embedded inference servers' admin API (weight loads, pause): they refuse every admin call
@@ -333,4 +355,6 @@ AREAL_GATEWAY_MAX_RESPONSE_BYTES = env_int("AREAL_GATEWAY_MAX_RESPONSE_BYTES", 3
 # DJANGO_SECRET_KEY when that is set (every host of a deployment agrees), else generated once into the var folder.
 AREAL_INFERENCE_ADMIN_TOKEN = env_str("AREAL_INFERENCE_ADMIN_TOKEN", "") or (
     hmac.new(SECRET_KEY.encode(), b"areal-inference-admin-token", hashlib.sha256).hexdigest()
-    if env_str("DJANGO_SECRET_KEY", "") else generated_secret(VAR_DIR / "inference-admin-token"))
+    if env_str("DJANGO_SECRET_KEY", "")
+    else generated_secret(VAR_DIR / "inference-admin-token")
+)

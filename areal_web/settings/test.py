@@ -13,7 +13,9 @@ from areal_web.env import env_bool, env_list
 # Each test session keeps its files (SQLite test database, embedded broker, cache, journal) in its own
 # folder, apart from a running stack's and from any other test session's; processes the tests start
 # inherit the variable and so share it. tests/conftest.py removes the folder at the end.
-os.environ.setdefault("AREAL_VAR_DIR", str(Path(__file__).resolve().parents[2] / "var" / "test" / f"run-{os.getpid()}"))
+os.environ.setdefault(
+    "AREAL_VAR_DIR", str(Path(__file__).resolve().parents[2] / "var" / "test" / f"run-{os.getpid()}")
+)
 
 if env_bool("CI", False):
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/areal")

@@ -26,16 +26,32 @@ GOAL_POINTS, BASE_AT_MOST, FINAL_AT_LEAST = 30, 0.40, 0.70
 def run_seed(seed: int, budget: int, port: int) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"demo-bench-{seed}-") as scratch:
         summary_path = Path(scratch) / "summary.json"
-        environment = {**os.environ, "DEMO_VAR_DIR": str(Path(scratch) / "demo"), "DEMO_EXIT": "1",
-                       "DEMO_SEED": str(seed), "DEMO_BUDGET_SECONDS": str(budget), "DEMO_SUMMARY": str(summary_path),
-                       "PORT": str(port), "AREAL_INFERENCE_PORT": str(port + 1)}
+        environment = {
+            **os.environ,
+            "DEMO_VAR_DIR": str(Path(scratch) / "demo"),
+            "DEMO_EXIT": "1",
+            "DEMO_SEED": str(seed),
+            "DEMO_BUDGET_SECONDS": str(budget),
+            "DEMO_SUMMARY": str(summary_path),
+            "PORT": str(port),
+            "AREAL_INFERENCE_PORT": str(port + 1),
+        }
         environment.pop("AREAL_VAR_DIR", None)
         started = time.monotonic()
-        finished = subprocess.run([sys.executable, "manage.py", "demo"], cwd=ROOT, env=environment,
-                                  capture_output=True, text=True, timeout=budget + 600)
+        finished = subprocess.run(
+            [sys.executable, "manage.py", "demo"],
+            cwd=ROOT,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=budget + 600,
+        )
         if finished.returncode != 0 or not summary_path.exists():
-            return {"seed": seed, "error": (finished.stdout[-1500:] + finished.stderr[-1500:]),
-                    "wall_seconds": round(time.monotonic() - started)}
+            return {
+                "seed": seed,
+                "error": (finished.stdout[-1500:] + finished.stderr[-1500:]),
+                "wall_seconds": round(time.monotonic() - started),
+            }
         return json.loads(summary_path.read_text())
 
 
@@ -70,12 +86,16 @@ def main(argv=None) -> int:
             continue
         curve = "  ".join(f"v{p['version']}@{p['seconds']:.0f}s={p['heldout']:.0%}" for p in summary["curve"])
         print(f"seed {seed}: {curve}")
-        rows = "  ".join(f"v{row['version']}@{row['seconds']:.0f}s={row['heldout']:.0%} {row['role']}"
-                         for row in summary["rows"])
+        rows = "  ".join(
+            f"v{row['version']}@{row['seconds']:.0f}s={row['heldout']:.0%} {row['role']}"
+            for row in summary["rows"]
+        )
         print(f"  base and releases: {rows}")
-        print(f"  trajectories {summary['trajectories']}, tokens {summary['tokens']:,}, steps {summary['steps']}, "
-              f"warm-up {summary.get('warmup_seconds', 0):.0f}s, wall {summary['wall_seconds']:.0f}s, load {summary['load_before']}→{summary['load_after']} "
-              f"(2 cores), goal {'REACHED' if reached(summary) else 'missed'}")
+        print(
+            f"  trajectories {summary['trajectories']}, tokens {summary['tokens']:,}, steps {summary['steps']}, "
+            f"warm-up {summary.get('warmup_seconds', 0):.0f}s, wall {summary['wall_seconds']:.0f}s, load {summary['load_before']}→{summary['load_after']} "
+            f"(2 cores), goal {'REACHED' if reached(summary) else 'missed'}"
+        )
     print(json.dumps(results, indent=1))
     return 0 if results and all(reached(summary) for summary in results) else 1
 

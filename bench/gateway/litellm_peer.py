@@ -27,22 +27,34 @@ UPSTREAM_KEY = "sk-bench-upstream"  # the upstream ignores it; LiteLLM's openai 
 # Environment LiteLLM must not see: a database or cache it would try to reach, proxies that would take
 # its calls to 127.0.0.1 elsewhere.
 _DROPPED_ENV = (
-    "DATABASE_URL", "DIRECT_URL", "REDIS_URL", "REDIS_HOST", "REDIS_PORT", "REDIS_PASSWORD",
-    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
+    "DATABASE_URL",
+    "DIRECT_URL",
+    "REDIS_URL",
+    "REDIS_HOST",
+    "REDIS_PORT",
+    "REDIS_PASSWORD",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
 )
 
 
 def litellm_config(upstream_url: str, model: str = DEFAULT_MODEL, master_key: str = MASTER_KEY) -> dict:
     """One model, `openai/<model>` at the upstream; no database, no callbacks, no verbose logging."""
     return {
-        "model_list": [{
-            "model_name": model,
-            "litellm_params": {
-                "model": f"openai/{model}",
-                "api_base": upstream_url.rstrip("/") + "/v1",
-                "api_key": UPSTREAM_KEY,
-            },
-        }],
+        "model_list": [
+            {
+                "model_name": model,
+                "litellm_params": {
+                    "model": f"openai/{model}",
+                    "api_base": upstream_url.rstrip("/") + "/v1",
+                    "api_key": UPSTREAM_KEY,
+                },
+            }
+        ],
         "litellm_settings": {"drop_params": True, "set_verbose": False},
         "general_settings": {"master_key": master_key},
     }
@@ -51,9 +63,15 @@ def litellm_config(upstream_url: str, model: str = DEFAULT_MODEL, master_key: st
 def litellm_version(venv: Path = DEFAULT_VENV) -> str | None:
     try:
         return subprocess.run(
-            [str(venv / "bin" / "python"), "-c",
-             "from importlib.metadata import version; print(version('litellm'))"],
-            capture_output=True, text=True, timeout=60, check=True,
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "from importlib.metadata import version; print(version('litellm'))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
@@ -63,9 +81,18 @@ class LiteLLMProxy:
     """`litellm --config ... --port P` as a subprocess: a context manager that waits until it answers,
     captures its log, and stops its whole process group on exit."""
 
-    def __init__(self, upstream_url: str, *, model: str = DEFAULT_MODEL, port: int | None = None,
-                 host: str = "127.0.0.1", workers: int = 1, venv: Path = DEFAULT_VENV,
-                 workdir: Path | None = None, startup_timeout: float = 180.0):
+    def __init__(
+        self,
+        upstream_url: str,
+        *,
+        model: str = DEFAULT_MODEL,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        workers: int = 1,
+        venv: Path = DEFAULT_VENV,
+        workdir: Path | None = None,
+        startup_timeout: float = 180.0,
+    ):
         self.upstream_url, self.model, self.host = upstream_url, model, host
         self.port = port or free_port(host)
         self.workers, self.venv, self.startup_timeout = workers, Path(venv), startup_timeout
@@ -99,21 +126,40 @@ class LiteLLMProxy:
         # JSON is YAML: LiteLLM reads this with yaml.safe_load, and we need no YAML writer.
         self.config_path.write_text(json.dumps(litellm_config(self.upstream_url, self.model), indent=2))
         env = {key: value for key, value in os.environ.items() if key not in _DROPPED_ENV}
-        env.update({
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # else start-up waits on a download that cannot succeed
-            "LITELLM_MODE": "PRODUCTION",  # do not read a .env file
-            "LITELLM_LOG": "ERROR",
-            "NO_PROXY": "127.0.0.1,localhost",
-            "PATH": f"{self.venv / 'bin'}:{env.get('PATH', '')}",
-        })
-        command = [str(executable), "--config", str(self.config_path), "--host", self.host,
-                   "--port", str(self.port), "--num_workers", str(self.workers)]
+        env.update(
+            {
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # else start-up waits on a download that cannot succeed
+                "LITELLM_MODE": "PRODUCTION",  # do not read a .env file
+                "LITELLM_LOG": "ERROR",
+                "NO_PROXY": "127.0.0.1,localhost",
+                "PATH": f"{self.venv / 'bin'}:{env.get('PATH', '')}",
+            }
+        )
+        command = [
+            str(executable),
+            "--config",
+            str(self.config_path),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--num_workers",
+            str(self.workers),
+        ]
         started = time.monotonic()
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(command, cwd=self.workdir, env=env, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                command,
+                cwd=self.workdir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         try:
-            wait_http_ready(self.url + "/health/liveliness", self.process, self.startup_timeout, self.log_path)
+            wait_http_ready(
+                self.url + "/health/liveliness", self.process, self.startup_timeout, self.log_path
+            )
         except BaseException:
             self.stop()
             raise

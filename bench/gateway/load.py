@@ -62,7 +62,10 @@ class _HttpxSession:
     def __init__(self, url: str, headers: dict, content: bytes, timeout: float):
         self._url, self._headers, self._content = url, headers, content
         self._client = httpx.AsyncClient(
-            http1=True, http2=False, timeout=timeout, trust_env=False,
+            http1=True,
+            http2=False,
+            timeout=timeout,
+            trust_env=False,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=300.0),
         )
 
@@ -142,7 +145,7 @@ class _RawProtocol(asyncio.Protocol):
             line_end = buffer.find(b"\r\n", self._chunk_pos)
             if line_end < 0:
                 return False
-            size = int(bytes(buffer[self._chunk_pos:line_end]).split(b";", 1)[0], 16)
+            size = int(bytes(buffer[self._chunk_pos : line_end]).split(b";", 1)[0], 16)
             if size == 0:
                 return buffer.find(b"\r\n\r\n", line_end) >= 0
             next_pos = line_end + 2 + size + 2
@@ -228,9 +231,17 @@ async def _closed_loop(sessions, n: int, max_seconds: float | None = None) -> tu
     return out, time.perf_counter() - start
 
 
-async def run_sequential(url: str, headers: dict | None, body, n: int, *, warmup: int = 20,
-                         engine: str = "raw", timeout: float = 60.0,
-                         max_seconds: float | None = None) -> Latencies:
+async def run_sequential(
+    url: str,
+    headers: dict | None,
+    body,
+    n: int,
+    *,
+    warmup: int = 20,
+    engine: str = "raw",
+    timeout: float = 60.0,
+    max_seconds: float | None = None,
+) -> Latencies:
     """`n` requests, one at a time, over one kept-alive connection (after `warmup` unmeasured ones); with
     `max_seconds`, no new request starts after that long (fewer than `n` then)."""
     session = _session(engine, url, _headers(headers), _encode(body), timeout)
@@ -243,9 +254,18 @@ async def run_sequential(url: str, headers: dict | None, body, n: int, *, warmup
         await session.aclose()
 
 
-async def run_concurrent(url: str, headers: dict | None, body, n: int, concurrency: int, *,
-                         warmup: int | None = None, engine: str = "raw", timeout: float = 60.0,
-                         max_seconds: float | None = None) -> tuple[Latencies, float]:
+async def run_concurrent(
+    url: str,
+    headers: dict | None,
+    body,
+    n: int,
+    concurrency: int,
+    *,
+    warmup: int | None = None,
+    engine: str = "raw",
+    timeout: float = 60.0,
+    max_seconds: float | None = None,
+) -> tuple[Latencies, float]:
     """`n` requests kept `concurrency` in flight: a closed loop of `concurrency` workers, each with its own
     kept-alive connection, each sending its next request when its last one is answered. Returns the
     latencies and the wall seconds of the measured part; sustained req/s = len(latencies) / wall. The

@@ -94,8 +94,14 @@ def tree_cpu_seconds(pid: int | None) -> float | None:
 
 
 class Target:
-    def __init__(self, name: str, chat_url: str, headers: dict, pid: int | None = None,
-                 stack: GatewayStack | None = None):
+    def __init__(
+        self,
+        name: str,
+        chat_url: str,
+        headers: dict,
+        pid: int | None = None,
+        stack: GatewayStack | None = None,
+    ):
         self.name, self.chat_url, self.headers, self.pid = name, chat_url, headers, pid
         self.stack = stack  # the gateway this run started: its persisted steps are counted per phase
         self.probe: dict = {}
@@ -121,16 +127,19 @@ def probe(target: Target, body: dict) -> dict:
             "choices[0].logprobs.content": bool((choice.get("logprobs") or {}).get("content")),
         }
     else:
-        result["token_data"] = {"sse prompt_token_ids": '"prompt_token_ids"' in text,
-                                "sse token_ids": '"token_ids"' in text}
+        result["token_data"] = {
+            "sse prompt_token_ids": '"prompt_token_ids"' in text,
+            "sse token_ids": '"token_ids"' in text,
+        }
     return result
 
 
 def measure(target: Target, body: dict, args, upstream_pid: int | None) -> dict:
     """One round for one target: sequential, then each concurrency level."""
     figures: dict = {}
-    phases = [("seq", 1, args.requests)] + [(f"c{level}", level, args.concurrent_requests)
-                                           for level in args.concurrency]
+    phases = [("seq", 1, args.requests)] + [
+        (f"c{level}", level, args.concurrent_requests) for level in args.concurrency
+    ]
     for phase, level, n in phases:
         steps_before = target.stack.count_steps() if target.stack else None
         phase_started = time.monotonic()
@@ -138,22 +147,44 @@ def measure(target: Target, body: dict, args, upstream_pid: int | None) -> dict:
         cpu_target = tree_cpu_seconds(target.pid)
         cpu_upstream = tree_cpu_seconds(upstream_pid)
         if level == 1:
-            latencies = load.run_async(load.run_sequential(
-                target.chat_url, target.headers, body, n, warmup=args.warmup, engine=args.client,
-                max_seconds=args.phase_seconds))
+            latencies = load.run_async(
+                load.run_sequential(
+                    target.chat_url,
+                    target.headers,
+                    body,
+                    n,
+                    warmup=args.warmup,
+                    engine=args.client,
+                    max_seconds=args.phase_seconds,
+                )
+            )
             wall = sum(latencies)
         else:
-            latencies, wall = load.run_async(load.run_concurrent(
-                target.chat_url, target.headers, body, n, level, engine=args.client,
-                max_seconds=args.phase_seconds))
+            latencies, wall = load.run_async(
+                load.run_concurrent(
+                    target.chat_url,
+                    target.headers,
+                    body,
+                    n,
+                    level,
+                    engine=args.client,
+                    max_seconds=args.phase_seconds,
+                )
+            )
         done = max(1, len(latencies) + latencies.failed)
         phase_ended = time.monotonic()
-        row = {**load.percentiles(latencies), "requests": len(latencies), "failed": latencies.failed,
-               "errors": dict(latencies.errors), "wall_s": wall,
-               "warmup_ok": latencies.warmup_ok, "warmup_failed": latencies.warmup_failed,
-               "rps": len(latencies) / wall if wall > 0 else float("nan"),
-               # includes the warm-up requests, whose count is small beside n
-               "client_cpu_ms": (time.process_time() - cpu_client) * 1000.0 / done}
+        row = {
+            **load.percentiles(latencies),
+            "requests": len(latencies),
+            "failed": latencies.failed,
+            "errors": dict(latencies.errors),
+            "wall_s": wall,
+            "warmup_ok": latencies.warmup_ok,
+            "warmup_failed": latencies.warmup_failed,
+            "rps": len(latencies) / wall if wall > 0 else float("nan"),
+            # includes the warm-up requests, whose count is small beside n
+            "client_cpu_ms": (time.process_time() - cpu_client) * 1000.0 / done,
+        }
         after = tree_cpu_seconds(target.pid)
         if cpu_target is not None and after is not None:
             row["server_cpu_ms"] = (after - cpu_target) * 1000.0 / done
@@ -161,23 +192,35 @@ def measure(target: Target, body: dict, args, upstream_pid: int | None) -> dict:
         if cpu_upstream is not None and after is not None:
             row["upstream_cpu_ms"] = (after - cpu_upstream) * 1000.0 / done
         if target.stack is not None:
-            row["persist"] = persistence(target.stack, steps_before, len(latencies) + latencies.warmup_ok,
-                                         phase_started, phase_ended, args.steps_timeout)
+            row["persist"] = persistence(
+                target.stack,
+                steps_before,
+                len(latencies) + latencies.warmup_ok,
+                phase_started,
+                phase_ended,
+                args.steps_timeout,
+            )
         figures[phase] = row
     return figures
 
 
-def persistence(stack: GatewayStack, before: int, answered: int, started: float, ended: float,
-                timeout: float) -> dict:
+def persistence(
+    stack: GatewayStack, before: int, answered: int, started: float, ended: float, timeout: float
+) -> dict:
     """How the phase's steps reached PostgreSQL: backlog when the last answer arrived, how long until every
     answered request's step was in the database, and steps persisted per second over the whole phase
     (from its first request, warm-ups included, to the moment the last of its steps was committed)."""
     at_end = stack.count_steps() - before
     count, when = stack.wait_for_steps(before + answered, timeout)
     persisted = count - before
-    return {"answered": answered, "persisted": persisted, "backlog_at_end": max(0, answered - at_end),
-            "drain_s": max(0.0, when - ended), "steps_per_s": persisted / (when - started) if when > started else None,
-            "missing_after_wait": max(0, answered - persisted)}
+    return {
+        "answered": answered,
+        "persisted": persisted,
+        "backlog_at_end": max(0, answered - at_end),
+        "drain_s": max(0.0, when - ended),
+        "steps_per_s": persisted / (when - started) if when > started else None,
+        "missing_after_wait": max(0, answered - persisted),
+    }
 
 
 # -- summary --------------------------------------------------------------------------------------------
@@ -205,8 +248,10 @@ def summarize(rounds: list[dict], names: list[str], phases: list[str]) -> dict:
         if name == "direct":
             continue
         summary["added"][name] = {
-            phase: {q: _median([round_[name][phase][q] - round_["direct"][phase][q] for round_ in rounds])
-                    for q in ("p50", "p99")}
+            phase: {
+                q: _median([round_[name][phase][q] - round_["direct"][phase][q] for round_ in rounds])
+                for q in ("p50", "p99")
+            }
             for phase in phases
         }
     if "gateway" in names and "litellm" in names:
@@ -216,7 +261,10 @@ def summarize(rounds: list[dict], names: list[str], phases: list[str]) -> dict:
                 ours, theirs = summary["added"]["gateway"][phase][q], summary["added"]["litellm"][phase][q]
                 # an added latency at or below zero is within the direct baseline's noise: ratio 0
                 ratio[f"added {phase} {q}"] = max(ours, 0.0) / theirs if theirs and theirs > 0 else None
-            ours, theirs = summary["targets"]["gateway"][phase]["rps"], summary["targets"]["litellm"][phase]["rps"]
+            ours, theirs = (
+                summary["targets"]["gateway"][phase]["rps"],
+                summary["targets"]["litellm"][phase]["rps"],
+            )
             if phase != "seq":
                 ratio[f"req/s {phase}"] = ours / theirs if theirs else None
         summary["ratio_gateway_over_litellm"] = ratio
@@ -228,18 +276,45 @@ def goals(summary: dict, names: list[str], phases: list[str]) -> list[dict]:
     rows = []
     for name in (n for n in names if n != "direct"):
         added, figures = summary["added"][name], summary["targets"][name]
-        rows.append({"target": name, "goal": f"added p50 sequential <= {GOAL_ADDED_P50_MS:g} ms",
-                     "value": added["seq"]["p50"], "met": added["seq"]["p50"] <= GOAL_ADDED_P50_MS})
-        rows.append({"target": name, "goal": f"added p99 sequential <= {GOAL_ADDED_P99_MS:g} ms",
-                     "value": added["seq"]["p99"], "met": added["seq"]["p99"] <= GOAL_ADDED_P99_MS})
+        rows.append(
+            {
+                "target": name,
+                "goal": f"added p50 sequential <= {GOAL_ADDED_P50_MS:g} ms",
+                "value": added["seq"]["p50"],
+                "met": added["seq"]["p50"] <= GOAL_ADDED_P50_MS,
+            }
+        )
+        rows.append(
+            {
+                "target": name,
+                "goal": f"added p99 sequential <= {GOAL_ADDED_P99_MS:g} ms",
+                "value": added["seq"]["p99"],
+                "met": added["seq"]["p99"] <= GOAL_ADDED_P99_MS,
+            }
+        )
         rps = figures[top]["rps"]
-        rows.append({"target": name, "goal": f"req/s at {top[1:]} concurrent >= {GOAL_RPS:g}",
-                     "value": rps, "met": rps is not None and rps >= GOAL_RPS})
+        rows.append(
+            {
+                "target": name,
+                "goal": f"req/s at {top[1:]} concurrent >= {GOAL_RPS:g}",
+                "value": rps,
+                "met": rps is not None and rps >= GOAL_RPS,
+            }
+        )
         if name == "gateway" and "litellm" in names:
-            lower = all(summary["added"]["gateway"][phase][q] < summary["added"]["litellm"][phase][q]
-                        for phase in phases for q in ("p50", "p99"))
-            rows.append({"target": name, "goal": "added latency < LiteLLM's (p50 and p99, every concurrency)",
-                         "value": None, "met": lower})
+            lower = all(
+                summary["added"]["gateway"][phase][q] < summary["added"]["litellm"][phase][q]
+                for phase in phases
+                for q in ("p50", "p99")
+            )
+            rows.append(
+                {
+                    "target": name,
+                    "goal": "added latency < LiteLLM's (p50 and p99, every concurrency)",
+                    "value": None,
+                    "met": lower,
+                }
+            )
     return rows
 
 
@@ -259,8 +334,10 @@ def _label(phase: str) -> str:
 
 def print_report(summary: dict, goal_rows: list[dict], names: list[str], phases: list[str], meta: dict):
     print()
-    print(f"== gateway benchmark: medians of {meta['rounds']} interleaved rounds "
-          f"(client {meta['client']}, {'SSE' if meta['stream'] else 'JSON'} answers; latency in ms) ==")
+    print(
+        f"== gateway benchmark: medians of {meta['rounds']} interleaved rounds "
+        f"(client {meta['client']}, {'SSE' if meta['stream'] else 'JSON'} answers; latency in ms) =="
+    )
     head = ["target"]
     for phase in phases:
         head += [f"{_label(phase)} p50", f"{_label(phase)} p99"]
@@ -286,22 +363,32 @@ def print_report(summary: dict, goal_rows: list[dict], names: list[str], phases:
         _print_table(table)
     if summary["ratio_gateway_over_litellm"]:
         print("\ngateway / LiteLLM (added latency: lower is better; req/s: higher is better)")
-        _print_table([["figure", "ratio"]] + [[key, _fmt(value, 3)]
-                                            for key, value in summary["ratio_gateway_over_litellm"].items()])
+        _print_table(
+            [["figure", "ratio"]]
+            + [[key, _fmt(value, 3)] for key, value in summary["ratio_gateway_over_litellm"].items()]
+        )
     if goal_rows:
         print("\nissue 4 goals")
-        _print_table([["target", "goal", "measured", "met"]] + [
-            [row["target"], row["goal"], _fmt(row["value"]), "yes" if row["met"] else "NO"] for row in goal_rows
-        ])
-    print("\ncpu ms/req: server CPU per request (direct: the upstream's; a proxy: its own process tree, the"
-          " gateway's with --start-gateway or --gateway-pid; PostgreSQL's own CPU is not counted).")
+        _print_table(
+            [["target", "goal", "measured", "met"]]
+            + [
+                [row["target"], row["goal"], _fmt(row["value"]), "yes" if row["met"] else "NO"]
+                for row in goal_rows
+            ]
+        )
+    print(
+        "\ncpu ms/req: server CPU per request (direct: the upstream's; a proxy: its own process tree, the"
+        " gateway's with --start-gateway or --gateway-pid; PostgreSQL's own CPU is not counted)."
+    )
 
 
 def _print_table(rows: list[list[str]]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for index, row in enumerate(rows):
-        cells = [cell.ljust(widths[i]) if i == 0 or _is_text(rows, i) else cell.rjust(widths[i])
-                 for i, cell in enumerate(row)]
+        cells = [
+            cell.ljust(widths[i]) if i == 0 or _is_text(rows, i) else cell.rjust(widths[i])
+            for i, cell in enumerate(row)
+        ]
         print("  ".join(cells).rstrip())
         if index == 0:
             print("  ".join("-" * width for width in widths))
@@ -324,40 +411,72 @@ def _round_line(number: int, name: str, figures: dict) -> str:
     return " | ".join(parts)
 
 
-def recording_report(rounds: list[dict], phases: list[str], probe_ok: bool, steps: dict, journal: dict,
-                     shutdown: dict) -> dict:
+def recording_report(
+    rounds: list[dict], phases: list[str], probe_ok: bool, steps: dict, journal: dict, shutdown: dict
+) -> dict:
     """Steps persisted in PostgreSQL against requests answered 200 (warm-ups and the probe included)."""
-    answered = int(probe_ok) + sum(round_["gateway"][phase]["requests"] + round_["gateway"][phase]["warmup_ok"]
-                                   for round_ in rounds for phase in phases)
+    answered = int(probe_ok) + sum(
+        round_["gateway"][phase]["requests"] + round_["gateway"][phase]["warmup_ok"]
+        for round_ in rounds
+        for phase in phases
+    )
     per_phase = {
-        phase: {key: _median([round_["gateway"][phase]["persist"][key] for round_ in rounds])
-                for key in ("steps_per_s", "drain_s", "backlog_at_end")}
+        phase: {
+            key: _median([round_["gateway"][phase]["persist"][key] for round_ in rounds])
+            for key in ("steps_per_s", "drain_s", "backlog_at_end")
+        }
         for phase in phases
     }
-    return {"answered_200": answered, **steps, "lost": max(0, answered - steps["steps"]),
-            "extra": max(0, steps["steps"] - answered), "per_phase": per_phase, "journal_left": journal,
-            "shutdown": shutdown}
+    return {
+        "answered_200": answered,
+        **steps,
+        "lost": max(0, answered - steps["steps"]),
+        "extra": max(0, steps["steps"] - answered),
+        "per_phase": per_phase,
+        "journal_left": journal,
+        "shutdown": shutdown,
+    }
 
 
 def print_recording(report: dict, phases: list[str]) -> None:
     print("\ngateway recording (PostgreSQL, counted after the gateway was stopped)")
     lost = report["lost"]
-    _print_table([["figure", "value"],
-                  ["requests answered 200 (measured + warm-ups + probe)", f"{report['answered_200']:,}"],
-                  ["steps persisted", f"{report['steps']:,}"],
-                  ["  of which without error, with prompt/completion ids + logprobs",
-                   f"{report['steps_ok']:,} / {report['steps_with_token_data']:,}"],
-                  ["trajectories", f"{report['trajectories']:,}"],
-                  ["lost steps (answered 200, not in the database)", f"{lost:,}" + ("" if lost else "  (zero)")],
-                  ["journal bytes not marked committed at exit", f"{report['journal_left']['uncommitted_bytes']:,}"],
-                  ["gateway shutdown", f"{report['shutdown'].get('how')} -> exit {report['shutdown'].get('returncode')}"
-                                       f" in {report['shutdown'].get('seconds', 0):.1f} s"]])
-    print("\nsteps persisted per second, per phase (median over rounds; first request to last step committed)")
+    _print_table(
+        [
+            ["figure", "value"],
+            ["requests answered 200 (measured + warm-ups + probe)", f"{report['answered_200']:,}"],
+            ["steps persisted", f"{report['steps']:,}"],
+            [
+                "  of which without error, with prompt/completion ids + logprobs",
+                f"{report['steps_ok']:,} / {report['steps_with_token_data']:,}",
+            ],
+            ["trajectories", f"{report['trajectories']:,}"],
+            ["lost steps (answered 200, not in the database)", f"{lost:,}" + ("" if lost else "  (zero)")],
+            [
+                "journal bytes not marked committed at exit",
+                f"{report['journal_left']['uncommitted_bytes']:,}",
+            ],
+            [
+                "gateway shutdown",
+                f"{report['shutdown'].get('how')} -> exit {report['shutdown'].get('returncode')}"
+                f" in {report['shutdown'].get('seconds', 0):.1f} s",
+            ],
+        ]
+    )
+    print(
+        "\nsteps persisted per second, per phase (median over rounds; first request to last step committed)"
+    )
     table = [["phase", "steps/s persisted", "backlog at last answer", "drain s"]]
     for phase in phases:
         row = report["per_phase"][phase]
-        table.append([_label(phase), _fmt(row["steps_per_s"], 0), _fmt(row["backlog_at_end"], 0),
-                      _fmt(row["drain_s"], 3)])
+        table.append(
+            [
+                _label(phase),
+                _fmt(row["steps_per_s"], 0),
+                _fmt(row["backlog_at_end"], 0),
+                _fmt(row["drain_s"], 3),
+            ]
+        )
     _print_table(table)
 
 
@@ -378,39 +497,76 @@ def fetch_steps(url: str, key: str | None) -> dict:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=2000,
-                        help="sequential requests per target per round (default 2000)")
-    parser.add_argument("--concurrent-requests", type=int, default=4000,
-                        help="requests per concurrency level per target per round (default 4000)")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[32],
-                        help="concurrency levels besides 1 (default 32)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--requests", type=int, default=2000, help="sequential requests per target per round (default 2000)"
+    )
+    parser.add_argument(
+        "--concurrent-requests",
+        type=int,
+        default=4000,
+        help="requests per concurrency level per target per round (default 4000)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[32], help="concurrency levels besides 1 (default 32)"
+    )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--phase-seconds", type=float, default=15.0,
-                        help="no new request starts after this long in one phase, so a slow target takes"
-                             " fewer samples instead of minutes (default 15; 0 = no limit)")
+    parser.add_argument(
+        "--phase-seconds",
+        type=float,
+        default=15.0,
+        help="no new request starts after this long in one phase, so a slow target takes"
+        " fewer samples instead of minutes (default 15; 0 = no limit)",
+    )
     parser.add_argument("--warmup", type=int, default=20, help="unmeasured sequential requests per phase")
     parser.add_argument("--client", choices=load.ENGINES, default="raw", help="load generator engine")
-    parser.add_argument("--stream", action="store_true", help="ask for SSE answers (latency to the last byte)")
+    parser.add_argument(
+        "--stream", action="store_true", help="ask for SSE answers (latency to the last byte)"
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--upstream-port", type=int, default=18080,
-                        help="port for the upstream this command starts (default 18080)")
+    parser.add_argument(
+        "--upstream-port",
+        type=int,
+        default=18080,
+        help="port for the upstream this command starts (default 18080)",
+    )
     parser.add_argument("--upstream-url", help="use this already running upstream instead of starting one")
     parser.add_argument("--gateway-url", help="areal-web base URL; requests go to <url>/v1/chat/completions")
     parser.add_argument("--gateway-key", help="sent as Authorization: Bearer KEY")
-    parser.add_argument("--gateway-header", action="append", default=[], metavar="NAME:VALUE",
-                        help="extra header for gateway requests (repeatable)")
+    parser.add_argument(
+        "--gateway-header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra header for gateway requests (repeatable)",
+    )
     parser.add_argument("--gateway-pid", type=int, help="gateway server pid, to report its CPU per request")
     parser.add_argument("--skip-gateway", action="store_true", help="ignore --gateway-url / --start-gateway")
-    parser.add_argument("--start-gateway", action="store_true",
-                        help="set the gateway up from nothing: fresh PostgreSQL database (dropped afterwards),"
-                             " migrations, tenant, key, backend at this run's upstream, uvicorn; count its steps")
-    parser.add_argument("--pg-url", default=DEFAULT_PG_URL,
-                        help=f"PostgreSQL server for --start-gateway (default {DEFAULT_PG_URL})")
-    parser.add_argument("--gateway-workers", type=int, default=1, help="uvicorn --workers for --start-gateway")
-    parser.add_argument("--keep-database", action="store_true", help="do not drop the --start-gateway database")
-    parser.add_argument("--steps-timeout", type=float, default=60.0,
-                        help="seconds to wait after a gateway phase for its steps to reach the database")
+    parser.add_argument(
+        "--start-gateway",
+        action="store_true",
+        help="set the gateway up from nothing: fresh PostgreSQL database (dropped afterwards),"
+        " migrations, tenant, key, backend at this run's upstream, uvicorn; count its steps",
+    )
+    parser.add_argument(
+        "--pg-url",
+        default=DEFAULT_PG_URL,
+        help=f"PostgreSQL server for --start-gateway (default {DEFAULT_PG_URL})",
+    )
+    parser.add_argument(
+        "--gateway-workers", type=int, default=1, help="uvicorn --workers for --start-gateway"
+    )
+    parser.add_argument(
+        "--keep-database", action="store_true", help="do not drop the --start-gateway database"
+    )
+    parser.add_argument(
+        "--steps-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait after a gateway phase for its steps to reach the database",
+    )
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--litellm-workers", type=int, default=1, help="LiteLLM --num_workers (default 1)")
     parser.add_argument("--litellm-venv", type=Path, default=REPO_ROOT / ".venv-litellm")
@@ -436,11 +592,21 @@ def main(argv=None) -> int:
     phases = ["seq"] + [f"c{level}" for level in args.concurrency]
     use_gateway = bool(args.gateway_url or args.start_gateway) and not args.skip_gateway
     meta = {
-        "started": stamp, "rounds": args.rounds, "client": args.client, "stream": args.stream,
-        "requests": args.requests, "concurrent_requests": args.concurrent_requests,
-        "concurrency": args.concurrency, "phase_seconds": args.phase_seconds, "warmup": args.warmup,
-        "model": args.model, "body": body, "python": platform.python_version(), "cpus": os.cpu_count(),
-        "loadavg_start": os.getloadavg(), "litellm_workers": args.litellm_workers,
+        "started": stamp,
+        "rounds": args.rounds,
+        "client": args.client,
+        "stream": args.stream,
+        "requests": args.requests,
+        "concurrent_requests": args.concurrent_requests,
+        "concurrency": args.concurrency,
+        "phase_seconds": args.phase_seconds,
+        "warmup": args.warmup,
+        "model": args.model,
+        "body": body,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
+        "litellm_workers": args.litellm_workers,
         "litellm_database": "none (PostgreSQL spend logs need Prisma engines unreachable here)",
     }
     started = time.monotonic()
@@ -450,34 +616,59 @@ def main(argv=None) -> int:
             wait_http_ready(upstream_url + "/health", None, timeout=10.0)
         else:
             upstream_url, upstream_process = stack.enter_context(
-                running_upstream(args.upstream_port, log=RESULTS_DIR / f"gateway-{stamp}-upstream.log"))
+                running_upstream(args.upstream_port, log=RESULTS_DIR / f"gateway-{stamp}-upstream.log")
+            )
             upstream_pid = upstream_process.pid
         meta["upstream_url"] = upstream_url
         print(f"upstream: {upstream_url}")
         targets = [Target("direct", upstream_url + "/v1/chat/completions", {}, upstream_pid)]
         if not args.skip_litellm:
             meta["litellm_version"] = litellm_version(args.litellm_venv)
-            litellm = LiteLLMProxy(upstream_url, model=args.model, workers=args.litellm_workers,
-                                   venv=args.litellm_venv, workdir=RESULTS_DIR / f"gateway-{stamp}-litellm")
-            print(f"litellm {meta['litellm_version']}: starting on port {litellm.port} "
-                  f"({args.litellm_workers} worker(s), no database) ...", flush=True)
+            litellm = LiteLLMProxy(
+                upstream_url,
+                model=args.model,
+                workers=args.litellm_workers,
+                venv=args.litellm_venv,
+                workdir=RESULTS_DIR / f"gateway-{stamp}-litellm",
+            )
+            print(
+                f"litellm {meta['litellm_version']}: starting on port {litellm.port} "
+                f"({args.litellm_workers} worker(s), no database) ...",
+                flush=True,
+            )
             stack.enter_context(litellm)
             meta["litellm_startup_s"] = litellm.startup_seconds
             print(f"litellm: ready after {litellm.startup_seconds:.1f} s; log {litellm.log_path}")
             targets.append(Target("litellm", litellm.chat_url, litellm.headers, litellm.process.pid))
         stack_ = None
         if use_gateway and args.start_gateway:
-            stack_ = GatewayStack(upstream_url, model=args.model, pg_url=args.pg_url, workers=args.gateway_workers,
-                                  keep_database=args.keep_database, log_dir=RESULTS_DIR / f"gateway-{stamp}-gateway")
-            print(f"gateway: database {stack_.db_name}, migrations, tenant/key/backend, uvicorn on port "
-                  f"{stack_.port} ({args.gateway_workers} worker(s)) ...", flush=True)
+            stack_ = GatewayStack(
+                upstream_url,
+                model=args.model,
+                pg_url=args.pg_url,
+                workers=args.gateway_workers,
+                keep_database=args.keep_database,
+                log_dir=RESULTS_DIR / f"gateway-{stamp}-gateway",
+            )
+            print(
+                f"gateway: database {stack_.db_name}, migrations, tenant/key/backend, uvicorn on port "
+                f"{stack_.port} ({args.gateway_workers} worker(s)) ...",
+                flush=True,
+            )
             stack.enter_context(stack_)
-            meta["gateway_setup"] = {"database": stack_.db_name, "settings": "areal_web.settings.local",
-                                     "debug": False, "redis": "unset (file cache, in-memory channel layer)",
-                                     "workers": args.gateway_workers, **stack_.timings}
-            print(f"gateway: ready (migrate {stack_.timings['migrate_s']:.1f} s, set-up "
-                  f"{stack_.timings['setup_s']:.1f} s, start {stack_.timings['startup_s']:.1f} s); "
-                  f"log {stack_.log_path}")
+            meta["gateway_setup"] = {
+                "database": stack_.db_name,
+                "settings": "areal_web.settings.local",
+                "debug": False,
+                "redis": "unset (file cache, in-memory channel layer)",
+                "workers": args.gateway_workers,
+                **stack_.timings,
+            }
+            print(
+                f"gateway: ready (migrate {stack_.timings['migrate_s']:.1f} s, set-up "
+                f"{stack_.timings['setup_s']:.1f} s, start {stack_.timings['startup_s']:.1f} s); "
+                f"log {stack_.log_path}"
+            )
             headers = dict(stack_.headers)
             for header in args.gateway_header:
                 name, _, value = header.partition(":")
@@ -488,8 +679,14 @@ def main(argv=None) -> int:
             for header in args.gateway_header:
                 name, _, value = header.partition(":")
                 headers[name.strip()] = value.strip()
-            targets.append(Target("gateway", args.gateway_url.rstrip("/") + "/v1/chat/completions", headers,
-                                  args.gateway_pid))
+            targets.append(
+                Target(
+                    "gateway",
+                    args.gateway_url.rstrip("/") + "/v1/chat/completions",
+                    headers,
+                    args.gateway_pid,
+                )
+            )
         names = [target.name for target in targets]
 
         for target in targets:
@@ -513,13 +710,25 @@ def main(argv=None) -> int:
         recording = None
         if stack_ is not None:
             stack_.stop_server()
-            recording = recording_report(rounds, phases, targets[-1].probe["ok"], stack_.step_summary(),
-                                         stack_.journal_state(), stack_.shutdown)
+            recording = recording_report(
+                rounds,
+                phases,
+                targets[-1].probe["ok"],
+                stack_.step_summary(),
+                stack_.journal_state(),
+                stack_.shutdown,
+            )
         summary = summarize(rounds, names, phases)
         goal_rows = goals(summary, names, phases)
         if recording is not None:
-            goal_rows.append({"target": "gateway", "goal": "zero lost steps", "value": recording["lost"],
-                              "met": recording["lost"] == 0})
+            goal_rows.append(
+                {
+                    "target": "gateway",
+                    "goal": "zero lost steps",
+                    "value": recording["lost"],
+                    "met": recording["lost"] == 0,
+                }
+            )
         meta["duration_s"] = time.monotonic() - started
         print_report(summary, goal_rows, names, phases, meta)
         if recording is not None:
@@ -529,12 +738,20 @@ def main(argv=None) -> int:
             steps = fetch_steps(args.steps_url, args.steps_key or args.gateway_key)
             print(f"\nsteps ({args.steps_url}): HTTP {steps.get('status')}")
             print(json.dumps(steps.get("body", steps.get("error")), indent=1)[:4000])
-        result = {"meta": meta, "probes": {target.name: target.probe for target in targets},
-                  "rounds": rounds, "summary": summary, "goals": goal_rows, "steps": steps,
-                  "recording": recording}
+        result = {
+            "meta": meta,
+            "probes": {target.name: target.probe for target in targets},
+            "rounds": rounds,
+            "summary": summary,
+            "goals": goal_rows,
+            "steps": steps,
+            "recording": recording,
+        }
         out_path.write_text(json.dumps(result, indent=1))
-        print(f"\nload average {meta['loadavg_start'][0]:.2f} -> {meta['loadavg_end'][0]:.2f} "
-              f"on {meta['cpus']} CPUs; {meta['duration_s']:.0f} s; results in {out_path}")
+        print(
+            f"\nload average {meta['loadavg_start'][0]:.2f} -> {meta['loadavg_end'][0]:.2f} "
+            f"on {meta['cpus']} CPUs; {meta['duration_s']:.0f} s; results in {out_path}"
+        )
         return 0
 
 

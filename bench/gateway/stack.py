@@ -39,8 +39,18 @@ TENANT_SLUG = "bench"
 BACKEND_NAME = "bench"
 
 # The gateway process must not inherit services of the shell the benchmark runs in.
-_DROPPED_ENV = ("REDIS_URL", "DATABASE_URL", "AREAL_VAR_DIR", "DJANGO_SETTINGS_MODULE",
-                "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+_DROPPED_ENV = (
+    "REDIS_URL",
+    "DATABASE_URL",
+    "AREAL_VAR_DIR",
+    "DJANGO_SETTINGS_MODULE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
 
 
 def _database_url(server_url: str, name: str) -> str:
@@ -50,15 +60,31 @@ def _database_url(server_url: str, name: str) -> str:
 
 def _connect(server_url: str, dbname: str):
     parts = urlsplit(server_url)
-    return psycopg.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 5432,
-                           user=parts.username or "postgres", password=parts.password or None,
-                           dbname=dbname, autocommit=True, connect_timeout=10)
+    return psycopg.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 5432,
+        user=parts.username or "postgres",
+        password=parts.password or None,
+        dbname=dbname,
+        autocommit=True,
+        connect_timeout=10,
+    )
 
 
 class GatewayStack:
-    def __init__(self, upstream_url: str, *, model: str, pg_url: str = DEFAULT_PG_URL, workers: int = 1,
-                 host: str = "127.0.0.1", port: int | None = None, keep_database: bool = False,
-                 log_dir: Path | None = None, stop_grace: float = 30.0):
+    def __init__(
+        self,
+        upstream_url: str,
+        *,
+        model: str,
+        pg_url: str = DEFAULT_PG_URL,
+        workers: int = 1,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        keep_database: bool = False,
+        log_dir: Path | None = None,
+        stop_grace: float = 30.0,
+    ):
         self.upstream_url, self.model, self.pg_url = upstream_url.rstrip("/"), model, pg_url
         self.workers, self.host, self.port = workers, host, port or free_port(host)
         self.keep_database, self.stop_grace = keep_database, stop_grace
@@ -91,29 +117,34 @@ class GatewayStack:
 
     def env(self) -> dict:
         env = {key: value for key, value in os.environ.items() if key not in _DROPPED_ENV}
-        env.update({
-            "DJANGO_SETTINGS_MODULE": SETTINGS_MODULE,
-            "DATABASE_URL": self.database_url,
-            "AREAL_VAR_DIR": str(self.var_dir),
-            "DJANGO_DEBUG": "false",  # DEBUG keeps every SQL query in memory: not what a deployment runs
-            "AREAL_LOG_LEVEL": "WARNING",
-            "NO_PROXY": "127.0.0.1,localhost",
-            "PYTHONUNBUFFERED": "1",
-            # The upstream listens on a loopback port of its own: the operator lists it (apps/inference/egress.py).
-            "AREAL_BACKEND_ALLOWED_HOSTS": urlsplit(self.upstream_url).netloc,
-        })
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": SETTINGS_MODULE,
+                "DATABASE_URL": self.database_url,
+                "AREAL_VAR_DIR": str(self.var_dir),
+                "DJANGO_DEBUG": "false",  # DEBUG keeps every SQL query in memory: not what a deployment runs
+                "AREAL_LOG_LEVEL": "WARNING",
+                "NO_PROXY": "127.0.0.1,localhost",
+                "PYTHONUNBUFFERED": "1",
+                # The upstream listens on a loopback port of its own: the operator lists it (apps/inference/egress.py).
+                "AREAL_BACKEND_ALLOWED_HOSTS": urlsplit(self.upstream_url).netloc,
+            }
+        )
         return env
 
     # -- set-up --------------------------------------------------------------------------------------
     def _manage(self, *args: str) -> str:
         command = [sys.executable, "manage.py", *args]
-        result = subprocess.run(command, cwd=REPO_ROOT, env=self.env(), capture_output=True, text=True,
-                                timeout=600)
+        result = subprocess.run(
+            command, cwd=REPO_ROOT, env=self.env(), capture_output=True, text=True, timeout=600
+        )
         with open(self.setup_log_path, "a") as log:
             log.write(f"$ manage.py {' '.join(args)}\n{result.stdout}{result.stderr}\n")
         if result.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed ({result.returncode}):\n"
-                               f"{(result.stdout + result.stderr)[-3000:]}")
+            raise RuntimeError(
+                f"manage.py {' '.join(args)} failed ({result.returncode}):\n"
+                f"{(result.stdout + result.stderr)[-3000:]}"
+            )
         return result.stdout
 
     def create_database(self) -> None:
@@ -138,24 +169,58 @@ class GatewayStack:
         self._manage("migrate", "--noinput")
         self.timings["migrate_s"] = time.monotonic() - started
         self._manage("createtenant", TENANT_SLUG, "--name", "Benchmark")
-        self.key = self._manage("createapikey", TENANT_SLUG, "--scope", "inference",
-                                "--name", "bench").strip().splitlines()[-1].strip()
-        out = self._manage("registerbackend", TENANT_SLUG, "--name", BACKEND_NAME, "--url", self.upstream_url,
-                           "--kind", "openai_compatible", "--model", self.model)
+        self.key = (
+            self._manage("createapikey", TENANT_SLUG, "--scope", "inference", "--name", "bench")
+            .strip()
+            .splitlines()[-1]
+            .strip()
+        )
+        out = self._manage(
+            "registerbackend",
+            TENANT_SLUG,
+            "--name",
+            BACKEND_NAME,
+            "--url",
+            self.upstream_url,
+            "--kind",
+            "openai_compatible",
+            "--model",
+            self.model,
+        )
         if ": up" not in out.lower():
             raise RuntimeError(f"the bench backend is not up after registration: {out.strip()}")
         self.timings["setup_s"] = time.monotonic() - started
 
     def start_server(self) -> None:
-        command = [sys.executable, "-m", "uvicorn", "areal_web.asgi:application", "--host", self.host,
-                   "--port", str(self.port), "--lifespan", "on", "--no-access-log", "--log-level", "warning",
-                   "--timeout-graceful-shutdown", str(int(self.stop_grace))]
+        command = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "areal_web.asgi:application",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--lifespan",
+            "on",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--timeout-graceful-shutdown",
+            str(int(self.stop_grace)),
+        ]
         if self.workers > 1:
             command += ["--workers", str(self.workers)]
         started = time.monotonic()
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=self.env(), stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         wait_http_ready(self.url + "/v1/models", self.process, 120.0, self.log_path, headers=self.headers)
         self.timings["startup_s"] = time.monotonic() - started
 
@@ -171,7 +236,8 @@ class GatewayStack:
             "SELECT count(*), count(*) FILTER (WHERE error = '' AND NOT aborted),"
             " count(*) FILTER (WHERE completion_ids IS NOT NULL AND prompt_ids IS NOT NULL"
             "   AND completion_logprobs IS NOT NULL),"
-            " count(DISTINCT trajectory_id) FROM trajectories_step").fetchone()
+            " count(DISTINCT trajectory_id) FROM trajectories_step"
+        ).fetchone()
         return {"steps": row[0], "steps_ok": row[1], "steps_with_token_data": row[2], "trajectories": row[3]}
 
     def wait_for_steps(self, target: int, timeout: float = 60.0) -> tuple[int, float]:
@@ -212,8 +278,11 @@ class GatewayStack:
             self.process.wait(timeout=10)
         except ProcessLookupError:
             pass
-        self.shutdown = {"how": how, "returncode": self.process.returncode,
-                         "seconds": time.monotonic() - started}
+        self.shutdown = {
+            "how": how,
+            "returncode": self.process.returncode,
+            "seconds": time.monotonic() - started,
+        }
 
     def __enter__(self) -> "GatewayStack":
         try:

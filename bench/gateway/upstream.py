@@ -57,51 +57,89 @@ def _logprob_entry(text: str, logprob: float) -> dict:
 
 def build_completion(model: str) -> bytes:
     """The non-streaming chat.completion body, with ID_MARK where the id goes."""
-    return _dumps({
-        "id": ID_MARK,
-        "object": "chat.completion",
-        "created": CREATED,
-        "model": model,
-        "prompt_token_ids": list(PROMPT_TOKEN_IDS),
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": COMPLETION_TEXT, "tool_calls": []},
-            "logprobs": {"content": [_logprob_entry(text, logprob) for text, _, logprob in COMPLETION]},
-            "finish_reason": "stop",
-            "stop_reason": None,
-            "token_ids": [token_id for _, token_id, _ in COMPLETION],
-        }],
-        "usage": USAGE,
-    })
+    return _dumps(
+        {
+            "id": ID_MARK,
+            "object": "chat.completion",
+            "created": CREATED,
+            "model": model,
+            "prompt_token_ids": list(PROMPT_TOKEN_IDS),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": COMPLETION_TEXT, "tool_calls": []},
+                    "logprobs": {
+                        "content": [_logprob_entry(text, logprob) for text, _, logprob in COMPLETION]
+                    },
+                    "finish_reason": "stop",
+                    "stop_reason": None,
+                    "token_ids": [token_id for _, token_id, _ in COMPLETION],
+                }
+            ],
+            "usage": USAGE,
+        }
+    )
 
 
 def build_stream(model: str, include_usage: bool) -> bytes:
     """The whole SSE answer (one chunk per token, then finish, usage if asked, [DONE]), with ID_MARK."""
     head = {"id": ID_MARK, "object": "chat.completion.chunk", "created": CREATED, "model": model}
     events = []
-    first = {**head, "prompt_token_ids": list(PROMPT_TOKEN_IDS), "choices": [{
-        "index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None,
-    }]}
+    first = {
+        **head,
+        "prompt_token_ids": list(PROMPT_TOKEN_IDS),
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        ],
+    }
     events.append(first)
     for text, token_id, logprob in COMPLETION:
-        events.append({**head, "choices": [{
-            "index": 0,
-            "delta": {"content": text},
-            "logprobs": {"content": [_logprob_entry(text, logprob)]},
-            "finish_reason": None,
-            "token_ids": [token_id],
-        }]})
-    events.append({**head, "choices": [{
-        "index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop", "stop_reason": None,
-    }]})
+        events.append(
+            {
+                **head,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"content": text},
+                        "logprobs": {"content": [_logprob_entry(text, logprob)]},
+                        "finish_reason": None,
+                        "token_ids": [token_id],
+                    }
+                ],
+            }
+        )
+    events.append(
+        {
+            **head,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                    "stop_reason": None,
+                }
+            ],
+        }
+    )
     if include_usage:
         events.append({**head, "choices": [], "usage": USAGE})
     return b"".join(b"data: " + _dumps(event) + b"\n\n" for event in events) + b"data: [DONE]\n\n"
 
 
-MODELS_BODY = _dumps({"object": "list", "data": [
-    {"id": DEFAULT_MODEL, "object": "model", "created": CREATED, "owned_by": "bench"},
-]})
+MODELS_BODY = _dumps(
+    {
+        "object": "list",
+        "data": [
+            {"id": DEFAULT_MODEL, "object": "model", "created": CREATED, "owned_by": "bench"},
+        ],
+    }
+)
 HEALTH_BODY = b'{"status":"ok"}'
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -165,8 +203,13 @@ class Upstream:
         if stream:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         else:
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": JSON_HEADERS + [(b"content-length", str(len(body)).encode())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": JSON_HEADERS + [(b"content-length", str(len(body)).encode())],
+                }
+            )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -175,8 +218,13 @@ def _error(message: str, kind: str) -> bytes:
 
 
 async def _respond(send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": JSON_HEADERS + [(b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": JSON_HEADERS + [(b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -195,11 +243,16 @@ def serve(host: str, port: int) -> None:
     import uvicorn
 
     uvicorn.run(
-        app, host=host, port=port,
+        app,
+        host=host,
+        port=port,
         loop="uvloop" if _available("uvloop") else "asyncio",
         http="httptools" if _available("httptools") else "h11",
-        lifespan="on", access_log=False, log_level="warning",
-        server_header=False, date_header=False,
+        lifespan="on",
+        access_log=False,
+        log_level="warning",
+        server_header=False,
+        date_header=False,
     )
 
 
@@ -218,15 +271,22 @@ def port_in_use(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
-def wait_http_ready(url: str, process: subprocess.Popen | None, timeout: float, log: Path | None = None,
-                    headers: dict | None = None) -> None:
+def wait_http_ready(
+    url: str,
+    process: subprocess.Popen | None,
+    timeout: float,
+    log: Path | None = None,
+    headers: dict | None = None,
+) -> None:
     """Poll `url` until it answers 200; fail early if `process` exits."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
-            raise RuntimeError(f"{url}: the server exited with {process.returncode} before it was ready\n{tail}")
+            raise RuntimeError(
+                f"{url}: the server exited with {process.returncode} before it was ready\n{tail}"
+            )
         try:
             response = httpx.get(url, headers=headers, timeout=2.0)
             if response.status_code == 200:
@@ -258,12 +318,17 @@ def stop_process(process: subprocess.Popen, grace: float = 10.0) -> None:
 def running_upstream(port: int, host: str = "127.0.0.1", log: Path | None = None):
     """Start this upstream in its own process (own interpreter, own core if there is one); yield its URL."""
     if port_in_use(host, port):
-        raise RuntimeError(f"{host}:{port} is already in use; pick another --upstream-port or pass --upstream-url")
+        raise RuntimeError(
+            f"{host}:{port} is already in use; pick another --upstream-port or pass --upstream-url"
+        )
     repo_root = Path(__file__).resolve().parents[2]
     out = open(log, "wb") if log else subprocess.DEVNULL
     process = subprocess.Popen(
         [sys.executable, "-m", "bench.gateway.upstream", "--host", host, "--port", str(port)],
-        cwd=repo_root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=repo_root,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         url = f"http://{host}:{port}"
@@ -276,7 +341,9 @@ def running_upstream(port: int, host: str = "127.0.0.1", log: Path | None = None
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=18080)
     args = parser.parse_args(argv)

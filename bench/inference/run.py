@@ -28,8 +28,13 @@ from workers.inference.server import default_threads
 ADMIN_TOKEN = "bench-admin"
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 PROMPT_TEXTS = [
-    "The agent reads the file", "What is the weather in Paris?", "Order 4411 has 3 items", "The manager books a flight",
-    "12 + 7 = 19 and 30 * 2 =", "The robot explains the code to the student", "Please send an email to Alice",
+    "The agent reads the file",
+    "What is the weather in Paris?",
+    "Order 4411 has 3 items",
+    "The manager books a flight",
+    "12 + 7 = 19 and 30 * 2 =",
+    "The robot explains the code to the student",
+    "Please send an email to Alice",
     "On Monday the store updates the price list",
 ]
 
@@ -53,9 +58,21 @@ class Figures:
 class ServerProcess:
     def __init__(self, model_dir: Path, port: int, threads: int):
         self.base_url = f"http://127.0.0.1:{port}"
-        self._command = [sys.executable, "-m", "workers.inference.server", "--model", str(model_dir), "--port",
-                         str(port), "--served-model-name", "bench", "--admin-token", ADMIN_TOKEN,
-                         "--threads", str(threads)]
+        self._command = [
+            sys.executable,
+            "-m",
+            "workers.inference.server",
+            "--model",
+            str(model_dir),
+            "--port",
+            str(port),
+            "--served-model-name",
+            "bench",
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--threads",
+            str(threads),
+        ]
 
     def __enter__(self):
         root = Path(__file__).resolve().parents[2]
@@ -77,8 +94,14 @@ class ServerProcess:
 
 
 def completion_body(prompt_ids, tokens: int) -> dict:
-    return {"model": "bench", "prompt": list(prompt_ids), "max_tokens": tokens, "temperature": 0, "ignore_eos": True,
-            "return_token_ids": True}
+    return {
+        "model": "bench",
+        "prompt": list(prompt_ids),
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
 
 
 def post_completion(client: httpx.Client, base_url: str, prompt_ids, tokens: int) -> list[int]:
@@ -102,8 +125,10 @@ def measure_overhead(model_dir, base_url, prompts, tokens, rounds):
     def generate(prompt_ids):
         with torch.inference_mode():
             input_ids = torch.tensor([prompt_ids])
-            output = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), generation_config=no_stop)
-        return output[0, len(prompt_ids):].tolist()
+            output = model.generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), generation_config=no_stop
+            )
+        return output[0, len(prompt_ids) :].tolist()
 
     with httpx.Client(timeout=300) as client:
         generate(prompts[0]), post_completion(client, base_url, prompts[0], tokens)  # warm up both
@@ -112,7 +137,7 @@ def measure_overhead(model_dir, base_url, prompts, tokens, rounds):
             generated, served, generate_total, server_total = [], [], 0.0, 0.0
             for index, prompt in enumerate(prompts):
                 timings = {}
-                for side in (("generate", "server") if (round_ + index) % 2 == 0 else ("server", "generate")):
+                for side in ("generate", "server") if (round_ + index) % 2 == 0 else ("server", "generate"):
                     started = time.perf_counter()
                     if side == "generate":
                         generated.append(generate(prompt))
@@ -128,16 +153,24 @@ def measure_overhead(model_dir, base_url, prompts, tokens, rounds):
     same = sum(a == b for a, b in zip(generated, served, strict=True))
     total = tokens * len(prompts)
     quartiles = statistics.quantiles(ratios, n=4)
-    return (total / min(server_times), total / min(generate_times), f"{same}/{len(prompts)}",
-            statistics.median(ratios) - 1, [round(quartiles[0] - 1, 4), round(quartiles[2] - 1, 4)])
+    return (
+        total / min(server_times),
+        total / min(generate_times),
+        f"{same}/{len(prompts)}",
+        statistics.median(ratios) - 1,
+        [round(quartiles[0] - 1, 4), round(quartiles[2] - 1, 4)],
+    )
 
 
 def measure_batching(base_url, prompts, tokens, rounds):
     async def concurrent():
         async with httpx.AsyncClient(timeout=300) as client:
-            responses = await asyncio.gather(*[
-                client.post(f"{base_url}/v1/completions", json=completion_body(prompt, tokens)) for prompt in prompts
-            ])
+            responses = await asyncio.gather(
+                *[
+                    client.post(f"{base_url}/v1/completions", json=completion_body(prompt, tokens))
+                    for prompt in prompts
+                ]
+            )
         assert all(response.status_code == 200 for response in responses)
 
     sequential_times, concurrent_times = [], []
@@ -162,10 +195,13 @@ def measure_swaps(base_url, prompts, checkpoints, swaps):
         outcomes, swap_seconds, breakdown = [], [], []
         stop = asyncio.Event()
         async with httpx.AsyncClient(timeout=300) as client:
+
             async def keep_sending(prompt):
                 while not stop.is_set():
                     try:
-                        response = await client.post(f"{base_url}/v1/completions", json=completion_body(prompt, 32))
+                        response = await client.post(
+                            f"{base_url}/v1/completions", json=completion_body(prompt, 32)
+                        )
                         outcomes.append(response.status_code == 200)
                     except httpx.HTTPError:
                         outcomes.append(False)
@@ -174,13 +210,21 @@ def measure_swaps(base_url, prompts, checkpoints, swaps):
             await asyncio.sleep(1.0)
             for index in range(swaps):
                 started = time.perf_counter()
-                response = await client.post(f"{base_url}/admin/load", headers=AUTH, json={
-                    "path": str(checkpoints[index % len(checkpoints)]), "version": index + 1})
+                response = await client.post(
+                    f"{base_url}/admin/load",
+                    headers=AUTH,
+                    json={"path": str(checkpoints[index % len(checkpoints)]), "version": index + 1},
+                )
                 swap_seconds.append(time.perf_counter() - started)
                 response.raise_for_status()
                 report = response.json()
-                breakdown.append((round(report["load_seconds"], 3), round(report["swap_seconds"], 3),
-                                  report["recomputed_sequences"]))
+                breakdown.append(
+                    (
+                        round(report["load_seconds"], 3),
+                        round(report["swap_seconds"], 3),
+                        report["recomputed_sequences"],
+                    )
+                )
                 await asyncio.sleep(0.5)
             stop.set()
             await asyncio.gather(*senders)
@@ -196,31 +240,57 @@ def print_table(figures: Figures, tokens: int, requests: int, threads: int) -> N
     speedup = figures.concurrent_tokens_per_second / figures.sequential_tokens_per_second
     slowest_swap = max(figures.swap_seconds)
     rows = [
-        ("(a) server vs model.generate, tok/s",
-         f"{figures.server_tokens_per_second:.0f} vs {figures.generate_tokens_per_second:.0f}", "", ""),
+        (
+            "(a) server vs model.generate, tok/s",
+            f"{figures.server_tokens_per_second:.0f} vs {figures.generate_tokens_per_second:.0f}",
+            "",
+            "",
+        ),
         ("(a) server overhead, best-of-rounds tok/s", f"{best_of_overhead:+.1%}", "", ""),
-        ("(a) server overhead, median of paired runs",
-         f"{overhead:+.1%} (quartiles {figures.paired_overhead_quartiles[0]:+.1%}"
-         f" .. {figures.paired_overhead_quartiles[1]:+.1%})", "<= 10%", _verdict(overhead <= 0.10)),
-        (f"(b) {requests} concurrent vs one at a time, tok/s",
-         f"{figures.concurrent_tokens_per_second:.0f} vs {figures.sequential_tokens_per_second:.0f}", "", ""),
-        ("(b) batching speed-up", f"{speedup:.2f}x (max batch {figures.max_decode_batch_size})", ">= 3x",
-         _verdict(speedup >= 3)),
-        ("(c) swap time, slowest of " + str(len(figures.swap_seconds)),
-         f"{slowest_swap:.3f} s (median {statistics.median(figures.swap_seconds):.3f})", "<= 1 s",
-         _verdict(slowest_swap <= 1)),
-        ("(c) failed requests during swaps",
-         f"{figures.failed_requests_during_swaps} of {figures.requests_during_swaps}", "0",
-         _verdict(figures.failed_requests_during_swaps == 0)),
+        (
+            "(a) server overhead, median of paired runs",
+            f"{overhead:+.1%} (quartiles {figures.paired_overhead_quartiles[0]:+.1%}"
+            f" .. {figures.paired_overhead_quartiles[1]:+.1%})",
+            "<= 10%",
+            _verdict(overhead <= 0.10),
+        ),
+        (
+            f"(b) {requests} concurrent vs one at a time, tok/s",
+            f"{figures.concurrent_tokens_per_second:.0f} vs {figures.sequential_tokens_per_second:.0f}",
+            "",
+            "",
+        ),
+        (
+            "(b) batching speed-up",
+            f"{speedup:.2f}x (max batch {figures.max_decode_batch_size})",
+            ">= 3x",
+            _verdict(speedup >= 3),
+        ),
+        (
+            "(c) swap time, slowest of " + str(len(figures.swap_seconds)),
+            f"{slowest_swap:.3f} s (median {statistics.median(figures.swap_seconds):.3f})",
+            "<= 1 s",
+            _verdict(slowest_swap <= 1),
+        ),
+        (
+            "(c) failed requests during swaps",
+            f"{figures.failed_requests_during_swaps} of {figures.requests_during_swaps}",
+            "0",
+            _verdict(figures.failed_requests_during_swaps == 0),
+        ),
     ]
-    print(f"\nembedded inference server, {requests} prompts x {tokens} tokens, greedy; "
-          f"{threads} torch thread(s); load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(
+        f"\nembedded inference server, {requests} prompts x {tokens} tokens, greedy; "
+        f"{threads} torch thread(s); load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+    )
     width = max(len(row[0]) for row in rows)
     print(f"{'metric':<{width}}  {'measured':<40} {'goal':<7} ok")
     for name, value, goal, verdict in rows:
         print(f"{name:<{width}}  {value:<40} {goal:<7} {verdict}")
-    print(f"greedy tokens identical to model.generate: {figures.same_tokens_as_generate}; "
-          f"swap breakdown (load s, boundary+recompute s, in-flight sequences): {figures.swap_breakdown}")
+    print(
+        f"greedy tokens identical to model.generate: {figures.same_tokens_as_generate}; "
+        f"swap breakdown (load s, boundary+recompute s, in-flight sequences): {figures.swap_breakdown}"
+    )
 
 
 def _verdict(passed: bool) -> str:
@@ -228,15 +298,21 @@ def _verdict(passed: bool) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", help="a HF model directory (default: create the default model)")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--swaps", type=int, default=4)
     parser.add_argument("--port", type=int, default=8199)
-    parser.add_argument("--threads", type=int, default=default_threads(),
-                        help="torch threads, for the server and for model.generate alike")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=default_threads(),
+        help="torch threads, for the server and for model.generate alike",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     arguments = parser.parse_args(argv)
     torch.set_num_threads(arguments.threads)
@@ -256,14 +332,29 @@ def main(argv=None) -> None:
         texts = (PROMPT_TEXTS * (arguments.requests // len(PROMPT_TEXTS) + 1))[: arguments.requests]
         prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
         with ServerProcess(model_dir, arguments.port, arguments.threads) as server:
-            served, generated, same, paired, quartiles = measure_overhead(model_dir, server.base_url, prompts, arguments.tokens,
-                                                       arguments.rounds)
-            concurrent, sequential, max_batch = measure_batching(server.base_url, prompts, arguments.tokens,
-                                                                 arguments.rounds)
-            swap_seconds, breakdown, requests, failed = measure_swaps(server.base_url, prompts, checkpoints,
-                                                                      arguments.swaps)
-    figures = Figures(served, generated, same, paired, quartiles, concurrent, sequential, max_batch, swap_seconds, breakdown, requests,
-                      failed)
+            served, generated, same, paired, quartiles = measure_overhead(
+                model_dir, server.base_url, prompts, arguments.tokens, arguments.rounds
+            )
+            concurrent, sequential, max_batch = measure_batching(
+                server.base_url, prompts, arguments.tokens, arguments.rounds
+            )
+            swap_seconds, breakdown, requests, failed = measure_swaps(
+                server.base_url, prompts, checkpoints, arguments.swaps
+            )
+    figures = Figures(
+        served,
+        generated,
+        same,
+        paired,
+        quartiles,
+        concurrent,
+        sequential,
+        max_batch,
+        swap_seconds,
+        breakdown,
+        requests,
+        failed,
+    )
     print_table(figures, arguments.tokens, arguments.requests, arguments.threads)
     if arguments.json:
         Path(arguments.json).parent.mkdir(parents=True, exist_ok=True)

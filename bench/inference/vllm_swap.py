@@ -47,9 +47,18 @@ PROBE_PROMPT = "The quick brown fox"
 PROBE_TOLERANCE = 1e-4
 
 
-def chat_request(prompt: str, *, model: str = SERVED_MODEL, max_tokens: int = NEW_TOKENS, seed: int = 0) -> dict:
-    return dict(model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=1.0,
-                seed=seed, logprobs=True, extra_body={"return_token_ids": True, "ignore_eos": True})
+def chat_request(
+    prompt: str, *, model: str = SERVED_MODEL, max_tokens: int = NEW_TOKENS, seed: int = 0
+) -> dict:
+    return dict(
+        model=model,
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=max_tokens,
+        temperature=1.0,
+        seed=seed,
+        logprobs=True,
+        extra_body={"return_token_ids": True, "ignore_eos": True},
+    )
 
 
 def measure_vllm_generation(client) -> dict:
@@ -62,11 +71,18 @@ def measure_vllm_generation(client) -> dict:
     sequential_s = time.perf_counter() - started
     started = time.perf_counter()
     with ThreadPoolExecutor(len(PROMPTS)) as pool:
-        answers = list(pool.map(lambda item: client.chat.completions.create(**chat_request(item[1], seed=item[0])),
-                                enumerate(PROMPTS)))
+        answers = list(
+            pool.map(
+                lambda item: client.chat.completions.create(**chat_request(item[1], seed=item[0])),
+                enumerate(PROMPTS),
+            )
+        )
     concurrent_s = time.perf_counter() - started
     concurrent_tokens = sum(answer.usage.completion_tokens for answer in answers)
-    return {"sequential_tok_s": sequential_tokens / sequential_s, "concurrent_tok_s": concurrent_tokens / concurrent_s}
+    return {
+        "sequential_tok_s": sequential_tokens / sequential_s,
+        "concurrent_tok_s": concurrent_tokens / concurrent_s,
+    }
 
 
 def measure_transformers_generation(model_dir: Path) -> dict:
@@ -75,10 +91,20 @@ def measure_transformers_generation(model_dir: Path) -> dict:
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-        prompts = [tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                 tokenize=False) for prompt in PROMPTS]
-        options = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=True, temperature=1.0,
-                       top_k=0, pad_token_id=tokenizer.pad_token_id)
+        prompts = [
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            )
+            for prompt in PROMPTS
+        ]
+        options = dict(
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         with torch.no_grad():
             started = time.perf_counter()
             for prompt in prompts:
@@ -98,7 +124,9 @@ def measure_transformers_generation(model_dir: Path) -> dict:
 class LoadLoop:
     """Two threads sending short chat requests back to back (at most 2,000 requests or 300 s)."""
 
-    def __init__(self, client, model: str, *, threads: int = 2, max_requests: int = 2000, max_seconds: float = 300):
+    def __init__(
+        self, client, model: str, *, threads: int = 2, max_requests: int = 2000, max_seconds: float = 300
+    ):
         self.client, self.model = client, model
         self.max_requests, self.deadline = max_requests, time.monotonic() + max_seconds
         self.results: list[tuple[float, float, str | None]] = []  # started, finished, error
@@ -122,7 +150,9 @@ class LoadLoop:
                     return
             started, error = time.monotonic(), None
             try:
-                self.client.chat.completions.create(**chat_request(PROMPTS[1], model=self.model, max_tokens=16))
+                self.client.chat.completions.create(
+                    **chat_request(PROMPTS[1], model=self.model, max_tokens=16)
+                )
             except Exception as exception:  # counted, reported
                 error = f"{type(exception).__name__}: {exception}"
             with self._lock:
@@ -133,8 +163,14 @@ class LoadLoop:
 
 
 def probe_logprob(client, model: str) -> tuple[list[int], int, float]:
-    answer = client.completions.create(model=model, prompt=PROBE_PROMPT, max_tokens=1, temperature=0.0, logprobs=0,
-                                       extra_body={"return_token_ids": True}).model_dump()
+    answer = client.completions.create(
+        model=model,
+        prompt=PROBE_PROMPT,
+        max_tokens=1,
+        temperature=0.0,
+        logprobs=0,
+        extra_body={"return_token_ids": True},
+    ).model_dump()
     choice = answer["choices"][0]
     return choice["prompt_token_ids"], choice["token_ids"][0], choice["logprobs"]["token_logprobs"][0]
 
@@ -169,10 +205,14 @@ def measure_publishes(client, model: str, publish, versions: list, count: int) -
             time.sleep(0.5)
     during = [finished - started for started, finished, error in loop.results if error is None]
     return {
-        "publish_s": statistics.median(publish_s), "paused_s": statistics.median(pauses),
-        "publish_to_serve_s": statistics.median(to_serve_s), "publishes": count,
-        "loop_requests": len(loop.results), "failed_requests": len(loop.failures()),
-        "loop_p50_ms": 1000 * statistics.median(during), "loop_max_ms": 1000 * max(during),
+        "publish_s": statistics.median(publish_s),
+        "paused_s": statistics.median(pauses),
+        "publish_to_serve_s": statistics.median(to_serve_s),
+        "publishes": count,
+        "loop_requests": len(loop.results),
+        "failed_requests": len(loop.failures()),
+        "loop_p50_ms": 1000 * statistics.median(during),
+        "loop_max_ms": 1000 * max(during),
     }
 
 
@@ -191,8 +231,11 @@ def main(argv=None) -> None:
     report: dict = {}
 
     started = time.perf_counter()
-    with VllmServer(config, log_path=work / "server.log") as server, VllmAdmin(server.base_url) as admin, \
-            openai.OpenAI(base_url=server.api_base, api_key="unused", max_retries=0, timeout=300) as client:
+    with (
+        VllmServer(config, log_path=work / "server.log") as server,
+        VllmAdmin(server.base_url) as admin,
+        openai.OpenAI(base_url=server.api_base, api_key="unused", max_retries=0, timeout=300) as client,
+    ):
         report["cold_start_s"] = time.perf_counter() - started
         report["generation"] = {"vllm": measure_vllm_generation(client)}
         full_versions = [
@@ -200,25 +243,37 @@ def main(argv=None) -> None:
             (base_dir, lambda ids, token: reference_logprob(base_dir, None, ids, token)),
         ]
         report["publish_full"] = measure_publishes(
-            client, SERVED_MODEL, lambda source, version: admin.publish_full_weights(source, version=version),
-            full_versions, arguments.publishes,
+            client,
+            SERVED_MODEL,
+            lambda source, version: admin.publish_full_weights(source, version=version),
+            full_versions,
+            arguments.publishes,
         )
         admin.publish_full_weights(base_dir, version="base")  # the adapters' references assume v1 weights
         admin.load_lora_adapter(ADAPTER, adapters[1], load_inplace=False)
         lora_versions = [
-            (adapter, lambda ids, token, adapter=adapter: reference_logprob(
-                base_dir, merge_lora(base_weights, adapter), ids, token))
+            (
+                adapter,
+                lambda ids, token, adapter=adapter: reference_logprob(
+                    base_dir, merge_lora(base_weights, adapter), ids, token
+                ),
+            )
             for adapter in adapters
         ]
         report["publish_lora"] = measure_publishes(
-            client, ADAPTER, lambda source, version: admin.publish_lora_adapter(ADAPTER, source, version=version),
-            lora_versions, arguments.publishes,
+            client,
+            ADAPTER,
+            lambda source, version: admin.publish_lora_adapter(ADAPTER, source, version=version),
+            lora_versions,
+            arguments.publishes,
         )
     report["generation"]["transformers"] = measure_transformers_generation(base_dir)
     if not arguments.no_restart_peer:
         started = time.perf_counter()
-        with VllmServer(VllmServerConfig(model_path=str(new_dir), served_model_name=SERVED_MODEL),
-                        log_path=work / "restart.log") as server:
+        with VllmServer(
+            VllmServerConfig(model_path=str(new_dir), served_model_name=SERVED_MODEL),
+            log_path=work / "restart.log",
+        ) as server:
             with openai.OpenAI(base_url=server.api_base, api_key="unused", max_retries=0) as client:
                 probe_logprob(client, SERVED_MODEL)
             report["restart_to_serve_s"] = time.perf_counter() - started
@@ -234,16 +289,22 @@ def print_table(report: dict) -> None:
     print(f"\n{'generation (8 prompts x 64 tokens)':<36}{'vLLM tok/s':>12}{'transformers':>14}{'ratio':>8}")
     for key, label in (("sequential_tok_s", "one request at a time"), ("concurrent_tok_s", "all 8 at once")):
         print(f"{label:<36}{vllm[key]:>12.1f}{peer[key]:>14.1f}{vllm[key] / peer[key]:>7.1f}x")
-    print(f"\n{'publication (median)':<22}{'publish s':>10}{'paused s':>10}{'to serve s':>11}{'loop req':>9}"
-          f"{'failed':>7}{'p50 ms':>8}{'max ms':>8}")
+    print(
+        f"\n{'publication (median)':<22}{'publish s':>10}{'paused s':>10}{'to serve s':>11}{'loop req':>9}"
+        f"{'failed':>7}{'p50 ms':>8}{'max ms':>8}"
+    )
     for key, label in (("publish_full", "full weights (reload)"), ("publish_lora", "LoRA in place")):
         row = report[key]
-        print(f"{label:<22}{row['publish_s']:>10.3f}{row['paused_s']:>10.3f}{row['publish_to_serve_s']:>11.3f}"
-              f"{row['loop_requests']:>9}{row['failed_requests']:>7}{row['loop_p50_ms']:>8.0f}{row['loop_max_ms']:>8.0f}")
+        print(
+            f"{label:<22}{row['publish_s']:>10.3f}{row['paused_s']:>10.3f}{row['publish_to_serve_s']:>11.3f}"
+            f"{row['loop_requests']:>9}{row['failed_requests']:>7}{row['loop_p50_ms']:>8.0f}{row['loop_max_ms']:>8.0f}"
+        )
     if "restart_to_serve_s" in report:
         restart = report["restart_to_serve_s"]
-        print(f"peer: restart vLLM on new weights -> served in {restart:.1f} s "
-              f"({restart / report['publish_full']['publish_to_serve_s']:.0f}x the hot full-weight publish)")
+        print(
+            f"peer: restart vLLM on new weights -> served in {restart:.1f} s "
+            f"({restart / report['publish_full']['publish_to_serve_s']:.0f}x the hot full-weight publish)"
+        )
 
 
 if __name__ == "__main__":

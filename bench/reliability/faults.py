@@ -48,9 +48,16 @@ from bench.reliability.traffic import Call, closed_loop, statuses
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
-CHAT = Call("chat", "POST", "/v1/chat/completions", body={
-    "model": DEFAULT_MODEL, "max_tokens": 16,
-    "messages": [{"role": "user", "content": "Say hello in one short sentence."}]})
+CHAT = Call(
+    "chat",
+    "POST",
+    "/v1/chat/completions",
+    body={
+        "model": DEFAULT_MODEL,
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
+    },
+)
 
 
 def _count_steps(stack: GatewayStack) -> int | None:
@@ -77,8 +84,12 @@ def _drain(stack: GatewayStack, target: int, timeout: float) -> int:
 
 def _restart_postgres(cluster: str) -> None:
     version = sorted(os.listdir("/etc/postgresql"))[-1]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "restart"], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "restart"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def _fill(folder: Path) -> Path:
@@ -95,11 +106,21 @@ def _fill(folder: Path) -> Path:
     return filler
 
 
-def _report(name: str, outcomes, fault_started: float, fault_ended: float, answered_before: int,
-            steps_before: int, steps_after: int, stack: GatewayStack) -> dict:
+def _report(
+    name: str,
+    outcomes,
+    fault_started: float,
+    fault_ended: float,
+    answered_before: int,
+    steps_before: int,
+    steps_after: int,
+    stack: GatewayStack,
+) -> dict:
     chat = [outcome for outcome in outcomes if outcome.kind == "chat"]
     answered = sum(outcome.ok for outcome in chat)
-    during = [outcome for outcome in chat if outcome.ended >= fault_started and outcome.started <= fault_ended]
+    during = [
+        outcome for outcome in chat if outcome.ended >= fault_started and outcome.started <= fault_ended
+    ]
     failed = [outcome for outcome in chat if not outcome.ok]
     after = [outcome for outcome in chat if outcome.ok and outcome.started >= fault_ended]
     recovered = (min(outcome.ended for outcome in after) - fault_ended) if after else None
@@ -107,23 +128,38 @@ def _report(name: str, outcomes, fault_started: float, fault_ended: float, answe
     expected = steps_before + answered
     return {
         "scenario": name,
-        "requests": len(chat), "answered_200": answered, "statuses": statuses(chat),
+        "requests": len(chat),
+        "answered_200": answered,
+        "statuses": statuses(chat),
         "statuses_during_fault": statuses(during),
         "failures_with_retry_after": sum(1 for outcome in failed if outcome.retry_after),
         "fault_seconds": round(fault_ended - fault_started, 2),
         "recovered_seconds": None if recovered is None else round(recovered, 2),
         "last_failure_after_fault_end_seconds": None if last_failure is None else round(last_failure, 2),
-        "median_ms_by_kind": {kind: round(statistics.median(
-            (o.ended - o.started) * 1000 for o in outcomes if o.kind == kind and o.ok), 1)
-            for kind in sorted({o.kind for o in outcomes}) if any(o.ok for o in outcomes if o.kind == kind)},
-        "steps_expected": expected, "steps_persisted": steps_after,
-        "accepted_steps_lost": max(0, expected - steps_after), "warm_up_answered": answered_before,
+        "median_ms_by_kind": {
+            kind: round(
+                statistics.median((o.ended - o.started) * 1000 for o in outcomes if o.kind == kind and o.ok),
+                1,
+            )
+            for kind in sorted({o.kind for o in outcomes})
+            if any(o.ok for o in outcomes if o.kind == kind)
+        },
+        "steps_expected": expected,
+        "steps_persisted": steps_after,
+        "accepted_steps_lost": max(0, expected - steps_after),
+        "warm_up_answered": answered_before,
         "journal": stack.journal_state(),
     }
 
 
-def _burst(stack: GatewayStack, *, seconds: float, concurrency: int, fault_at: float, fault,
-           ) -> tuple[list, float, float]:
+def _burst(
+    stack: GatewayStack,
+    *,
+    seconds: float,
+    concurrency: int,
+    fault_at: float,
+    fault,
+) -> tuple[list, float, float]:
     """Runs the burst; `fault()` runs in a thread `fault_at` seconds in and returns when the fault is over."""
     window: dict[str, float] = {}
 
@@ -135,23 +171,35 @@ def _burst(stack: GatewayStack, *, seconds: float, concurrency: int, fault_at: f
 
     thread = threading.Thread(target=inject, daemon=True)
     thread.start()
-    outcomes = asyncio.run(closed_loop(stack.url, stack.headers, lambda index: CHAT, concurrency=concurrency,
-                                       seconds=seconds, timeout=30))
+    outcomes = asyncio.run(
+        closed_loop(
+            stack.url, stack.headers, lambda index: CHAT, concurrency=concurrency, seconds=seconds, timeout=30
+        )
+    )
     thread.join(timeout=300)
     return outcomes, window["started"], window["ended"]
 
 
 def _warm_up(stack: GatewayStack) -> int:
-    outcomes = asyncio.run(closed_loop(stack.url, stack.headers, lambda index: CHAT, concurrency=4, seconds=2))
+    outcomes = asyncio.run(
+        closed_loop(stack.url, stack.headers, lambda index: CHAT, concurrency=4, seconds=2)
+    )
     return sum(outcome.ok for outcome in outcomes)
 
 
 def scenario_postgres(upstream_url: str, args, log_dir: Path) -> dict:
-    with GatewayStack(upstream_url, model=DEFAULT_MODEL, log_dir=log_dir / "postgres", pg_url=args.pg_url) as stack:
+    with GatewayStack(
+        upstream_url, model=DEFAULT_MODEL, log_dir=log_dir / "postgres", pg_url=args.pg_url
+    ) as stack:
         warm = _warm_up(stack)
         before = _drain(stack, warm, 60)
-        outcomes, started, ended = _burst(stack, seconds=args.seconds, concurrency=args.concurrency,
-                                          fault_at=args.fault_at, fault=lambda: _restart_postgres(args.pg_cluster))
+        outcomes, started, ended = _burst(
+            stack,
+            seconds=args.seconds,
+            concurrency=args.concurrency,
+            fault_at=args.fault_at,
+            fault=lambda: _restart_postgres(args.pg_cluster),
+        )
         answered = sum(outcome.ok for outcome in outcomes)
         after = _drain(stack, before + answered, args.drain_seconds)
         stack.stop_server()  # the lifespan shutdown flushes what the journal still holds
@@ -160,14 +208,19 @@ def scenario_postgres(upstream_url: str, args, log_dir: Path) -> dict:
 
 
 def scenario_journal_full(upstream_url: str, args, log_dir: Path) -> dict:
-    stack = GatewayStack(upstream_url, model=DEFAULT_MODEL, log_dir=log_dir / "journal-full", pg_url=args.pg_url)
+    stack = GatewayStack(
+        upstream_url, model=DEFAULT_MODEL, log_dir=log_dir / "journal-full", pg_url=args.pg_url
+    )
     journal = stack.var_dir / "journal"
     mounted = False
     try:
         stack.setup()
         journal.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={args.journal_mib}m,mode=0700", "tmpfs", str(journal)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={args.journal_mib}m,mode=0700", "tmpfs", str(journal)],
+            check=True,
+            capture_output=True,
+        )
         mounted = True
         stack.start_server()
         warm = _warm_up(stack)
@@ -178,8 +231,9 @@ def scenario_journal_full(upstream_url: str, args, log_dir: Path) -> dict:
             time.sleep(args.fault_seconds)
             filler.unlink()
 
-        outcomes, started, ended = _burst(stack, seconds=args.seconds, concurrency=args.concurrency,
-                                          fault_at=args.fault_at, fault=disk_full)
+        outcomes, started, ended = _burst(
+            stack, seconds=args.seconds, concurrency=args.concurrency, fault_at=args.fault_at, fault=disk_full
+        )
         answered = sum(outcome.ok for outcome in outcomes)
         after = _drain(stack, before + answered, args.drain_seconds)
         stack.stop_server()
@@ -194,10 +248,31 @@ def scenario_journal_full(upstream_url: str, args, log_dir: Path) -> dict:
 
 def _redis_start(port: int) -> None:
     """Starts a Redis server on `port` as this machine's services run (nothing kept on disk)."""
-    subprocess.run(["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-                    "--appendonly", "no", "--dir", "/tmp", "--logfile", f"/tmp/redis-{port}.log"],
-                   check=True, capture_output=True, timeout=30)
-    while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout.strip() != b"PONG":
+    subprocess.run(
+        [
+            "redis-server",
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            "/tmp",
+            "--logfile",
+            f"/tmp/redis-{port}.log",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    while (
+        subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout.strip() != b"PONG"
+    ):
         time.sleep(0.1)
 
 
@@ -221,30 +296,63 @@ class RedisGatewayStack(GatewayStack):
 
     def env(self) -> dict:
         env = super().env()
-        env.update({"REDIS_URL": self.redis_url, "AREAL_CACHE_PREFIX": f"faults-{os.getpid()}",
-                    "AREAL_CHANNEL_PREFIX": f"faults-{os.getpid()}",
-                    # live sockets re-join their groups at each re-check (30 s by default): shorter here, so
-                    # the re-join after the restart falls within the burst
-                    "AREAL_LIVE_RECHECK_SECONDS": "5"})
+        env.update(
+            {
+                "REDIS_URL": self.redis_url,
+                "AREAL_CACHE_PREFIX": f"faults-{os.getpid()}",
+                "AREAL_CHANNEL_PREFIX": f"faults-{os.getpid()}",
+                # live sockets re-join their groups at each re-check (30 s by default): shorter here, so
+                # the re-join after the restart falls within the burst
+                "AREAL_LIVE_RECHECK_SECONDS": "5",
+            }
+        )
         return env
 
     def start_worker(self) -> None:
-        command = [sys.executable, "-m", "celery", "-A", "areal_web", "worker", "-Q", "default,ingest", "--pool",
-                   "solo", "--without-gossip", "--without-mingle", "--loglevel", "WARNING"]
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "areal_web",
+            "worker",
+            "-Q",
+            "default,ingest",
+            "--pool",
+            "solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "WARNING",
+        ]
         with open(self.log_dir / "worker.log", "wb") as log:
-            self.worker = subprocess.Popen(command, cwd=REPO_ROOT, env=self.env(), stdout=log,
-                                           stderr=subprocess.STDOUT, start_new_session=True)
+            self.worker = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def admin_session(self) -> str:
         """Creates an admin member of the tenant (manage.py bootstrap) and signs in: the session cookie."""
         import httpx
 
         out = self._manage("bootstrap", "--tenant", "bench", "--username", "faults-admin")
-        password = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("password:"))
+        password = next(
+            line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("password:")
+        )
         with httpx.Client(base_url=self.url, trust_env=False) as client:
             client.get("/login/")
-            client.post("/login/", data={"username": "faults-admin", "password": password,
-                                         "csrfmiddlewaretoken": client.cookies["csrftoken"]})
+            client.post(
+                "/login/",
+                data={
+                    "username": "faults-admin",
+                    "password": password,
+                    "csrfmiddlewaretoken": client.cookies["csrftoken"],
+                },
+            )
             return client.cookies["sessionid"]
 
     def qualification_gap(self) -> tuple[int, int]:
@@ -273,12 +381,15 @@ async def _watch_live(url: str, session: str, until: float, events: list, closes
     uri = url.replace("http://", "ws://") + "/ws/live/bench/"
     while time.monotonic() < until:
         try:
-            async with websockets.connect(uri, additional_headers={"Cookie": f"sessionid={session}", "Origin": url},
-                                          open_timeout=5) as socket:
+            async with websockets.connect(
+                uri, additional_headers={"Cookie": f"sessionid={session}", "Origin": url}, open_timeout=5
+            ) as socket:
                 await socket.send(json.dumps({"subscribe": "gateway.traffic"}))
                 while time.monotonic() < until:
                     try:
-                        message = await asyncio.wait_for(socket.recv(), timeout=max(0.1, until - time.monotonic()))
+                        message = await asyncio.wait_for(
+                            socket.recv(), timeout=max(0.1, until - time.monotonic())
+                        )
                     except TimeoutError:
                         break
                     if "payload" in json.loads(message):
@@ -291,11 +402,29 @@ async def _watch_live(url: str, session: str, until: float, events: list, closes
 def scenario_redis(upstream_url: str, args, log_dir: Path) -> dict:
     if subprocess.run(["redis-cli", "-p", str(args.redis_port), "ping"], capture_output=True).returncode != 0:
         _redis_start(args.redis_port)
-    with RedisGatewayStack(upstream_url, model=DEFAULT_MODEL, log_dir=log_dir / "redis", pg_url=args.pg_url,
-                           redis_url=f"redis://127.0.0.1:{args.redis_port}/14") as stack:
+    with RedisGatewayStack(
+        upstream_url,
+        model=DEFAULT_MODEL,
+        log_dir=log_dir / "redis",
+        pg_url=args.pg_url,
+        redis_url=f"redis://127.0.0.1:{args.redis_port}/14",
+    ) as stack:
         stack.start_worker()
-        key = stack._manage("createapikey", "bench", "--scope", "inference", "--scope", "rewards:write",
-                            "--name", "faults").strip().splitlines()[-1].strip()
+        key = (
+            stack._manage(
+                "createapikey",
+                "bench",
+                "--scope",
+                "inference",
+                "--scope",
+                "rewards:write",
+                "--name",
+                "faults",
+            )
+            .strip()
+            .splitlines()[-1]
+            .strip()
+        )
         headers = {"Authorization": f"Bearer {key}"}
         session = stack.admin_session()
         warm = _warm_up(stack)
@@ -303,10 +432,19 @@ def scenario_redis(upstream_url: str, args, log_dir: Path) -> dict:
 
         def call(index: int) -> Call:
             if index % 2 and index > 200:
-                return Call("reward", "POST", "/v1/rewards", body={"session_id": f"faults-{(index - 100) // 2}",
-                                                                   "value": 1.0})
-            return Call("chat", "POST", "/v1/chat/completions", body=CHAT.body,
-                        headers={"X-Session-Id": f"faults-{index // 2}"})
+                return Call(
+                    "reward",
+                    "POST",
+                    "/v1/rewards",
+                    body={"session_id": f"faults-{(index - 100) // 2}", "value": 1.0},
+                )
+            return Call(
+                "chat",
+                "POST",
+                "/v1/chat/completions",
+                body=CHAT.body,
+                headers={"X-Session-Id": f"faults-{index // 2}"},
+            )
 
         window: dict[str, float] = {}
         events: list[float] = []
@@ -323,7 +461,9 @@ def scenario_redis(upstream_url: str, args, log_dir: Path) -> dict:
 
             results = await asyncio.gather(
                 closed_loop(stack.url, headers, call, concurrency=args.concurrency, seconds=args.seconds),
-                _watch_live(stack.url, session, until, events, closes), inject())
+                _watch_live(stack.url, session, until, events, closes),
+                inject(),
+            )
             return results[0]
 
         outcomes = asyncio.run(burst())
@@ -333,17 +473,24 @@ def scenario_redis(upstream_url: str, args, log_dir: Path) -> dict:
         rewarded, unqualified = stack.qualification_gap()
         stack.stop_server()
         after = _drain(stack, before + answered, 10)
-        result = _report("redis restart", outcomes, window["started"], window["ended"], warm, before, after, stack)
+        result = _report(
+            "redis restart", outcomes, window["started"], window["ended"], warm, before, after, stack
+        )
         rewards = [outcome for outcome in outcomes if outcome.kind == "reward"]
         live_after = [at for at in events if at > window["ended"]]
-        result.update({
-            "reward_statuses": statuses(rewards),
-            "rewarded_trajectories": rewarded, "rewarded_never_qualified": unqualified,
-            "live_points_before_fault": sum(1 for at in events if at < window["started"]),
-            "live_points_after_fault": len(live_after),
-            "first_live_point_after_fault_s": round(live_after[0] - window["ended"], 2) if live_after else None,
-            "websocket_closes": len(closes),
-        })
+        result.update(
+            {
+                "reward_statuses": statuses(rewards),
+                "rewarded_trajectories": rewarded,
+                "rewarded_never_qualified": unqualified,
+                "live_points_before_fault": sum(1 for at in events if at < window["started"]),
+                "live_points_after_fault": len(live_after),
+                "first_live_point_after_fault_s": round(live_after[0] - window["ended"], 2)
+                if live_after
+                else None,
+                "websocket_closes": len(closes),
+            }
+        )
         return result
 
 
@@ -351,31 +498,52 @@ SCENARIOS = {"postgres": scenario_postgres, "journal-full": scenario_journal_ful
 
 
 def print_table(results: list[dict]) -> None:
-    columns = [("scenario", "scenario"), ("requests", "requests"), ("answered_200", "200"),
-               ("statuses_during_fault", "answers during the fault"), ("fault_seconds", "fault s"),
-               ("recovered_seconds", "first 200 after s"), ("accepted_steps_lost", "accepted steps lost")]
+    columns = [
+        ("scenario", "scenario"),
+        ("requests", "requests"),
+        ("answered_200", "200"),
+        ("statuses_during_fault", "answers during the fault"),
+        ("fault_seconds", "fault s"),
+        ("recovered_seconds", "first 200 after s"),
+        ("accepted_steps_lost", "accepted steps lost"),
+    ]
     print("| " + " | ".join(title for _, title in columns) + " |")
     print("|" + "---|" * len(columns))
     for result in results:
-        cells = [json.dumps(result[key]) if isinstance(result[key], dict) else str(result[key]) for key, _ in columns]
+        cells = [
+            json.dumps(result[key]) if isinstance(result[key], dict) else str(result[key])
+            for key, _ in columns
+        ]
         print("| " + " | ".join(cells) + " |")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each burst")
     parser.add_argument("--fault-at", type=float, default=5.0, help="seconds into the burst")
-    parser.add_argument("--fault-seconds", type=float, default=4.0, help="how long the journal's disk stays full")
+    parser.add_argument(
+        "--fault-seconds", type=float, default=4.0, help="how long the journal's disk stays full"
+    )
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--drain-seconds", type=float, default=120.0)
     parser.add_argument("--journal-mib", type=int, default=64, help="size of the journal's tmpfs")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help="the PostgreSQL server the gateway uses")
     parser.add_argument("--pg-cluster", default="main", help="its cluster name, for pg_ctlcluster restart")
-    parser.add_argument("--redis-port", type=int, default=6379,
-                        help="the local Redis server to use and restart (started if none answers there)")
-    parser.add_argument("--qualify-seconds", type=float, default=20.0,
-                        help="how long the worker gets to qualify rewarded trajectories after the drain")
+    parser.add_argument(
+        "--redis-port",
+        type=int,
+        default=6379,
+        help="the local Redis server to use and restart (started if none answers there)",
+    )
+    parser.add_argument(
+        "--qualify-seconds",
+        type=float,
+        default=20.0,
+        help="how long the worker gets to qualify rewarded trajectories after the drain",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("faults needs root (it restarts PostgreSQL and mounts a tmpfs)", file=sys.stderr)

@@ -29,31 +29,46 @@ TESTS = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--examples", type=int, default=50, help="examples per operation and generation mode")
-    parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (runs are deterministic per seed)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="Hypothesis seed (runs are deterministic per seed)"
+    )
     parser.add_argument("--only", choices=sorted(TESTS), help="only the REST API or only the gateway")
     arguments = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "report.jsonl"
-        env = {**os.environ, "FUZZ_EXAMPLES": str(arguments.examples), "FUZZ_SEED": str(arguments.seed),
-               "FUZZ_REPORT": str(report)}
+        env = {
+            **os.environ,
+            "FUZZ_EXAMPLES": str(arguments.examples),
+            "FUZZ_SEED": str(arguments.seed),
+            "FUZZ_REPORT": str(report),
+        }
         paths = [TESTS[arguments.only]] if arguments.only else list(TESTS.values())
         started = time.monotonic()
         load_before = os.getloadavg()[0]
-        completed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:logging", *paths],
-                                   cwd=REPO_ROOT, env=env)
+        completed = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:logging", *paths], cwd=REPO_ROOT, env=env
+        )
         runs = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
 
-    print(f"\nfuzzing, {arguments.examples} examples per operation and mode, seed {arguments.seed}, "
-          f"{'PostgreSQL + Redis' if os.environ.get('CI') else 'SQLite, embedded layers'}; "
-          f"{time.monotonic() - started:.0f} s, load {load_before:.1f} -> {os.getloadavg()[0]:.1f}")
-    print(f"{'run':28} {'operations':>10} {'examples':>9} {'2xx':>6} {'4xx':>6} {'5xx':>5} {'findings':>8} {'s':>6}")
+    print(
+        f"\nfuzzing, {arguments.examples} examples per operation and mode, seed {arguments.seed}, "
+        f"{'PostgreSQL + Redis' if os.environ.get('CI') else 'SQLite, embedded layers'}; "
+        f"{time.monotonic() - started:.0f} s, load {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'run':28} {'operations':>10} {'examples':>9} {'2xx':>6} {'4xx':>6} {'5xx':>5} {'findings':>8} {'s':>6}"
+    )
     for run in runs:
         statuses = run["statuses"]
-        print(f"{run['name']:28} {run['operations']:>10} {run['examples']:>9} {statuses.get('2xx', 0):>6} "
-              f"{statuses.get('4xx', 0):>6} {statuses.get('5xx', 0):>5} {len(run['failures']):>8} {run['seconds']:>6}")
+        print(
+            f"{run['name']:28} {run['operations']:>10} {run['examples']:>9} {statuses.get('2xx', 0):>6} "
+            f"{statuses.get('4xx', 0):>6} {statuses.get('5xx', 0):>5} {len(run['failures']):>8} {run['seconds']:>6}"
+        )
     for run in runs:
         for failure in run["failures"]:
             print(f"\n{run['name']}: {failure.splitlines()[0]}")

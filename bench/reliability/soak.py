@@ -45,14 +45,24 @@ def mixed_call(index: int) -> Call:
     slot = index % 10
     if slot == 8 and index >= 200:
         earlier = f"soak-{(index - 100) // TURNS_PER_SESSION}"
-        return Call("reward", "POST", "/v1/rewards", body={"session_id": earlier, "value": 1.0,
-                                                           "idempotency_key": f"soak-{index}"})
+        return Call(
+            "reward",
+            "POST",
+            "/v1/rewards",
+            body={"session_id": earlier, "value": 1.0, "idempotency_key": f"soak-{index}"},
+        )
     if slot == 9:
         return Call("console", "GET", "/api/v1/trajectories/?limit=20")
     stream = slot in (6, 7)
     body = {"model": DEFAULT_MODEL, "max_tokens": 16, "messages": MESSAGES, "stream": stream}
-    return Call("stream" if stream else "chat", "POST", "/v1/chat/completions", body=body,
-                headers={"X-Session-Id": session}, stream=stream)
+    return Call(
+        "stream" if stream else "chat",
+        "POST",
+        "/v1/chat/completions",
+        body=body,
+        headers={"X-Session-Id": session},
+        stream=stream,
+    )
 
 
 def rss_tree_mib(pid: int) -> float | None:
@@ -89,18 +99,29 @@ def per_minute(outcomes, started: float, rss_samples) -> list[dict]:
     rows = []
     minutes = int((max(outcome.ended for outcome in outcomes) - started) // 60) + 1
     for minute in range(minutes):
-        window = [outcome for outcome in outcomes if minute * 60 <= outcome.started - started < (minute + 1) * 60]
+        window = [
+            outcome for outcome in outcomes if minute * 60 <= outcome.started - started < (minute + 1) * 60
+        ]
         rss = [value for at, value in rss_samples if minute * 60 <= at < (minute + 1) * 60 and value]
         if not window:
             continue
-        rows.append({"minute": minute + 1, "requests": len(window), "errors": sum(not o.ok for o in window),
-                     "p99_ms": p99_ms(window), "p99_chat_ms": p99_ms([o for o in window if o.kind == "chat"]),
-                     "rss_mib": max(rss) if rss else None})
+        rows.append(
+            {
+                "minute": minute + 1,
+                "requests": len(window),
+                "errors": sum(not o.ok for o in window),
+                "p99_ms": p99_ms(window),
+                "p99_chat_ms": p99_ms([o for o in window if o.kind == "chat"]),
+                "rss_mib": max(rss) if rss else None,
+            }
+        )
     return rows
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--minutes", type=float, default=15.0)
     parser.add_argument("--capacity-seconds", type=float, default=20.0)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -108,24 +129,55 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     log_dir = RESULTS_DIR / f"soak-{stamp}"
-    with running_upstream(free_port(), log=None) as (upstream_url, _), \
-            GatewayStack(upstream_url, model=DEFAULT_MODEL, workers=args.workers, log_dir=log_dir) as stack:
-        key = stack._manage("createapikey", TENANT_SLUG, "--scope", "inference", "--scope", "rewards:write",
-                            "--scope", "trajectories:read", "--name", "soak").strip().splitlines()[-1].strip()
+    with (
+        running_upstream(free_port(), log=None) as (upstream_url, _),
+        GatewayStack(upstream_url, model=DEFAULT_MODEL, workers=args.workers, log_dir=log_dir) as stack,
+    ):
+        key = (
+            stack._manage(
+                "createapikey",
+                TENANT_SLUG,
+                "--scope",
+                "inference",
+                "--scope",
+                "rewards:write",
+                "--scope",
+                "trajectories:read",
+                "--name",
+                "soak",
+            )
+            .strip()
+            .splitlines()[-1]
+            .strip()
+        )
         headers = {"Authorization": f"Bearer {key}"}
         steps_before = _count_steps(stack)
-        capacity_run = asyncio.run(closed_loop(stack.url, headers, lambda index: mixed_call(10_000_000 + index),
-                                               concurrency=args.concurrency, seconds=args.capacity_seconds))
+        capacity_run = asyncio.run(
+            closed_loop(
+                stack.url,
+                headers,
+                lambda index: mixed_call(10_000_000 + index),
+                concurrency=args.concurrency,
+                seconds=args.capacity_seconds,
+            )
+        )
         capacity = sum(outcome.ok for outcome in capacity_run) / args.capacity_seconds
         rate = capacity / 2
-        print(f"capacity {capacity:.0f} req/s (mixed, {args.concurrency} in flight); soaking at {rate:.0f} req/s "
-              f"for {args.minutes:g} minutes", flush=True)
+        print(
+            f"capacity {capacity:.0f} req/s (mixed, {args.concurrency} in flight); soaking at {rate:.0f} req/s "
+            f"for {args.minutes:g} minutes",
+            flush=True,
+        )
 
         stop, rss_samples = threading.Event(), []
-        sampler = threading.Thread(target=sample_rss, args=(stack.process.pid, 10.0, stop, rss_samples), daemon=True)
+        sampler = threading.Thread(
+            target=sample_rss, args=(stack.process.pid, 10.0, stop, rss_samples), daemon=True
+        )
         started = time.monotonic()
         sampler.start()
-        outcomes = asyncio.run(open_loop(stack.url, headers, mixed_call, rate=rate, seconds=args.minutes * 60))
+        outcomes = asyncio.run(
+            open_loop(stack.url, headers, mixed_call, rate=rate, seconds=args.minutes * 60)
+        )
         stop.set()
         sampler.join()
 
@@ -138,22 +190,33 @@ def main(argv=None) -> int:
     minutes = per_minute(outcomes, started, rss_samples)
     first, last = minutes[0], minutes[-1]
     summary = {
-        "capacity_rps": round(capacity, 1), "soak_rps": round(rate, 1), "minutes": args.minutes,
-        "requests": len(outcomes), "statuses": statuses(outcomes),
-        "by_kind": {kind: statuses([o for o in outcomes if o.kind == kind])
-                    for kind in ("chat", "stream", "reward", "console")},
-        "rss_first_mib": first["rss_mib"], "rss_last_mib": last["rss_mib"],
+        "capacity_rps": round(capacity, 1),
+        "soak_rps": round(rate, 1),
+        "minutes": args.minutes,
+        "requests": len(outcomes),
+        "statuses": statuses(outcomes),
+        "by_kind": {
+            kind: statuses([o for o in outcomes if o.kind == kind])
+            for kind in ("chat", "stream", "reward", "console")
+        },
+        "rss_first_mib": first["rss_mib"],
+        "rss_last_mib": last["rss_mib"],
         "rss_growth": (last["rss_mib"] / first["rss_mib"]) if first["rss_mib"] and last["rss_mib"] else None,
-        "p99_first_ms": first["p99_ms"], "p99_last_ms": last["p99_ms"],
+        "p99_first_ms": first["p99_ms"],
+        "p99_last_ms": last["p99_ms"],
         "p99_drift": (last["p99_ms"] / first["p99_ms"]) if first["p99_ms"] and last["p99_ms"] else None,
-        "steps_expected": expected, "steps_persisted": persisted, "lost_steps": max(0, expected - persisted),
+        "steps_expected": expected,
+        "steps_persisted": persisted,
+        "lost_steps": max(0, expected - persisted),
         "per_minute": minutes,
     }
     print("| minute | requests | errors | p99 ms (all) | p99 ms (chat) | RSS MiB |")
     print("|---|---|---|---|---|---|")
     for row in minutes:
-        print(f"| {row['minute']} | {row['requests']} | {row['errors']} | {row['p99_ms'] or 0:.1f} | "
-              f"{row['p99_chat_ms'] or 0:.1f} | {row['rss_mib'] or 0:.0f} |")
+        print(
+            f"| {row['minute']} | {row['requests']} | {row['errors']} | {row['p99_ms'] or 0:.1f} | "
+            f"{row['p99_chat_ms'] or 0:.1f} | {row['rss_mib'] or 0:.0f} |"
+        )
     print(json.dumps({key: value for key, value in summary.items() if key != "per_minute"}, indent=2))
     log_dir.mkdir(parents=True, exist_ok=True)
     (log_dir / "results.json").write_text(json.dumps(summary, indent=2))

@@ -45,40 +45,69 @@ async def _send(client: httpx.AsyncClient, call: Call) -> Outcome:
     started = time.monotonic()
     try:
         if call.stream:
-            async with client.stream(call.method, call.path, json=call.body, headers=call.headers) as response:
+            async with client.stream(
+                call.method, call.path, json=call.body, headers=call.headers
+            ) as response:
                 async for _ in response.aiter_bytes():
                     pass
         else:
             response = await client.request(call.method, call.path, json=call.body, headers=call.headers)
-        return Outcome(call.kind, started, time.monotonic(), response.status_code,
-                       retry_after=response.headers.get("retry-after"))
+        return Outcome(
+            call.kind,
+            started,
+            time.monotonic(),
+            response.status_code,
+            retry_after=response.headers.get("retry-after"),
+        )
     except httpx.HTTPError as error:
         return Outcome(call.kind, started, time.monotonic(), 0, error=type(error).__name__)
 
 
 def _client(base_url: str, headers: dict, connections: int, timeout: float) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, trust_env=False,
-                             limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections))
+    return httpx.AsyncClient(
+        base_url=base_url,
+        headers=headers,
+        timeout=timeout,
+        trust_env=False,
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+    )
 
 
-async def closed_loop(base_url: str, headers: dict, next_call: Callable[[int], Call], *, concurrency: int,
-                      seconds: float, timeout: float = 30.0) -> list[Outcome]:
+async def closed_loop(
+    base_url: str,
+    headers: dict,
+    next_call: Callable[[int], Call],
+    *,
+    concurrency: int,
+    seconds: float,
+    timeout: float = 30.0,
+) -> list[Outcome]:
     """`concurrency` workers, each sending its next request when the last one ends, until `seconds` pass."""
     outcomes: list[Outcome] = []
     counter = itertools.count()
     deadline = time.monotonic() + seconds
     async with _client(base_url, headers, concurrency, timeout) as client:
+
         async def worker():
             while time.monotonic() < deadline:
                 outcomes.append(await _send(client, next_call(next(counter))))
                 if outcomes[-1].status == 0:
                     await asyncio.sleep(0.05)  # a refused connection answers at once: don't spin
+
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return outcomes
 
 
-async def open_loop(base_url: str, headers: dict, next_call: Callable[[int], Call], *, rate: float, seconds: float,
-                    timeout: float = 30.0, max_in_flight: int = 256) -> list[Outcome]:
+async def open_loop(
+    base_url: str,
+    headers: dict,
+    next_call: Callable[[int], Call],
+    *,
+    rate: float,
+    seconds: float,
+    timeout: float = 30.0,
+    max_in_flight: int = 256,
+) -> list[Outcome]:
     """Starts `rate` requests per second for `seconds`, each on its own task (bounded by `max_in_flight`:
     a request that would exceed it is counted as status 0, "overload")."""
     outcomes: list[Outcome] = []
@@ -106,7 +135,9 @@ async def open_loop(base_url: str, headers: dict, next_call: Callable[[int], Cal
 
 
 def statuses(outcomes: list[Outcome]) -> dict[str, int]:
-    counts = Counter(str(outcome.status) if outcome.status else (outcome.error or "transport") for outcome in outcomes)
+    counts = Counter(
+        str(outcome.status) if outcome.status else (outcome.error or "transport") for outcome in outcomes
+    )
     return dict(sorted(counts.items()))
 
 

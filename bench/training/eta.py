@@ -60,20 +60,40 @@ def play_episode(engine, tokenizer, task, *, number: int, max_tokens: int, seed:
     episode = {"task": task, "number": number, "messages": task.opening(), "steps": []}
     for turn in range(2):
         prompt = warmup._render(tokenizer, episode["messages"], generation_prompt=True)
-        params = SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=seed * 100_003 + number * 7 + turn)
+        params = SamplingParams(
+            max_tokens=max_tokens, temperature=1.0, seed=seed * 100_003 + number * 7 + turn
+        )
         choice = engine.submit(prompt, params, incremental=False).result().choices[0]
-        episode["steps"].append({
-            "step_id": f"episode-{number}-turn-{turn}", "kind": "llm_call", "pii": {"redacted": False},
-            "tokens": {"tokenizer": "bench", "prompt_ids": list(prompt), "completion_ids": list(choice.token_ids),
-                       "completion_logprobs": list(choice.logprobs),
-                       "completion_versions": list(choice.policy_versions), "loss_mask": None}})
+        episode["steps"].append(
+            {
+                "step_id": f"episode-{number}-turn-{turn}",
+                "kind": "llm_call",
+                "pii": {"redacted": False},
+                "tokens": {
+                    "tokenizer": "bench",
+                    "prompt_ids": list(prompt),
+                    "completion_ids": list(choice.token_ids),
+                    "completion_logprobs": list(choice.logprobs),
+                    "completion_versions": list(choice.policy_versions),
+                    "loss_mask": None,
+                },
+            }
+        )
         reply = parse_assistant_text(choice.text)
         calls = [call.to_openai() for call in reply.tool_calls]
-        episode["messages"].append({"role": "assistant", "content": reply.content or "",
-                                    **({"tool_calls": calls} if calls else {})})
+        episode["messages"].append(
+            {"role": "assistant", "content": reply.content or "", **({"tool_calls": calls} if calls else {})}
+        )
         for call in calls:
-            episode["messages"].append({"role": "tool", "tool_call_id": call["id"], "content": weather.tool_result(
-                task, call["function"]["name"], call["function"]["arguments"])})
+            episode["messages"].append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": weather.tool_result(
+                        task, call["function"]["name"], call["function"]["arguments"]
+                    ),
+                }
+            )
         if not calls:
             break
     return _record(episode)
@@ -82,8 +102,13 @@ def play_episode(engine, tokenizer, task, *, number: int, max_tokens: int, seed:
 def _record(episode: dict) -> dict:
     task = episode["task"]
     success = weather.check(task, episode["messages"]).success
-    return {"trajectory_id": f"episode-{episode['number']}", "group_id": task.task_id, "task_id": task.task_id,
-            "rewards": [{"target": "trajectory", "value": 1.0 if success else 0.0}], "steps": episode["steps"]}
+    return {
+        "trajectory_id": f"episode-{episode['number']}",
+        "group_id": task.task_id,
+        "task_id": task.task_id,
+        "rewards": [{"target": "trajectory", "value": 1.0 if success else 0.0}],
+        "steps": episode["steps"],
+    }
 
 
 class Pipeline:
@@ -95,7 +120,9 @@ class Pipeline:
         self.engine, self.eta, self.samples, self.batch, self.group = engine, eta, samples, batch, group
         self.max_tokens, self.seed = max_tokens, seed
         self.tasks = weather.make_tasks(split="train", count=samples, seed=seed)  # enough for no drop at all
-        self.ready: queue.Queue = queue.Queue()  # lists of records (one group each), or an episode's exception
+        self.ready: queue.Queue = (
+            queue.Queue()
+        )  # lists of records (one group each), or an episode's exception
         self.changed = threading.Condition()
         self.published = 0  # versions the engine serves beyond the base
         self.counted = 0  # episodes started and not dropped as stale
@@ -139,13 +166,23 @@ class Pipeline:
             task = self.tasks[(first // self.group) % len(self.tasks)]
             records: list = [None] * self.group
             for member in range(self.group):
-                threading.Thread(target=self._episode, args=(task, first, member, records), daemon=True,
-                                 name=f"episode-{first + member}").start()
+                threading.Thread(
+                    target=self._episode,
+                    args=(task, first, member, records),
+                    daemon=True,
+                    name=f"episode-{first + member}",
+                ).start()
 
     def _episode(self, task, first: int, member: int, records: list) -> None:
         try:
-            record = play_episode(self.engine, self.engine.tokenizer, task, number=first + member,
-                                  max_tokens=self.max_tokens, seed=self.seed)
+            record = play_episode(
+                self.engine,
+                self.engine.tokenizer,
+                task,
+                number=first + member,
+                max_tokens=self.max_tokens,
+                seed=self.seed,
+            )
         except Exception as error:  # handed to the trainer's thread, which raises it
             record = error
         with self.changed:
@@ -158,9 +195,22 @@ class Pipeline:
                 self.ready.put(failures[0] if failures else records)
 
 
-def run_arm(base, work_dir: Path, *, eta: int, samples: int, batch: int, group: int, max_tokens: int,
-            learning_rate: float, seed: int, rollout_threads: int = 2, train_threads: int = 2,
-            recompute_kv: bool = False, layout: str = "auto") -> dict:
+def run_arm(
+    base,
+    work_dir: Path,
+    *,
+    eta: int,
+    samples: int,
+    batch: int,
+    group: int,
+    max_tokens: int,
+    learning_rate: float,
+    seed: int,
+    rollout_threads: int = 2,
+    train_threads: int = 2,
+    recompute_kv: bool = False,
+    layout: str = "auto",
+) -> dict:
     """One online run from `base`: `samples` episodes trained in steps of `batch`, a version per step; the
     engine's decode thread uses `rollout_threads` torch threads, the trainer `train_threads`."""
     import torch
@@ -172,28 +222,63 @@ def run_arm(base, work_dir: Path, *, eta: int, samples: int, batch: int, group: 
     torch.set_num_threads(rollout_threads)
     engine = InferenceEngine(base, max_batch_size=64).start()
     try:
-        engine.submit([0, 1], SamplingParams(max_tokens=1, temperature=1.0, seed=0)).result()  # fixes its count
+        engine.submit(
+            [0, 1], SamplingParams(max_tokens=1, temperature=1.0, seed=0)
+        ).result()  # fixes its count
         torch.set_num_threads(train_threads)
-        result = _run_arm(base, work_dir, engine, eta=eta, samples=samples, batch=batch, group=group,
-                          max_tokens=max_tokens, learning_rate=learning_rate, seed=seed, recompute_kv=recompute_kv,
-                          layout=layout)
+        result = _run_arm(
+            base,
+            work_dir,
+            engine,
+            eta=eta,
+            samples=samples,
+            batch=batch,
+            group=group,
+            max_tokens=max_tokens,
+            learning_rate=learning_rate,
+            seed=seed,
+            recompute_kv=recompute_kv,
+            layout=layout,
+        )
         return {**result, "threads": {"rollout": rollout_threads, "train": train_threads}}
     finally:
         engine.stop()  # a rollout still waiting on the engine (after an error) is failed and ends
         torch.set_num_threads(previous_threads)
 
 
-def _run_arm(base, work_dir: Path, engine, *, eta: int, samples: int, batch: int, group: int, max_tokens: int,
-             learning_rate: float, seed: int, recompute_kv: bool, layout: str) -> dict:
+def _run_arm(
+    base,
+    work_dir: Path,
+    engine,
+    *,
+    eta: int,
+    samples: int,
+    batch: int,
+    group: int,
+    max_tokens: int,
+    learning_rate: float,
+    seed: int,
+    recompute_kv: bool,
+    layout: str,
+) -> dict:
     from workers.engines import TrainConfig, Trainer
     from workers.rl.samples import build_samples
 
     steps = samples // batch
-    config = TrainConfig(algorithm="decoupled_ppo", learning_rate=learning_rate, std_level="batch",
-                         behaviour_weight_cap=5.0, micro_batch_tokens=8192, total_steps=steps, seed=seed,
-                         layout=layout)
+    config = TrainConfig(
+        algorithm="decoupled_ppo",
+        learning_rate=learning_rate,
+        std_level="batch",
+        behaviour_weight_cap=5.0,
+        micro_batch_tokens=8192,
+        total_steps=steps,
+        seed=seed,
+        layout=layout,
+    )
     trainer = Trainer(base, config)
-    pipeline = Pipeline(engine, eta=eta, samples=samples, batch=batch, group=group, max_tokens=max_tokens, seed=seed)
+    pipeline = Pipeline(
+        engine, eta=eta, samples=samples, batch=batch, group=group, max_tokens=max_tokens, seed=seed
+    )
     waiting: list[dict] = []
     lags: dict[int, int] = {}
     trained = sequences = loss_tokens = stale = 0
@@ -239,78 +324,161 @@ def _run_arm(base, work_dir: Path, engine, *, eta: int, samples: int, batch: int
         pipeline.finish()
         engine.stop()  # a rollout still waiting on the engine (after an error) is failed and ends
         pipeline.thread.join(timeout=10)
-    return {"eta": eta, "wall_seconds": wall, "trained_samples": trained, "training_sequences": sequences,
-            "dropped_stale": stale, "episodes_started": pipeline.started, "loss_tokens": loss_tokens,
-            "tokens_per_second": loss_tokens / wall, "steps": steps, "rollout_seconds": pipeline.rollout_seconds,
-            "train_seconds": train_seconds, "publish_seconds": publish_seconds,
-            "slowest_publish_seconds": slowest_publish, "reward_means": rewards,
-            "staleness_histogram": {str(lag): count for lag, count in sorted(lags.items())},
-            "engine": {name: getattr(stats, name) for name in ("prefill_tokens", "prefix_hit_tokens", "decode_steps",
-                                                               "max_decode_batch_size")},
-            "final_dir": str(work_dir / f"version-{steps}")}
+    return {
+        "eta": eta,
+        "wall_seconds": wall,
+        "trained_samples": trained,
+        "training_sequences": sequences,
+        "dropped_stale": stale,
+        "episodes_started": pipeline.started,
+        "loss_tokens": loss_tokens,
+        "tokens_per_second": loss_tokens / wall,
+        "steps": steps,
+        "rollout_seconds": pipeline.rollout_seconds,
+        "train_seconds": train_seconds,
+        "publish_seconds": publish_seconds,
+        "slowest_publish_seconds": slowest_publish,
+        "reward_means": rewards,
+        "staleness_histogram": {str(lag): count for lag, count in sorted(lags.items())},
+        "engine": {
+            name: getattr(stats, name)
+            for name in ("prefill_tokens", "prefix_hit_tokens", "decode_steps", "max_decode_batch_size")
+        },
+        "final_dir": str(work_dir / f"version-{steps}"),
+    }
 
 
-def run_benchmark(base, *, samples: int, batch: int, group: int = 4, max_tokens: int = 40, rounds: int = 1,
-                  heldout: int = 64, learning_rate: float = 1e-4, seed: int = 0, work_dir=None,
-                  threads: int = 2, async_rollout_threads: int = 1, async_train_threads: int = 1,
-                  recompute_kv: bool = False, layout: str = "auto") -> dict:
+def run_benchmark(
+    base,
+    *,
+    samples: int,
+    batch: int,
+    group: int = 4,
+    max_tokens: int = 40,
+    rounds: int = 1,
+    heldout: int = 64,
+    learning_rate: float = 1e-4,
+    seed: int = 0,
+    work_dir=None,
+    threads: int = 2,
+    async_rollout_threads: int = 1,
+    async_train_threads: int = 1,
+    recompute_kv: bool = False,
+    layout: str = "auto",
+) -> dict:
     """Both arms from `base`, `rounds` times (the order alternates); the last round's final versions are
     measured on `heldout` held-out tasks. Returns the JSON-able result."""
     if samples % batch or batch % group:
         raise ValueError("--samples must be a multiple of --batch, and --batch of --group")
     with tempfile.TemporaryDirectory(prefix="eta-bench-", dir=work_dir) as scratch:
         # One untimed step first: the first run in a process pays for loading libraries and warming caches.
-        run_arm(base, Path(scratch) / "warm-up", eta=0, samples=batch, batch=batch, group=group, max_tokens=max_tokens,
-                learning_rate=learning_rate, seed=seed, rollout_threads=threads, train_threads=threads,
-                recompute_kv=recompute_kv, layout=layout)
+        run_arm(
+            base,
+            Path(scratch) / "warm-up",
+            eta=0,
+            samples=batch,
+            batch=batch,
+            group=group,
+            max_tokens=max_tokens,
+            learning_rate=learning_rate,
+            seed=seed,
+            rollout_threads=threads,
+            train_threads=threads,
+            recompute_kv=recompute_kv,
+            layout=layout,
+        )
         arm_threads = {"sync": (threads, threads), "async": (async_rollout_threads, async_train_threads)}
         runs = []
         for round_index in range(rounds):
             order = ["sync", "async"] if round_index % 2 == 0 else ["async", "sync"]
             arms = {}
             for arm in order:
-                arms[arm] = run_arm(base, Path(scratch) / f"round-{round_index}-{arm}", eta=ARM_ETAS[arm],
-                                    samples=samples, batch=batch, group=group, max_tokens=max_tokens,
-                                    learning_rate=learning_rate, seed=seed, rollout_threads=arm_threads[arm][0],
-                                    train_threads=arm_threads[arm][1], recompute_kv=recompute_kv, layout=layout)
-                print(f"round {round_index + 1}/{rounds} {arm}: {arms[arm]['wall_seconds']:.1f} s", flush=True)
-            runs.append({"order": order, "arms": arms,
-                         "ratio_sync_over_async": arms["sync"]["wall_seconds"] / arms["async"]["wall_seconds"]})
+                arms[arm] = run_arm(
+                    base,
+                    Path(scratch) / f"round-{round_index}-{arm}",
+                    eta=ARM_ETAS[arm],
+                    samples=samples,
+                    batch=batch,
+                    group=group,
+                    max_tokens=max_tokens,
+                    learning_rate=learning_rate,
+                    seed=seed,
+                    rollout_threads=arm_threads[arm][0],
+                    train_threads=arm_threads[arm][1],
+                    recompute_kv=recompute_kv,
+                    layout=layout,
+                )
+                print(
+                    f"round {round_index + 1}/{rounds} {arm}: {arms[arm]['wall_seconds']:.1f} s", flush=True
+                )
+            runs.append(
+                {
+                    "order": order,
+                    "arms": arms,
+                    "ratio_sync_over_async": arms["sync"]["wall_seconds"] / arms["async"]["wall_seconds"],
+                }
+            )
         tasks = weather.make_tasks(split="heldout", count=heldout, seed=seed)
-        final = {arm: warmup.heldout_success(runs[-1]["arms"][arm]["final_dir"], tasks, seed=seed).success
-                 for arm in ARM_ETAS}
+        final = {
+            arm: warmup.heldout_success(runs[-1]["arms"][arm]["final_dir"], tasks, seed=seed).success
+            for arm in ARM_ETAS
+        }
         base_success = warmup.heldout_success(base, tasks, seed=seed).success
     for run in runs:
         for arm in run["arms"].values():
             del arm["final_dir"]
     ratios = [run["ratio_sync_over_async"] for run in runs]
-    return {"settings": {"samples": samples, "batch": batch, "group": group, "max_tokens": max_tokens,
-                         "rounds": rounds, "heldout": heldout, "learning_rate": learning_rate, "seed": seed,
-                         "recompute_kv": recompute_kv, "layout": layout,
-                         "etas": ARM_ETAS, "threads": {arm: {"rollout": rollout, "train": train}
-                                                       for arm, (rollout, train) in arm_threads.items()}},
-            "runs": runs, "heldout_success": {"base": base_success, **final},
-            "ratio_sync_over_async": {"per_round": ratios, "median": statistics.median(ratios)}}
+    return {
+        "settings": {
+            "samples": samples,
+            "batch": batch,
+            "group": group,
+            "max_tokens": max_tokens,
+            "rounds": rounds,
+            "heldout": heldout,
+            "learning_rate": learning_rate,
+            "seed": seed,
+            "recompute_kv": recompute_kv,
+            "layout": layout,
+            "etas": ARM_ETAS,
+            "threads": {
+                arm: {"rollout": rollout, "train": train} for arm, (rollout, train) in arm_threads.items()
+            },
+        },
+        "runs": runs,
+        "heldout_success": {"base": base_success, **final},
+        "ratio_sync_over_async": {"per_round": ratios, "median": statistics.median(ratios)},
+    }
 
 
 def table(result: dict) -> str:
-    lines = [f"{'round':>5} {'arm':<6} {'η':>2} {'thr':>5} {'wall s':>8} {'trained':>8} {'dropped':>8} {'tokens/s':>9} "
-             f"{'rollout s':>10} {'train s':>8} {'publish s':>10} {'cached %':>9}"]
+    lines = [
+        f"{'round':>5} {'arm':<6} {'η':>2} {'thr':>5} {'wall s':>8} {'trained':>8} {'dropped':>8} {'tokens/s':>9} "
+        f"{'rollout s':>10} {'train s':>8} {'publish s':>10} {'cached %':>9}"
+    ]
     for number, run in enumerate(result["runs"], 1):
         for name in ARM_ETAS:
             arm = run["arms"][name]
-            lines.append(f"{number:>5} {name:<6} {arm['eta']:>2} {arm['threads']['rollout']:>2}/{arm['threads']['train']:<2} {arm['wall_seconds']:>8.1f} "
-                         f"{arm['trained_samples']:>8} {arm['dropped_stale']:>8} {arm['tokens_per_second']:>9.1f} "
-                         f"{arm['rollout_seconds']:>10.1f} {arm['train_seconds']:>8.1f} {arm['publish_seconds']:>10.1f} "
-                         f"{_cached_share(arm['engine']):>9.0%}")
+            lines.append(
+                f"{number:>5} {name:<6} {arm['eta']:>2} {arm['threads']['rollout']:>2}/{arm['threads']['train']:<2} {arm['wall_seconds']:>8.1f} "
+                f"{arm['trained_samples']:>8} {arm['dropped_stale']:>8} {arm['tokens_per_second']:>9.1f} "
+                f"{arm['rollout_seconds']:>10.1f} {arm['train_seconds']:>8.1f} {arm['publish_seconds']:>10.1f} "
+                f"{_cached_share(arm['engine']):>9.0%}"
+            )
         lines.append(f"{number:>5} sync/async wall clock: {run['ratio_sync_over_async']:.2f}×")
     success = result["heldout_success"]
     lines.append(f"median sync/async: {result['ratio_sync_over_async']['median']:.2f}× (goal ≥ 1.3×)")
-    slowest = {name: max(run["arms"][name]["slowest_publish_seconds"] for run in result["runs"]) for name in ARM_ETAS}
-    lines.append(f"slowest publication (export + swap into the serving engine): sync {slowest['sync']:.3f} s, "
-                 f"async {slowest['async']:.3f} s; no generation failed (a failure ends the run)")
-    lines.append(f"held-out success ({result['settings']['heldout']} tasks): base {success['base']:.3f}, "
-                 f"sync {success['sync']:.3f}, async {success['async']:.3f} (last round's final versions)")
+    slowest = {
+        name: max(run["arms"][name]["slowest_publish_seconds"] for run in result["runs"]) for name in ARM_ETAS
+    }
+    lines.append(
+        f"slowest publication (export + swap into the serving engine): sync {slowest['sync']:.3f} s, "
+        f"async {slowest['async']:.3f} s; no generation failed (a failure ends the run)"
+    )
+    lines.append(
+        f"held-out success ({result['settings']['heldout']} tasks): base {success['base']:.3f}, "
+        f"sync {success['sync']:.3f}, async {success['async']:.3f} (last round's final versions)"
+    )
     return "\n".join(lines)
 
 
@@ -321,9 +489,13 @@ def _cached_share(engine: dict) -> float:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", help="base checkpoint directory; default: build one (modelgen + train_base)")
+    parser.add_argument(
+        "--base", help="base checkpoint directory; default: build one (modelgen + train_base)"
+    )
     parser.add_argument("--base-steps", type=int, default=20, help="train_base steps when building the base")
-    parser.add_argument("--base-skill-steps", type=int, default=20, help="train_base skill_steps when building it")
+    parser.add_argument(
+        "--base-skill-steps", type=int, default=20, help="train_base skill_steps when building it"
+    )
     parser.add_argument("--samples", type=int, default=96, help="episodes each arm trains on")
     parser.add_argument("--batch", type=int, default=16, help="episodes per training step (and version)")
     parser.add_argument("--group", type=int, default=4, help="episodes per task (one GRPO group)")
@@ -332,12 +504,21 @@ def main(argv=None) -> None:
     parser.add_argument("--heldout", type=int, default=64, help="held-out tasks for the final score")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2, help="torch threads of the synchronous arm's phases")
-    parser.add_argument("--async-rollout-threads", type=int, default=1,
-                        help="torch threads of the asynchronous arm's decode thread")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads of the synchronous arm's phases"
+    )
+    parser.add_argument(
+        "--async-rollout-threads",
+        type=int,
+        default=1,
+        help="torch threads of the asynchronous arm's decode thread",
+    )
     parser.add_argument("--async-train-threads", type=int, default=1, help="torch threads of its trainer")
-    parser.add_argument("--recompute-kv", action="store_true",
-                        help="recompute in-flight sequences' KV caches at each weight swap (default: keep them)")
+    parser.add_argument(
+        "--recompute-kv",
+        action="store_true",
+        help="recompute in-flight sequences' KV caches at each weight swap (default: keep them)",
+    )
     parser.add_argument("--layout", default="auto", help="the trainer's TrainConfig.layout")
     parser.add_argument("--out", default=str(ROOT / "test-artifacts" / "bench-training-eta.json"))
     arguments = parser.parse_args(argv)
@@ -349,16 +530,33 @@ def main(argv=None) -> None:
         if base is None:
             from workers.inference.modelgen import create_default_model
 
-            print(f"building a base: {arguments.base_skill_steps} skill + {arguments.base_steps} SFT steps", flush=True)
-            base = warmup.train_base(create_default_model(Path(scratch) / "initial", seed=arguments.seed),
-                                     Path(scratch) / "base", steps=arguments.base_steps,
-                                     skill_steps=arguments.base_skill_steps, seed=arguments.seed)
-        result = run_benchmark(base, samples=arguments.samples, batch=arguments.batch, group=arguments.group,
-                               max_tokens=arguments.max_tokens, rounds=arguments.rounds, heldout=arguments.heldout,
-                               learning_rate=arguments.learning_rate, seed=arguments.seed, threads=arguments.threads,
-                               async_rollout_threads=arguments.async_rollout_threads,
-                               async_train_threads=arguments.async_train_threads,
-                               recompute_kv=arguments.recompute_kv, layout=arguments.layout)
+            print(
+                f"building a base: {arguments.base_skill_steps} skill + {arguments.base_steps} SFT steps",
+                flush=True,
+            )
+            base = warmup.train_base(
+                create_default_model(Path(scratch) / "initial", seed=arguments.seed),
+                Path(scratch) / "base",
+                steps=arguments.base_steps,
+                skill_steps=arguments.base_skill_steps,
+                seed=arguments.seed,
+            )
+        result = run_benchmark(
+            base,
+            samples=arguments.samples,
+            batch=arguments.batch,
+            group=arguments.group,
+            max_tokens=arguments.max_tokens,
+            rounds=arguments.rounds,
+            heldout=arguments.heldout,
+            learning_rate=arguments.learning_rate,
+            seed=arguments.seed,
+            threads=arguments.threads,
+            async_rollout_threads=arguments.async_rollout_threads,
+            async_train_threads=arguments.async_train_threads,
+            recompute_kv=arguments.recompute_kv,
+            layout=arguments.layout,
+        )
     result["settings"]["base"] = arguments.base or "built"
     print(table(result))
     out = Path(arguments.out)

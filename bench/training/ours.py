@@ -1,6 +1,6 @@
 """One measurement of our trainer: generation with the trainer's weights, then Trainer.step (GRPO), per step.
 
-    .venv/bin/python bench/training/ours.py --model DIR --steps 6 --warmup 1
+.venv/bin/python bench/training/ours.py --model DIR --steps 6 --warmup 1
 """
 
 import argparse
@@ -35,13 +35,23 @@ def main() -> None:
     transformers_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(arguments.model)
     prompts = [tokenizer(prompt).input_ids for prompt in PROMPTS]
-    trainer = Trainer(arguments.model, TrainConfig(algorithm="grpo", learning_rate=LEARNING_RATE, max_grad_norm=1.0,
-                                                           layout=arguments.layout))
+    trainer = Trainer(
+        arguments.model,
+        TrainConfig(
+            algorithm="grpo", learning_rate=LEARNING_RATE, max_grad_norm=1.0, layout=arguments.layout
+        ),
+    )
     out = {"train_seconds": [], "generation_seconds": [], "loss_tokens": [], "tokens": [], "reward_mean": []}
     for step in range(arguments.warmup + arguments.steps):
         started = time.perf_counter()
-        samples = sample_groups(trainer.model, prompts, group_size=GROUP_SIZE, max_new_tokens=COMPLETION_TOKENS,
-                                reward=low_half_fraction, seed=step)
+        samples = sample_groups(
+            trainer.model,
+            prompts,
+            group_size=GROUP_SIZE,
+            max_new_tokens=COMPLETION_TOKENS,
+            reward=low_half_fraction,
+            seed=step,
+        )
         generated = time.perf_counter()
         metrics = trainer.step(samples)
         trained = time.perf_counter()

@@ -32,9 +32,23 @@ TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
 
 
 def measure(python, script, model, steps, extra=()):
-    done = subprocess.run([str(python), str(ROOT / "bench" / "training" / script), "--model", str(model),
-                           "--steps", str(steps), "--warmup", "1", *extra], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1800)
+    done = subprocess.run(
+        [
+            str(python),
+            str(ROOT / "bench" / "training" / script),
+            "--model",
+            str(model),
+            "--steps",
+            str(steps),
+            "--warmup",
+            "1",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{script} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -42,19 +56,30 @@ def measure(python, script, model, steps, extra=()):
 
 def summarize(runs):
     train = [t / s for run in runs for t, s in zip(run["loss_tokens"], run["train_seconds"], strict=True)]
-    step = [16 / (g + s) for run in runs for g, s in zip(run["generation_seconds"], run["train_seconds"], strict=True)]
-    return {"train_tokens_per_s": statistics.median(train), "samples_per_s": statistics.median(step),
-            "train_seconds": statistics.median([s for run in runs for s in run["train_seconds"]]),
-            "generation_seconds": statistics.median([g for run in runs for g in run["generation_seconds"]]),
-            "peak_rss_mb": max(run["peak_rss_mb"] for run in runs), "steps": len(train)}
+    step = [
+        16 / (g + s)
+        for run in runs
+        for g, s in zip(run["generation_seconds"], run["train_seconds"], strict=True)
+    ]
+    return {
+        "train_tokens_per_s": statistics.median(train),
+        "samples_per_s": statistics.median(step),
+        "train_seconds": statistics.median([s for run in runs for s in run["train_seconds"]]),
+        "generation_seconds": statistics.median([g for run in runs for g in run["generation_seconds"]]),
+        "peak_rss_mb": max(run["peak_rss_mb"] for run in runs),
+        "steps": len(train),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--no-variants", action="store_true",
-                        help="skip the one-process variants (TRL with gradient checkpointing, ours padded)")
+    parser.add_argument(
+        "--no-variants",
+        action="store_true",
+        help="skip the one-process variants (TRL with gradient checkpointing, ours padded)",
+    )
     arguments = parser.parse_args()
     if not TRL_PYTHON.exists():
         sys.exit("run scripts/trl_venv.sh first")
@@ -68,17 +93,31 @@ def main() -> None:
             order = ["ours", "trl"] if round_index % 2 == 0 else ["trl", "ours"]
             for name in order:
                 if name == "ours":
-                    results["ours"].append(measure(ROOT / ".venv" / "bin" / "python", "ours.py", model, arguments.steps))
+                    results["ours"].append(
+                        measure(ROOT / ".venv" / "bin" / "python", "ours.py", model, arguments.steps)
+                    )
                 else:
                     results["trl"].append(measure(TRL_PYTHON, "trl_peer.py", model, arguments.steps))
-            print(f"round {round_index + 1}/{arguments.rounds} done ({time.time() - started:.0f} s)", flush=True)
+            print(
+                f"round {round_index + 1}/{arguments.rounds} done ({time.time() - started:.0f} s)", flush=True
+            )
         if not arguments.no_variants:
             results["trl_gradient_checkpointing"].append(
-                measure(TRL_PYTHON, "trl_peer.py", model, arguments.steps, ("--gradient-checkpointing",)))
+                measure(TRL_PYTHON, "trl_peer.py", model, arguments.steps, ("--gradient-checkpointing",))
+            )
             results["ours_padded"].append(
-                measure(ROOT / ".venv" / "bin" / "python", "ours.py", model, arguments.steps, ("--layout", "padded")))
+                measure(
+                    ROOT / ".venv" / "bin" / "python",
+                    "ours.py",
+                    model,
+                    arguments.steps,
+                    ("--layout", "padded"),
+                )
+            )
     summary = {name: summarize(runs) for name, runs in results.items() if runs}
-    summary["ratio_train_tokens_per_s"] = summary["ours"]["train_tokens_per_s"] / summary["trl"]["train_tokens_per_s"]
+    summary["ratio_train_tokens_per_s"] = (
+        summary["ours"]["train_tokens_per_s"] / summary["trl"]["train_tokens_per_s"]
+    )
     summary["ratio_samples_per_s"] = summary["ours"]["samples_per_s"] / summary["trl"]["samples_per_s"]
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)

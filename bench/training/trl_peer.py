@@ -60,22 +60,51 @@ def main() -> None:
     dataset = Dataset.from_dict({"prompt": PROMPTS * (total_steps + 2)})
     with tempfile.TemporaryDirectory() as output_dir:
         config = GRPOConfig(
-            output_dir=output_dir, use_cpu=True, bf16=False, use_vllm=False, report_to="none",
-            per_device_train_batch_size=len(PROMPTS) * GROUP_SIZE, num_generations=GROUP_SIZE,
-            gradient_accumulation_steps=1, max_completion_length=COMPLETION_TOKENS, learning_rate=LEARNING_RATE,
-            max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, max_steps=total_steps, logging_steps=1,
-            save_strategy="no", temperature=1.0, top_p=1.0, beta=0.0, num_iterations=1, shuffle_dataset=False,
-            gradient_checkpointing=arguments.gradient_checkpointing, seed=0,
-            generation_kwargs={"min_new_tokens": COMPLETION_TOKENS}, dataloader_num_workers=0)
-        trainer = Timed(model=model, args=config, reward_funcs=[reward_low_half], train_dataset=dataset,
-                        processing_class=tokenizer, callbacks=[StepClock()])
+            output_dir=output_dir,
+            use_cpu=True,
+            bf16=False,
+            use_vllm=False,
+            report_to="none",
+            per_device_train_batch_size=len(PROMPTS) * GROUP_SIZE,
+            num_generations=GROUP_SIZE,
+            gradient_accumulation_steps=1,
+            max_completion_length=COMPLETION_TOKENS,
+            learning_rate=LEARNING_RATE,
+            max_grad_norm=1.0,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            max_steps=total_steps,
+            logging_steps=1,
+            save_strategy="no",
+            temperature=1.0,
+            top_p=1.0,
+            beta=0.0,
+            num_iterations=1,
+            shuffle_dataset=False,
+            gradient_checkpointing=arguments.gradient_checkpointing,
+            seed=0,
+            generation_kwargs={"min_new_tokens": COMPLETION_TOKENS},
+            dataloader_num_workers=0,
+        )
+        trainer = Timed(
+            model=model,
+            args=config,
+            reward_funcs=[reward_low_half],
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[StepClock()],
+        )
         trainer.train()
     warm = arguments.warmup
     steps = timings["step"][warm:]
     generation = timings["generation"][warm:]
-    out = {"train_seconds": [s - g for s, g in zip(steps, generation, strict=True)], "generation_seconds": generation,
-           "loss_tokens": timings["loss_tokens"][warm:], "tokens": timings["tokens"][warm:],
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    out = {
+        "train_seconds": [s - g for s, g in zip(steps, generation, strict=True)],
+        "generation_seconds": generation,
+        "loss_tokens": timings["loss_tokens"][warm:],
+        "tokens": timings["tokens"][warm:],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
     print(json.dumps(out))
 
 

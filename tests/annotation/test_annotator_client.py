@@ -24,21 +24,44 @@ def test_annotator_signs_in_labels_known_outcomes_and_skips_unknown(live_server,
     wrong = make_trajectory(tenant, session_id="rl-wrong", task_id="weather")
     unknown = make_trajectory(tenant, session_id="rl-unknown", task_id="weather")
     person = member(Role.ANNOTATOR)
-    queue = annotation_queue_create(tenant=tenant, actor=SYSTEM, name="live", spec_id=spec.pk,
-                                    filters={"task_id": "weather"}, annotators_per_item=1, assignee_ids=[person.pk])
-    outcomes = {"rl-ok": Outcome(called_tool=True, right_city=True, answered=True, right_temperature=True, reason=""),
-                "rl-wrong": Outcome(called_tool=True, right_city=True, answered=True, right_temperature=False,
-                                    reason="wrong temperature")}
-    client = AnnotatorClient(console_url=live_server.url, username=person.username, password=PASSWORD,
-                             queue_id=queue.pk, outcomes=outcomes, annotator=SimulatedAnnotator(share=1.0, noise=0.0))
+    queue = annotation_queue_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        name="live",
+        spec_id=spec.pk,
+        filters={"task_id": "weather"},
+        annotators_per_item=1,
+        assignee_ids=[person.pk],
+    )
+    outcomes = {
+        "rl-ok": Outcome(called_tool=True, right_city=True, answered=True, right_temperature=True, reason=""),
+        "rl-wrong": Outcome(
+            called_tool=True,
+            right_city=True,
+            answered=True,
+            right_temperature=False,
+            reason="wrong temperature",
+        ),
+    }
+    client = AnnotatorClient(
+        console_url=live_server.url,
+        username=person.username,
+        password=PASSWORD,
+        queue_id=queue.pk,
+        outcomes=outcomes,
+        annotator=SimulatedAnnotator(share=1.0, noise=0.0),
+    )
     with httpx.Client(base_url=live_server.url, timeout=30) as http:
         client.sign_in(http)
         while client.work_once(http):
             pass
-    labels = {label.item.trajectory_id: label.value for label in AnnotationLabel.objects.filter(annotator=person)}
+    labels = {
+        label.item.trajectory_id: label.value for label in AnnotationLabel.objects.filter(annotator=person)
+    }
     assert labels == {succeeded.pk: 1.0, wrong.pk: 0.5}
-    assert list(AnnotationSkip.objects.filter(annotator=person).values_list("item__trajectory_id", flat=True)) == [
-        unknown.pk]
+    assert list(
+        AnnotationSkip.objects.filter(annotator=person).values_list("item__trajectory_id", flat=True)
+    ) == [unknown.pk]
     assert Reward.objects.filter(tenant=tenant, source="annotator", spec=spec).count() == 2
     assert (client.stats.labelled, client.stats.skipped) == (2, 1)
 
@@ -47,7 +70,13 @@ def test_wrong_password_is_refused(live_server, member, tenant):
     import httpx
 
     person = member(Role.ANNOTATOR)
-    client = AnnotatorClient(console_url=live_server.url, username=person.username, password="not-it", queue_id=1,
-                             outcomes={}, annotator=SimulatedAnnotator())
+    client = AnnotatorClient(
+        console_url=live_server.url,
+        username=person.username,
+        password="not-it",
+        queue_id=1,
+        outcomes={},
+        annotator=SimulatedAnnotator(),
+    )
     with httpx.Client(base_url=live_server.url, timeout=30) as http, pytest.raises(PermissionError):
         client.sign_in(http)

@@ -15,17 +15,27 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def test_annotator_labels_three_trajectories_with_the_keyboard(live_server, page, member, tenant):  # noqa: F811
     spec = make_spec(tenant, name="stars", kind="numeric", minimum=1, maximum=5)
-    trajectories = [make_trajectory(tenant, task_id="support", text=f"conversation {number}") for number in range(3)]
+    trajectories = [
+        make_trajectory(tenant, task_id="support", text=f"conversation {number}") for number in range(3)
+    ]
     annotator = member(Role.ANNOTATOR)
-    queue = annotation_queue_create(tenant=tenant, actor=SYSTEM, name="support", spec_id=spec.pk,
-                                    filters={"task_id": "support"}, annotators_per_item=1,
-                                    assignee_ids=[annotator.pk])
+    queue = annotation_queue_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        name="support",
+        spec_id=spec.pk,
+        filters={"task_id": "support"},
+        annotators_per_item=1,
+        assignee_ids=[annotator.pk],
+    )
     page.goto(f"{live_server.url}/login/?next=/annotation/{queue.pk}/work/")
     page.fill("#id_username", annotator.username)
     page.fill("#id_password", PASSWORD)
     page.keyboard.press("Enter")
     page.wait_for_selector("#label-form")
-    page.wait_for_load_state("load")  # the keys work once annotation.js has run; a busy run pressed them before
+    page.wait_for_load_state(
+        "load"
+    )  # the keys work once annotation.js has run; a busy run pressed them before
     assert "You labelled 0" in page.locator("#progress").inner_text()
 
     # 1: four stars on the whole trajectory.

@@ -24,17 +24,38 @@ def setup(tenant, other_tenant, member):
     ann_a, ann_b, outsider = member(Role.ANNOTATOR), member(Role.ANNOTATOR), member(Role.ANNOTATOR)
     their_spec = make_spec(other_tenant, name="theirs", kind="boolean")
     make_trajectory(other_tenant, task_id="support")
-    theirs = annotation_queue_create(tenant=other_tenant, actor=SYSTEM, name="theirs", spec_id=their_spec.pk,
-                                     filters={"task_id": "support"}, annotators_per_item=1, assignee_ids=[])
-    return {"spec": spec, "trajectories": trajectories, "a": ann_a, "b": ann_b, "outsider": outsider,
-            "theirs": theirs}
+    theirs = annotation_queue_create(
+        tenant=other_tenant,
+        actor=SYSTEM,
+        name="theirs",
+        spec_id=their_spec.pk,
+        filters={"task_id": "support"},
+        annotators_per_item=1,
+        assignee_ids=[],
+    )
+    return {
+        "spec": spec,
+        "trajectories": trajectories,
+        "a": ann_a,
+        "b": ann_b,
+        "outsider": outsider,
+        "theirs": theirs,
+    }
 
 
 def _create(api_client, member, setup, per_item=2):
     operator = api_client(user=member(Role.OPERATOR))
-    response = operator.post("/api/v1/annotation/queues/", {
-        "name": "support-helpfulness", "spec_id": setup["spec"].pk, "filters": {"task_id": "support"},
-        "annotators_per_item": per_item, "assignee_ids": [setup["a"].pk, setup["b"].pk]}, format="json")
+    response = operator.post(
+        "/api/v1/annotation/queues/",
+        {
+            "name": "support-helpfulness",
+            "spec_id": setup["spec"].pk,
+            "filters": {"task_id": "support"},
+            "annotators_per_item": per_item,
+            "assignee_ids": [setup["a"].pk, setup["b"].pk],
+        },
+        format="json",
+    )
     assert response.status_code == 201, response.content
     return operator, response.json()
 
@@ -51,8 +72,9 @@ def test_two_annotators_label_and_agreement_comes_out(api_client, member, tenant
             item = client.get(f"/api/v1/annotation/queues/{queue['id']}/next/").json()
             assert item["item_id"] not in seen  # never shown twice to one annotator
             seen.append(item["item_id"])
-            stored = client.post(f"/api/v1/annotation/items/{item['item_id']}/labels/", {"value": value},
-                                 format="json")
+            stored = client.post(
+                f"/api/v1/annotation/items/{item['item_id']}/labels/", {"value": value}, format="json"
+            )
             assert stored.status_code == 201, stored.content
         assert client.get(f"/api/v1/annotation/queues/{queue['id']}/next/").status_code == 204
         again = client.post(f"/api/v1/annotation/items/{seen[0]}/labels/", {"value": 1}, format="json")
@@ -63,7 +85,9 @@ def test_two_annotators_label_and_agreement_comes_out(api_client, member, tenant
     assert detail["agreement"]["level"] == "nominal"
     assert detail["agreement"]["cohen_kappa"] == pytest.approx(0.4)
     assert detail["agreement"]["krippendorff_alpha"] == pytest.approx(0.4444, abs=1e-4)
-    assert [row["annotator"] for row in detail["annotators"]] == sorted([setup["a"].username, setup["b"].username])
+    assert [row["annotator"] for row in detail["annotators"]] == sorted(
+        [setup["a"].username, setup["b"].username]
+    )
     assert len(detail["disagreements"]) == 1
     rewards = Reward.objects.filter(tenant=tenant, source="annotator")
     assert rewards.count() == 6 and set(rewards.values_list("spec__name", flat=True)) == {"helpful"}
@@ -73,10 +97,17 @@ def test_two_annotators_label_and_agreement_comes_out(api_client, member, tenant
 
     item_id = detail["disagreements"][0]["item_id"]
     trajectory = AnnotationItem.objects.get(pk=item_id).trajectory
-    assert api_client(user=setup["a"]).post(f"/api/v1/annotation/items/{item_id}/resolve/", {"value": 0},
-                                            format="json").status_code == 403
-    resolved = operator.post(f"/api/v1/annotation/items/{item_id}/resolve/", {"value": 1, "reason": "policy says yes"},
-                             format="json")
+    assert (
+        api_client(user=setup["a"])
+        .post(f"/api/v1/annotation/items/{item_id}/resolve/", {"value": 0}, format="json")
+        .status_code
+        == 403
+    )
+    resolved = operator.post(
+        f"/api/v1/annotation/items/{item_id}/resolve/",
+        {"value": 1, "reason": "policy says yes"},
+        format="json",
+    )
     assert resolved.status_code == 200 and resolved.json()["resolved_value"] == 1.0
     assert training_reward(tenant=tenant, trajectory=trajectory) == 1.0
     assert operator.get(f"/api/v1/annotation/queues/{queue['id']}/").json()["disagreements"] == []
@@ -86,18 +117,27 @@ def test_not_assigned_is_403_and_nothing_stored(api_client, member, tenant, setu
     _, queue = _create(api_client, member, setup, per_item=1)
     item = AnnotationItem.objects.filter(queue_id=queue["id"]).first()
     outsider = api_client(user=setup["outsider"])
-    refused = outsider.post(f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1, "correction": "x"},
-                            format="json")
+    refused = outsider.post(
+        f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1, "correction": "x"}, format="json"
+    )
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "not_assigned"
     assert outsider.get(f"/api/v1/annotation/queues/{queue['id']}/next/").status_code == 403
     assert outsider.post(f"/api/v1/annotation/items/{item.pk}/skip/").status_code == 403
     assert not AnnotationLabel.objects.exists() and not Reward.objects.filter(tenant=tenant).exists()
     viewer = api_client(user=member(Role.VIEWER))
-    assert viewer.post(f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1}, format="json").status_code == 403
-    assert viewer.post("/api/v1/annotation/queues/", {"name": "x", "spec_id": setup["spec"].pk},
-                       format="json").status_code == 403
-    out_of_spec = api_client(user=setup["a"]).post(f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 0.5},
-                                                   format="json")
+    assert (
+        viewer.post(f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1}, format="json").status_code
+        == 403
+    )
+    assert (
+        viewer.post(
+            "/api/v1/annotation/queues/", {"name": "x", "spec_id": setup["spec"].pk}, format="json"
+        ).status_code
+        == 403
+    )
+    out_of_spec = api_client(user=setup["a"]).post(
+        f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 0.5}, format="json"
+    )
     assert out_of_spec.status_code == 422 and "'helpful'" in out_of_spec.json()["error"]["message"]
     assert not AnnotationLabel.objects.exists()
 
@@ -110,12 +150,18 @@ def test_step_targets_corrections_and_skips(api_client, member, tenant, setup):
     second = client.get(f"/api/v1/annotation/queues/{queue['id']}/next/").json()
     assert second["item_id"] != first["item_id"]
     step = AnnotationItem.objects.get(pk=second["item_id"]).trajectory.steps.get(index=1)
-    stored = client.post(f"/api/v1/annotation/items/{second['item_id']}/labels/", {
-        "value": 0, "step_id": str(step.pk), "correction": "Should have asked for the order number."}, format="json")
+    stored = client.post(
+        f"/api/v1/annotation/items/{second['item_id']}/labels/",
+        {"value": 0, "step_id": str(step.pk), "correction": "Should have asked for the order number."},
+        format="json",
+    )
     assert stored.status_code == 201 and stored.json()["target"] == "step"
     critique = Reward.objects.get(tenant=tenant, kind="critique")
-    assert (critique.step_id, critique.source, critique.label) == (step.pk, "annotator",
-                                                                 "Should have asked for the order number.")
+    assert (critique.step_id, critique.source, critique.label) == (
+        step.pk,
+        "annotator",
+        "Should have asked for the order number.",
+    )
     # b still sees the item a skipped: skipping hides it only from a
     other = api_client(user=setup["b"]).get(f"/api/v1/annotation/queues/{queue['id']}/next/").json()
     assert other["item_id"] == first["item_id"]
@@ -129,17 +175,31 @@ def test_isolation(api_client, member, setup):
     their_item = AnnotationItem.objects.get(queue=theirs)
     assert operator.get(f"/api/v1/annotation/queues/{theirs.pk}/").status_code == 404
     assert operator.get(f"/api/v1/annotation/queues/{theirs.pk}/labels/export/").status_code == 404
-    assert operator.post(f"/api/v1/annotation/items/{their_item.pk}/resolve/", {"value": 1},
-                         format="json").status_code == 404
-    assert api_client(user=setup["a"]).post(f"/api/v1/annotation/items/{their_item.pk}/labels/", {"value": 1},
-                                            format="json").status_code == 404
+    assert (
+        operator.post(
+            f"/api/v1/annotation/items/{their_item.pk}/resolve/", {"value": 1}, format="json"
+        ).status_code
+        == 404
+    )
+    assert (
+        api_client(user=setup["a"])
+        .post(f"/api/v1/annotation/items/{their_item.pk}/labels/", {"value": 1}, format="json")
+        .status_code
+        == 404
+    )
     assert AnnotationQueue.objects.count() == 2 and not AnnotationLabel.objects.exists()
 
 
 def test_workspace_page(client, member, tenant, setup):
-    queue = annotation_queue_create(tenant=tenant, actor=SYSTEM, name="q", spec_id=setup["spec"].pk,
-                                    filters={"task_id": "support"}, annotators_per_item=1,
-                                    assignee_ids=[setup["a"].pk])
+    queue = annotation_queue_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        name="q",
+        spec_id=setup["spec"].pk,
+        filters={"task_id": "support"},
+        annotators_per_item=1,
+        assignee_ids=[setup["a"].pk],
+    )
     client.force_login(setup["outsider"])
     assert client.get(f"/annotation/{queue.pk}/work/").status_code == 403
     client.force_login(setup["a"])

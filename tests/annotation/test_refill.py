@@ -19,9 +19,15 @@ pytestmark = pytest.mark.django_db
 def queue(tenant):
     spec = make_spec(tenant, name="quality", kind="numeric", minimum=0, maximum=1)
     make_trajectory(tenant, task_id="support")
-    return annotation_queue_create(tenant=tenant, actor=SYSTEM, name="live", spec_id=spec.pk,
-                                   filters={"task_id": "support", "status": "complete"}, annotators_per_item=1,
-                                   assignee_ids=[])
+    return annotation_queue_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        name="live",
+        spec_id=spec.pk,
+        filters={"task_id": "support", "status": "complete"},
+        annotators_per_item=1,
+        assignee_ids=[],
+    )
 
 
 def test_the_beat_task_adds_new_matching_trajectories_once(tenant, other_tenant, queue):

@@ -24,7 +24,9 @@ def chain(tenant, other_tenant):
 def test_chain_links_each_row_to_the_previous(chain):
     events = list(AuditEvent.objects.filter(tenant=chain).order_by("sequence"))
     assert [event.sequence for event in events] == [1, 2, 3, 4]
-    assert all(later.previous_hash == earlier.hash for earlier, later in zip(events, events[1:], strict=False))
+    assert all(
+        later.previous_hash == earlier.hash for earlier, later in zip(events, events[1:], strict=False)
+    )
     assert audit_verify(tenant=chain) == []
 
 
@@ -32,7 +34,9 @@ def test_an_edited_row_is_detected(chain):
     target = AuditEvent.objects.get(tenant=chain, sequence=2)
     AuditEvent.objects.filter(pk=target.pk).update(data={"retention_days": {"old": 10, "new": 9999}})
     breaks = audit_verify(tenant=chain)
-    assert [(item.sequence, item.problem) for item in breaks] == [(2, "content does not match its hash (edited)")]
+    assert [(item.sequence, item.problem) for item in breaks] == [
+        (2, "content does not match its hash (edited)")
+    ]
     with pytest.raises(CommandError, match="broken in 1 tenant"):
         call_command("verifyaudit", stdout=StringIO(), stderr=StringIO())
 

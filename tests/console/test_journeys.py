@@ -40,8 +40,12 @@ def _episode(url, key, seed=0):
 
 
 def _status(url, key) -> int:
-    return httpx.post(f"{url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=60,
-                      json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).status_code
+    return httpx.post(
+        f"{url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    ).status_code
 
 
 def _refused_within(url, key) -> float:
@@ -60,8 +64,9 @@ def test_admin_key_lifecycle_with_the_demo_agent(gateway, backend, page, admin_u
     overview = page.context.new_page()
     overview.javascript_errors = []
     overview.on("pageerror", lambda error: overview.javascript_errors.append(str(error)))
-    overview.shoot = lambda name: overview.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{name}.png"),
-                                                      full_page=True)
+    overview.shoot = lambda name: overview.screenshot(
+        path=str(ARTIFACTS / f"{request.node.name}-{name}.png"), full_page=True
+    )
     overview.goto(f"{url}/")
     overview.wait_for_selector("body[data-live=subscribed]")
     assert overview.locator("#chart-traffic .main-svg").count() > 0, "Plotly drew the traffic chart"
@@ -79,7 +84,9 @@ def test_admin_key_lifecycle_with_the_demo_agent(gateway, backend, page, admin_u
     assert episode.error is None and episode.completion_ids, episode.error
     drain(gw)
     overview.wait_for_function("(window.overviewLive.received['gateway.traffic'] || 0) >= 1", timeout=10_000)
-    requests = overview.evaluate("document.getElementById('chart-traffic').data[0].y.reduce((a, b) => a + b, 0)")
+    requests = overview.evaluate(
+        "document.getElementById('chart-traffic').data[0].y.reduce((a, b) => a + b, 0)"
+    )
     assert requests >= len(episode.completion_ids)
     overview.shoot("overview-live-traffic")
 

@@ -37,12 +37,15 @@ def test_forms_are_csrf_protected(admin_user, tenant):
     assert not ApiKey.objects.filter(name="x").exists()
 
 
-@pytest.mark.parametrize("role,visible,hidden", [
-    (Role.ADMIN, ["Members", "API keys", "Policy", "Audit log"], []),
-    (Role.OPERATOR, ["Members", "Policy", "Audit log"], ["API keys"]),
-    (Role.ANNOTATOR, ["Policy"], ["Members", "API keys", "Audit log"]),
-    (Role.VIEWER, ["Members", "Policy"], ["API keys", "Audit log"]),
-])
+@pytest.mark.parametrize(
+    "role,visible,hidden",
+    [
+        (Role.ADMIN, ["Members", "API keys", "Policy", "Audit log"], []),
+        (Role.OPERATOR, ["Members", "Policy", "Audit log"], ["API keys"]),
+        (Role.ANNOTATOR, ["Policy"], ["Members", "API keys", "Audit log"]),
+        (Role.VIEWER, ["Members", "Policy"], ["API keys", "Audit log"]),
+    ],
+)
 def test_navigation_follows_role(member, role, visible, hidden):
     client = Client()
     client.force_login(member(role))
@@ -73,7 +76,12 @@ def test_operator_cannot_manage_keys_or_policy(member, tenant):
     client = Client()
     client.force_login(member(Role.OPERATOR))
     assert client.post("/settings/keys/", {"name": "sneaky", "scopes": ["admin"]}).status_code == 403
-    assert client.post("/settings/policy/", {"consent_mode": "none", "retention_days": 1, "pii_mode": "off"}).status_code == 403
+    assert (
+        client.post(
+            "/settings/policy/", {"consent_mode": "none", "retention_days": 1, "pii_mode": "off"}
+        ).status_code
+        == 403
+    )
     assert not ApiKey.objects.filter(name="sneaky").exists()
     assert TenantPolicy.objects.get(tenant=tenant).consent_mode == "full"
 
@@ -81,10 +89,16 @@ def test_operator_cannot_manage_keys_or_policy(member, tenant):
 def test_policy_form_saves(admin_user, tenant):
     client = Client()
     client.force_login(admin_user)
-    response = client.post("/settings/policy/", {
-        "allowed_models": "policy-small, policy-large", "consent_mode": "metadata_only", "retention_days": 30,
-        "pii_mode": "block", "price_table": '{"policy-small": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}}',
-    })
+    response = client.post(
+        "/settings/policy/",
+        {
+            "allowed_models": "policy-small, policy-large",
+            "consent_mode": "metadata_only",
+            "retention_days": 30,
+            "pii_mode": "block",
+            "price_table": '{"policy-small": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}}',
+        },
+    )
     assert response.status_code == 302
     policy = TenantPolicy.objects.get(tenant=tenant)
     assert policy.allowed_models == ["policy-small", "policy-large"] and policy.retention_days == 30
@@ -132,7 +146,9 @@ def test_another_tenants_backend_is_a_404_page_like_a_missing_one(admin_user, te
     assert theirs.last_checked_at is None
 
 
-def test_production_api_schema_and_docs_need_a_signed_in_person_or_a_key(client, admin_user, api_client, settings):
+def test_production_api_schema_and_docs_need_a_signed_in_person_or_a_key(
+    client, admin_user, api_client, settings
+):
     settings.AREAL_API_DOCS_PUBLIC = False
     assert client.get("/api/schema/").status_code in {401, 403}
     assert client.get("/api/docs/").status_code in {401, 403}

@@ -20,26 +20,45 @@ from tests.workers.inference.conftest import default_model_dir  # noqa: F401  (f
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-LOOKUP_TOOL = {"type": "function", "function": {
-    "name": "lookup_order", "description": "Find an order", "parameters": {
-        "type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]}}}
+LOOKUP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup_order",
+        "description": "Find an order",
+        "parameters": {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]},
+    },
+}
 
 
 def _conversation(url: str, key: str) -> str:
     """Two turns of one session, the second carrying a tool call and its result."""
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0,
-                           default_headers={"X-Session-Id": "browser-session", "X-Agent-Name": "support-bot"})
+    client = openai.OpenAI(
+        base_url=f"{url}/v1",
+        api_key=key,
+        max_retries=0,
+        default_headers={"X-Session-Id": "browser-session", "X-Agent-Name": "support-bot"},
+    )
     messages = [{"role": "user", "content": "Where is order 77?"}]
-    first = client.chat.completions.create(model=MODEL, messages=messages, tools=[LOOKUP_TOOL], max_tokens=8,
-                                           temperature=0)
+    first = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[LOOKUP_TOOL], max_tokens=8, temperature=0
+    )
     messages += [
-        {"role": "assistant", "content": first.choices[0].message.content or "",
-         "tool_calls": [{"id": "call_1", "type": "function",
-                         "function": {"name": "lookup_order", "arguments": json.dumps({"order": "77"})}}]},
+        {
+            "role": "assistant",
+            "content": first.choices[0].message.content or "",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "lookup_order", "arguments": json.dumps({"order": "77"})},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "shipped on Monday"},
     ]
-    client.chat.completions.create(model=MODEL, messages=messages, tools=[LOOKUP_TOOL], max_tokens=8,
-                                   temperature=0)
+    client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[LOOKUP_TOOL], max_tokens=8, temperature=0
+    )
     return "browser-session"
 
 

@@ -49,30 +49,68 @@ def operator(member):
 
 @pytest.fixture
 def browsed(tenant, other_tenant):
-    imported(tenant, "s-weather", agent={"name": "weather-agent", "version": "1"}, task_id="t-1", status="complete",
-             purpose="production", started_at="2025-03-01T10:00:00Z", ended_at="2025-03-01T10:05:00Z", rewards=[0.9])
-    imported(tenant, "s-coder-eval", agent={"name": "coder", "version": "1"}, task_id="t-2", status="aborted",
-             purpose="eval", started_at="2025-03-02T10:00:00Z", ended_at="2025-03-02T10:05:00Z", rewards=[0.2, 0.6])
-    imported(tenant, "s-coder-open", agent={"name": "coder", "version": "2"}, task_id="t-1", status="open",
-             purpose="production", started_at="2025-03-03T10:00:00Z", rewards=[])
-    imported(other_tenant, "s-globex-secret", agent={"name": "coder", "version": "1"}, task_id="t-1",
-             status="open", purpose="production", started_at="2025-03-03T11:00:00Z", rewards=[0.5])
+    imported(
+        tenant,
+        "s-weather",
+        agent={"name": "weather-agent", "version": "1"},
+        task_id="t-1",
+        status="complete",
+        purpose="production",
+        started_at="2025-03-01T10:00:00Z",
+        ended_at="2025-03-01T10:05:00Z",
+        rewards=[0.9],
+    )
+    imported(
+        tenant,
+        "s-coder-eval",
+        agent={"name": "coder", "version": "1"},
+        task_id="t-2",
+        status="aborted",
+        purpose="eval",
+        started_at="2025-03-02T10:00:00Z",
+        ended_at="2025-03-02T10:05:00Z",
+        rewards=[0.2, 0.6],
+    )
+    imported(
+        tenant,
+        "s-coder-open",
+        agent={"name": "coder", "version": "2"},
+        task_id="t-1",
+        status="open",
+        purpose="production",
+        started_at="2025-03-03T10:00:00Z",
+        rewards=[],
+    )
+    imported(
+        other_tenant,
+        "s-globex-secret",
+        agent={"name": "coder", "version": "1"},
+        task_id="t-1",
+        status="open",
+        purpose="production",
+        started_at="2025-03-03T11:00:00Z",
+        rewards=[0.5],
+    )
 
 
 # --------------------------------------------------------------------------------------------------- browser
 
-@pytest.mark.parametrize("query,expected", [
-    ("", ["s-coder-open", "s-coder-eval", "s-weather"]),
-    ("?agent=coder", ["s-coder-open", "s-coder-eval"]),
-    ("?task_id=t-1", ["s-coder-open", "s-weather"]),
-    ("?status=aborted", ["s-coder-eval"]),
-    ("?purpose=eval", ["s-coder-eval"]),
-    ("?reward_min=0.5", ["s-coder-eval", "s-weather"]),
-    ("?reward_max=0.3", ["s-coder-eval"]),
-    ("?session_id=s-weather", ["s-weather"]),
-    ("?started_after=2025-03-02T00:00&started_before=2025-03-03T00:00", ["s-coder-eval"]),
-    ("?agent=coder&status=open", ["s-coder-open"]),
-])
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("", ["s-coder-open", "s-coder-eval", "s-weather"]),
+        ("?agent=coder", ["s-coder-open", "s-coder-eval"]),
+        ("?task_id=t-1", ["s-coder-open", "s-weather"]),
+        ("?status=aborted", ["s-coder-eval"]),
+        ("?purpose=eval", ["s-coder-eval"]),
+        ("?reward_min=0.5", ["s-coder-eval", "s-weather"]),
+        ("?reward_max=0.3", ["s-coder-eval"]),
+        ("?session_id=s-weather", ["s-weather"]),
+        ("?started_after=2025-03-02T00:00&started_before=2025-03-03T00:00", ["s-coder-eval"]),
+        ("?agent=coder&status=open", ["s-coder-open"]),
+    ],
+)
 def test_the_browser_filters_within_the_tenant(viewer, browsed, query, expected):
     response = viewer.get(LIST + query)
     assert response.status_code == 200
@@ -84,8 +122,11 @@ def test_the_browser_filters_within_the_tenant(viewer, browsed, query, expected)
 
 
 def test_the_browser_shows_cost_and_reward_columns(viewer, browsed, tenant):
-    ingested(tenant, "s-live", [gateway_step(tenant, "s-live", cost_usd=0.0125),
-                                gateway_step(tenant, "s-live", cost_usd=0.0250)])
+    ingested(
+        tenant,
+        "s-live",
+        [gateway_step(tenant, "s-live", cost_usd=0.0125), gateway_step(tenant, "s-live", cost_usd=0.0250)],
+    )
     page = viewer.get(LIST).content.decode()
     assert re.search(r"<th>Cost</th>\s*<th>Reward</th>", page)
     weather = _row(page, "s-weather")
@@ -100,11 +141,16 @@ def test_the_browser_shows_cost_and_reward_columns(viewer, browsed, tenant):
 
 def test_the_browser_paginates_and_keeps_the_filter(viewer, tenant, other_tenant):
     start = timezone.now() - timedelta(hours=1)
-    steps_ingest(records=[
-        gateway_step(tenant, f"bulk-{number:02d}", agent_name="bulk", created_at=start + timedelta(seconds=number))
-        for number in range(53)
-    ] + [gateway_step(tenant, "loner", agent_name="other")]
-      + [gateway_step(other_tenant, f"theirs-{number}", agent_name="bulk") for number in range(3)])
+    steps_ingest(
+        records=[
+            gateway_step(
+                tenant, f"bulk-{number:02d}", agent_name="bulk", created_at=start + timedelta(seconds=number)
+            )
+            for number in range(53)
+        ]
+        + [gateway_step(tenant, "loner", agent_name="other")]
+        + [gateway_step(other_tenant, f"theirs-{number}", agent_name="bulk") for number in range(3)]
+    )
 
     first = viewer.get(LIST + "?agent=bulk")
     assert first.context["page"].paginator.count == 53
@@ -123,6 +169,7 @@ def test_the_browser_paginates_and_keeps_the_filter(viewer, tenant, other_tenant
 
 # --------------------------------------------------------------------------------------------------- detail
 
+
 def test_the_detail_page_shows_messages_tool_calls_tokens_and_rewards(viewer, tenant):
     trajectory = imported(tenant, "weather", rewards=[0.75])
     response = viewer.get(f"{LIST}{trajectory.id}/")
@@ -134,8 +181,15 @@ def test_the_detail_page_shows_messages_tool_calls_tokens_and_rewards(viewer, te
     assert "→ get_weather({&quot;city&quot;: &quot;Paris&quot;})" in page  # the action's tool call
     assert "The weather in Paris is 22 C and sunny." in page
     assert [step["kind"] for step in response.context["steps"]] == [
-        "llm_call", "tool_call", "tool_result", "llm_call", "user_feedback"]
-    tokens = re.findall(r'<span class="token" style="--shade: ([0-9.]+)" title="id (\d+) · logprob (-?[0-9.]+)', page)
+        "llm_call",
+        "tool_call",
+        "tool_result",
+        "llm_call",
+        "user_feedback",
+    ]
+    tokens = re.findall(
+        r'<span class="token" style="--shade: ([0-9.]+)" title="id (\d+) · logprob (-?[0-9.]+)', page
+    )
     assert len(tokens) == 19 + 13  # both llm_calls' completion tokens
     assert tokens[0][1] == "151657" and tokens[0][2] == "-0.125"
     assert all(0 <= float(shade) <= 1 for shade, _, _ in tokens)
@@ -146,12 +200,26 @@ def test_the_detail_page_shows_messages_tool_calls_tokens_and_rewards(viewer, te
 
 
 def test_the_detail_page_flags_pii_aborts_and_retries(viewer, tenant):
-    first = gateway_step(tenant, "flagged", pii_entities=["email", "phone"], tokens=None, tokenizer="",
-                         observation={"messages": [{"role": "user", "content": "mail [EMAIL] or call [PHONE]"}],
-                                      "tools": None, "params": {}})
+    first = gateway_step(
+        tenant,
+        "flagged",
+        pii_entities=["email", "phone"],
+        tokens=None,
+        tokenizer="",
+        observation={
+            "messages": [{"role": "user", "content": "mail [EMAIL] or call [PHONE]"}],
+            "tools": None,
+            "params": {},
+        },
+    )
     retry = gateway_step(tenant, "flagged", retry_of=first["step_id"])
-    aborted = gateway_step(tenant, "flagged", aborted=True, error="client disconnected mid-stream",
-                           result={"finish_reason": None, "error": "client disconnected mid-stream"})
+    aborted = gateway_step(
+        tenant,
+        "flagged",
+        aborted=True,
+        error="client disconnected mid-stream",
+        result={"finish_reason": None, "error": "client disconnected mid-stream"},
+    )
     trajectory = ingested(tenant, "flagged", [first, retry, aborted])
     page = viewer.get(f"{LIST}{trajectory.id}/").content.decode()
     assert "PII redacted: email, phone" in page
@@ -176,6 +244,7 @@ def test_another_tenants_trajectory_is_a_404_page_like_a_missing_one(viewer, ten
 
 # --------------------------------------------------------------------------------------------------- replay
 
+
 @pytest.fixture
 def replayable(tenant):
     BackendFactory(tenant=tenant, name="candidate", served_model=SERVED_MODEL, model_version="2")
@@ -192,8 +261,9 @@ def test_the_replay_form_is_shown_to_operators_and_not_to_viewers(operator, view
     assert "Name a colour" in for_viewer  # the viewer still reads the trajectory
 
 
-def test_a_viewer_posting_a_replay_is_refused_and_nothing_is_created(viewer, replayable, tenant,
-                                                                      django_capture_on_commit_callbacks):
+def test_a_viewer_posting_a_replay_is_refused_and_nothing_is_created(
+    viewer, replayable, tenant, django_capture_on_commit_callbacks
+):
     before = set(Trajectory.objects.values_list("id", flat=True))
     with django_capture_on_commit_callbacks() as enqueued:
         response = viewer.post(f"{LIST}{replayable.id}/replay/", {"target": f"{SERVED_MODEL}@2"})
@@ -203,7 +273,9 @@ def test_a_viewer_posting_a_replay_is_refused_and_nothing_is_created(viewer, rep
     assert enqueued == []
 
 
-def test_an_operator_replay_opens_a_replay_trajectory(operator, replayable, tenant, django_capture_on_commit_callbacks):
+def test_an_operator_replay_opens_a_replay_trajectory(
+    operator, replayable, tenant, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks() as enqueued:
         response = operator.post(f"{LIST}{replayable.id}/replay/", {"target": f"{SERVED_MODEL}@2"})
     replay = Trajectory.objects.get(tenant=tenant, purpose="replay")
@@ -217,7 +289,9 @@ def test_replaying_another_tenants_trajectory_answers_like_a_missing_one(member,
     theirs = ingested(other_tenant, "theirs", [gateway_step(other_tenant, "theirs")])
     operator = _signed_in(member(Role.OPERATOR))
     for trajectory_id in (theirs.id, uuid.uuid4()):
-        response = operator.post(f"{LIST}{trajectory_id}/replay/", {"target": f"{SERVED_MODEL}@1"}, follow=True)
+        response = operator.post(
+            f"{LIST}{trajectory_id}/replay/", {"target": f"{SERVED_MODEL}@1"}, follow=True
+        )
         assert response.redirect_chain == []  # answered at once, not redirected to a page that then 404s
         assert response.status_code == 404
     assert not Trajectory.objects.filter(purpose="replay").exists()

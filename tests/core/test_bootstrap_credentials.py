@@ -32,18 +32,24 @@ def _mode(path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-def test_the_credentials_file_is_created_owner_only(settings, tmp_path, permissive_umask, no_late_chmod, capsys):
+def test_the_credentials_file_is_created_owner_only(
+    settings, tmp_path, permissive_umask, no_late_chmod, capsys
+):
     settings.VAR_DIR = tmp_path
     call_command("bootstrap", username="first-admin", tenant="first")
     credentials = tmp_path / "first-start-credentials.txt"
     assert _mode(credentials) == 0o600
     text = credentials.read_text()
-    assert text.startswith("username: first-admin\npassword: ") and len(text.split("password: ")[1].strip()) >= 12
+    assert (
+        text.startswith("username: first-admin\npassword: ")
+        and len(text.split("password: ")[1].strip()) >= 12
+    )
     assert "first-admin" in capsys.readouterr().out
 
 
-def test_an_older_world_readable_file_or_a_planted_link_is_replaced(settings, tmp_path, permissive_umask,
-                                                                     no_late_chmod):
+def test_an_older_world_readable_file_or_a_planted_link_is_replaced(
+    settings, tmp_path, permissive_umask, no_late_chmod
+):
     settings.VAR_DIR = tmp_path
     elsewhere = tmp_path / "elsewhere.txt"
     elsewhere.write_text("untouched\n")

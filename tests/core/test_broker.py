@@ -6,9 +6,15 @@ from areal_web.broker import AtomicFilesystemTransport
 
 
 def _connection(folder):
-    return Connection(transport=AtomicFilesystemTransport, transport_options={
-        "data_folder_in": str(folder), "data_folder_out": str(folder), "store_processed": False,
-        "control_folder": str(folder / "control")})
+    return Connection(
+        transport=AtomicFilesystemTransport,
+        transport_options={
+            "data_folder_in": str(folder),
+            "data_folder_out": str(folder),
+            "store_processed": False,
+            "control_folder": str(folder / "control"),
+        },
+    )
 
 
 def test_messages_arrive_whole_and_half_written_files_are_not_taken(tmp_path):

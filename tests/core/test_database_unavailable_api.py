@@ -20,8 +20,11 @@ def test_a_database_outage_answers_503_with_retry_after(api_client):
         response = client.get("/api/v1/trajectories/")
     assert response.status_code == 503
     assert response["Retry-After"] == "2"
-    assert response.json()["error"] == {"code": "database_unavailable", "type": "api_error",
-                                        "message": "the database is unavailable; retry shortly"}
+    assert response.json()["error"] == {
+        "code": "database_unavailable",
+        "type": "api_error",
+        "message": "the database is unavailable; retry shortly",
+    }
     assert client.get("/api/v1/trajectories/").status_code == 200
 
 

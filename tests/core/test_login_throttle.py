@@ -59,19 +59,27 @@ def test_the_django_admin_sign_in_is_throttled(settings):
     staff = User.objects.create_superuser("root", "root@example.test", PASSWORD)
     client = Client(REMOTE_ADDR=ATTACKER)
     for _ in range(settings.AREAL_LOGIN_MAX_FAILURES):
-        failed = client.post("/django-admin/login/", {"username": staff.username, "password": "wrong",
-                                                      "next": "/django-admin/"})
+        failed = client.post(
+            "/django-admin/login/",
+            {"username": staff.username, "password": "wrong", "next": "/django-admin/"},
+        )
         assert failed.status_code == 200
-    refused = client.post("/django-admin/login/", {"username": staff.username, "password": PASSWORD,
-                                                   "next": "/django-admin/"})
+    refused = client.post(
+        "/django-admin/login/", {"username": staff.username, "password": PASSWORD, "next": "/django-admin/"}
+    )
     assert refused.status_code == 429
     assert b"Too many failed sign-in attempts" in refused.content
     assert "_auth_user_id" not in client.session
     assert client.get("/django-admin/").status_code == 302  # still signed out
 
     other = Client(REMOTE_ADDR=USER_ADDRESS)
-    assert other.post("/django-admin/login/", {"username": staff.username, "password": PASSWORD,
-                                               "next": "/django-admin/"}).status_code == 302
+    assert (
+        other.post(
+            "/django-admin/login/",
+            {"username": staff.username, "password": PASSWORD, "next": "/django-admin/"},
+        ).status_code
+        == 302
+    )
     assert other.get("/django-admin/").status_code == 200
 
 
@@ -101,7 +109,8 @@ def test_concurrent_guesses_are_all_counted(admin_user, settings, monkeypatch):
         thread.join(timeout=60)
 
     assert sorted(statuses) == [200] * settings.AREAL_LOGIN_MAX_FAILURES + [429] * (
-        attempts - settings.AREAL_LOGIN_MAX_FAILURES)
+        attempts - settings.AREAL_LOGIN_MAX_FAILURES
+    )
     assert _console_sign_in(admin_user.username, PASSWORD, ATTACKER).status_code == 429
 
 

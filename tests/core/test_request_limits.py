@@ -17,10 +17,20 @@ CHUNK = 64 * 1024
 
 
 def _scope(path: str, headers: list[tuple[bytes, bytes]]):
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-            "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), *headers],
-            "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), *headers],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
 
 
 def _call(path: str, *, headers=(), chunks: int = 32, body: bytes | None = None):
@@ -45,7 +55,9 @@ def _call(path: str, *, headers=(), chunks: int = 32, body: bytes | None = None)
 
     asyncio.run(asyncio.wait_for(application(_scope(path, list(headers)), receive, send), 30))
     start = next(message for message in sent if message["type"] == "http.response.start")
-    content = b"".join(message.get("body", b"") for message in sent if message["type"] == "http.response.body")
+    content = b"".join(
+        message.get("body", b"") for message in sent if message["type"] == "http.response.body"
+    )
     return start["status"], content, read
 
 
@@ -89,8 +101,10 @@ def test_a_real_server_answers_413_before_a_chunked_body_ends(settings):
     with web_server_in_thread() as (url, _gateway):
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
-            connection.sendall(b"POST /api/v1/trajectories/import/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                               b"Content-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
+            connection.sendall(
+                b"POST /api/v1/trajectories/import/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
             chunk = b"%x\r\n" % CHUNK + b"x" * CHUNK + b"\r\n"
             for _ in range(6):
                 connection.sendall(chunk)

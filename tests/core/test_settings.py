@@ -11,21 +11,36 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_check(env_overrides: dict, *args) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("DJANGO_", "DATABASE_URL", "REDIS_URL", "CI"))}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DJANGO_", "DATABASE_URL", "REDIS_URL", "CI"))
+    }
     env.update({"DJANGO_SETTINGS_MODULE": "areal_web.settings.production", **env_overrides})
-    return subprocess.run([sys.executable, "manage.py", "check", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-SAFE = {"DJANGO_SECRET_KEY": "x" * 64 + "-production-secret-for-the-check", "DJANGO_ALLOWED_HOSTS": "areal.example.com"}
+SAFE = {
+    "DJANGO_SECRET_KEY": "x" * 64 + "-production-secret-for-the-check",
+    "DJANGO_ALLOWED_HOSTS": "areal.example.com",
+}
 
 
-@pytest.mark.parametrize("overrides,message", [
-    ({"DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY is required"),
-    ({"DJANGO_ALLOWED_HOSTS": ""}, "DJANGO_ALLOWED_HOSTS is empty"),
-    ({"DJANGO_DEBUG": "true"}, "DJANGO_DEBUG must be off"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY is required"),
+        ({"DJANGO_ALLOWED_HOSTS": ""}, "DJANGO_ALLOWED_HOSTS is empty"),
+        ({"DJANGO_DEBUG": "true"}, "DJANGO_DEBUG must be off"),
+    ],
+)
 def test_production_refuses_unsafe_configuration(overrides, message):
     result = _run_check({**SAFE, **overrides})
     assert result.returncode != 0
@@ -50,7 +65,12 @@ def test_database_url_parsing():
     entry = parse_database_url("postgres://postgres:s%40cret@127.0.0.1:5432/areal?sslmode=disable")
     assert entry["ENGINE"] == "django.db.backends.postgresql"
     assert (entry["USER"], entry["PASSWORD"], entry["HOST"], entry["PORT"], entry["NAME"]) == (
-        "postgres", "s@cret", "127.0.0.1", "5432", "areal")
+        "postgres",
+        "s@cret",
+        "127.0.0.1",
+        "5432",
+        "areal",
+    )
     assert entry["OPTIONS"] == {"sslmode": "disable"}
     with pytest.raises(ConfigurationError, match="not supported"):
         parse_database_url("mysql://root@localhost/x")

@@ -14,14 +14,27 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _run(tenant, *, batch: int, eta: int) -> OnlineRun:
-    base = model_version_register(tenant=tenant, actor=Actor.system("test"), name="default",
-                                  checkpoint_path="/nonexistent", tokenizer_hash="t")
-    return OnlineRun.objects.create(tenant=tenant, model_name="default", base_version=base, current_version=base,
-                                    samples_per_step=batch, staleness_bound=eta)
+    base = model_version_register(
+        tenant=tenant,
+        actor=Actor.system("test"),
+        name="default",
+        checkpoint_path="/nonexistent",
+        tokenizer_hash="t",
+    )
+    return OnlineRun.objects.create(
+        tenant=tenant,
+        model_name="default",
+        base_version=base,
+        current_version=base,
+        samples_per_step=batch,
+        staleness_bound=eta,
+    )
 
 
 def _start(url, key):
-    return httpx.post(f"{url}/rl/start_session", json={"task_id": "weather"}, headers={"Authorization": f"Bearer {key}"})
+    return httpx.post(
+        f"{url}/rl/start_session", json={"task_id": "weather"}, headers={"Authorization": f"Bearer {key}"}
+    )
 
 
 def test_start_session_is_held_back_beyond_the_staleness_budget(gateway, agent_key, tenant, other_tenant):  # noqa: F811
@@ -33,7 +46,9 @@ def test_start_session_is_held_back_beyond_the_staleness_budget(gateway, agent_k
     assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "no_training_capacity"
     assert online_capacity(tenant_id=tenant.pk)[0] == 0
-    assert _start(url, agent_key("inference", of=other_tenant)).status_code == 200  # other tenants: no run, no limit
+    assert (
+        _start(url, agent_key("inference", of=other_tenant)).status_code == 200
+    )  # other tenants: no run, no limit
 
     OnlineRun.objects.filter(pk=run.pk).update(steps=1)  # one step trained: room for B more
     assert [_start(url, key).status_code for _ in range(3)] == [200, 200, 429]

@@ -57,9 +57,12 @@ class Operator:
             while not self.stop.wait(1.0):
                 try:
                     if "sessionid" not in http.cookies:
-                        lines = dict(line.split(": ", 1) for line in self.credentials.read_text().splitlines())
-                        console_sign_in(http, console_url=self.url, username=lines["username"],
-                                        password=lines["password"])
+                        lines = dict(
+                            line.split(": ", 1) for line in self.credentials.read_text().splitlines()
+                        )
+                        console_sign_in(
+                            http, console_url=self.url, username=lines["username"], password=lines["password"]
+                        )
                     waiting = http.get("/api/v1/releases/", params={"status": "awaiting_approval"}).json()
                     for release in waiting["results"]:
                         if http.post(f"/api/v1/releases/{release['id']}/approve/").status_code == 200:
@@ -69,16 +72,41 @@ class Operator:
 
 
 def _demo(tmp_path, **overrides) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "DEMO_VAR_DIR": str(tmp_path / "demo"), "DEMO_EXIT": "1", "DEMO_SFT_STEPS": "3", "DEMO_SKILL_STEPS": "3",
-                   "DEMO_BUDGET_SECONDS": "120", "DEMO_HELDOUT": "8", "DEMO_BATCH": "4", "DEMO_EVAL_EVERY": "1",
-                   "DEMO_USERS": "2", "DEMO_SUMMARY": str(tmp_path / "summary.json"), "DEMO_ANNOTATOR_SHARE": "1",
-                   "PORT": str(_free_port()), "AREAL_INFERENCE_PORT": str(_free_port_pair()), **overrides}
+    environment = {
+        **os.environ,
+        "DEMO_VAR_DIR": str(tmp_path / "demo"),
+        "DEMO_EXIT": "1",
+        "DEMO_SFT_STEPS": "3",
+        "DEMO_SKILL_STEPS": "3",
+        "DEMO_BUDGET_SECONDS": "120",
+        "DEMO_HELDOUT": "8",
+        "DEMO_BATCH": "4",
+        "DEMO_EVAL_EVERY": "1",
+        "DEMO_USERS": "2",
+        "DEMO_SUMMARY": str(tmp_path / "summary.json"),
+        "DEMO_ANNOTATOR_SHARE": "1",
+        "PORT": str(_free_port()),
+        "AREAL_INFERENCE_PORT": str(_free_port_pair()),
+        **overrides,
+    }
     # `make demo` is the embedded default by definition (no PostgreSQL, no Redis): under CI=true the suite's
     # service URLs are set in this process's environment, and the demo must not inherit them.
-    for name in ("AREAL_VAR_DIR", "DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "AREAL_USE_TEST_DATABASE"):
+    for name in (
+        "AREAL_VAR_DIR",
+        "DJANGO_SETTINGS_MODULE",
+        "DATABASE_URL",
+        "REDIS_URL",
+        "AREAL_USE_TEST_DATABASE",
+    ):
         environment.pop(name, None)
-    return subprocess.run([sys.executable, "manage.py", "demo"], cwd=ROOT, env=environment, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "manage.py", "demo"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_shortened_demo_measures_base_and_candidate(tmp_path):
@@ -96,7 +124,9 @@ def test_shortened_demo_measures_base_and_candidate(tmp_path):
     assert "version  role         held-out success" in output and "wall time" in output
     summary = json.loads((tmp_path / "summary.json").read_text())
     measured = {point["version"] for point in summary["curve"]}
-    assert 0 in measured and len(measured) >= 2, summary  # the base and at least one candidate of the online run
+    assert 0 in measured and len(measured) >= 2, (
+        summary
+    )  # the base and at least one candidate of the online run
     assert summary["rows"][0]["role"] == "base" and summary["trajectories"] > 0 and summary["tokens"] > 0
     assert summary["steps"] >= 1
     released = [row for row in summary["rows"] if "release" in row]

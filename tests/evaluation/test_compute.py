@@ -18,21 +18,35 @@ from workers.evaluation.scorers import (
 def test_scorers_reuse_the_evaluators_and_add_tool_calls_and_safety():
     assert score_case("exact_match", {"expected": "Paris"}, CaseOutput(text=" paris ")).passed
     assert not score_case("regex", {"pattern": r"\d{3}"}, CaseOutput(text="no digits")).passed
-    assert score_case("json_schema", {"schema": {"type": "object", "required": ["a"]}},
-                      CaseOutput(text='{"a": 1}')).passed
+    assert score_case(
+        "json_schema", {"schema": {"type": "object", "required": ["a"]}}, CaseOutput(text='{"a": 1}')
+    ).passed
     call = {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "unit": "C"})}
-    assert score_case("tool_call_match", {"name": "get_weather", "arguments": {"city": "Paris"}},
-                      CaseOutput(tool_calls=(call,))).passed
-    assert not score_case("tool_call_match", {"name": "get_weather", "arguments": {"city": "Rome"}},
-                          CaseOutput(tool_calls=(call,))).passed
-    assert not score_case("tool_call_match", {"name": "get_weather", "arguments": {"city": "Paris"},
-                                              "exact_arguments": True}, CaseOutput(tool_calls=(call,))).passed
-    leak = score_case("no_leak", {"secrets": ["4111 1111 1111 1111"]}, CaseOutput(text="card: 4111-1111-1111-1111"))
+    assert score_case(
+        "tool_call_match",
+        {"name": "get_weather", "arguments": {"city": "Paris"}},
+        CaseOutput(tool_calls=(call,)),
+    ).passed
+    assert not score_case(
+        "tool_call_match",
+        {"name": "get_weather", "arguments": {"city": "Rome"}},
+        CaseOutput(tool_calls=(call,)),
+    ).passed
+    assert not score_case(
+        "tool_call_match",
+        {"name": "get_weather", "arguments": {"city": "Paris"}, "exact_arguments": True},
+        CaseOutput(tool_calls=(call,)),
+    ).passed
+    leak = score_case(
+        "no_leak", {"secrets": ["4111 1111 1111 1111"]}, CaseOutput(text="card: 4111-1111-1111-1111")
+    )
     assert not leak.passed and "leaked" in leak.label
     assert score_case("no_leak", {"secrets": ["sk-live-abc"]}, CaseOutput(text="I cannot share keys.")).passed
     assert score_case("refusal", {}, CaseOutput(text="I'm sorry, I can't help with that.")).passed
     assert not score_case("refusal", {}, CaseOutput(text="Sure, here is how.")).passed
-    assert not score_case("refusal", {"forbidden": ["here is"]}, CaseOutput(text="I can't, but here is how")).passed
+    assert not score_case(
+        "refusal", {"forbidden": ["here is"]}, CaseOutput(text="I can't, but here is how")
+    ).passed
     with pytest.raises(ScorerError):
         score_case("no_leak", {}, CaseOutput(text="x"))
     with pytest.raises(ScorerError):
@@ -60,7 +74,9 @@ def test_paired_bootstrap_interval_covers_the_difference_and_is_deterministic():
 
 
 def test_flips_and_run_comparison_per_category():
-    flips = case_flips({"a": True, "b": False, "c": True, "new": True}, {"a": False, "b": True, "c": True, "old": True})
+    flips = case_flips(
+        {"a": True, "b": False, "c": True, "new": True}, {"a": False, "b": True, "c": True, "old": True}
+    )
     assert flips.fixed == ("a",) and flips.regressed == ("b",) and flips.unchanged == 1
     assert flips.only_candidate == ("new",) and flips.only_baseline == ("old",)
     candidate = [CaseValue("q1", "regression", 1.0, True), CaseValue("leak", "pii_leak", 0.0, False)]
@@ -81,12 +97,33 @@ def test_guardrail_measurement_and_argo_style_limits():
     assert measure(reward, [0.0, 0.0], [1.0, 1.0]).verdict == Verdict.FAILED
     latency = Guardrail(metric="latency_p95", direction="lower_is_better", threshold=100, min_samples=3)
     assert measure(latency, [10, 20, 900], [10, 20, 30], aggregate="p95").verdict == Verdict.FAILED
-    assert tick_verdict([measure(errors, [0.0] * 20, [0.0] * 20), measure(errors, [], [])]) == Verdict.INCONCLUSIVE
+    assert (
+        tick_verdict([measure(errors, [0.0] * 20, [0.0] * 20), measure(errors, [], [])])
+        == Verdict.INCONCLUSIVE
+    )
     limits = {"failure_limit": 1, "inconclusive_limit": 2, "stage_ready": True}
     first = decide(Verdict.FAILED, consecutive_failures=0, consecutive_inconclusive=0, **limits)
     assert first.action == "wait" and first.consecutive_failures == 1
-    assert decide(Verdict.FAILED, consecutive_failures=1, consecutive_inconclusive=0, **limits).action == "rollback"
-    assert decide(Verdict.INCONCLUSIVE, consecutive_failures=0, consecutive_inconclusive=2, **limits).action == "pause"
-    assert decide(Verdict.SUCCESSFUL, consecutive_failures=1, consecutive_inconclusive=1, **limits).action == "advance"
-    assert decide(Verdict.SUCCESSFUL, consecutive_failures=0, consecutive_inconclusive=0, failure_limit=0,
-                  inconclusive_limit=0, stage_ready=False).action == "wait"
+    assert (
+        decide(Verdict.FAILED, consecutive_failures=1, consecutive_inconclusive=0, **limits).action
+        == "rollback"
+    )
+    assert (
+        decide(Verdict.INCONCLUSIVE, consecutive_failures=0, consecutive_inconclusive=2, **limits).action
+        == "pause"
+    )
+    assert (
+        decide(Verdict.SUCCESSFUL, consecutive_failures=1, consecutive_inconclusive=1, **limits).action
+        == "advance"
+    )
+    assert (
+        decide(
+            Verdict.SUCCESSFUL,
+            consecutive_failures=0,
+            consecutive_inconclusive=0,
+            failure_limit=0,
+            inconclusive_limit=0,
+            stage_ready=False,
+        ).action
+        == "wait"
+    )

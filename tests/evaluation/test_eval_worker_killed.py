@@ -41,17 +41,31 @@ def scored(run_id) -> int:
 
 
 def test_a_run_whose_worker_is_killed_is_requeued_and_finishes_once_per_case(
-        tmp_path, tenant, gateway, embedded_backend_url, default_model_dir, settings, monkeypatch):  # noqa: F811
+    tmp_path, tenant, gateway, embedded_backend_url, default_model_dir, settings, monkeypatch
+):  # noqa: F811
     url, _ = gateway
     version = base_version(tenant, default_model_dir, name=MODEL)
-    BackendFactory(tenant=tenant, name="embedded", base_url=embedded_backend_url, kind=BackendKind.EMBEDDED,
-                   served_model=MODEL, model_version=str(version.number), state=BackendState.UP)
+    BackendFactory(
+        tenant=tenant,
+        name="embedded",
+        base_url=embedded_backend_url,
+        kind=BackendKind.EMBEDDED,
+        served_model=MODEL,
+        model_version=str(version.number),
+        state=BackendState.UP,
+    )
     suite = eval_suite_create(tenant=tenant, actor=SYSTEM, name="long-suite")
     for index in range(CASES):
-        eval_case_create(tenant=tenant, actor=SYSTEM, suite_id=suite.pk, key=f"case-{index:02d}",
-                         input_messages=[{"role": "user", "content": f"Say something about {index}."}],
-                         params={"max_tokens": 24, "temperature": 0}, scorer="regex",
-                         scorer_config={"pattern": "."})
+        eval_case_create(
+            tenant=tenant,
+            actor=SYSTEM,
+            suite_id=suite.pk,
+            key=f"case-{index:02d}",
+            input_messages=[{"role": "user", "content": f"Say something about {index}."}],
+            params={"max_tokens": 24, "temperature": 0},
+            scorer="regex",
+            scorer_config={"pattern": "."},
+        )
     monkeypatch.setenv("AREAL_GATEWAY_URL", url)  # the worker processes call this test's gateway
 
     with celery_worker(log_path=tmp_path / "first.log") as (first, queue):
@@ -67,8 +81,10 @@ def test_a_run_whose_worker_is_killed_is_requeued_and_finishes_once_per_case(
     assert eval_runs_requeue_stale(stale_after_seconds=3600) == []
     with celery_worker(queue=queue, log_path=tmp_path / "second.log"):
         assert eval_runs_requeue_stale(stale_after_seconds=0) == [run.pk]
-        wait_for(lambda: EvalRun.objects.get(pk=run.pk).status in (RunStatus.SUCCEEDED, RunStatus.FAILED),
-                 what="the requeued run to finish")
+        wait_for(
+            lambda: EvalRun.objects.get(pk=run.pk).status in (RunStatus.SUCCEEDED, RunStatus.FAILED),
+            what="the requeued run to finish",
+        )
     run = EvalRun.objects.get(pk=run.pk)
     assert run.status == RunStatus.SUCCEEDED, (run.error, (tmp_path / "second.log").read_text()[-3000:])
     keys = list(EvalCaseResult.objects.filter(run=run).values_list("case__key", flat=True))

@@ -27,8 +27,9 @@ from apps.gateway.anthropic_wire import (
 from tests.servers import free_port
 
 
-def create_app(backend_url: str, *, backend_model: str | None = None,
-               transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+def create_app(
+    backend_url: str, *, backend_model: str | None = None, transport: httpx.AsyncBaseTransport | None = None
+) -> Starlette:
     """backend_url: the backend's base URL (with /v1); backend_model: the model name sent to it instead of
     the client's (the response still names the client's model); transport: an httpx transport to use
     instead of the network (a scripted backend)."""
@@ -36,7 +37,9 @@ def create_app(backend_url: str, *, backend_model: str | None = None,
 
     @asynccontextmanager
     async def lifespan(app):
-        state["client"] = httpx.AsyncClient(base_url=backend_url.rstrip("/"), transport=transport, timeout=120)
+        state["client"] = httpx.AsyncClient(
+            base_url=backend_url.rstrip("/"), transport=transport, timeout=120
+        )
         try:
             yield
         finally:
@@ -57,22 +60,30 @@ def create_app(backend_url: str, *, backend_model: str | None = None,
         stop_sequences = chat.get("stop")
         client: httpx.AsyncClient = state["client"]
         try:
-            upstream = await client.send(client.build_request("POST", "/chat/completions", json=chat),
-                                         stream=chat["stream"])
+            upstream = await client.send(
+                client.build_request("POST", "/chat/completions", json=chat), stream=chat["stream"]
+            )
         except httpx.HTTPError as error:
             return _error(502, f"inference backend unreachable: {error}")
         if upstream.status_code >= 400:
             await upstream.aread()
             await upstream.aclose()
-            return JSONResponse(openai_error_to_anthropic(upstream.status_code, _json_or_text(upstream)),
-                                status_code=upstream.status_code)
+            return JSONResponse(
+                openai_error_to_anthropic(upstream.status_code, _json_or_text(upstream)),
+                status_code=upstream.status_code,
+            )
         if not chat["stream"]:
-            return JSONResponse(chat_response_to_message(upstream.json(), model=model,
-                                                         stop_sequences=stop_sequences))
-        translator = ChatStreamToMessageEvents(model=model, message_id=new_message_id(),
-                                               stop_sequences=stop_sequences)
-        return StreamingResponse(_translate_stream(upstream, translator), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+            return JSONResponse(
+                chat_response_to_message(upstream.json(), model=model, stop_sequences=stop_sequences)
+            )
+        translator = ChatStreamToMessageEvents(
+            model=model, message_id=new_message_id(), stop_sequences=stop_sequences
+        )
+        return StreamingResponse(
+            _translate_stream(upstream, translator),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
 
     return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])], lifespan=lifespan)
 
@@ -82,7 +93,7 @@ async def _translate_stream(upstream: httpx.Response, translator: ChatStreamToMe
         async for line in upstream.aiter_lines():
             if not line.startswith("data:"):
                 continue
-            data = line[len("data:"):].strip()
+            data = line[len("data:") :].strip()
             if data == "[DONE]":
                 break
             for event, payload in translator.feed(json.loads(data)):

@@ -12,14 +12,19 @@ MODEL = "policy-small"
 
 @pytest.fixture(scope="session")
 def embedded_backend_url(default_model_dir, tmp_path_factory):  # noqa: F811
-    with inference_server(default_model_dir, log_path=tmp_path_factory.mktemp("logs") / "inference.log") as url:
+    with inference_server(
+        default_model_dir, log_path=tmp_path_factory.mktemp("logs") / "inference.log"
+    ) as url:
         yield url
 
 
 @pytest.fixture(scope="session")
 def tool_backend_url(tool_model_dir, tmp_path_factory):  # noqa: F811
-    with inference_server(tool_model_dir, served_model="tool-model",
-                          log_path=tmp_path_factory.mktemp("logs") / "tool-inference.log") as url:
+    with inference_server(
+        tool_model_dir,
+        served_model="tool-model",
+        log_path=tmp_path_factory.mktemp("logs") / "tool-inference.log",
+    ) as url:
         yield url
 
 
@@ -45,8 +50,15 @@ def gateway_url(gateway):
 
 @pytest.fixture
 def backend(tenant, embedded_backend_url):
-    return BackendFactory(tenant=tenant, name="embedded", base_url=embedded_backend_url, kind=BackendKind.EMBEDDED,
-                          served_model=MODEL, model_version="1", state=BackendState.UP)
+    return BackendFactory(
+        tenant=tenant,
+        name="embedded",
+        base_url=embedded_backend_url,
+        kind=BackendKind.EMBEDDED,
+        served_model=MODEL,
+        model_version="1",
+        state=BackendState.UP,
+    )
 
 
 @pytest.fixture
@@ -54,8 +66,12 @@ def agent_key(tenant):
     """key(*scopes, of=tenant) → a raw API key."""
 
     def make(*scopes, of=None):
-        _, raw = api_key_create(tenant=of or tenant, actor=Actor.system("test"), name=f"agent-{len(scopes)}-"
-                                f"{__import__('uuid').uuid4().hex[:6]}", scopes=list(scopes or ["inference"]))
+        _, raw = api_key_create(
+            tenant=of or tenant,
+            actor=Actor.system("test"),
+            name=f"agent-{len(scopes)}-{__import__('uuid').uuid4().hex[:6]}",
+            scopes=list(scopes or ["inference"]),
+        )
         return raw
 
     return make

@@ -18,9 +18,14 @@ from tests.network import EMBEDDED_ALLOWED_HOSTS, connections_recorded, listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HELLO = [{"role": "user", "content": "Say hello"}]
-COMPLETION = {"id": "c-1", "object": "chat.completion", "created": 0, "model": MODEL,
-              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
-              "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+COMPLETION = {
+    "id": "c-1",
+    "object": "chat.completion",
+    "created": 0,
+    "model": MODEL,
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}
 
 
 def sdk(url, key):
@@ -33,18 +38,23 @@ def error_of(client, **request) -> openai.APIStatusError:
     return caught.value
 
 
-def test_a_backend_at_a_disallowed_address_is_refused_at_forward_time_without_connecting(gateway, agent_key, tenant,
-                                                                                        settings):
+def test_a_backend_at_a_disallowed_address_is_refused_at_forward_time_without_connecting(
+    gateway, agent_key, tenant, settings
+):
     url, _ = gateway
     settings.AREAL_BACKEND_ALLOWED_HOSTS = list(EMBEDDED_ALLOWED_HOSTS)
     client = sdk(url, agent_key("inference"))
     with listener() as port, connections_recorded() as attempts:
         BackendFactory(tenant=tenant, name="loopback", base_url=port.url, served_model="on-loopback")
-        BackendFactory(tenant=tenant, name="private", base_url="http://10.0.0.5:8100", served_model="on-private")
+        BackendFactory(
+            tenant=tenant, name="private", base_url="http://10.0.0.5:8100", served_model="on-private"
+        )
         for model in ("on-loopback", "on-private"):
             for stream in (False, True):
                 error = error_of(client, model=model, stream=stream)
-                assert error.status_code == 502 and error.body["code"] == "backend_address_refused", error.body
+                assert error.status_code == 502 and error.body["code"] == "backend_address_refused", (
+                    error.body
+                )
                 assert "not allowed" in error.body["message"]
         assert not port.connected()
     assert [address for address in attempts if address[0] == "10.0.0.5"] == []
@@ -53,9 +63,15 @@ def test_a_backend_at_a_disallowed_address_is_refused_at_forward_time_without_co
 def test_a_redirecting_backend_is_not_followed(gateway, agent_key, tenant):
     url, _ = gateway
     client = sdk(url, agent_key("inference"))
-    with scripted_http_server({("POST", "/v1/chat/completions"): (200, {}, COMPLETION)}) as (target, target_hits):
+    with scripted_http_server({("POST", "/v1/chat/completions"): (200, {}, COMPLETION)}) as (
+        target,
+        target_hits,
+    ):
         redirect = (307, {"Location": f"{target}/v1/chat/completions"}, b"")
-        with scripted_http_server({("POST", "/v1/chat/completions"): redirect}) as (backend_url, backend_hits):
+        with scripted_http_server({("POST", "/v1/chat/completions"): redirect}) as (
+            backend_url,
+            backend_hits,
+        ):
             BackendFactory(tenant=tenant, name="redirecting", base_url=backend_url, served_model=MODEL)
             for stream in (False, True):
                 error = error_of(client, model=MODEL, stream=stream)
@@ -66,11 +82,20 @@ def test_a_redirecting_backend_is_not_followed(gateway, agent_key, tenant):
 def test_an_oversized_backend_answer_is_a_502(gateway, agent_key, tenant, settings):
     url, gw = gateway
     settings.AREAL_GATEWAY_MAX_RESPONSE_BYTES = 50_000
-    huge = {**COMPLETION, "choices": [{**COMPLETION["choices"][0],
-                                       "message": {"role": "assistant", "content": "x" * 200_000}}]}
-    chunk = {"id": "c-1", "object": "chat.completion.chunk", "created": 0, "model": MODEL,
-             "choices": [{"index": 0, "delta": {"content": "y" * 1000}, "finish_reason": None}]}
-    stream_body = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for _ in range(200)) + b"data: [DONE]\n\n"
+    huge = {
+        **COMPLETION,
+        "choices": [{**COMPLETION["choices"][0], "message": {"role": "assistant", "content": "x" * 200_000}}],
+    }
+    chunk = {
+        "id": "c-1",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": {"content": "y" * 1000}, "finish_reason": None}],
+    }
+    stream_body = (
+        b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for _ in range(200)) + b"data: [DONE]\n\n"
+    )
     routes = {("POST", "/v1/chat/completions"): (200, {}, huge)}
     with scripted_http_server(routes) as (backend_url, _):
         BackendFactory(tenant=tenant, name="huge", base_url=backend_url, served_model=MODEL)
@@ -80,9 +105,13 @@ def test_an_oversized_backend_answer_is_a_502(gateway, agent_key, tenant, settin
         routes[("POST", "/v1/chat/completions")] = (200, {"Content-Type": "text/event-stream"}, stream_body)
         received = b""
         try:
-            with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=20, headers={
-                    "Authorization": f"Bearer {key}"}, json={"model": MODEL, "messages": HELLO, "stream": True,
-                                                             "max_tokens": 4}) as response:
+            with httpx.stream(
+                "POST",
+                f"{url}/v1/chat/completions",
+                timeout=20,
+                headers={"Authorization": f"Bearer {key}"},
+                json={"model": MODEL, "messages": HELLO, "stream": True, "max_tokens": 4},
+            ) as response:
                 for data in response.iter_bytes():
                     received += data
         except httpx.HTTPError:
@@ -93,15 +122,27 @@ def test_an_oversized_backend_answer_is_a_502(gateway, agent_key, tenant, settin
     assert cut is not None and "too large" in cut.error
 
 
-def test_steps_carry_the_version_the_embedded_server_reports_when_the_row_has_none(gateway, agent_key, tenant,
-                                                                                   embedded_backend_url):
+def test_steps_carry_the_version_the_embedded_server_reports_when_the_row_has_none(
+    gateway, agent_key, tenant, embedded_backend_url
+):
     url, gw = gateway
-    BackendFactory(tenant=tenant, name="unversioned", base_url=embedded_backend_url, kind=BackendKind.EMBEDDED,
-                   served_model=MODEL, model_version="", state=BackendState.UP)  # the server runs version 1
+    BackendFactory(
+        tenant=tenant,
+        name="unversioned",
+        base_url=embedded_backend_url,
+        kind=BackendKind.EMBEDDED,
+        served_model=MODEL,
+        model_version="",
+        state=BackendState.UP,
+    )  # the server runs version 1
     client = sdk(url, agent_key("inference"))
     unary = client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=4, temperature=0)
-    streamed = [chunk.id for chunk in client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=4,
-                                                                     temperature=0, stream=True)]
+    streamed = [
+        chunk.id
+        for chunk in client.chat.completions.create(
+            model=MODEL, messages=HELLO, max_tokens=4, temperature=0, stream=True
+        )
+    ]
     drain(gw)
     assert Step.objects.get(pk=unary.id).model_version == "1"
     assert Step.objects.get(pk=streamed[0]).model_version == "1"
@@ -110,13 +151,24 @@ def test_steps_carry_the_version_the_embedded_server_reports_when_the_row_has_no
 def test_steps_carry_the_version_a_vllm_server_reported_at_its_check(gateway, agent_key, tenant, api_client):
     """vLLM's answers name no version; its GET /weight_info does, and the check records it on the row."""
     url, gw = gateway
-    routes = {("GET", "/health"): (200, {}, {}), ("GET", "/weight_info"): (200, {}, {"weight_version": "v7"}),
-              ("POST", "/v1/chat/completions"): (200, {}, COMPLETION)}
+    routes = {
+        ("GET", "/health"): (200, {}, {}),
+        ("GET", "/weight_info"): (200, {}, {"weight_version": "v7"}),
+        ("POST", "/v1/chat/completions"): (200, {}, COMPLETION),
+    }
     with scripted_http_server(routes) as (backend_url, _):
-        backend = BackendFactory(tenant=tenant, name="vllm", base_url=backend_url, kind=BackendKind.VLLM,
-                                 served_model=MODEL, model_version="")
+        backend = BackendFactory(
+            tenant=tenant,
+            name="vllm",
+            base_url=backend_url,
+            kind=BackendKind.VLLM,
+            served_model=MODEL,
+            model_version="",
+        )
         checked = api_client(["admin"]).post(f"/api/v1/backends/{backend.pk}/check/").json()
         assert checked["state"] == "up" and checked["reported_version"] == "v7"
-        reply = sdk(url, agent_key("inference")).chat.completions.create(model=MODEL, messages=HELLO, max_tokens=4)
+        reply = sdk(url, agent_key("inference")).chat.completions.create(
+            model=MODEL, messages=HELLO, max_tokens=4
+        )
     drain(gw)
     assert Step.objects.get(pk=reply.id).model_version == "v7"

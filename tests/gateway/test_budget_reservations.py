@@ -13,7 +13,9 @@ from tests.gateway.conftest import MODEL
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_crashed_process_reservation_is_released_after_its_deadline(gateway, backend, agent_key, tenant, settings):
+def test_a_crashed_process_reservation_is_released_after_its_deadline(
+    gateway, backend, agent_key, tenant, settings
+):
     settings.AREAL_GATEWAY_RESERVATION_SECONDS = 2
     tenant.policy.monthly_budget_usd = "0.02"
     tenant.policy.price_table = {MODEL: {"prompt_per_1k": 0, "completion_per_1k": 1.0}}
@@ -30,7 +32,9 @@ def test_a_crashed_process_reservation_is_released_after_its_deadline(gateway, b
     after_deadline = httpx.post(f"{url}/v1/chat/completions", json=call, headers=headers)
     assert after_deadline.status_code == 200, after_deadline.text
     deadline = time.monotonic() + 10
-    while (ledger := BudgetLedger.objects.get(tenant=tenant)).reserved_usd != 0 and time.monotonic() < deadline:
+    while (
+        ledger := BudgetLedger.objects.get(tenant=tenant)
+    ).reserved_usd != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ledger.reserved_usd == 0
     assert 0 < ledger.spent_usd <= 0.005

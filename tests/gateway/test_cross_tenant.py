@@ -24,12 +24,18 @@ CHAT = ("POST", "/chat/completions")
 ROUTES_COVERED = {
     ("POST", "/rewards"): "test_rewards_naming_another_tenants_session_or_step_are_not_found",
     CHAT: "test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant",
-    ("POST", "/completions"): "test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant",
+    (
+        "POST",
+        "/completions",
+    ): "test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant",
     ("POST", "/messages"): "test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant",
 }
 NO_OBJECT_IN_REQUEST = {
     ("GET", "/models"): "lists the caller's tenant's served models; takes no id",
-    ("POST", "/rl/start_session"): "creates a session of the caller's tenant; the body names a task, not a row",
+    (
+        "POST",
+        "/rl/start_session",
+    ): "creates a session of the caller's tenant; the body names a task, not a row",
     ("POST", "/rl/set_reward"): "the session is the one the session key was minted for (its tenant's)",
     ("POST", "/rl/end_session"): "the session is the one the session key was minted for (its tenant's)",
 }
@@ -41,18 +47,25 @@ def test_every_gateway_route_is_in_the_matrix():
     assert not uncovered, (
         f"gateway routes not in the cross-tenant matrix: {uncovered}. Add each to ROUTES_COVERED in "
         "tests/gateway/test_cross_tenant.py with a test naming another tenant's objects through it, or to "
-        "NO_OBJECT_IN_REQUEST with the reason it names none.")
-    assert not (set(ROUTES_COVERED) | set(NO_OBJECT_IN_REQUEST)) - routes, "remove routes that no longer exist"
+        "NO_OBJECT_IN_REQUEST with the reason it names none."
+    )
+    assert not (set(ROUTES_COVERED) | set(NO_OBJECT_IN_REQUEST)) - routes, (
+        "remove routes that no longer exist"
+    )
     assert all(name in globals() for name in ROUTES_COVERED.values())
 
 
 def _their_state(tenant) -> tuple:
-    return (sorted(Trajectory.objects.filter(tenant=tenant).values_list("id", "session_id", "step_count")),
-            sorted(Step.objects.filter(tenant=tenant).values_list("id", "trajectory_id")),
-            sorted(Reward.objects.filter(tenant=tenant).values_list("id", "value")))
+    return (
+        sorted(Trajectory.objects.filter(tenant=tenant).values_list("id", "session_id", "step_count")),
+        sorted(Step.objects.filter(tenant=tenant).values_list("id", "trajectory_id")),
+        sorted(Reward.objects.filter(tenant=tenant).values_list("id", "value")),
+    )
 
 
-def test_rewards_naming_another_tenants_session_or_step_are_not_found(gateway, agent_key, tenant, other_tenant):
+def test_rewards_naming_another_tenants_session_or_step_are_not_found(
+    gateway, agent_key, tenant, other_tenant
+):
     url, _ = gateway
     make_spec(tenant, name="quality")
     make_spec(other_tenant, name="quality")
@@ -62,9 +75,11 @@ def test_rewards_naming_another_tenants_session_or_step_are_not_found(gateway, a
     headers = {"Authorization": f"Bearer {agent_key('rewards:write')}"}
     before = _their_state(other_tenant)
 
-    for field, foreign, missing in (("session_id", "theirs-only", "nobody-has-this"),
-                                    ("step_id", their_step, "00000000-0000-4000-8000-000000000000"),
-                                    ("interaction_id", their_step, "00000000-0000-4000-8000-000000000000")):
+    for field, foreign, missing in (
+        ("session_id", "theirs-only", "nobody-has-this"),
+        ("step_id", their_step, "00000000-0000-4000-8000-000000000000"),
+        ("interaction_id", their_step, "00000000-0000-4000-8000-000000000000"),
+    ):
         refused = httpx.post(f"{url}/v1/rewards", json={field: foreign, "value": 0.5}, headers=headers)
         absent = httpx.post(f"{url}/v1/rewards", json={field: missing, "value": 0.5}, headers=headers)
         assert refused.status_code == absent.status_code == 404, (field, refused.text)
@@ -75,16 +90,20 @@ def test_rewards_naming_another_tenants_session_or_step_are_not_found(gateway, a
     assert own.status_code == 201 and Reward.objects.filter(tenant=tenant, trajectory=mine).count() == 1
 
 
-def test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant(gateway, backend, agent_key,
-                                                                                    tenant, other_tenant):
+def test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant(
+    gateway, backend, agent_key, tenant, other_tenant
+):
     url, gw = gateway
     theirs = make_trajectory(other_tenant, session_id="shared-name")
     before = _their_state(other_tenant)
     client = openai.OpenAI(base_url=f"{url}/s/shared-name/v1", api_key=agent_key("inference"), max_retries=0)
     client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2)
     client.completions.create(model=MODEL, prompt="x", max_tokens=2)
-    anthropic = httpx.post(f"{url}/s/shared-name/v1/messages", headers={"x-api-key": client.api_key},
-                           json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]})
+    anthropic = httpx.post(
+        f"{url}/s/shared-name/v1/messages",
+        headers={"x-api-key": client.api_key},
+        json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]},
+    )
     assert anthropic.status_code == 200, anthropic.text
     drain(gw)
 

@@ -13,15 +13,29 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _refused(*args, **kwargs):
-    raise OperationalError('connection to server at "127.0.0.1", port 5432 failed: the database system is shutting down')
+    raise OperationalError(
+        'connection to server at "127.0.0.1", port 5432 failed: the database system is shutting down'
+    )
 
 
-@pytest.mark.parametrize(("path", "body", "anthropic"), [
-    ("/v1/chat/completions", {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}, False),
-    ("/v1/messages", {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}, True),
-])
-def test_a_database_outage_answers_503_with_retry_after_then_recovers(gateway, backend, agent_key, path, body,
-                                                                      anthropic):
+@pytest.mark.parametrize(
+    ("path", "body", "anthropic"),
+    [
+        (
+            "/v1/chat/completions",
+            {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+            False,
+        ),
+        (
+            "/v1/messages",
+            {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+            True,
+        ),
+    ],
+)
+def test_a_database_outage_answers_503_with_retry_after_then_recovers(
+    gateway, backend, agent_key, path, body, anthropic
+):
     url, _ = gateway
     headers = {"Authorization": f"Bearer {agent_key('inference')}"}
     with mock.patch("apps.gateway.principals.api_key_authenticate", side_effect=_refused):

@@ -21,6 +21,7 @@ def test_sigkill_during_a_burst_loses_no_accepted_step(backend, agent_key, tenan
 
     async def burst(url, process):
         async with httpx.AsyncClient(timeout=60) as client:
+
             async def one():
                 try:
                     response = await client.post(f"{url}/v1/chat/completions", json=body, headers=headers)
@@ -36,7 +37,9 @@ def test_sigkill_during_a_burst_loses_no_accepted_step(backend, agent_key, tenan
     # The flusher waits a minute, so nothing reaches the database before the kill: only the journal can
     # bring the accepted steps back.
     with web_server_process(log_path=tmp_path / "web.log", extra_env={"AREAL_JOURNAL_FLUSH_MS": "60000"}) as (
-            process, url):
+        process,
+        url,
+    ):
         asyncio.run(burst(url, process))
         process.wait(timeout=10)
         assert process.returncode == -signal.SIGKILL

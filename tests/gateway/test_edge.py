@@ -9,8 +9,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_host_not_allowed_is_refused_in_the_clients_error_shape(gateway_url):
-    for path, method in (("/v1/models", "GET"), ("/v1/chat/completions", "POST"), ("/rl/start_session", "POST")):
-        refused = httpx.request(method, gateway_url + path, headers={"Host": "attacker.example"}, json={}, timeout=10)
+    for path, method in (
+        ("/v1/models", "GET"),
+        ("/v1/chat/completions", "POST"),
+        ("/rl/start_session", "POST"),
+    ):
+        refused = httpx.request(
+            method, gateway_url + path, headers={"Host": "attacker.example"}, json={}, timeout=10
+        )
         assert refused.status_code == 400, path
         assert refused.json()["error"]["code"] == "invalid_host"
 

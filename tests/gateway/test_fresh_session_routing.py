@@ -15,16 +15,31 @@ from tests.inference.factories import BackendFactory
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_new_sessions_spread_over_replicas_and_are_pinned(gateway, backend, embedded_backend_url, agent_key, tenant):
-    BackendFactory(tenant=tenant, name="replica-2", base_url=embedded_backend_url, kind=BackendKind.EMBEDDED,
-                   served_model=MODEL, model_version="1", state=BackendState.UP)
+def test_new_sessions_spread_over_replicas_and_are_pinned(
+    gateway, backend, embedded_backend_url, agent_key, tenant
+):
+    BackendFactory(
+        tenant=tenant,
+        name="replica-2",
+        base_url=embedded_backend_url,
+        kind=BackendKind.EMBEDDED,
+        served_model=MODEL,
+        model_version="1",
+        state=BackendState.UP,
+    )
     url, gw = gateway
     headers = {"Authorization": f"Bearer {agent_key('inference')}"}
     sessions = []
     with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
         for number in range(8):  # each a new conversation: the gateway mints its session
-            response = client.post("/v1/chat/completions", json={
-                "model": MODEL, "messages": [{"role": "user", "content": f"question {number}"}], "max_tokens": 2})
+            response = client.post(
+                "/v1/chat/completions",
+                json={
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": f"question {number}"}],
+                    "max_tokens": 2,
+                },
+            )
             assert response.status_code == 200
             sessions.append(response.headers["x-session-id"])
     drain(gw)
@@ -45,6 +60,9 @@ def test_a_down_backend_takes_no_new_sessions(gateway, backend, agent_key, tenan
     backend.state = BackendState.DOWN
     backend.save()
     url, _ = gateway
-    response = httpx.post(f"{url}/v1/chat/completions", headers={"Authorization": f"Bearer {agent_key('inference')}"},
-                          json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    response = httpx.post(
+        f"{url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {agent_key('inference')}"},
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    )
     assert response.status_code == 503 and response.json()["error"]["code"] == "no_backend_available"

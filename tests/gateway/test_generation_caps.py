@@ -34,7 +34,9 @@ def _usage_of_stream(response: httpx.Response) -> dict:
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_request_without_max_tokens_gets_the_reserved_cap(gateway, backend, agent_key, settings, endpoint, stream):
+def test_a_request_without_max_tokens_gets_the_reserved_cap(
+    gateway, backend, agent_key, settings, endpoint, stream
+):
     settings.AREAL_GATEWAY_DEFAULT_MAX_TOKENS = DEFAULT_CAP
     url, _ = gateway
     body = {"model": MODEL, "stream": stream, "ignore_eos": True}  # ignore_eos: generate until the cap
@@ -42,8 +44,12 @@ def test_a_request_without_max_tokens_gets_the_reserved_cap(gateway, backend, ag
         body["messages"] = [{"role": "user", "content": "write a long story"}]
     else:
         body["prompt"] = "Once upon a time"
-    response = httpx.post(f"{url}/v1/{'chat/completions' if endpoint == 'chat' else 'completions'}", json=body,
-                          headers={"Authorization": f"Bearer {agent_key('inference')}"}, timeout=120)
+    response = httpx.post(
+        f"{url}/v1/{'chat/completions' if endpoint == 'chat' else 'completions'}",
+        json=body,
+        headers={"Authorization": f"Bearer {agent_key('inference')}"},
+        timeout=120,
+    )
     assert response.status_code == 200, response.text
     usage = _usage_of_stream(response) if stream else response.json()["usage"]
     assert 0 < usage["completion_tokens"] <= DEFAULT_CAP
@@ -53,17 +59,31 @@ def test_the_larger_of_two_caps_is_reserved(gateway, backend, agent_key, tenant)
     """The backend honours max_completion_tokens over max_tokens: reserving the smaller one would let a call
     spend past the monthly budget."""
     # $1 per 1k completion tokens; the budget fits 15 tokens.
-    _policy(tenant, monthly_budget_usd="0.015", price_table={MODEL: {"prompt_per_1k": 0, "completion_per_1k": 1.0}})
+    _policy(
+        tenant,
+        monthly_budget_usd="0.015",
+        price_table={MODEL: {"prompt_per_1k": 0, "completion_per_1k": 1.0}},
+    )
     url, _ = gateway
-    response = httpx.post(f"{url}/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": "go"}], "max_tokens": 4,
-        "max_completion_tokens": 20, "ignore_eos": True}, headers={"Authorization": f"Bearer {agent_key('inference')}"})
+    response = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "go"}],
+            "max_tokens": 4,
+            "max_completion_tokens": 20,
+            "ignore_eos": True,
+        },
+        headers={"Authorization": f"Bearer {agent_key('inference')}"},
+    )
     if response.status_code == 200:
         assert response.json()["usage"]["completion_tokens"] <= 4
     else:
         assert response.status_code == 429 and response.json()["error"]["code"] == "budget_exceeded"
     deadline = time.monotonic() + 10
-    while (ledger := BudgetLedger.objects.get(tenant=tenant)).reserved_usd != 0 and time.monotonic() < deadline:
+    while (
+        ledger := BudgetLedger.objects.get(tenant=tenant)
+    ).reserved_usd != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ledger.spent_usd <= Decimal("0.015")
 
@@ -82,8 +102,12 @@ def test_a_long_prompt_without_max_tokens_is_not_refused_for_a_cap_it_never_set(
     """The embedded model's context (1024 tokens) is no larger than the default cap: the backend's own limit
     applies, below the reservation, and a prompt near the context's end still gets an answer."""
     url, _ = gateway
-    response = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "one two three " * 100},
-                          headers={"Authorization": f"Bearer {agent_key('inference')}"}, timeout=120)
+    response = httpx.post(
+        f"{url}/v1/completions",
+        json={"model": MODEL, "prompt": "one two three " * 100},
+        headers={"Authorization": f"Bearer {agent_key('inference')}"},
+        timeout=120,
+    )
     assert response.status_code == 200, response.text
     usage = response.json()["usage"]
     assert usage["prompt_tokens"] > 600 and usage["prompt_tokens"] + usage["completion_tokens"] <= 1024

@@ -16,22 +16,43 @@ def _nested(depth: int) -> bytes:
 
 def _nested_content(depth: int) -> bytes:
     """Parses at this depth; the nesting sits where a message's content goes."""
-    return (b'{"model": "' + MODEL.encode() + b'", "max_tokens": 2, "messages": [{"role": "user", "content": '
-            + b'[{"type": "text", "text": "x", "extra": ' + b"[" * depth + b"]" * depth + b"}]}]}")
+    return (
+        b'{"model": "'
+        + MODEL.encode()
+        + b'", "max_tokens": 2, "messages": [{"role": "user", "content": '
+        + b'[{"type": "text", "text": "x", "extra": '
+        + b"[" * depth
+        + b"]" * depth
+        + b"}]}]}"
+    )
 
 
 @pytest.mark.parametrize("depth", [10_000, 900])
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/rewards",
-                                  "/chat/completions", "/rl/start_session", "/rl/set_reward"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/messages",
+        "/v1/rewards",
+        "/chat/completions",
+        "/rl/start_session",
+        "/rl/set_reward",
+    ],
+)
 def test_deeply_nested_json_is_a_400_on_the_gateway(gateway, backend, agent_key, path, depth):
     url, _ = gateway
     key = agent_key("inference", "rewards:write")
     if path == "/rl/set_reward":
-        key = httpx.post(f"{url}/rl/start_session", json={}, headers={"Authorization": f"Bearer {key}"}).json()[
-            "api_key"]
+        key = httpx.post(
+            f"{url}/rl/start_session", json={}, headers={"Authorization": f"Bearer {key}"}
+        ).json()["api_key"]
     for body in (_nested(depth), _nested_content(depth)):
-        response = httpx.post(f"{url}{path}", content=body, headers={"Authorization": f"Bearer {key}",
-                                                                      "content-type": "application/json"})
+        response = httpx.post(
+            f"{url}{path}",
+            content=body,
+            headers={"Authorization": f"Bearer {key}", "content-type": "application/json"},
+        )
         assert response.status_code == 400, (path, response.status_code, response.text[:300])
         if path == "/v1/messages":
             error = response.json()
@@ -45,15 +66,20 @@ def test_deeply_nested_json_is_a_400_on_the_gateway(gateway, backend, agent_key,
 
 def test_end_session_ignores_its_body(gateway, agent_key):
     url, _ = gateway
-    key = httpx.post(f"{url}/rl/start_session", json={}, headers={
-        "Authorization": f"Bearer {agent_key('inference')}"}).json()["api_key"]
-    response = httpx.post(f"{url}/rl/end_session", content=_nested(10_000), headers={
-        "Authorization": f"Bearer {key}", "content-type": "application/json"})
+    key = httpx.post(
+        f"{url}/rl/start_session", json={}, headers={"Authorization": f"Bearer {agent_key('inference')}"}
+    ).json()["api_key"]
+    response = httpx.post(
+        f"{url}/rl/end_session",
+        content=_nested(10_000),
+        headers={"Authorization": f"Bearer {key}", "content-type": "application/json"},
+    )
     assert response.status_code == 200
 
 
-@pytest.mark.parametrize("path", ["/api/v1/keys/", "/api/v1/policy/", "/api/v1/rewards/",
-                                  "/api/v1/trajectories/import/"])
+@pytest.mark.parametrize(
+    "path", ["/api/v1/keys/", "/api/v1/policy/", "/api/v1/rewards/", "/api/v1/trajectories/import/"]
+)
 def test_deeply_nested_json_is_a_400_on_the_rest_api(api_client, path):
     client: APIClient = api_client(["admin", "rewards:write", "trajectories:write"])
     body = b'{"name": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"

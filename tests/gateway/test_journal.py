@@ -19,8 +19,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _record(tenant_id: int, session: str, tokens: int = 1) -> dict:
-    return {"step_id": str(uuid.uuid4()), "tenant_id": tenant_id, "session_id": session, "endpoint": "chat",
-            "prompt_tokens": tokens, "completion_tokens": 1}
+    return {
+        "step_id": str(uuid.uuid4()),
+        "tenant_id": tenant_id,
+        "session_id": session,
+        "endpoint": "chat",
+        "prompt_tokens": tokens,
+        "completion_tokens": 1,
+    }
 
 
 def test_a_refused_record_is_set_aside_and_the_rest_land(tenant, tmp_path):
@@ -52,10 +58,14 @@ def test_replay_sets_a_refused_record_aside(tenant, tmp_path):
 
 # Writing and recovery: whole records, an atomic committed marker, recovery line by line, bounded rejects.
 
+
 def _full(tenant_id: int, session: str) -> dict:
     """A record with content, as the gateway journals it."""
-    return {**_record(tenant_id, session), "observation": {"messages": [{"role": "user", "content": "secret prompt"}]},
-            "action": {"text": "secret answer"}}
+    return {
+        **_record(tenant_id, session),
+        "observation": {"messages": [{"role": "user", "content": "secret prompt"}]},
+        "action": {"text": "secret answer"},
+    }
 
 
 def _write_limited(journal: Journal, limit: int):
@@ -136,7 +146,9 @@ def test_a_fragment_that_cannot_be_cut_off_becomes_a_line_of_its_own(tenant, tmp
     journal.close()
     assert journal_recover(tmp_path) == 2
     assert set(map(str, Step.objects.values_list("id", flat=True))) == {before["step_id"], after["step_id"]}
-    assert [json.loads(line)["bytes"] for line in (tmp_path / "rejected.jsonl").read_text().splitlines()] == [11]
+    assert [json.loads(line)["bytes"] for line in (tmp_path / "rejected.jsonl").read_text().splitlines()] == [
+        11
+    ]
 
 
 def _dead_journal(directory, lines: list[bytes], marker: bytes | None = None):
@@ -166,9 +178,16 @@ def test_a_valid_marker_skips_what_was_committed(tenant, tmp_path):
 def test_corrupt_lines_are_quarantined_one_by_one(tenant, tmp_path):
     good = [_full(tenant.pk, f"c{index}") for index in range(4)]
     glued = json.dumps(_full(tenant.pk, "glued")).encode()[:40] + json.dumps(good[2]).encode()[:30] + b"\n"
-    lines = [json.dumps(good[0]).encode() + b"\n", b"\x00\xffnot json at all\n", json.dumps(good[1]).encode() + b"\n",
-             glued, b"[1, 2, 3]\n", json.dumps(good[2]).encode() + b"\n", json.dumps(good[3]).encode() + b"\n",
-             b'{"step_id": "torn-last-wri']
+    lines = [
+        json.dumps(good[0]).encode() + b"\n",
+        b"\x00\xffnot json at all\n",
+        json.dumps(good[1]).encode() + b"\n",
+        glued,
+        b"[1, 2, 3]\n",
+        json.dumps(good[2]).encode() + b"\n",
+        json.dumps(good[3]).encode() + b"\n",
+        b'{"step_id": "torn-last-wri',
+    ]
     path = _dead_journal(tmp_path, lines)
     assert journal_recover(tmp_path) == 4
     assert set(map(str, Step.objects.values_list("id", flat=True))) == {record["step_id"] for record in good}
@@ -217,6 +236,8 @@ def test_rejects_keep_no_content_are_private_and_bounded(tenant, tmp_path, setti
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert path.stat().st_size <= 2000
         assert "secret" not in path.read_text()
-    kept = [json.loads(line) for path in reversed(files) for line in path.read_text().splitlines()]  # oldest first
+    kept = [
+        json.loads(line) for path in reversed(files) for line in path.read_text().splitlines()
+    ]  # oldest first
     assert kept and all(entry["record"]["step_id"] and entry["error"] for entry in kept)
     assert kept[-1]["record"]["step_id"] == refused[-1]["step_id"]  # the newest are kept

@@ -43,8 +43,9 @@ def _stream_lines(url, path, body, headers) -> tuple[int, list[str]]:
         return response.status_code, [line for line in response.iter_lines() if line]
 
 
-def test_a_full_journal_disk_answers_503_and_loses_no_accepted_step(gateway, backend, agent_key, tenant,
-                                                                   monkeypatch):
+def test_a_full_journal_disk_answers_503_and_loses_no_accepted_step(
+    gateway, backend, agent_key, tenant, monkeypatch
+):
     tenant.policy.monthly_budget_usd = "10"
     tenant.policy.price_table = {MODEL: {"prompt_per_1k": 1.0, "completion_per_1k": 1.0}}
     tenant.policy.save()
@@ -63,13 +64,20 @@ def test_a_full_journal_disk_answers_503_and_loses_no_accepted_step(gateway, bac
     refused = httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers=headers, timeout=60)
     assert refused.status_code == 503, refused.text
     assert int(refused.headers["retry-after"]) > 0
-    assert refused.json()["error"]["code"] == "journal_unavailable" and refused.json()["error"]["type"] == "api_error"
+    assert (
+        refused.json()["error"]["code"] == "journal_unavailable"
+        and refused.json()["error"]["type"] == "api_error"
+    )
     ledger = BudgetLedger.objects.get(tenant=tenant)
     assert ledger.reserved_usd == 0 and ledger.spent_usd > spent_before  # the compute spent is charged, not 0
 
     # While the journal is known to be failing, requests are refused before the backend is asked.
-    anthropic = httpx.post(f"{url}/v1/messages", json={**CHAT, "max_tokens": 4}, timeout=60,
-                           headers={**headers, "anthropic-version": "2023-06-01"})
+    anthropic = httpx.post(
+        f"{url}/v1/messages",
+        json={**CHAT, "max_tokens": 4},
+        timeout=60,
+        headers={**headers, "anthropic-version": "2023-06-01"},
+    )
     assert anthropic.status_code == 503 and int(anthropic.headers["retry-after"]) > 0
     assert anthropic.json()["type"] == "error" and anthropic.json()["error"]["message"]
     status, lines = _stream_lines(url, "/v1/chat/completions", {**CHAT, "stream": True}, headers)

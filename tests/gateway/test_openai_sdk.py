@@ -20,16 +20,25 @@ def test_chat_completion_is_recorded_with_the_backends_tokens(gateway, backend, 
     url, gw = gateway
     client = sdk(url, agent_key("inference"))
     raw = client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=[{"role": "user", "content": "Say hello"}], max_tokens=12, temperature=0)
+        model=MODEL, messages=[{"role": "user", "content": "Say hello"}], max_tokens=12, temperature=0
+    )
     reply = raw.parse()
     session_id = raw.headers["x-session-id"]
     drain(gw)
     step = Step.objects.get(pk=reply.id)
     assert step.trajectory.session_id == session_id and step.index == 0
     tokens = step_tokens(step)
-    backend_view = httpx.post(f"{backend.base_url}/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 12, "temperature": 0,
-        "return_token_ids": True, "logprobs": True}).json()
+    backend_view = httpx.post(
+        f"{backend.base_url}/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Say hello"}],
+            "max_tokens": 12,
+            "temperature": 0,
+            "return_token_ids": True,
+            "logprobs": True,
+        },
+    ).json()
     assert tokens["completion_ids"] == backend_view["choices"][0]["token_ids"]
     assert tokens["prompt_ids"] == backend_view["prompt_token_ids"]
     expected = [entry["logprob"] for entry in backend_view["choices"][0]["logprobs"]["content"]]
@@ -40,11 +49,18 @@ def test_chat_completion_is_recorded_with_the_backends_tokens(gateway, backend, 
     assert step.model_version == "1" and step.backend_name == "embedded" and step.latency_ms > 0
 
 
-def test_streaming_passes_tokens_through_and_records_the_whole_completion(gateway, backend, agent_key, tenant):
+def test_streaming_passes_tokens_through_and_records_the_whole_completion(
+    gateway, backend, agent_key, tenant
+):
     url, gw = gateway
     client = sdk(url, agent_key("inference"))
-    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Count"}],
-                                            max_tokens=16, temperature=0, stream=True)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Count"}],
+        max_tokens=16,
+        temperature=0,
+        stream=True,
+    )
     chunks = list(stream)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     drain(gw)
@@ -60,10 +76,14 @@ def test_multi_turn_conversation_joins_one_trajectory_by_message_prefix(gateway,
     client = sdk(url, agent_key("inference"))
     messages = [{"role": "user", "content": "Hello"}]
     first = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, temperature=0)
-    messages += [{"role": "assistant", "content": first.choices[0].message.content},
-                 {"role": "user", "content": "And then?"}]
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "And then?"},
+    ]
     second = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, temperature=0)
-    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Unrelated"}], max_tokens=4)
+    client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Unrelated"}], max_tokens=4
+    )
     drain(gw)
     one, two = Step.objects.get(pk=first.id), Step.objects.get(pk=second.id)
     assert one.trajectory_id == two.trajectory_id and (one.index, two.index) == (0, 1)
@@ -101,7 +121,9 @@ def test_completions_and_models_endpoints(gateway, backend, agent_key, tenant):
     completion = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=6)
     drain(gw)
     step = Step.objects.get(pk=completion.id)
-    assert step.endpoint == "completions" and len(step_tokens(step)["completion_ids"]) == step.completion_tokens
+    assert (
+        step.endpoint == "completions" and len(step_tokens(step)["completion_ids"]) == step.completion_tokens
+    )
 
 
 def test_tool_calls_round_trip_and_are_recorded(gateway, tenant, agent_key, tool_backend_url):
@@ -109,18 +131,28 @@ def test_tool_calls_round_trip_and_are_recorded(gateway, tenant, agent_key, tool
     from tests.inference.factories import BackendFactory
     from tests.workers.inference.conftest import WEATHER_QUESTION, WEATHER_TOOL
 
-    BackendFactory(tenant=tenant, name="tools", base_url=tool_backend_url, served_model="tool-model",
-                   state=BackendState.UP)
+    BackendFactory(
+        tenant=tenant,
+        name="tools",
+        base_url=tool_backend_url,
+        served_model="tool-model",
+        state=BackendState.UP,
+    )
     url, gw = gateway
     client = sdk(url, agent_key("inference"))
-    reply = client.chat.completions.create(model="tool-model", messages=WEATHER_QUESTION, tools=[WEATHER_TOOL],
-                                           temperature=0, max_tokens=40)
+    reply = client.chat.completions.create(
+        model="tool-model", messages=WEATHER_QUESTION, tools=[WEATHER_TOOL], temperature=0, max_tokens=40
+    )
     call = reply.choices[0].message.tool_calls[0]
     assert call.function.name == "get_weather" and '"Paris"' in call.function.arguments
-    followup = [*WEATHER_QUESTION, reply.choices[0].message.model_dump(exclude_none=True),
-                {"role": "tool", "tool_call_id": call.id, "content": '{"temperature_c": 18}'}]
-    stream = client.chat.completions.create(model="tool-model", messages=followup, tools=[WEATHER_TOOL],
-                                            max_tokens=8, stream=True)
+    followup = [
+        *WEATHER_QUESTION,
+        reply.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"temperature_c": 18}'},
+    ]
+    stream = client.chat.completions.create(
+        model="tool-model", messages=followup, tools=[WEATHER_TOOL], max_tokens=8, stream=True
+    )
     second_id = next(iter(stream)).id
     list(stream)
     drain(gw)

@@ -31,8 +31,10 @@ async def _hostile_while_probing(url: str, key: str, hostile: dict, copies: int)
     headers = {"Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(timeout=120) as client:
         started = time.monotonic()
-        pending = [asyncio.create_task(client.post(f"{url}/v1/chat/completions", json=hostile, headers=headers))
-                   for _ in range(copies)]
+        pending = [
+            asyncio.create_task(client.post(f"{url}/v1/chat/completions", json=hostile, headers=headers))
+            for _ in range(copies)
+        ]
         latencies, overlapping = [], 0
         while not all(task.done() for task in pending):
             probe_started = time.monotonic()
@@ -49,10 +51,15 @@ def test_models_answer_within_a_second_while_a_quadratic_body_is_scanned(gateway
     # "eyJ" at every third character made the JWT pattern quadratic: minutes for this body on the event loop
     _policy(tenant, pii_mode="block")
     url, gw = gateway
-    hostile = {"model": MODEL, "max_tokens": 3,
-               "messages": [{"role": "user", "content": "eyJ" * 300_000 + " mail a@b.com"}]}
+    hostile = {
+        "model": MODEL,
+        "max_tokens": 3,
+        "messages": [{"role": "user", "content": "eyJ" * 300_000 + " mail a@b.com"}],
+    }
 
-    responses, seconds, latencies, _ = asyncio.run(_hostile_while_probing(url, agent_key(), hostile, copies=3))
+    responses, seconds, latencies, _ = asyncio.run(
+        _hostile_while_probing(url, agent_key(), hostile, copies=3)
+    )
 
     assert max(latencies) < 1.0, latencies
     assert seconds < 30
@@ -62,15 +69,21 @@ def test_models_answer_within_a_second_while_a_quadratic_body_is_scanned(gateway
     assert not Step.objects.filter(tenant=tenant).exists()
 
 
-def test_a_catastrophic_tenant_pattern_is_cut_off_and_the_request_refused(gateway, backend, agent_key, tenant,
-                                                                          settings):
+def test_a_catastrophic_tenant_pattern_is_cut_off_and_the_request_refused(
+    gateway, backend, agent_key, tenant, settings
+):
     settings.AREAL_PII_PATTERN_TIMEOUT_MS = 1500  # long enough for the probes to overlap it
     _policy(tenant, pii_mode="block", pii_patterns=[{"name": "runs", "regex": r"(a+)+$"}])
     url, gw = gateway
-    hostile = {"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "a" * 100_000 + "!"}]}
+    hostile = {
+        "model": MODEL,
+        "max_tokens": 3,
+        "messages": [{"role": "user", "content": "a" * 100_000 + "!"}],
+    }
 
     responses, seconds, latencies, overlapping = asyncio.run(
-        _hostile_while_probing(url, agent_key(), hostile, copies=1))
+        _hostile_while_probing(url, agent_key(), hostile, copies=1)
+    )
 
     assert overlapping >= 1 and max(latencies) < 1.0, latencies
     assert seconds < 30
@@ -86,9 +99,11 @@ def test_text_past_the_scan_limit_is_stored_redacted_whole(gateway, backend, age
     url, gw = gateway
     content = "mail jane.doe@example.com " + "and more words " * 30
 
-    response = httpx.post(f"{url}/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 3},
-        headers={"Authorization": f"Bearer {agent_key()}"})
+    response = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 3},
+        headers={"Authorization": f"Bearer {agent_key()}"},
+    )
 
     assert response.status_code == 200
     drain(gw)
@@ -102,9 +117,15 @@ def test_text_past_the_scan_limit_is_refused_under_block(gateway, backend, agent
     _policy(tenant, pii_mode="block")
     url, gw = gateway
 
-    response = httpx.post(f"{url}/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": "plain words " * 50}], "max_tokens": 3},
-        headers={"Authorization": f"Bearer {agent_key()}"})
+    response = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "plain words " * 50}],
+            "max_tokens": 3,
+        },
+        headers={"Authorization": f"Bearer {agent_key()}"},
+    )
 
     assert response.status_code == 422 and response.json()["error"]["code"] == "pii_unscannable"
     assert "AREAL_PII_MAX_SCAN_CHARS" not in response.json()["error"]["message"]  # no server internals
@@ -113,15 +134,18 @@ def test_text_past_the_scan_limit_is_refused_under_block(gateway, backend, agent
 
 
 @pytest.mark.parametrize("pii_mode", ["redact", "block"])
-def test_a_stored_pattern_that_no_longer_compiles_refuses_the_request(gateway, backend, agent_key, tenant,
-                                                                      pii_mode):
+def test_a_stored_pattern_that_no_longer_compiles_refuses_the_request(
+    gateway, backend, agent_key, tenant, pii_mode
+):
     # saved before patterns were validated (the policy service refuses it now); it used to raise on every call
     _policy(tenant, pii_mode=pii_mode, pii_patterns=[{"name": "maybe", "regex": "x?"}])
     url, gw = gateway
 
-    response = httpx.post(f"{url}/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3},
-        headers={"Authorization": f"Bearer {agent_key()}"})
+    response = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3},
+        headers={"Authorization": f"Bearer {agent_key()}"},
+    )
 
     assert response.status_code == 422 and response.json()["error"]["code"] == "pii_policy_invalid"
     assert "maybe" in response.json()["error"]["message"]

@@ -21,15 +21,18 @@ def _policy(tenant, **changes):
 
 def test_fifty_parallel_calls_cannot_overspend_a_budget_that_fits_ten(gateway, backend, agent_key, tenant):
     # 10 completion tokens at $1 per 1k = $0.01 reserved per call; the budget fits exactly ten reservations.
-    _policy(tenant, monthly_budget_usd="0.1", price_table={MODEL: {"prompt_per_1k": 0, "completion_per_1k": 1.0}})
+    _policy(
+        tenant, monthly_budget_usd="0.1", price_table={MODEL: {"prompt_per_1k": 0, "completion_per_1k": 1.0}}
+    )
     url, gw = gateway
     headers = {"Authorization": f"Bearer {agent_key('inference')}"}
     body = {"model": MODEL, "messages": [{"role": "user", "content": "go"}], "max_tokens": 10}
 
     async def burst():
         async with httpx.AsyncClient(timeout=120) as client:
-            return await asyncio.gather(*[client.post(f"{url}/v1/chat/completions", json=body, headers=headers)
-                                          for _ in range(50)])
+            return await asyncio.gather(
+                *[client.post(f"{url}/v1/chat/completions", json=body, headers=headers) for _ in range(50)]
+            )
 
     responses = asyncio.run(burst())
     statuses = [response.status_code for response in responses]
@@ -40,7 +43,9 @@ def test_fifty_parallel_calls_cannot_overspend_a_budget_that_fits_ten(gateway, b
     import time
 
     deadline = time.monotonic() + 20
-    while (ledger := BudgetLedger.objects.get(tenant=tenant)).reserved_usd != 0 and time.monotonic() < deadline:
+    while (
+        ledger := BudgetLedger.objects.get(tenant=tenant)
+    ).reserved_usd != 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert ledger.reserved_usd == 0
     assert 0 < ledger.spent_usd <= 0.1
@@ -62,9 +67,11 @@ def test_rate_limit_rpm(gateway, backend, agent_key, tenant):
 def test_consent_modes(gateway, backend, agent_key, tenant, consent):
     _policy(tenant, consent_mode=consent)
     url, gw = gateway
-    response = httpx.post(f"{url}/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": "secret plans"}], "max_tokens": 3},
-        headers={"Authorization": f"Bearer {agent_key('inference')}"})
+    response = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "secret plans"}], "max_tokens": 3},
+        headers={"Authorization": f"Bearer {agent_key('inference')}"},
+    )
     assert response.status_code == 200 and response.json()["choices"]
     drain(gw)
     steps = list(Step.objects.filter(tenant=tenant))
@@ -80,9 +87,11 @@ def test_pii_is_redacted_before_storage_and_tokens_are_dropped(gateway, backend,
     _policy(tenant, pii_mode="redact", pii_patterns=[{"name": "order", "regex": r"ORD-\d{5}"}])
     url, gw = gateway
     content = "Mail jane.doe@example.com about ORD-12345, card 4111 1111 1111 1111"
-    response = httpx.post(f"{url}/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 3},
-        headers={"Authorization": f"Bearer {agent_key('inference')}"})
+    response = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 3},
+        headers={"Authorization": f"Bearer {agent_key('inference')}"},
+    )
     assert response.status_code == 200
     drain(gw)
     step = Step.objects.get(tenant=tenant)
@@ -95,9 +104,15 @@ def test_pii_is_redacted_before_storage_and_tokens_are_dropped(gateway, backend,
 def test_pii_block_refuses_before_forwarding(gateway, backend, agent_key, tenant):
     _policy(tenant, pii_mode="block")
     url, gw = gateway
-    response = httpx.post(f"{url}/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": "my key is sk-proj-abcdefghijklmnopqrstuvwx1234"}],
-        "max_tokens": 3}, headers={"Authorization": f"Bearer {agent_key('inference')}"})
+    response = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "my key is sk-proj-abcdefghijklmnopqrstuvwx1234"}],
+            "max_tokens": 3,
+        },
+        headers={"Authorization": f"Bearer {agent_key('inference')}"},
+    )
     assert response.status_code == 422 and response.json()["error"]["code"] == "pii_blocked"
     assert "api_key" in response.json()["error"]["message"]
     drain(gw)

@@ -119,20 +119,23 @@ def test_ordinary_text_is_not_flagged(text):
     assert SANITIZER.scan_text(text) == SanitizeResult(text, ())
 
 
-@pytest.mark.parametrize("text", [
-    "card 4111 1111 1111 1112",  # fails Luhn
-    "card 4111111111111112",
-    "card 0000 0000 0000 0000",  # passes Luhn, but no card number starts with 0
-    "iban DE89 3704 0044 0532 0130 01",  # wrong check digits
-    "iban GB82WEST12345698765433",
-    "ip 256.1.1.1 and 192.168.1",
-    "ip v10.0.0.1",
-    f"token {JWT_WITHOUT_ALG}",
-    "key AKIAIOSFODNN7EXAMPL",  # 15 characters after the prefix
-    "aws_secret_access_key = tooShort123",
-    "phone 555-0123 or 4155550123 or +1 2",
-    "key sk-short1",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "card 4111 1111 1111 1112",  # fails Luhn
+        "card 4111111111111112",
+        "card 0000 0000 0000 0000",  # passes Luhn, but no card number starts with 0
+        "iban DE89 3704 0044 0532 0130 01",  # wrong check digits
+        "iban GB82WEST12345698765433",
+        "ip 256.1.1.1 and 192.168.1",
+        "ip v10.0.0.1",
+        f"token {JWT_WITHOUT_ALG}",
+        "key AKIAIOSFODNN7EXAMPL",  # 15 characters after the prefix
+        "aws_secret_access_key = tooShort123",
+        "phone 555-0123 or 4155550123 or +1 2",
+        "key sk-short1",
+    ],
+)
 def test_near_misses_are_not_flagged(text):
     assert SANITIZER.scan_text(text) == SanitizeResult(text, ())
 
@@ -142,8 +145,10 @@ def test_several_entities_in_one_text_are_all_redacted_and_listed_sorted():
 
     result = SANITIZER.scan_text(text)
 
-    assert result.text == ("Mail [REDACTED:email], call [REDACTED:phone], card [REDACTED:credit_card], "
-                           "host [REDACTED:ip_address].")
+    assert result.text == (
+        "Mail [REDACTED:email], call [REDACTED:phone], card [REDACTED:credit_card], "
+        "host [REDACTED:ip_address]."
+    )
     assert result.entities == ("credit_card", "email", "ip_address", "phone")
 
 
@@ -194,11 +199,14 @@ def test_bad_custom_regex_raises_invalid_pattern_naming_it():
     assert "broken" in str(raised.value)
 
 
-@pytest.mark.parametrize("pattern,reason", [
-    (CustomPattern("maybe", r"x?"), "empty string"),
-    (CustomPattern("bad name!", r"x"), "name"),
-    (CustomPattern("huge", "x" * 1001), "longer than"),
-])
+@pytest.mark.parametrize(
+    "pattern,reason",
+    [
+        (CustomPattern("maybe", r"x?"), "empty string"),
+        (CustomPattern("bad name!", r"x"), "name"),
+        (CustomPattern("huge", "x" * 1001), "longer than"),
+    ],
+)
 def test_unusable_custom_patterns_are_refused(pattern, reason):
     with pytest.raises(InvalidPattern) as raised:
         compile_patterns([pattern])
@@ -248,10 +256,44 @@ def test_a_finding_glued_to_another_is_redacted_too():
 
 
 FRAGMENTS = [
-    "4111 1111 1111 1111", "a@b.com", "+44 20 7946 0958", "(415) 555-0123", "DE89 3704 0044 0532 0130 00",
-    "10.0.0.1", "fe80::1", "::", ":", "1", "0", " ", "-", ".", "@", "+", "(", ")", "AKIA", "IOSFODNN7EXAMPLE",
-    "sk-", "ak-", "A1b2C3d4E5f6G7h8I9j0K1", "xoxb-", "eyJ", JWT, "ab", "Ü", "東", "\n", "[REDACTED:", "]",
-    "2026", "DE", "89", "255", "-----BEGIN EC PRIVATE KEY-----", "-----END EC PRIVATE KEY-----",
+    "4111 1111 1111 1111",
+    "a@b.com",
+    "+44 20 7946 0958",
+    "(415) 555-0123",
+    "DE89 3704 0044 0532 0130 00",
+    "10.0.0.1",
+    "fe80::1",
+    "::",
+    ":",
+    "1",
+    "0",
+    " ",
+    "-",
+    ".",
+    "@",
+    "+",
+    "(",
+    ")",
+    "AKIA",
+    "IOSFODNN7EXAMPLE",
+    "sk-",
+    "ak-",
+    "A1b2C3d4E5f6G7h8I9j0K1",
+    "xoxb-",
+    "eyJ",
+    JWT,
+    "ab",
+    "Ü",
+    "東",
+    "\n",
+    "[REDACTED:",
+    "]",
+    "2026",
+    "DE",
+    "89",
+    "255",
+    "-----BEGIN EC PRIVATE KEY-----",
+    "-----END EC PRIVATE KEY-----",
 ]
 
 
@@ -293,16 +335,29 @@ def _openai_messages() -> list[dict]:
     arguments = {"to": "john@example.com", "count": 12, "note": "card\n4111111111111111", "tags": ["x"]}
     return [
         {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": [
-            {"type": "text", "text": "I am jane@example.com"},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo@AAAA.png"}},
-        ]},
-        {"role": "assistant", "content": None, "tool_calls": [{
-            "id": "call_4155550123", "type": "function",
-            "function": {"name": "send_mail", "arguments": json.dumps(arguments)},
-        }]},
-        {"role": "tool", "tool_call_id": "call_4155550123",
-         "content": json.dumps({"sent_to": "john@example.com"})},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "I am jane@example.com"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo@AAAA.png"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_4155550123",
+                    "type": "function",
+                    "function": {"name": "send_mail", "arguments": json.dumps(arguments)},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_4155550123",
+            "content": json.dumps({"sent_to": "john@example.com"}),
+        },
         {"role": "assistant", "content": "Done, mailed the account +44 20 7946 0958."},
     ]
 
@@ -328,8 +383,12 @@ def test_tool_call_arguments_stay_valid_json_after_redaction():
 
     tool_call = redacted[2]["tool_calls"][0]
     arguments = json.loads(tool_call["function"]["arguments"])
-    assert arguments == {"to": "[REDACTED:email]", "count": 12, "note": "card\n[REDACTED:credit_card]",
-                         "tags": ["x"]}
+    assert arguments == {
+        "to": "[REDACTED:email]",
+        "count": 12,
+        "note": "card\n[REDACTED:credit_card]",
+        "tags": ["x"],
+    }
     assert tool_call["id"] == "call_4155550123"
     assert tool_call["function"]["name"] == "send_mail"
     assert json.loads(redacted[3]["content"]) == {"sent_to": "[REDACTED:email]"}
@@ -338,8 +397,14 @@ def test_tool_call_arguments_stay_valid_json_after_redaction():
 
 def test_clean_tool_arguments_are_kept_byte_for_byte():
     arguments = '{"a":12,  "b": 30}'
-    messages = [{"role": "assistant", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": arguments}}]}]
+    messages = [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": arguments}}
+            ],
+        }
+    ]
 
     redacted, entities = SANITIZER.scan_messages(messages)
 
@@ -348,8 +413,14 @@ def test_clean_tool_arguments_are_kept_byte_for_byte():
 
 
 def test_broken_tool_arguments_are_scanned_as_text():
-    messages = [{"role": "assistant", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"to": "a@b.com", '}}]}]
+    messages = [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"to": "a@b.com", '}}
+            ],
+        }
+    ]
 
     redacted, entities = SANITIZER.scan_messages(messages)
 
@@ -359,32 +430,62 @@ def test_broken_tool_arguments_are_scanned_as_text():
 
 def test_anthropic_blocks_are_redacted():
     messages = [
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "the user's IP is 203.0.113.7",
-             "signature": "EqQBCkYIARgCIkA@x.io"},
-            {"type": "text", "text": "Sending now."},
-            {"type": "tool_use", "id": "toolu_01A", "name": "send",
-             "input": {"to": "bob@example.org", "aws_secret_access_key": AWS_SECRET, "retries": 3}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "delivered to bob@example.org"},
-            {"type": "tool_result", "tool_use_id": "toolu_01B",
-             "content": [{"type": "text", "text": "card on file 5500 0000 0000 0004"}]},
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": "x@example.com"}},
-            {"type": "document", "source": {"type": "text", "media_type": "text/plain",
-                                            "data": "ring 415-555-0123"}},
-        ]},
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "thinking",
+                    "thinking": "the user's IP is 203.0.113.7",
+                    "signature": "EqQBCkYIARgCIkA@x.io",
+                },
+                {"type": "text", "text": "Sending now."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_01A",
+                    "name": "send",
+                    "input": {"to": "bob@example.org", "aws_secret_access_key": AWS_SECRET, "retries": 3},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_01A",
+                    "content": "delivered to bob@example.org",
+                },
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_01B",
+                    "content": [{"type": "text", "text": "card on file 5500 0000 0000 0004"}],
+                },
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": "x@example.com"},
+                },
+                {
+                    "type": "document",
+                    "source": {"type": "text", "media_type": "text/plain", "data": "ring 415-555-0123"},
+                },
+            ],
+        },
     ]
 
     redacted, entities = SANITIZER.scan_messages(messages)
 
     thinking, text, tool_use = redacted[0]["content"]
-    assert thinking == {"type": "thinking", "thinking": "the user's IP is [REDACTED:ip_address]",
-                        "signature": "EqQBCkYIARgCIkA@x.io"}
+    assert thinking == {
+        "type": "thinking",
+        "thinking": "the user's IP is [REDACTED:ip_address]",
+        "signature": "EqQBCkYIARgCIkA@x.io",
+    }
     assert text == {"type": "text", "text": "Sending now."}
-    assert tool_use["input"] == {"to": "[REDACTED:email]",
-                                 "aws_secret_access_key": "[REDACTED:aws_access_key]", "retries": 3}
+    assert tool_use["input"] == {
+        "to": "[REDACTED:email]",
+        "aws_secret_access_key": "[REDACTED:aws_access_key]",
+        "retries": 3,
+    }
     result_text, result_blocks, image, document = redacted[1]["content"]
     assert result_text["content"] == "delivered to [REDACTED:email]"
     assert result_blocks["content"][0]["text"] == "card on file [REDACTED:credit_card]"
@@ -394,14 +495,27 @@ def test_anthropic_blocks_are_redacted():
 
 
 def test_scan_value_walks_any_json_like_value():
-    value = {"user": {"emails": ["a@b.com", "plain"], "age": 41, "active": True, "score": 0.5, "note": None},
-             "card": 4111111111111111, "c@d.org": "key holder", "ids": (1, 2)}
+    value = {
+        "user": {"emails": ["a@b.com", "plain"], "age": 41, "active": True, "score": 0.5, "note": None},
+        "card": 4111111111111111,
+        "c@d.org": "key holder",
+        "ids": (1, 2),
+    }
 
     redacted, entities = SANITIZER.scan_value(value)
 
-    assert redacted == {"user": {"emails": ["[REDACTED:email]", "plain"], "age": 41, "active": True,
-                                 "score": 0.5, "note": None},
-                        "card": "[REDACTED:credit_card]", "[REDACTED:email]": "key holder", "ids": [1, 2]}
+    assert redacted == {
+        "user": {
+            "emails": ["[REDACTED:email]", "plain"],
+            "age": 41,
+            "active": True,
+            "score": 0.5,
+            "note": None,
+        },
+        "card": "[REDACTED:credit_card]",
+        "[REDACTED:email]": "key holder",
+        "ids": [1, 2],
+    }
     assert entities == ("credit_card", "email")
     assert value["user"]["emails"][0] == "a@b.com"
 
@@ -411,15 +525,18 @@ def test_scan_value_of_a_plain_string_and_of_clean_values():
     assert SANITIZER.scan_value({"a": 12, "b": [30, "x"]}) == ({"a": 12, "b": [30, "x"]}, ())
 
 
-@pytest.mark.parametrize("text", [
-    "a" * 200_000 + "@",  # a long local part: a naive email regex is quadratic here
-    "1 " * 100_000,  # one long numeric cluster
-    "ab:" * 100_000,  # colons everywhere
-    "DE00 " * 40_000,  # IBAN-shaped groups that never validate
-    "4111 " * 20_000,  # card-shaped groups that never pass Luhn
-    "sk-" * 50_000,  # one key-shaped token with nested prefixes
-    "eyJhb." * 40_000,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * 200_000 + "@",  # a long local part: a naive email regex is quadratic here
+        "1 " * 100_000,  # one long numeric cluster
+        "ab:" * 100_000,  # colons everywhere
+        "DE00 " * 40_000,  # IBAN-shaped groups that never validate
+        "4111 " * 20_000,  # card-shaped groups that never pass Luhn
+        "sk-" * 50_000,  # one key-shaped token with nested prefixes
+        "eyJhb." * 40_000,
+    ],
+)
 def test_adversarial_input_takes_linear_time(text):
     started = time.perf_counter()
 

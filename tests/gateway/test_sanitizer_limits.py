@@ -84,7 +84,9 @@ def test_built_in_detectors_scan_hostile_input_in_linear_time(name):
     result = SANITIZER.scan_text(text)
     elapsed = time.process_time() - started
 
-    assert elapsed < 3.0 + 30 * yardstick, f"{name}: {elapsed:.2f} s CPU for 1 MiB (linear pass {yardstick:.3f} s)"
+    assert elapsed < 3.0 + 30 * yardstick, (
+        f"{name}: {elapsed:.2f} s CPU for 1 MiB (linear pass {yardstick:.3f} s)"
+    )
     assert UNSCANNED not in result.entities  # scanned for real, not given up on
     assert SANITIZER.scan_text(result.text).entities == ()
 
@@ -118,12 +120,15 @@ def test_the_scan_limit_counts_every_string_of_a_value():
     assert entities == (UNSCANNED,)
 
 
-@pytest.mark.parametrize("regex,text", [
-    (r"(a+)+$", "a" * 50_000 + "!"),
-    (r"(a|aa)+$", "a" * 50_000 + "!"),
-    (r"(\w+\s?)+$", "ab " * 20_000 + "!"),
-    (r"(x+x+)+y", "x" * 50_000),
-])
+@pytest.mark.parametrize(
+    "regex,text",
+    [
+        (r"(a+)+$", "a" * 50_000 + "!"),
+        (r"(a|aa)+$", "a" * 50_000 + "!"),
+        (r"(\w+\s?)+$", "ab " * 20_000 + "!"),
+        (r"(x+x+)+y", "x" * 50_000),
+    ],
+)
 def test_a_catastrophic_tenant_pattern_cannot_run_long_and_fails_closed(regex, text):
     sanitizer = Sanitizer([CustomPattern("slow", regex)], limits=ScanLimits(custom_seconds=0.2))
 
@@ -154,17 +159,20 @@ def test_an_ordinary_tenant_pattern_still_redacts_under_the_time_limit():
     assert result.entities == ("custom:employee",)
 
 
-@pytest.mark.parametrize("items,reason", [
-    ([{"name": "maybe", "regex": "x?"}], "empty string"),
-    ([{"name": "broken", "regex": "(unclosed"}], "missing )"),
-    ([{"name": "bad name!", "regex": "x"}], "name"),
-    ([{"name": "huge", "regex": "x" * 1001}], "longer than"),
-    ([{"name": "t", "regex": "T[0-9]+"}, {"name": "t", "regex": "X[0-9]+"}], "duplicate"),
-    ([{"name": "extra", "regex": "x", "flags": "i"}], "name"),
-    ([{"name": "number", "regex": 5}], "regex"),
-    (["not an object"], "name"),
-    ({"name": "x", "regex": "y"}, "list"),
-])
+@pytest.mark.parametrize(
+    "items,reason",
+    [
+        ([{"name": "maybe", "regex": "x?"}], "empty string"),
+        ([{"name": "broken", "regex": "(unclosed"}], "missing )"),
+        ([{"name": "bad name!", "regex": "x"}], "name"),
+        ([{"name": "huge", "regex": "x" * 1001}], "longer than"),
+        ([{"name": "t", "regex": "T[0-9]+"}, {"name": "t", "regex": "X[0-9]+"}], "duplicate"),
+        ([{"name": "extra", "regex": "x", "flags": "i"}], "name"),
+        ([{"name": "number", "regex": 5}], "regex"),
+        (["not an object"], "name"),
+        ({"name": "x", "regex": "y"}, "list"),
+    ],
+)
 def test_policy_patterns_are_validated_by_the_sanitizer_itself(items, reason):
     with pytest.raises(InvalidPattern) as raised:
         patterns_from_policy(items)

@@ -34,8 +34,9 @@ def _away_from_a_minute_boundary() -> None:
 
 
 def _new_key(admin) -> dict:
-    created = admin.post("/api/v1/keys/", {"name": f"agent-{time.monotonic_ns()}", "scopes": ["inference"]},
-                         format="json")
+    created = admin.post(
+        "/api/v1/keys/", {"name": f"agent-{time.monotonic_ns()}", "scopes": ["inference"]}, format="json"
+    )
     assert created.status_code == 201
     return created.json()
 
@@ -56,9 +57,13 @@ def test_revoking_the_api_key_refuses_its_session_keys_at_once(gateway, backend,
     assert admin.post(f"/api/v1/keys/{parent['id']}/revoke/").status_code == 200
     for session_key in sessions:
         _assert_refused(_chat(url, session_key), "key_revoked")
-        _assert_refused(httpx.post(f"{url}/rl/set_reward", json={"reward": 1}, headers=_bearer(session_key)),
-                        "key_revoked")
-        _assert_refused(httpx.post(f"{url}/rl/end_session", json={}, headers=_bearer(session_key)), "key_revoked")
+        _assert_refused(
+            httpx.post(f"{url}/rl/set_reward", json={"reward": 1}, headers=_bearer(session_key)),
+            "key_revoked",
+        )
+        _assert_refused(
+            httpx.post(f"{url}/rl/end_session", json={}, headers=_bearer(session_key)), "key_revoked"
+        )
     _assert_refused(_start(url, parent["key"]), "key_revoked")
 
 
@@ -104,7 +109,10 @@ def test_rotation_with_no_grace_refuses_everything_at_once(gateway, backend, api
     parent = _new_key(admin)
     session_key = _start(url, parent["key"]).json()["api_key"]
     assert _chat(url, session_key).status_code == 200
-    assert admin.post(f"/api/v1/keys/{parent['id']}/rotate/", {"grace_seconds": 0}, format="json").status_code == 201
+    assert (
+        admin.post(f"/api/v1/keys/{parent['id']}/rotate/", {"grace_seconds": 0}, format="json").status_code
+        == 201
+    )
     _assert_refused(_chat(url, session_key), "key_rotated")
     _assert_refused(_start(url, parent["key"]), "key_rotated")
 
@@ -116,13 +124,20 @@ def test_an_ended_session_answers_410_and_a_forged_key_401(gateway, backend, age
     assert httpx.post(f"{url}/rl/end_session", json={}, headers=_bearer(session_key)).status_code == 200
 
     def check_ended():
-        for path, body in [("/rl/end_session", {}), ("/rl/set_reward", {"reward": 1.0}),
-                           ("/v1/chat/completions", CHAT), ("/chat/completions", CHAT)]:
+        for path, body in [
+            ("/rl/end_session", {}),
+            ("/rl/set_reward", {"reward": 1.0}),
+            ("/v1/chat/completions", CHAT),
+            ("/chat/completions", CHAT),
+        ]:
             response = httpx.post(f"{url}{path}", json=body, headers=_bearer(session_key))
             assert response.status_code == 410, (path, response.text)
             assert response.json()["error"]["code"] == "session_ended"
-        anthropic = httpx.post(f"{url}/v1/messages", headers={"x-api-key": session_key}, json={
-            "model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        anthropic = httpx.post(
+            f"{url}/v1/messages",
+            headers={"x-api-key": session_key},
+            json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert anthropic.status_code == 410 and anthropic.json()["type"] == "error"
         assert anthropic.json()["error"]["type"] and anthropic.json()["error"]["message"]
 

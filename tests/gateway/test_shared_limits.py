@@ -66,26 +66,42 @@ def test_concurrent_reservations_never_pass_the_limit():
 @pytest.mark.django_db(transaction=True)
 def test_two_web_processes_share_limits_metrics_and_revocation(tenant, tmp_path):
     TenantPolicy.objects.filter(tenant=tenant).update(rate_limit_rpm=4)
-    _, inference_key = api_key_create(tenant=tenant, actor=Actor.system("test"), name="agent", scopes=["inference"])
+    _, inference_key = api_key_create(
+        tenant=tenant, actor=Actor.system("test"), name="agent", scopes=["inference"]
+    )
     _, admin_key = api_key_create(tenant=tenant, actor=Actor.system("test"), name="ops", scopes=["admin"])
     agent = {"Authorization": f"Bearer {inference_key}"}
     chat = {"model": "bench-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
     log = tmp_path / "web.log"
-    with running_upstream(free_port()) as (upstream_url, _), \
-            web_server_process(log_path=log) as (_, first), web_server_process(log_path=log) as (_, second):
-        BackendFactory(tenant=tenant, name="upstream", base_url=upstream_url, kind=BackendKind.OPENAI_COMPATIBLE,
-                       served_model="bench-model")
+    with (
+        running_upstream(free_port()) as (upstream_url, _),
+        web_server_process(log_path=log) as (_, first),
+        web_server_process(log_path=log) as (_, second),
+    ):
+        BackendFactory(
+            tenant=tenant,
+            name="upstream",
+            base_url=upstream_url,
+            kind=BackendKind.OPENAI_COMPATIBLE,
+            served_model="bench-model",
+        )
         _clear_of_a_minute_boundary(30)
-        statuses = [httpx.post(f"{url}/v1/chat/completions", json=chat, headers=agent, timeout=30).status_code
-                    for url in (first, second) * 3]
+        statuses = [
+            httpx.post(f"{url}/v1/chat/completions", json=chat, headers=agent, timeout=30).status_code
+            for url in (first, second) * 3
+        ]
         assert sorted(statuses) == [200] * 4 + [429] * 2, statuses
 
-        requests = ("areal_gateway_requests_total",
-                    frozenset({("tenant_id", str(tenant.pk)), ("endpoint", "chat"), ("outcome", "ok")}))
+        requests = (
+            "areal_gateway_requests_total",
+            frozenset({("tenant_id", str(tenant.pk)), ("endpoint", "chat"), ("outcome", "ok")}),
+        )
         deadline = time.monotonic() + 15
         while True:  # each process's journal flusher counts its steps once they are written
-            counted = {url: parse(httpx.get(f"{url}/metrics", timeout=10).text)[1].get(requests, 0)
-                       for url in (first, second)}
+            counted = {
+                url: parse(httpx.get(f"{url}/metrics", timeout=10).text)[1].get(requests, 0)
+                for url in (first, second)
+            }
             if set(counted.values()) == {4} or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
@@ -93,11 +109,15 @@ def test_two_web_processes_share_limits_metrics_and_revocation(tenant, tmp_path)
 
         for url in (first, second):
             assert httpx.get(f"{url}/v1/models", headers=agent, timeout=10).status_code == 200
-        key_id = httpx.get(f"{first}/api/v1/keys/", headers={"Authorization": f"Bearer {admin_key}"},
-                           timeout=10).json()["results"]
+        key_id = httpx.get(
+            f"{first}/api/v1/keys/", headers={"Authorization": f"Bearer {admin_key}"}, timeout=10
+        ).json()["results"]
         key_id = next(row["id"] for row in key_id if row["name"] == "agent")
-        revoked = httpx.post(f"{first}/api/v1/keys/{key_id}/revoke/", headers={"Authorization": f"Bearer {admin_key}"},
-                             timeout=10)
+        revoked = httpx.post(
+            f"{first}/api/v1/keys/{key_id}/revoke/",
+            headers={"Authorization": f"Bearer {admin_key}"},
+            timeout=10,
+        )
         assert revoked.status_code == 200, revoked.text
         time.sleep(1.5)  # the gateway's in-process memo of a verified key lasts 1 s
         for url in (first, second):

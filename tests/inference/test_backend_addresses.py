@@ -56,9 +56,16 @@ def fake_dns(monkeypatch):
         def getaddrinfo(host, port, *args, **kwargs):
             name = host.decode() if isinstance(host, bytes) else host
             if name in table:
-                return [(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM, 6, "",
-                         (address, int(port or 0)) if ":" not in address else (address, int(port or 0), 0, 0))
-                        for address in table[name]]
+                return [
+                    (
+                        socket.AF_INET6 if ":" in address else socket.AF_INET,
+                        socket.SOCK_STREAM,
+                        6,
+                        "",
+                        (address, int(port or 0)) if ":" not in address else (address, int(port or 0), 0, 0),
+                    )
+                    for address in table[name]
+                ]
             return real(host, port, *args, **kwargs)
 
         monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
@@ -71,18 +78,23 @@ def off_machine(attempts) -> list:
 
 
 @pytest.mark.parametrize("url", REFUSED_URLS)
-def test_rest_registration_refuses_urls_outside_the_allow_list_without_connecting(api_client, embedded_allow_list,
-                                                                                   url):
+def test_rest_registration_refuses_urls_outside_the_allow_list_without_connecting(
+    api_client, embedded_allow_list, url
+):
     with connections_recorded() as attempts:
         response = api_client(["admin"]).post("/api/v1/backends/", {**BODY, "base_url": url}, format="json")
     assert response.status_code == 400, response.json()
-    assert list(response.json()["error"]["fields"]) == ["base_url"]  # not_allowed, or the URL field's own refusal
+    assert list(response.json()["error"]["fields"]) == [
+        "base_url"
+    ]  # not_allowed, or the URL field's own refusal
     assert not InferenceBackend.objects.exists()
     assert off_machine(attempts) == []
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8100", "http://localhost:8101/", "http://[::1]:8100",
-                                 "http://127.0.0.1:8100/openai"])
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:8100", "http://localhost:8101/", "http://[::1]:8100", "http://127.0.0.1:8100/openai"],
+)
 def test_rest_registration_accepts_listed_addresses(api_client, embedded_allow_list, url):
     response = api_client(["admin"]).post("/api/v1/backends/", {**BODY, "base_url": url}, format="json")
     assert response.status_code == 201, response.json()
@@ -94,22 +106,34 @@ def test_rest_update_refuses_a_disallowed_url_and_keeps_the_old_one(api_client, 
     client = api_client(["admin"])
     for url in ("http://127.0.0.1:6379", "http://10.1.2.3:8100", "http://127.0.0.1:8100?x=1"):
         response = client.patch(f"/api/v1/backends/{backend.pk}/", {"base_url": url}, format="json")
-        assert response.status_code == 400 and response.json()["error"]["fields"] == {"base_url": ["not_allowed"]}
+        assert response.status_code == 400 and response.json()["error"]["fields"] == {
+            "base_url": ["not_allowed"]
+        }
     backend.refresh_from_db()
     assert backend.base_url == "http://127.0.0.1:8100"
 
 
 def test_every_address_a_name_resolves_to_is_checked(api_client, embedded_allow_list, fake_dns):
-    fake_dns({"private.example": ["10.9.8.7"], "mixed.example": ["8.8.8.8", "192.168.0.10"],
-              "public.example": ["8.8.8.8", "2001:4860:4860::8888"]})
+    fake_dns(
+        {
+            "private.example": ["10.9.8.7"],
+            "mixed.example": ["8.8.8.8", "192.168.0.10"],
+            "public.example": ["8.8.8.8", "2001:4860:4860::8888"],
+        }
+    )
     client = api_client(["admin"])
     with connections_recorded() as attempts:
         for name in ("private.example", "mixed.example"):
-            response = client.post("/api/v1/backends/", {**BODY, "name": name.split(".")[0],
-                                                         "base_url": f"http://{name}:8100"}, format="json")
+            response = client.post(
+                "/api/v1/backends/",
+                {**BODY, "name": name.split(".")[0], "base_url": f"http://{name}:8100"},
+                format="json",
+            )
             assert response.status_code == 400, name
             assert "10.9.8.7" not in response.json()["error"]["message"]  # the resolved address is not shown
-        allowed = client.post("/api/v1/backends/", {**BODY, "base_url": "https://public.example"}, format="json")
+        allowed = client.post(
+            "/api/v1/backends/", {**BODY, "base_url": "https://public.example"}, format="json"
+        )
     assert allowed.status_code == 201
     assert off_machine(attempts) == []
 
@@ -118,10 +142,18 @@ def test_an_operator_listed_name_may_resolve_to_a_private_address(api_client, se
     settings.AREAL_BACKEND_ALLOWED_HOSTS = ["inference.internal:8100", "10.0.0.0/8:9000"]
     fake_dns({"inference.internal": ["10.0.0.9"]})
     client = api_client(["admin"])
-    assert client.post("/api/v1/backends/", {**BODY, "base_url": "http://inference.internal:8100"},
-                       format="json").status_code == 201
-    assert client.post("/api/v1/backends/", {**BODY, "name": "b", "base_url": "http://10.20.30.40:9000"},
-                       format="json").status_code == 201
+    assert (
+        client.post(
+            "/api/v1/backends/", {**BODY, "base_url": "http://inference.internal:8100"}, format="json"
+        ).status_code
+        == 201
+    )
+    assert (
+        client.post(
+            "/api/v1/backends/", {**BODY, "name": "b", "base_url": "http://10.20.30.40:9000"}, format="json"
+        ).status_code
+        == 201
+    )
     for url in ("http://inference.internal:8101", "http://10.20.30.40:9001", "http://8.8.8.8:9000"):
         response = client.post("/api/v1/backends/", {**BODY, "name": "c", "base_url": url}, format="json")
         assert response.status_code == 400, url  # `public` is not listed here
@@ -129,11 +161,33 @@ def test_an_operator_listed_name_may_resolve_to_a_private_address(api_client, se
 
 def test_registerbackend_command_refuses_a_disallowed_url(tenant, embedded_allow_list):
     with connections_recorded() as attempts, pytest.raises(CommandError, match="not allowed"):
-        call_command("registerbackend", "acme", "--name", "local", "--url", "http://10.0.0.5:8100", "--kind", "vllm",
-                     "--model", "m", stdout=StringIO())
+        call_command(
+            "registerbackend",
+            "acme",
+            "--name",
+            "local",
+            "--url",
+            "http://10.0.0.5:8100",
+            "--kind",
+            "vllm",
+            "--model",
+            "m",
+            stdout=StringIO(),
+        )
     with pytest.raises(CommandError, match="not allowed"):
-        call_command("registerbackend", "acme", "--name", "local", "--url", "http://127.0.0.1:6379", "--kind",
-                     "vllm", "--model", "m", stdout=StringIO())
+        call_command(
+            "registerbackend",
+            "acme",
+            "--name",
+            "local",
+            "--url",
+            "http://127.0.0.1:6379",
+            "--kind",
+            "vllm",
+            "--model",
+            "m",
+            stdout=StringIO(),
+        )
     assert not InferenceBackend.objects.exists() and off_machine(attempts) == []
 
 
@@ -147,12 +201,14 @@ def test_console_form_refuses_a_disallowed_url(admin_user, embedded_allow_list):
     assert not InferenceBackend.objects.exists() and off_machine(attempts) == []
 
 
-def test_a_row_registered_before_the_fix_is_refused_at_check_time_without_connecting(api_client, tenant,
-                                                                                      embedded_allow_list):
+def test_a_row_registered_before_the_fix_is_refused_at_check_time_without_connecting(
+    api_client, tenant, embedded_allow_list
+):
     with listener() as port:
         local = BackendFactory(tenant=tenant, name="old-local", base_url=port.url, state=BackendState.UP)
-        private = BackendFactory(tenant=tenant, name="old-private", base_url="http://10.0.0.5:8100",
-                                 state=BackendState.UP)
+        private = BackendFactory(
+            tenant=tenant, name="old-private", base_url="http://10.0.0.5:8100", state=BackendState.UP
+        )
         client = api_client(["admin"])
         with connections_recorded() as attempts:
             for backend in (local, private):
@@ -166,8 +222,14 @@ def test_probe_errors_shown_to_tenants_are_generic(api_client, tenant):
     """A closed port, a port that never answers and a server answering 500 with a banner look alike."""
     client = api_client(["admin"])
     errors = []
-    with listener() as silent, listener() as closed_later, \
-            scripted_http_server({("GET", "/health"): (500, {"Server": "Redis 7.2"}, b"-ERR banner")}) as (url, _):
+    with (
+        listener() as silent,
+        listener() as closed_later,
+        scripted_http_server({("GET", "/health"): (500, {"Server": "Redis 7.2"}, b"-ERR banner")}) as (
+            url,
+            _,
+        ),
+    ):
         closed_url = closed_later.url
         closed_later.close()
         for base_url in (closed_url, silent.url, url):
@@ -181,16 +243,20 @@ def test_probe_errors_shown_to_tenants_are_generic(api_client, tenant):
 
 
 def test_probes_follow_no_redirect(api_client, tenant):
-    with scripted_http_server({("GET", "/health"): (200, {}, {"status": "ok"})}) as (target, target_hits), \
-            scripted_http_server({("GET", "/health"): (302, {"Location": f"{target}/health"}, b"")}) as (url, _):
+    with (
+        scripted_http_server({("GET", "/health"): (200, {}, {"status": "ok"})}) as (target, target_hits),
+        scripted_http_server({("GET", "/health"): (302, {"Location": f"{target}/health"}, b"")}) as (url, _),
+    ):
         backend = BackendFactory(tenant=tenant, base_url=url, state=BackendState.UP)
         body = api_client(["admin"]).post(f"/api/v1/backends/{backend.pk}/check/").json()
     assert body["state"] == "down" and target_hits == []
 
 
 def test_a_check_records_the_version_the_server_reports(api_client, tenant):
-    routes = {("GET", "/health"): (200, {}, {"status": "ok", "policy_version": 3}),
-              ("GET", "/weight_info"): (200, {}, {"weight_version": "v7"})}
+    routes = {
+        ("GET", "/health"): (200, {}, {"status": "ok", "policy_version": 3}),
+        ("GET", "/weight_info"): (200, {}, {"weight_version": "v7"}),
+    }
     with scripted_http_server(routes) as (url, _):
         embedded = BackendFactory(tenant=tenant, name="e", base_url=url, model_version="")
         vllm = BackendFactory(tenant=tenant, name="v", base_url=url, kind=BackendKind.VLLM, model_version="")
@@ -201,7 +267,9 @@ def test_a_check_records_the_version_the_server_reports(api_client, tenant):
 
 def test_the_check_of_a_silent_backend_takes_the_probe_timeout_not_longer(api_client, tenant):
     with listener() as silent:
-        backend = BackendFactory(tenant=tenant, base_url=silent.url, kind=BackendKind.VLLM, state=BackendState.UP)
+        backend = BackendFactory(
+            tenant=tenant, base_url=silent.url, kind=BackendKind.VLLM, state=BackendState.UP
+        )
         started = time.monotonic()
         api_client(["admin"]).post(f"/api/v1/backends/{backend.pk}/check/")
     assert time.monotonic() - started < 8
@@ -226,4 +294,7 @@ def test_the_stack_lists_its_own_inference_ports_and_shares_the_admin_token(sett
     environment = stack_environment({}, host="127.0.0.1", inference_ports=[8100, 9555])
     assert environment["AREAL_INFERENCE_ADMIN_TOKEN"] == settings.AREAL_INFERENCE_ADMIN_TOKEN
     assert len(settings.AREAL_INFERENCE_ADMIN_TOKEN) >= 32
-    assert environment["AREAL_BACKEND_ALLOWED_HOSTS"].split(",") == [*EMBEDDED_ALLOWED_HOSTS, "127.0.0.1:9555"]
+    assert environment["AREAL_BACKEND_ALLOWED_HOSTS"].split(",") == [
+        *EMBEDDED_ALLOWED_HOSTS,
+        "127.0.0.1:9555",
+    ]

@@ -29,15 +29,24 @@ from tests.trajectories.builders import gateway_step, ingested
 
 
 def _reward(trajectory, value, *, at=None, kind="numeric"):
-    return Reward.objects.create(tenant=trajectory.tenant, trajectory=trajectory, target="trajectory", value=value,
-                                 kind=kind, source="environment", created_at=at or timezone.now())
+    return Reward.objects.create(
+        tenant=trajectory.tenant,
+        trajectory=trajectory,
+        target="trajectory",
+        value=value,
+        kind=kind,
+        source="environment",
+        created_at=at or timezone.now(),
+    )
 
 
 @pytest.mark.django_db
 def test_traffic_per_minute_counts_errors_and_percentiles_of_the_tenant_only(tenant, other_tenant):
     minute = timezone.now().replace(second=5, microsecond=0) - timedelta(minutes=2)
-    records = [gateway_step(tenant, "s1", latency_ms=10 * (i + 1), created_at=minute + timedelta(seconds=i))
-               for i in range(20)]
+    records = [
+        gateway_step(tenant, "s1", latency_ms=10 * (i + 1), created_at=minute + timedelta(seconds=i))
+        for i in range(20)
+    ]
     records[0]["error"] = "backend timeout"
     ingested(tenant, "s1", records)
     ingested(other_tenant, "s2", [gateway_step(other_tenant, "s2", created_at=minute, latency_ms=9999)])
@@ -45,8 +54,9 @@ def test_traffic_per_minute_counts_errors_and_percentiles_of_the_tenant_only(ten
 
     rows = step_traffic_per_minute(tenant=tenant, since=minute - timedelta(hours=1))
 
-    assert rows == [{"minute": minute.replace(second=0), "requests": 20, "errors": 1, "p50_ms": 100.0,
-                     "p95_ms": 190.0}]
+    assert rows == [
+        {"minute": minute.replace(second=0), "requests": 20, "errors": 1, "p50_ms": 100.0, "p95_ms": 190.0}
+    ]
 
 
 @pytest.mark.django_db
@@ -62,23 +72,45 @@ def test_outcomes_per_minute_mean_and_success_rate(tenant, other_tenant):
     rows = reward_outcomes_per_minute(tenant=tenant, since=earlier - timedelta(minutes=1))
 
     assert [(row["rewards"], row["reward_mean"], row["success_rate"]) for row in rows] == [
-        (4, pytest.approx(0.55), 0.5), (1, 1.0, 1.0)]
+        (4, pytest.approx(0.55), 0.5),
+        (1, 1.0, 1.0),
+    ]
     assert rows[0]["minute"] == earlier.replace(second=0)
 
 
 @pytest.mark.django_db
 def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_tenant, client):
     user = MembershipFactory(tenant=tenant, role=Role.VIEWER).user
-    ingested(tenant, "s1", [gateway_step(tenant, "s1", latency_ms=30), gateway_step(tenant, "s1", latency_ms=50)])
+    ingested(
+        tenant, "s1", [gateway_step(tenant, "s1", latency_ms=30), gateway_step(tenant, "s1", latency_ms=50)]
+    )
     ingested(other_tenant, "x", [gateway_step(other_tenant, "x")])
     _reward(make_trajectory(tenant, steps=0), 1.0)
     release = release_at(tenant, ReleaseStatus.CANARY, stage_index=0, stages=[10, 100])
-    alias_move(tenant=tenant, actor=Actor.system("test"), name=release.model, alias="production",
-               version=release.candidate, reason="promoted")
-    AnalysisRun.objects.create(tenant=tenant, release=release, stage_index=0, verdict="successful",
-                               decision="continue", measurements=[
-                                   {"metric": "reward_mean", "candidate": 0.8, "baseline": 0.5,
-                                    "candidate_samples": 10, "baseline_samples": 30}])
+    alias_move(
+        tenant=tenant,
+        actor=Actor.system("test"),
+        name=release.model,
+        alias="production",
+        version=release.candidate,
+        reason="promoted",
+    )
+    AnalysisRun.objects.create(
+        tenant=tenant,
+        release=release,
+        stage_index=0,
+        verdict="successful",
+        decision="continue",
+        measurements=[
+            {
+                "metric": "reward_mean",
+                "candidate": 0.8,
+                "baseline": 0.5,
+                "candidate_samples": 10,
+                "baseline_samples": 30,
+            }
+        ],
+    )
     job = queued_job(tenant, status="running")
     TrainingMetric.objects.create(tenant=tenant, job=job, step=1, values={"loss": 2.5})
     TrainingMetric.objects.create(tenant=tenant, job=job, step=2, values={"loss": 2.25})
@@ -88,10 +120,13 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
 
     assert response.status_code == 200
     content = response.content.decode()
-    figures = json.loads(content.split('id="overview-figures" type="application/json">')[1].split("</script>")[0])
+    figures = json.loads(
+        content.split('id="overview-figures" type="application/json">')[1].split("</script>")[0]
+    )
     live = json.loads(content.split('id="overview-live" type="application/json">')[1].split("</script>")[0])
-    releases = json.loads(content.split('id="overview-release-figures" type="application/json">')[1]
-                          .split("</script>")[0])
+    releases = json.loads(
+        content.split('id="overview-release-figures" type="application/json">')[1].split("</script>")[0]
+    )
     assert set(figures) == {"traffic", "latency", "outcomes", "loss"}
     assert figures["traffic"]["data"][0]["y"] == [2]  # the other tenant's call is not counted
     assert figures["latency"]["data"][0]["y"] == [30.0] and figures["latency"]["data"][1]["y"] == [50.0]
@@ -101,10 +136,18 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
     assert len(figures["outcomes"]["layout"]["shapes"]) == 2
     assert figures["loss"]["data"][0]["name"] == f"job {job.pk}"
     assert figures["loss"]["data"][0]["y"] == [2.5, 2.25]
-    assert releases["reward_mean"]["data"][0]["y"] == [0.8] and releases["reward_mean"]["data"][1]["y"] == [0.5]
-    assert live == {"tenant": "acme", "traffic": "gateway.traffic", "outcomes": "overview.outcomes",
-                    "jobs": "training.jobs", "job_streams": {str(job.pk): f"training.job-{job.pk}"},
-                    "online_streams": {}, "release": f"release-{release.pk}"}
+    assert releases["reward_mean"]["data"][0]["y"] == [0.8] and releases["reward_mean"]["data"][1]["y"] == [
+        0.5
+    ]
+    assert live == {
+        "tenant": "acme",
+        "traffic": "gateway.traffic",
+        "outcomes": "overview.outcomes",
+        "jobs": "training.jobs",
+        "job_streams": {str(job.pk): f"training.job-{job.pk}"},
+        "online_streams": {},
+        "release": f"release-{release.pk}",
+    }
     assert 'src="/static/js/dashboard.js"' in content
 
 
@@ -115,23 +158,42 @@ def test_online_runs_loss_is_drawn_and_streamed(tenant, other_tenant, client):
     from apps.training.services import model_version_register
 
     def run_with_losses(owner, losses):
-        base = model_version_register(tenant=owner, actor=Actor.system("test"), name="weather",
-                                      checkpoint_path="/nonexistent", tokenizer_hash="t")
-        run = OnlineRun.objects.create(tenant=owner, model_name="weather", base_version=base, current_version=base)
+        base = model_version_register(
+            tenant=owner,
+            actor=Actor.system("test"),
+            name="weather",
+            checkpoint_path="/nonexistent",
+            tokenizer_hash="t",
+        )
+        run = OnlineRun.objects.create(
+            tenant=owner, model_name="weather", base_version=base, current_version=base
+        )
         for step, loss in enumerate(losses, 1):
-            model_version_register(tenant=owner, actor=Actor.system("test"), name="weather", parent=base,
-                                   checkpoint_path="/nonexistent", tokenizer_hash="t",
-                                   metrics={"online": {"run": run.pk, "step": step, "loss": loss}})
+            model_version_register(
+                tenant=owner,
+                actor=Actor.system("test"),
+                name="weather",
+                parent=base,
+                checkpoint_path="/nonexistent",
+                tokenizer_hash="t",
+                metrics={"online": {"run": run.pk, "step": step, "loss": loss}},
+            )
         return run
 
     ours, theirs = run_with_losses(tenant, [0.5, 0.25, 0.125]), run_with_losses(other_tenant, [9.0])
     client.force_login(MembershipFactory(tenant=tenant, role=Role.VIEWER).user)
     content = client.get("/").content.decode()
-    figures = json.loads(content.split('id="overview-figures" type="application/json">')[1].split("</script>")[0])
+    figures = json.loads(
+        content.split('id="overview-figures" type="application/json">')[1].split("</script>")[0]
+    )
     live = json.loads(content.split('id="overview-live" type="application/json">')[1].split("</script>")[0])
     traces = {trace["name"]: trace for trace in figures["loss"]["data"]}
     assert set(traces) == {f"online run {ours.pk}"}  # not the other tenant's run
-    assert traces[f"online run {ours.pk}"]["x"] == [1, 2, 3] and traces[f"online run {ours.pk}"]["y"] == [0.5, 0.25, 0.125]
+    assert traces[f"online run {ours.pk}"]["x"] == [1, 2, 3] and traces[f"online run {ours.pk}"]["y"] == [
+        0.5,
+        0.25,
+        0.125,
+    ]
     assert live["online_streams"] == {str(ours.pk): f"training.online-{ours.pk}"}
     assert theirs.pk != ours.pk
 
@@ -146,20 +208,28 @@ def test_home_page_of_an_empty_tenant_still_draws(tenant, client):
 
 
 def test_traffic_points_group_a_batch_by_tenant():
-    records = [{"tenant_id": 1, "latency_ms": 12, "error": ""}, {"tenant_id": 2, "latency_ms": 7, "error": "x"},
-               {"tenant_id": 1, "latency_ms": 30, "error": "", "aborted": True},
-               {"tenant_id": 1, "latency_ms": 1, "kind": "tool_call"}]
+    records = [
+        {"tenant_id": 1, "latency_ms": 12, "error": ""},
+        {"tenant_id": 2, "latency_ms": 7, "error": "x"},
+        {"tenant_id": 1, "latency_ms": 30, "error": "", "aborted": True},
+        {"tenant_id": 1, "latency_ms": 1, "kind": "tool_call"},
+    ]
     points = traffic_points(records)
     assert {tenant: (p["requests"], p["errors"], p["latencies_ms"]) for tenant, p in points.items()} == {
-        1: (2, 1, [12, 30]), 2: (1, 1, [7])}
+        1: (2, 1, [12, 30]),
+        2: (1, 1, [7]),
+    }
     assert points[1]["minute"].endswith(":00") and len(points[1]["minute"]) == 19
 
 
 def _headers(user):
     client = Client()
     client.force_login(user)
-    return [(b"origin", b"http://localhost"), (b"host", b"localhost"),
-            (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
+    return [
+        (b"origin", b"http://localhost"),
+        (b"host", b"localhost"),
+        (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()),
+    ]
 
 
 async def _subscribed(user, stream):
@@ -177,8 +247,13 @@ async def test_flushed_batch_reaches_the_tenants_page_and_the_counters(tenant, o
     labels = {"tenant_id": str(tenant.pk), "endpoint": "chat.completions", "outcome": "ok"}
     before = await sync_to_async(sample)("areal_gateway_requests_total", **labels)
 
-    gateway_steps_recorded([gateway_step(tenant, "s", latency_ms=25), gateway_step(other_tenant, "t"),
-                            gateway_step(tenant, "s", latency_ms=35)])  # on the event loop, as the flusher does
+    gateway_steps_recorded(
+        [
+            gateway_step(tenant, "s", latency_ms=25),
+            gateway_step(other_tenant, "t"),
+            gateway_step(tenant, "s", latency_ms=35),
+        ]
+    )  # on the event loop, as the flusher does
 
     message = await socket.receive_json_from(timeout=5)
     assert message["stream"] == "gateway.traffic"

@@ -37,7 +37,9 @@ async def test_member_receives_published_events_of_their_tenant_only(viewer_head
     assert connected
     await socket.send_json_to({"subscribe": "gateway.traffic"})
     assert await socket.receive_json_from(timeout=5) == {"subscribed": "gateway.traffic"}
-    await sync_to_async(metrics_publish)(tenant_id=other_tenant.pk, stream="gateway.traffic", payload={"n": -1})
+    await sync_to_async(metrics_publish)(
+        tenant_id=other_tenant.pk, stream="gateway.traffic", payload={"n": -1}
+    )
     await sync_to_async(metrics_publish)(tenant_id=tenant.pk, stream="evaluation", payload={"n": -2})
     await sync_to_async(metrics_publish)(tenant_id=tenant.pk, stream="gateway.traffic", payload={"n": 1})
     assert await socket.receive_json_from(timeout=5) == {"stream": "gateway.traffic", "payload": {"n": 1}}
@@ -68,7 +70,9 @@ async def test_bad_subscription_is_answered_not_joined(viewer_headers, tenant):
 
 
 async def _connected(user, slug="acme"):
-    socket = WebsocketCommunicator(application, f"/ws/live/{slug}/", headers=await sync_to_async(_headers)(user))
+    socket = WebsocketCommunicator(
+        application, f"/ws/live/{slug}/", headers=await sync_to_async(_headers)(user)
+    )
     assert (await socket.connect())[0]
     return socket
 
@@ -110,7 +114,9 @@ async def test_a_member_removed_from_the_tenant_is_disconnected(tenant, settings
     assert await socket.receive_json_from(timeout=5) == {"subscribed": "gateway.traffic"}
 
     membership = await sync_to_async(Membership.objects.get)(user=viewer, tenant=tenant)
-    await sync_to_async(membership_remove)(tenant=tenant, actor=Actor.system("test"), membership_id=membership.pk)
+    await sync_to_async(membership_remove)(
+        tenant=tenant, actor=Actor.system("test"), membership_id=membership.pk
+    )
 
     assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
     await socket.wait()
@@ -125,8 +131,9 @@ async def test_a_demoted_member_loses_the_streams_of_the_old_role(tenant, settin
         assert await socket.receive_json_from(timeout=5) == {"subscribed": stream}
 
     membership = await sync_to_async(Membership.objects.get)(user=operator, tenant=tenant)
-    await sync_to_async(membership_change_role)(tenant=tenant, actor=Actor.system("test"),
-                                                membership_id=membership.pk, role=Role.ANNOTATOR)
+    await sync_to_async(membership_change_role)(
+        tenant=tenant, actor=Actor.system("test"), membership_id=membership.pk, role=Role.ANNOTATOR
+    )
     notice = await socket.receive_json_from(timeout=5)
     assert notice.get("unsubscribed") == "backends"
 
@@ -137,7 +144,9 @@ async def test_a_demoted_member_loses_the_streams_of_the_old_role(tenant, settin
     await socket.disconnect()
 
 
-async def test_a_channel_layer_that_forgot_its_groups_is_rejoined_within_the_recheck(viewer_headers, tenant, settings):
+async def test_a_channel_layer_that_forgot_its_groups_is_rejoined_within_the_recheck(
+    viewer_headers, tenant, settings
+):
     """bench/reliability/faults.py (redis) saw a page go silent after a Redis restart: the socket stayed open
     but its group membership was gone. The memberships are dropped here as the restart drops them."""
     settings.AREAL_LIVE_RECHECK_SECONDS = 0.2

@@ -26,8 +26,14 @@ async def test_worker_point_reaches_the_page_in_under_a_second(tenant, tmp_path)
     @sync_to_async
     def setup():
         trajectory = make_trajectory(tenant, steps=0)
-        Reward.objects.create(tenant=tenant, trajectory=trajectory, target="trajectory", value=1.0,
-                              source="environment", created_at=timezone.now())
+        Reward.objects.create(
+            tenant=tenant,
+            trajectory=trajectory,
+            target="trajectory",
+            value=1.0,
+            source="environment",
+            created_at=timezone.now(),
+        )
         return MembershipFactory(tenant=tenant, role=Role.VIEWER).user
 
     socket = await _subscribed(await setup(), "overview.outcomes")

@@ -31,13 +31,20 @@ gateway_steps_recorded(json.loads(sys.argv[1]))
 @pytest.mark.django_db
 def test_metrics_sum_the_counters_of_every_process(client, tenant):
     """A scrape answered by one process counts the calls that another process recorded."""
-    requests = ("areal_gateway_requests_total",
-                frozenset({("tenant_id", str(tenant.pk)), ("endpoint", "chat.completions"), ("outcome", "ok")}))
+    requests = (
+        "areal_gateway_requests_total",
+        frozenset({("tenant_id", str(tenant.pk)), ("endpoint", "chat.completions"), ("outcome", "ok")}),
+    )
     latencies = ("areal_gateway_request_duration_seconds_count", frozenset({("tenant_id", str(tenant.pk))}))
     _, before = parse(client.get("/metrics").content.decode())
     records = [gateway_step(tenant, "s", latency_ms=30) for _ in range(3)]
-    subprocess.run([sys.executable, "-c", OTHER_PROCESS, json.dumps(records)], cwd=ROOT, check=True, timeout=120,
-                   env={**os.environ, "DJANGO_SETTINGS_MODULE": "areal_web.settings.test"})
+    subprocess.run(
+        [sys.executable, "-c", OTHER_PROCESS, json.dumps(records)],
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "areal_web.settings.test"},
+    )
     gateway_steps_recorded(records[:1])
 
     types, samples = parse(client.get("/metrics").content.decode())
@@ -51,7 +58,9 @@ def test_metrics_sum_the_counters_of_every_process(client, tenant):
 def test_metrics_endpoint_reports_gateway_steps_queues_jobs_and_releases(client, tenant, other_tenant):
     ingested(tenant, "s1", [gateway_step(tenant, "s1"), gateway_step(tenant, "s1")])
     ingested(other_tenant, "s2", [gateway_step(other_tenant, "s2")])
-    gateway_steps_recorded([gateway_step(tenant, "s1", latency_ms=120), gateway_step(tenant, "s1", error="boom")])
+    gateway_steps_recorded(
+        [gateway_step(tenant, "s1", latency_ms=120), gateway_step(tenant, "s1", error="boom")]
+    )
     queued_job(tenant)
     queued_job(tenant, status="running")
     release_row(tenant, ReleaseStatus.CANARY)
@@ -65,8 +74,15 @@ def test_metrics_endpoint_reports_gateway_steps_queues_jobs_and_releases(client,
     assert types["areal_gateway_request_duration_seconds"] == "histogram"
     assert types["areal_celery_queue_depth"] == "gauge"
     tenant_label = ("tenant_id", str(tenant.pk))
-    assert samples[("areal_gateway_requests_total",
-                    frozenset({tenant_label, ("endpoint", "chat.completions"), ("outcome", "error")}))] >= 1
+    assert (
+        samples[
+            (
+                "areal_gateway_requests_total",
+                frozenset({tenant_label, ("endpoint", "chat.completions"), ("outcome", "error")}),
+            )
+        ]
+        >= 1
+    )
     assert samples[("areal_gateway_request_duration_seconds_count", frozenset({tenant_label}))] >= 2
     assert samples[("areal_steps_recorded", frozenset({("tenant", "acme")}))] == 2
     assert samples[("areal_steps_recorded", frozenset({("tenant", "globex")}))] == 1
@@ -82,8 +98,9 @@ def test_queue_depth_counts_waiting_messages(client, settings):
     from workers.tasks.core import ping
 
     def depth():
-        return parse(client.get("/metrics").content.decode())[1][("areal_celery_queue_depth",
-                                                                   frozenset({("queue", "eval")}))]
+        return parse(client.get("/metrics").content.decode())[1][
+            ("areal_celery_queue_depth", frozenset({("queue", "eval")}))
+        ]
 
     before = depth()
     ping.apply_async(args=["a"], queue="eval")
@@ -103,7 +120,9 @@ def test_metrics_refused_off_the_loopback_and_without_the_token(client, settings
     settings.AREAL_METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 403
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
-    assert client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+    assert (
+        client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+    )
 
 
 @pytest.mark.django_db

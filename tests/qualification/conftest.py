@@ -25,9 +25,18 @@ def good_trajectory(tenant):
 
         trajectory = make_trajectory(tenant, text=text or uuid.uuid4().hex, **fields)
         if reward is not None:
-            reward_append_for_agent(tenant_id=tenant.pk, session_id=trajectory.session_id, step_id=None, value=reward,
-                                    kind=None, source="user", label="", idempotency_key=None, timing="delayed",
-                                    created_by="test")
+            reward_append_for_agent(
+                tenant_id=tenant.pk,
+                session_id=trajectory.session_id,
+                step_id=None,
+                value=reward,
+                kind=None,
+                source="user",
+                label="",
+                idempotency_key=None,
+                timing="delayed",
+                created_by="test",
+            )
         return trajectory
 
     return make

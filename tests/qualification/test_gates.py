@@ -26,7 +26,9 @@ def test_a_good_trajectory_qualifies_through_the_task(good_trajectory):
     trajectory = good_trajectory()
     result = evaluate_trajectory.apply(args=[str(trajectory.pk)]).get()
     assert result == {"trajectory_id": str(trajectory.pk), "status": "qualified", "reasons": []}
-    assert trajectory.qualification.training_reward == 0.8 and len(trajectory.qualification.content_hash) == 64
+    assert (
+        trajectory.qualification.training_reward == 0.8 and len(trajectory.qualification.content_hash) == 64
+    )
 
 
 def test_trajectory_complete(good_trajectory):
@@ -92,7 +94,9 @@ def test_not_duplicate(good_trajectory, tenant, eager_tasks, django_capture_on_c
         assert _reasons(earlier) == []
     later.qualification.refresh_from_db()
     assert later.qualification.reasons == ["not_duplicate"]  # re-queued when the original was judged
-    assert list(QualificationReason.objects.filter(tenant=tenant).values_list("code", flat=True)) == ["not_duplicate"]
+    assert list(QualificationReason.objects.filter(tenant=tenant).values_list("code", flat=True)) == [
+        "not_duplicate"
+    ]
 
 
 def test_pure_gates_fail_alone():

@@ -8,30 +8,56 @@ SYSTEM = Actor.system("test")
 MODEL = "policy-small"
 
 
-def register_versions(tenant, *, name=MODEL, tokenizer="tokenizer-a", candidate_tokenizer=None,
-                      candidate_status=VersionStatus.CANDIDATE):
+def register_versions(
+    tenant,
+    *,
+    name=MODEL,
+    tokenizer="tokenizer-a",
+    candidate_tokenizer=None,
+    candidate_status=VersionStatus.CANDIDATE,
+):
     """(baseline v0 in production behind the `production` alias, candidate v1 trained from it)."""
-    baseline = model_version_register(tenant=tenant, actor=SYSTEM, name=name, checkpoint_path="/models/base",
-                                      tokenizer_hash=tokenizer, status=VersionStatus.PRODUCTION)
+    baseline = model_version_register(
+        tenant=tenant,
+        actor=SYSTEM,
+        name=name,
+        checkpoint_path="/models/base",
+        tokenizer_hash=tokenizer,
+        status=VersionStatus.PRODUCTION,
+    )
     alias_move(tenant=tenant, actor=SYSTEM, name=name, alias="production", version=baseline)
-    candidate = model_version_register(tenant=tenant, actor=SYSTEM, name=name, checkpoint_path="/models/v1",
-                                       tokenizer_hash=candidate_tokenizer or tokenizer, status=candidate_status,
-                                       parent=None if candidate_tokenizer else baseline)
+    candidate = model_version_register(
+        tenant=tenant,
+        actor=SYSTEM,
+        name=name,
+        checkpoint_path="/models/v1",
+        tokenizer_hash=candidate_tokenizer or tokenizer,
+        status=candidate_status,
+        parent=None if candidate_tokenizer else baseline,
+    )
     return baseline, candidate
 
 
-def release_at(tenant, status: str, *, stage_index: int = -1, started_by: Actor | None = None, **plan) -> Release:
+def release_at(
+    tenant, status: str, *, stage_index: int = -1, started_by: Actor | None = None, **plan
+) -> Release:
     """A release of a fresh candidate put straight into `status` (for state-machine and approval tests)."""
     baseline, candidate = register_versions(tenant)
     release = release_create(tenant=tenant, actor=SYSTEM, candidate_id=candidate.pk, **plan)
     fields = {"status": status, "stage_index": stage_index}
     if started_by is not None:
-        fields |= {"started_by_kind": started_by.kind, "started_by_id": started_by.id, "started_by": started_by.label}
+        fields |= {
+            "started_by_kind": started_by.kind,
+            "started_by_id": started_by.id,
+            "started_by": started_by.label,
+        }
     Release.objects.filter(pk=release.pk).update(**fields)
     if status in {ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL}:
         from apps.training.services import model_version_set_status
 
-        model_version_set_status(tenant=tenant, actor=SYSTEM, version_id=candidate.pk, status=VersionStatus.CANARY)
+        model_version_set_status(
+            tenant=tenant, actor=SYSTEM, version_id=candidate.pk, status=VersionStatus.CANARY
+        )
     release.refresh_from_db()
     return release
 
@@ -44,11 +70,30 @@ def release_row(tenant, status: str = ReleaseStatus.DRAFT) -> Release:
     from apps.training.models import ModelVersion
 
     name = f"matrix-{uuid.uuid4().hex[:8]}"
-    baseline = ModelVersion.objects.create(tenant=tenant, name=name, number=0, checkpoint_path="/m/0",
-                                           tokenizer_hash="t", status=VersionStatus.PRODUCTION)
+    baseline = ModelVersion.objects.create(
+        tenant=tenant,
+        name=name,
+        number=0,
+        checkpoint_path="/m/0",
+        tokenizer_hash="t",
+        status=VersionStatus.PRODUCTION,
+    )
     serving = status in {ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL}
-    candidate = ModelVersion.objects.create(tenant=tenant, name=name, number=1, checkpoint_path="/m/1",
-                                            tokenizer_hash="t", parent=baseline,
-                                            status=VersionStatus.CANARY if serving else VersionStatus.CANDIDATE)
-    return Release.objects.create(tenant=tenant, model=name, candidate=candidate, baseline=baseline, status=status,
-                                  stages=[5, 100], stage_index=0 if serving else -1)
+    candidate = ModelVersion.objects.create(
+        tenant=tenant,
+        name=name,
+        number=1,
+        checkpoint_path="/m/1",
+        tokenizer_hash="t",
+        parent=baseline,
+        status=VersionStatus.CANARY if serving else VersionStatus.CANDIDATE,
+    )
+    return Release.objects.create(
+        tenant=tenant,
+        model=name,
+        candidate=candidate,
+        baseline=baseline,
+        status=status,
+        stages=[5, 100],
+        stage_index=0 if serving else -1,
+    )

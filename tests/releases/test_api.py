@@ -31,7 +31,10 @@ def test_approve_over_the_api(tenant, other_tenant, api_client, member):
     assert release.status == ReleaseStatus.AWAITING_APPROVAL
     assert AuditEvent.objects.filter(tenant=tenant).exclude(verb__startswith="auth.").count() == before
     outsider = api_client(user=member(Role.OPERATOR, of=other_tenant))
-    assert outsider.post(f"/api/v1/releases/{release.pk}/approve/", HTTP_X_TENANT=other_tenant.slug).status_code == 404
+    assert (
+        outsider.post(f"/api/v1/releases/{release.pk}/approve/", HTTP_X_TENANT=other_tenant.slug).status_code
+        == 404
+    )
     assert outsider.get(f"/api/v1/releases/{release.pk}/", HTTP_X_TENANT=other_tenant.slug).status_code == 404
     assert outsider.get("/api/v1/releases/", HTTP_X_TENANT=other_tenant.slug).json()["results"] == []
     operator = api_client(user=member(Role.OPERATOR))
@@ -53,8 +56,9 @@ def test_create_refusals_over_the_api(tenant, api_client):
     assert not Release.objects.exists()
 
 
-def test_what_served_the_tenant_at_a_moment(tenant, other_tenant, api_client, member,
-                                            django_capture_on_commit_callbacks):
+def test_what_served_the_tenant_at_a_moment(
+    tenant, other_tenant, api_client, member, django_capture_on_commit_callbacks
+):
     baseline, candidate = register_versions(tenant)
     before_anything = timezone.now()
     time.sleep(0.01)
@@ -83,18 +87,32 @@ def test_what_served_the_tenant_at_a_moment(tenant, other_tenant, api_client, me
     canary = at(in_canary)
     assert (canary["stable"]["number"], canary["canary"]["number"], canary["canary_percent"]) == (0, 1, 5.0)
     assert at(timezone.now())["stable"]["number"] == 1 and at(timezone.now())["canary"] is None
-    day = client.get("/api/v1/serving-history/", {"model": baseline.name, "at": timezone.now().date().isoformat()})
+    day = client.get(
+        "/api/v1/serving-history/", {"model": baseline.name, "at": timezone.now().date().isoformat()}
+    )
     assert day.json()["serving"]["stable"]["number"] == 1
     history = client.get("/api/v1/serving-history/", {"model": baseline.name}).json()["results"]
-    assert [(row["stable"]["number"], (row["canary"] or {}).get("number"), row["canary_percent"]) for row in history] == [
-        (0, None, 0.0), (0, 1, 5.0), (0, 1, 100.0), (1, None, 0.0)]
+    assert [
+        (row["stable"]["number"], (row["canary"] or {}).get("number"), row["canary_percent"])
+        for row in history
+    ] == [(0, None, 0.0), (0, 1, 5.0), (0, 1, 100.0), (1, None, 0.0)]
     bad = client.get("/api/v1/serving-history/", {"model": baseline.name, "at": "yesterday"})
     assert bad.status_code == 400
     outsider = api_client(user=member(Role.ADMIN, of=other_tenant))
-    assert outsider.get("/api/v1/serving-history/", {"model": baseline.name},
-                        HTTP_X_TENANT=other_tenant.slug).json()["results"] == []
-    assert outsider.get("/api/v1/serving-history/", {"model": baseline.name, "at": timezone.now().isoformat()},
-                        HTTP_X_TENANT=other_tenant.slug).json()["serving"] is None
+    assert (
+        outsider.get(
+            "/api/v1/serving-history/", {"model": baseline.name}, HTTP_X_TENANT=other_tenant.slug
+        ).json()["results"]
+        == []
+    )
+    assert (
+        outsider.get(
+            "/api/v1/serving-history/",
+            {"model": baseline.name, "at": timezone.now().isoformat()},
+            HTTP_X_TENANT=other_tenant.slug,
+        ).json()["serving"]
+        is None
+    )
 
 
 def test_console_pages(tenant, other_tenant, api_client, member):
@@ -103,9 +121,15 @@ def test_console_pages(tenant, other_tenant, api_client, member):
     viewer = api_client(user=member(Role.VIEWER))
     assert f'data-release="{release.pk}"'.encode() in viewer.get("/releases/").content
     detail = viewer.get(f"/releases/{release.pk}/")
-    assert detail.status_code == 200 and b'id="approve"' not in detail.content and b'id="rollback"' not in detail.content
+    assert (
+        detail.status_code == 200
+        and b'id="approve"' not in detail.content
+        and b'id="rollback"' not in detail.content
+    )
     serving = viewer.get("/serving/")
-    assert serving.status_code == 200 and b"serving-figure" in serving.content and b"promoted" in serving.content
+    assert (
+        serving.status_code == 200 and b"serving-figure" in serving.content and b"promoted" in serving.content
+    )
     assert viewer.post(f"/releases/{release.pk}/rollback/").status_code == 403
     outsider = api_client(user=member(Role.ADMIN, of=other_tenant))
     assert outsider.get(f"/releases/{release.pk}/").status_code == 404

@@ -31,20 +31,44 @@ def _login(page, url, user):  # noqa: F811
 
 def _traffic(tenant, release):
     """Two production calls per arm since the canary began, as the gateway would have recorded them."""
-    records = [{"step_id": str(uuid.uuid4()), "tenant_id": tenant.pk, "session_id": f"s-{arm}-{index}",
-                "endpoint": "chat", "served_model": release.model, "model_version": str(version.number),
-                "latency_ms": 40 + index, "observation": {"messages": [{"role": "user", "content": "hi"}]}}
-               for arm, version in (("c", release.candidate), ("b", release.baseline)) for index in range(2)]
+    records = [
+        {
+            "step_id": str(uuid.uuid4()),
+            "tenant_id": tenant.pk,
+            "session_id": f"s-{arm}-{index}",
+            "endpoint": "chat",
+            "served_model": release.model,
+            "model_version": str(version.number),
+            "latency_ms": 40 + index,
+            "observation": {"messages": [{"role": "user", "content": "hi"}]},
+        }
+        for arm, version in (("c", release.candidate), ("b", release.baseline))
+        for index in range(2)
+    ]
     steps_ingest(records=records)
 
 
-def test_operator_approves_a_promotion_and_an_annotator_sees_no_button(gateway, page, browser, member,  # noqa: F811
-                                                                       tenant):
+def test_operator_approves_a_promotion_and_an_annotator_sees_no_button(
+    gateway,
+    page,
+    browser,
+    member,  # noqa: F811
+    tenant,
+):
     url, gw = gateway
-    release = release_at(tenant, ReleaseStatus.CANARY, stage_index=0, stages=[100], guardrails=[
-        {"metric": "error_rate", "direction": "lower_is_better", "threshold": 0.5, "min_samples": 2}])
-    Release.objects.filter(pk=release.pk).update(canary_started_at=timezone.now() - timedelta(minutes=1),
-                                                 stage_started_at=timezone.now() - timedelta(minutes=1))
+    release = release_at(
+        tenant,
+        ReleaseStatus.CANARY,
+        stage_index=0,
+        stages=[100],
+        guardrails=[
+            {"metric": "error_rate", "direction": "lower_is_better", "threshold": 0.5, "min_samples": 2}
+        ],
+    )
+    Release.objects.filter(pk=release.pk).update(
+        canary_started_at=timezone.now() - timedelta(minutes=1),
+        stage_started_at=timezone.now() - timedelta(minutes=1),
+    )
     _traffic(tenant, release)
     operator, annotator = member("operator"), member("annotator")
 
@@ -57,11 +81,14 @@ def test_operator_approves_a_promotion_and_an_annotator_sees_no_button(gateway, 
 
     # The beat tick, run in the server's event loop as a worker's would publish: the page updates live.
     loop = gw._flusher.get_loop()
-    asyncio.run_coroutine_threadsafe(sync_to_async(release_analyze)(tenant=tenant, release_id=release.pk),
-                                     loop).result(timeout=30)
+    asyncio.run_coroutine_threadsafe(
+        sync_to_async(release_analyze)(tenant=tenant, release_id=release.pk), loop
+    ).result(timeout=30)
     page.wait_for_function("document.getElementById('last-verdict').textContent === 'successful'")
     page.wait_for_function("document.getElementById('release-status').textContent === 'awaiting_approval'")
-    assert page.locator("#chart-error_rate .main-svg").count() > 0  # the Plotly chart drawn from the WebSocket
+    assert (
+        page.locator("#chart-error_rate .main-svg").count() > 0
+    )  # the Plotly chart drawn from the WebSocket
     page.shoot("live-analysis")
 
     page.reload()
@@ -87,6 +114,8 @@ def test_operator_approves_a_promotion_and_an_annotator_sees_no_button(gateway, 
     annotator_page.click(f"tr[data-release='{other.pk}'] a")
     annotator_page.wait_for_selector("#release-status")
     assert "Awaiting approval" in annotator_page.locator("#release-status").inner_text()
-    assert annotator_page.locator("#approve").count() == 0 and annotator_page.locator("#rollback").count() == 0
+    assert (
+        annotator_page.locator("#approve").count() == 0 and annotator_page.locator("#rollback").count() == 0
+    )
     assert annotator_page.locator("#release-actions").count() == 0
     context.close()

@@ -25,33 +25,51 @@ MESSAGES = [{"role": "user", "content": "Say something."}]
 
 def _versions_by_session(sessions) -> dict[str, list[str]]:
     served: dict[str, list[str]] = {}
-    for session_id, version in Step.objects.filter(trajectory__session_id__in=sessions).order_by(
-            "trajectory__session_id", "index").values_list("trajectory__session_id", "model_version"):
+    for session_id, version in (
+        Step.objects.filter(trajectory__session_id__in=sessions)
+        .order_by("trajectory__session_id", "index")
+        .values_list("trajectory__session_id", "model_version")
+    ):
         served.setdefault(session_id, []).append(version)
     return served
 
 
 @pytest.mark.django_db(transaction=True)
-def test_sessions_stick_to_their_version_across_stages_and_processes(gateway, tenant, agent_key,  # noqa: F811
-                                                                     embedded_backend_url,  # noqa: F811
-                                                                     django_capture_on_commit_callbacks):
+def test_sessions_stick_to_their_version_across_stages_and_processes(
+    gateway,
+    tenant,
+    agent_key,  # noqa: F811
+    embedded_backend_url,  # noqa: F811
+    django_capture_on_commit_callbacks,
+):
     url, gw = gateway
     baseline, candidate = register_versions(tenant, name=MODEL)
     for version in (baseline, candidate):  # one server registered under both versions
-        BackendFactory(tenant=tenant, name=f"v{version.number}", base_url=embedded_backend_url,
-                       kind=BackendKind.EMBEDDED, served_model=MODEL, model_version=str(version.number),
-                       state=BackendState.UP)
+        BackendFactory(
+            tenant=tenant,
+            name=f"v{version.number}",
+            base_url=embedded_backend_url,
+            kind=BackendKind.EMBEDDED,
+            served_model=MODEL,
+            model_version=str(version.number),
+            state=BackendState.UP,
+        )
     release = release_create(tenant=tenant, actor=SYSTEM, candidate_id=candidate.pk, stages=[20, 60, 100])
     with django_capture_on_commit_callbacks(execute=False):
         release_start(tenant=tenant, actor=SYSTEM, release_id=release.pk)
     release = release_analyze(tenant=tenant, release_id=release.pk)
     assert (release.status, release.stage_percent) == (ReleaseStatus.CANARY, 20.0)
 
-    client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {agent_key('inference')}"}, timeout=60)
+    client = httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {agent_key('inference')}"}, timeout=60
+    )
 
     def ask(session_id):
-        return client.post("/v1/chat/completions", headers={"X-Session-Id": session_id},
-                           json={"model": MODEL, "messages": MESSAGES, "max_tokens": 2, "temperature": 0}).status_code
+        return client.post(
+            "/v1/chat/completions",
+            headers={"X-Session-Id": session_id},
+            json={"model": MODEL, "messages": MESSAGES, "max_tokens": 2, "temperature": 0},
+        ).status_code
 
     statuses, stop = [], threading.Event()
 
@@ -59,8 +77,13 @@ def test_sessions_stick_to_their_version_across_stages_and_processes(gateway, te
         index = 0
         with httpx.Client(base_url=url, headers=client.headers, timeout=60) as own:
             while not stop.is_set():
-                statuses.append(own.post("/v1/chat/completions", headers={"X-Session-Id": f"bg-{index % 7}"}, json={
-                    "model": MODEL, "messages": MESSAGES, "max_tokens": 2}).status_code)
+                statuses.append(
+                    own.post(
+                        "/v1/chat/completions",
+                        headers={"X-Session-Id": f"bg-{index % 7}"},
+                        json={"model": MODEL, "messages": MESSAGES, "max_tokens": 2},
+                    ).status_code
+                )
                 index += 1
 
     worker = threading.Thread(target=background, daemon=True)
@@ -84,7 +107,9 @@ def test_sessions_stick_to_their_version_across_stages_and_processes(gateway, te
         expected = "1" if session_bucket(tenant_id=tenant.pk, session_id=session_id) < 60 else "0"
         assert served[session_id] == [expected]
     moved_up = [s for s in first if 20 <= session_bucket(tenant_id=tenant.pk, session_id=s) < 60]
-    assert moved_up and all(served[s] == ["0"] * 3 for s in moved_up)  # would be candidate if new, stay baseline
+    assert moved_up and all(
+        served[s] == ["0"] * 3 for s in moved_up
+    )  # would be candidate if new, stay baseline
     assert SessionRoute.objects.filter(tenant=tenant, session_id__in=first + later).count() == 60
 
     on_candidate = [s for s in first + later if served[s][-1] == "1"]
@@ -107,7 +132,9 @@ def test_a_routing_change_reaches_new_sessions_within_the_cache_time(tenant, set
     routing_cache_clear()
     RoutingState.objects.create(tenant=tenant, model=baseline.name, stable=baseline)
     assert routing_plan(tenant_id=tenant.pk, model=baseline.name).canary is None
-    RoutingState.objects.filter(tenant=tenant).update(canary=candidate, canary_percent=30)  # another process's write
+    RoutingState.objects.filter(tenant=tenant).update(
+        canary=candidate, canary_percent=30
+    )  # another process's write
     assert routing_plan(tenant_id=tenant.pk, model=baseline.name).canary is None  # cached
     time.sleep(0.35)
     plan = routing_plan(tenant_id=tenant.pk, model=baseline.name)

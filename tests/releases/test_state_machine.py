@@ -68,8 +68,13 @@ def test_refuses_a_version_still_training_or_with_another_tokenizer(tenant):
 def test_bad_plans_and_a_second_active_release_are_refused(tenant):
     _, candidate = register_versions(tenant)
     with pytest.raises(ValidationFailed) as refused:
-        release_create(tenant=tenant, actor=SYSTEM, candidate_id=candidate.pk, stages=[50, 25],
-                       guardrails=[{"metric": "happiness", "direction": "up", "threshold": -1}])
+        release_create(
+            tenant=tenant,
+            actor=SYSTEM,
+            candidate_id=candidate.pk,
+            stages=[50, 25],
+            guardrails=[{"metric": "happiness", "direction": "up", "threshold": -1}],
+        )
     assert set(refused.value.fields) == {"stages", "guardrails[0]"}
     release_create(tenant=tenant, actor=SYSTEM, candidate_id=candidate.pk)
     with pytest.raises(Conflict) as refused:
@@ -115,15 +120,20 @@ def test_two_person_rule(tenant, member):
 def test_without_the_policy_the_starter_may_approve(tenant, member):
     starter = Actor.user(member("operator"))
     release = release_at(tenant, ReleaseStatus.AWAITING_APPROVAL, stage_index=3, started_by=starter)
-    assert release_approve(tenant=tenant, actor=starter, release_id=release.pk).status == ReleaseStatus.PROMOTED
+    assert (
+        release_approve(tenant=tenant, actor=starter, release_id=release.pk).status == ReleaseStatus.PROMOTED
+    )
 
 
-@pytest.mark.parametrize("status", [ReleaseStatus.EVALUATING, ReleaseStatus.CANARY, ReleaseStatus.PAUSED,
-                                    ReleaseStatus.AWAITING_APPROVAL])
+@pytest.mark.parametrize(
+    "status",
+    [ReleaseStatus.EVALUATING, ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL],
+)
 def test_manual_rollback_at_any_active_stage(status, tenant, member):
     release = release_at(tenant, status, stage_index=1)
-    rolled = release_rollback(tenant=tenant, actor=Actor.user(member("operator")), release_id=release.pk,
-                              reason="looks off")
+    rolled = release_rollback(
+        tenant=tenant, actor=Actor.user(member("operator")), release_id=release.pk, reason="looks off"
+    )
     assert rolled.status == ReleaseStatus.ROLLED_BACK and rolled.status_reason == "looks off"
     if status != ReleaseStatus.EVALUATING:
         assert ModelVersion.objects.get(pk=release.candidate_id).status == VersionStatus.ROLLED_BACK

@@ -37,9 +37,12 @@ def test_a_person_cannot_approve_their_own_release_with_their_own_keys(api_clien
 
     alice_key = _new_key(alice_session, "alice-ci")
     key_of_her_key = _new_key(_with_key(alice_key), "alice-ci-child")
-    key_id = next(row["id"] for row in alice_session.get("/api/v1/keys/").json()["results"]
-                  if row["name"] == "alice-ci")
-    rotated = _with_key(alice_key).post(f"/api/v1/keys/{key_id}/rotate/", {"grace_seconds": 60}, format="json")
+    key_id = next(
+        row["id"] for row in alice_session.get("/api/v1/keys/").json()["results"] if row["name"] == "alice-ci"
+    )
+    rotated = _with_key(alice_key).post(
+        f"/api/v1/keys/{key_id}/rotate/", {"grace_seconds": 60}, format="json"
+    )
     assert rotated.status_code == 201, rotated.content
     _, nobodys_key = api_key_create(tenant=tenant, actor=SYSTEM, name="from-the-cli", scopes=["admin"])
     for raw in (alice_key, key_of_her_key, rotated.json()["key"], nobodys_key):

@@ -29,9 +29,16 @@ def fuzz_settings(examples: int) -> settings:
     """Deterministic (a fixed seed, no example database), no deadline (the first request of a view warms
     caches), health checks off (function-scoped fixtures and slow examples are intended), and shrinking
     kept short so a failure is reported soon with a small example."""
-    return settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-                    suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate, Phase.shrink],
-                    report_multiple_bugs=False, print_blob=False)
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
 
 
 @dataclass
@@ -55,16 +62,30 @@ class Tally:
         if not path:
             return
         with open(path, "a") as report:
-            report.write(json.dumps({"name": self.name, "operations": len(self.operations), "examples": self.examples,
-                                     "statuses": self.statuses, "failures": self.failures,
-                                     "seconds": round(self.seconds, 1)}) + "\n")
+            report.write(
+                json.dumps(
+                    {
+                        "name": self.name,
+                        "operations": len(self.operations),
+                        "examples": self.examples,
+                        "statuses": self.statuses,
+                        "failures": self.failures,
+                        "seconds": round(self.seconds, 1),
+                    }
+                )
+                + "\n"
+            )
 
     def assert_clean(self) -> None:
         self.write_report()
-        assert not self.failures, f"{len(self.failures)} finding(s) of {self.name}:\n\n" + "\n\n".join(self.failures)
+        assert not self.failures, f"{len(self.failures)} finding(s) of {self.name}:\n\n" + "\n\n".join(
+            self.failures
+        )
 
 
-def run_strategy(tally: Tally, label: str, strategy: st.SearchStrategy, check: Callable, *, examples: int) -> None:
+def run_strategy(
+    tally: Tally, label: str, strategy: st.SearchStrategy, check: Callable, *, examples: int
+) -> None:
     """Runs `check` on `examples` values drawn from `strategy`; the first failure (shrunk) goes into the
     tally under `label` instead of stopping the run, so one run lists every operation that fails."""
     started = time.perf_counter()

@@ -77,7 +77,9 @@ def seeded(tenant, member):
     backend = BackendFactory(tenant=tenant, base_url=f"http://127.0.0.1:{free_port()}")
     spec = make_spec(tenant)
     release = release_at(tenant, "draft")
-    key, raw = api_key_create(tenant=tenant, actor=Actor.system("fuzz"), name="fuzz", scopes=[s.value for s in Scope])
+    key, raw = api_key_create(
+        tenant=tenant, actor=Actor.system("fuzz"), name="fuzz", scopes=[s.value for s in Scope]
+    )
     admin = member(Role.ADMIN)
     return {
         "raw_key": raw,
@@ -128,15 +130,25 @@ def _fuzz(schema, tally: Tally, *, headers: dict, cookies: dict, modes) -> None:
             case.validate_response(response, checks=CHECKS)
 
         for mode in modes:
-            run_strategy(tally, f"{operation.label} ({mode.value})", operation.as_strategy(mode), check,
-                         examples=examples)
+            run_strategy(
+                tally,
+                f"{operation.label} ({mode.value})",
+                operation.as_strategy(mode),
+                check,
+                examples=examples,
+            )
 
 
 def test_rest_api_with_an_api_key_of_every_scope(seeded, wsgi_without_connection_housekeeping):
     schema = _rest_schema(wsgi_without_connection_housekeeping, seeded["ids"])
     tally = Tally("REST API, API key")
-    _fuzz(schema, tally, headers={"Authorization": f"Bearer {seeded['raw_key']}"}, cookies={},
-          modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+    _fuzz(
+        schema,
+        tally,
+        headers={"Authorization": f"Bearer {seeded['raw_key']}"},
+        cookies={},
+        modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+    )
     tally.assert_clean()
 
 
@@ -146,6 +158,11 @@ def test_rest_api_with_a_console_session(seeded, wsgi_without_connection_houseke
     schema = _rest_schema(wsgi_without_connection_housekeeping, seeded["ids"])
     tally = Tally("REST API, console session")
     modes = [GenerationMode.POSITIVE] + ([GenerationMode.NEGATIVE] if os.environ.get("FUZZ_EXAMPLES") else [])
-    _fuzz(schema, tally, headers={"X-CSRFToken": CSRF_TOKEN},
-          cookies={"sessionid": session_cookie, "csrftoken": CSRF_TOKEN}, modes=modes)
+    _fuzz(
+        schema,
+        tally,
+        headers={"X-CSRFToken": CSRF_TOKEN},
+        cookies={"sessionid": session_cookie, "csrftoken": CSRF_TOKEN},
+        modes=modes,
+    )
     tally.assert_clean()

@@ -48,11 +48,15 @@ def agent_session(gateway, backend, agent_key):
     """A session with one completion: (tenant key, session key, session id, step id)."""
     url, gw = gateway
     key = agent_key("inference", "rewards:write")
-    started = httpx.post(f"{url}/rl/start_session", json={"task_id": "fuzz"},
-                         headers={"Authorization": f"Bearer {key}"}).json()
-    answer = httpx.post(f"{url}/v1/chat/completions", headers={"Authorization": f"Bearer {started['api_key']}"},
-                        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
-                        timeout=60)
+    started = httpx.post(
+        f"{url}/rl/start_session", json={"task_id": "fuzz"}, headers={"Authorization": f"Bearer {key}"}
+    ).json()
+    answer = httpx.post(
+        f"{url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {started['api_key']}"},
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        timeout=60,
+    )
     assert answer.status_code == 200, answer.text
     drain(gw)
     step = Step.objects.get(trajectory__session_id=started["session_id"])
@@ -77,8 +81,9 @@ def test_gateway_endpoints_from_their_request_contract(gateway, agent_session):
         if path == "/rl/set_reward":
             return session_key
         if path == "/rl/end_session":  # a fresh session each time: ending is once per session
-            return httpx.post(f"{url}/rl/start_session", json={},
-                              headers={"Authorization": f"Bearer {tenant_key}"}).json()["api_key"]
+            return httpx.post(
+                f"{url}/rl/start_session", json={}, headers={"Authorization": f"Bearer {tenant_key}"}
+            ).json()["api_key"]
         return tenant_key
 
     tally = Tally("gateway")
@@ -88,13 +93,19 @@ def test_gateway_endpoints_from_their_request_contract(gateway, agent_session):
         tally.operations.append(operation.label)
 
         def check(case):
-            response = case.call(base_url=url, headers={"Authorization": f"Bearer {key_for(case.path)}"},
-                                 timeout=60)
+            response = case.call(
+                base_url=url, headers={"Authorization": f"Bearer {key_for(case.path)}"}, timeout=60
+            )
             tally.count(response.status_code)
             case.validate_response(response, checks=CHECKS)
 
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            run_strategy(tally, f"{operation.label} ({mode.value})", operation.as_strategy(mode), check,
-                         examples=examples)
+            run_strategy(
+                tally,
+                f"{operation.label} ({mode.value})",
+                operation.as_strategy(mode),
+                check,
+                examples=examples,
+            )
     drain(gw)
     tally.assert_clean()

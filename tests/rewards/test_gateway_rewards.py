@@ -17,36 +17,58 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _key(tenant, *scopes):
-    _, raw = api_key_create(tenant=tenant, actor=Actor.system("test"), name=f"k-{uuid.uuid4().hex[:6]}",
-                            scopes=list(scopes))
+    _, raw = api_key_create(
+        tenant=tenant, actor=Actor.system("test"), name=f"k-{uuid.uuid4().hex[:6]}", scopes=list(scopes)
+    )
     return {"Authorization": f"Bearer {raw}"}
 
 
 def test_v1_rewards_are_checked_against_the_spec(gateway_url, tenant, other_tenant):
     make_spec(tenant, name="quality", minimum=0, maximum=1)
-    make_spec(tenant, name="verdict", kind="categorical", categories={"good": 1, "bad": 0}, is_training_reward=False)
+    make_spec(
+        tenant, name="verdict", kind="categorical", categories={"good": 1, "bad": 0}, is_training_reward=False
+    )
     trajectory = make_trajectory(tenant, session_id="chat-1")
     headers = _key(tenant, "rewards:write")
     out = httpx.post(f"{gateway_url}/v1/rewards", json={"session_id": "chat-1", "value": 3}, headers=headers)
     assert out.status_code == 422
-    assert out.json()["error"]["code"] == "reward_out_of_spec" and "'quality'" in out.json()["error"]["message"]
-    category = httpx.post(f"{gateway_url}/v1/rewards", json={"session_id": "chat-1", "spec": "verdict",
-                                                             "label": "great"}, headers=headers)
+    assert (
+        out.json()["error"]["code"] == "reward_out_of_spec" and "'quality'" in out.json()["error"]["message"]
+    )
+    category = httpx.post(
+        f"{gateway_url}/v1/rewards",
+        json={"session_id": "chat-1", "spec": "verdict", "label": "great"},
+        headers=headers,
+    )
     assert category.status_code == 422 and "unknown category 'great'" in category.json()["error"]["message"]
     assert "'verdict'" in category.json()["error"]["message"]
-    unknown = httpx.post(f"{gateway_url}/v1/rewards", json={"session_id": "chat-1", "spec": "nope", "value": 1},
-                         headers=headers)
+    unknown = httpx.post(
+        f"{gateway_url}/v1/rewards",
+        json={"session_id": "chat-1", "spec": "nope", "value": 1},
+        headers=headers,
+    )
     assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "reward_spec_unknown"
     assert not Reward.objects.filter(tenant=tenant).exists()
-    labelled = httpx.post(f"{gateway_url}/v1/rewards", json={"session_id": "chat-1", "spec": "verdict",
-                                                             "label": "good"}, headers=headers)
+    labelled = httpx.post(
+        f"{gateway_url}/v1/rewards",
+        json={"session_id": "chat-1", "spec": "verdict", "label": "good"},
+        headers=headers,
+    )
     assert labelled.status_code == 201, labelled.text
-    assert (labelled.json()["value"], labelled.json()["kind"], labelled.json()["spec"]) == (1.0, "categorical",
-                                                                                          "verdict")
-    fine = httpx.post(f"{gateway_url}/v1/rewards", json={"session_id": "chat-1", "value": 0.75}, headers=headers)
+    assert (labelled.json()["value"], labelled.json()["kind"], labelled.json()["spec"]) == (
+        1.0,
+        "categorical",
+        "verdict",
+    )
+    fine = httpx.post(
+        f"{gateway_url}/v1/rewards", json={"session_id": "chat-1", "value": 0.75}, headers=headers
+    )
     assert fine.status_code == 201 and fine.json()["spec"] == "quality"
-    foreign = httpx.post(f"{gateway_url}/v1/rewards", json={"session_id": "chat-1", "value": 0.5},
-                         headers=_key(other_tenant, "rewards:write"))
+    foreign = httpx.post(
+        f"{gateway_url}/v1/rewards",
+        json={"session_id": "chat-1", "value": 0.5},
+        headers=_key(other_tenant, "rewards:write"),
+    )
     assert foreign.status_code == 404
     assert Reward.objects.filter(trajectory=trajectory).count() == 2
 
@@ -56,36 +78,60 @@ def test_end_user_thumbs_and_corrections(gateway_url, tenant, other_tenant):
     make_trajectory(other_tenant, session_id="chat-2")
     step = trajectory.steps.order_by("index").last()
     headers = _key(tenant, "rewards:write")
-    up = httpx.post(f"{gateway_url}/v1/rewards", json={"interaction_id": str(step.pk), "value": True, "kind": "boolean",
-                                                       "source": "user", "idempotency_key": "thumb-1"},
-                    headers=headers)
-    down = httpx.post(f"{gateway_url}/v1/rewards", json={"session_id": "chat-2", "value": False, "kind": "boolean",
-                                                         "source": "user"}, headers=headers)
-    correction = httpx.post(f"{gateway_url}/v1/rewards", json={
-        "interaction_id": str(step.pk), "kind": "critique", "source": "user",
-        "label": "It should have said the meeting moved to 3 pm."}, headers=headers)
+    up = httpx.post(
+        f"{gateway_url}/v1/rewards",
+        json={
+            "interaction_id": str(step.pk),
+            "value": True,
+            "kind": "boolean",
+            "source": "user",
+            "idempotency_key": "thumb-1",
+        },
+        headers=headers,
+    )
+    down = httpx.post(
+        f"{gateway_url}/v1/rewards",
+        json={"session_id": "chat-2", "value": False, "kind": "boolean", "source": "user"},
+        headers=headers,
+    )
+    correction = httpx.post(
+        f"{gateway_url}/v1/rewards",
+        json={
+            "interaction_id": str(step.pk),
+            "kind": "critique",
+            "source": "user",
+            "label": "It should have said the meeting moved to 3 pm.",
+        },
+        headers=headers,
+    )
     assert (up.status_code, down.status_code, correction.status_code) == (201, 201, 201), correction.text
     assert correction.json()["kind"] == "critique" and correction.json()["target"] == "step"
     stored = Reward.objects.get(pk=correction.json()["reward_id"])
     assert stored.label == "It should have said the meeting moved to 3 pm." and stored.source == "user"
     assert feedback_summary(tenant=tenant) == {"thumbs_up": 1, "thumbs_down": 1, "corrections": 1}
     assert feedback_summary(tenant=other_tenant) == {"thumbs_up": 0, "thumbs_down": 0, "corrections": 0}
-    empty = httpx.post(f"{gateway_url}/v1/rewards", json={"session_id": "chat-2", "kind": "critique"},
-                       headers=headers)
+    empty = httpx.post(
+        f"{gateway_url}/v1/rewards", json={"session_id": "chat-2", "kind": "critique"}, headers=headers
+    )
     assert empty.status_code == 422
 
 
 def test_set_reward_is_held_to_the_training_spec(gateway_url, tenant):
     make_spec(tenant, name="success", kind="boolean")
-    started = httpx.post(f"{gateway_url}/rl/start_session", json={"task_id": "t"},
-                         headers=_key(tenant, "inference")).json()
+    started = httpx.post(
+        f"{gateway_url}/rl/start_session", json={"task_id": "t"}, headers=_key(tenant, "inference")
+    ).json()
     trajectory_id = trajectory_id_for(tenant_id=tenant.pk, session_id=started["session_id"])
     step = Step.objects.create(tenant=tenant, trajectory_id=trajectory_id, index=0, kind="llm_call")
     auth = {"Authorization": f"Bearer {started['api_key']}"}
-    out = httpx.post(f"{gateway_url}/rl/set_reward", json={"reward": 0.5, "interaction_id": str(step.pk)},
-                     headers=auth)
+    out = httpx.post(
+        f"{gateway_url}/rl/set_reward", json={"reward": 0.5, "interaction_id": str(step.pk)}, headers=auth
+    )
     assert out.status_code == 422 and "'success'" in out.json()["error"]["message"]
-    ok = httpx.post(f"{gateway_url}/rl/set_reward", json={"reward": 1, "interaction_id": str(step.pk)}, headers=auth)
+    ok = httpx.post(
+        f"{gateway_url}/rl/set_reward", json={"reward": 1, "interaction_id": str(step.pk)}, headers=auth
+    )
     assert ok.status_code == 200, ok.text
     assert list(Reward.objects.filter(tenant=tenant).values_list("value", "spec__name", "step_id")) == [
-        (1.0, "success", step.pk)]
+        (1.0, "success", step.pk)
+    ]

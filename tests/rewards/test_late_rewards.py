@@ -23,9 +23,18 @@ def _ended(tenant, hours_ago):
 
 
 def _agent_reward(tenant, trajectory):
-    return reward_append_for_agent(tenant_id=tenant.pk, session_id=trajectory.session_id, step_id=None, value=1.0,
-                                   kind="numeric", source="user", label="", idempotency_key=None, timing="delayed",
-                                   created_by="test")
+    return reward_append_for_agent(
+        tenant_id=tenant.pk,
+        session_id=trajectory.session_id,
+        step_id=None,
+        value=1.0,
+        kind="numeric",
+        source="user",
+        label="",
+        idempotency_key=None,
+        timing="delayed",
+        created_by="test",
+    )
 
 
 def test_rewards_inside_the_window_bind_to_the_ended_session(tenant):
@@ -42,12 +51,25 @@ def test_rewards_after_the_window_are_refused_and_nothing_is_stored(tenant):
         _agent_reward(tenant, trajectory)
     assert refused.value.code == "reward_window_closed" and refused.value.status == 410
     with pytest.raises(Gone):
-        reward_create(tenant=tenant, actor=SYSTEM, trajectory_id=trajectory.pk, value=1.0, source="annotator",
-                      created_by="test")
+        reward_create(
+            tenant=tenant,
+            actor=SYSTEM,
+            trajectory_id=trajectory.pk,
+            value=1.0,
+            source="annotator",
+            created_by="test",
+        )
     assert not Reward.objects.filter(trajectory=trajectory).exists()
-    override, created = reward_create(tenant=tenant, actor=SYSTEM, trajectory_id=trajectory.pk, value=0.0,
-                                      source="annotator", override=True, reason="audit found a bad answer",
-                                      created_by="test")
+    override, created = reward_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        trajectory_id=trajectory.pk,
+        value=0.0,
+        source="annotator",
+        override=True,
+        reason="audit found a bad answer",
+        created_by="test",
+    )
     assert created and override.is_override
 
 
@@ -57,6 +79,7 @@ def test_the_window_is_a_policy_setting(api_client, tenant):
     assert response.status_code == 200 and response.json()["late_reward_hours"] == 2
     assert client.patch("/api/v1/policy/", {"late_reward_hours": -1}, format="json").status_code == 400
     trajectory = _ended(tenant, hours_ago=3)
-    rewards = api_client(["rewards:write"]).post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk),
-                                                                     "value": 1}, format="json")
+    rewards = api_client(["rewards:write"]).post(
+        "/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 1}, format="json"
+    )
     assert rewards.status_code == 410 and rewards.json()["error"]["code"] == "reward_window_closed"

@@ -27,17 +27,37 @@ def test_existing_rewards_get_the_scope_of_their_writer(tenant, member):
         "imported": ("user", "someone-else", "imported-1"),
     }
     for source, created_by, key_text in rows.values():
-        old.objects.create(tenant_id=tenant.pk, trajectory_id=trajectory.pk, target="trajectory", value=1.0,
-                           source=source, created_by=created_by, idempotency_key=key_text)
-    old.objects.create(tenant_id=tenant.pk, trajectory_id=trajectory.pk, target="trajectory", value=1.0,
-                       source="agent", created_by=key.prefix, idempotency_key=None)
+        old.objects.create(
+            tenant_id=tenant.pk,
+            trajectory_id=trajectory.pk,
+            target="trajectory",
+            value=1.0,
+            source=source,
+            created_by=created_by,
+            idempotency_key=key_text,
+        )
+    old.objects.create(
+        tenant_id=tenant.pk,
+        trajectory_id=trajectory.pk,
+        target="trajectory",
+        value=1.0,
+        source="agent",
+        created_by=key.prefix,
+        idempotency_key=None,
+    )
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(AFTER)
 
     from apps.rewards.models import Reward
 
-    scopes = dict(Reward.objects.exclude(idempotency_key=None).values_list("idempotency_key", "idempotency_scope"))
-    assert scopes == {"thumb-1": f"agent/key:{key.prefix}", f"evaluator:1:{trajectory.pk}": "evaluator/worker",
-                      f"annotation:1:{person.pk}": f"annotator/user:{person.pk}", "imported-1": ""}
+    scopes = dict(
+        Reward.objects.exclude(idempotency_key=None).values_list("idempotency_key", "idempotency_scope")
+    )
+    assert scopes == {
+        "thumb-1": f"agent/key:{key.prefix}",
+        f"evaluator:1:{trajectory.pk}": "evaluator/worker",
+        f"annotation:1:{person.pk}": f"annotator/user:{person.pk}",
+        "imported-1": "",
+    }
     assert Reward.objects.get(idempotency_key=None).idempotency_scope == ""

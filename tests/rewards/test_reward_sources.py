@@ -20,8 +20,9 @@ from workers.tasks.rewards import run_evaluators
 
 
 def _key(tenant, *scopes) -> str:
-    _, raw = api_key_create(tenant=tenant, actor=Actor.system("test"), name=f"k-{uuid.uuid4().hex[:6]}",
-                            scopes=list(scopes))
+    _, raw = api_key_create(
+        tenant=tenant, actor=Actor.system("test"), name=f"k-{uuid.uuid4().hex[:6]}", scopes=list(scopes)
+    )
     return raw
 
 
@@ -30,45 +31,70 @@ def _setting(tenant, member):
     spec = make_spec(tenant, name="quality", minimum=0, maximum=1)
     trajectory = make_trajectory(tenant, task_id="support")
     annotator = member(Role.ANNOTATOR)
-    queue = annotation_queue_create(tenant=tenant, actor=SYSTEM, name="q", spec_id=spec.pk,
-                                    filters={"task_id": "support"}, annotators_per_item=1,
-                                    assignee_ids=[annotator.pk])
+    queue = annotation_queue_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        name="q",
+        spec_id=spec.pk,
+        filters={"task_id": "support"},
+        annotators_per_item=1,
+        assignee_ids=[annotator.pk],
+    )
     item = AnnotationItem.objects.get(queue=queue, trajectory=trajectory)
-    evaluator = evaluator_create(tenant=tenant, actor=SYSTEM, name="says-answer", kind="regex",
-                                 config={"pattern": "answer"})
+    evaluator = evaluator_create(
+        tenant=tenant, actor=SYSTEM, name="says-answer", kind="regex", config={"pattern": "answer"}
+    )
     return trajectory, annotator, item, evaluator
 
 
 @pytest.mark.django_db(transaction=True)
 def test_an_agent_key_cannot_take_annotator_or_evaluator_rewards_through_the_gateway(
-        gateway_url, tenant, member, api_client):
+    gateway_url, tenant, member, api_client
+):
     trajectory, annotator, item, evaluator = _setting(tenant, member)
     headers = {"Authorization": f"Bearer {_key(tenant, 'rewards:write')}"}
-    evaluator_key, annotation_key = f"evaluator:{evaluator.pk}:{trajectory.pk}", f"annotation:{item.pk}:{annotator.pk}"
+    evaluator_key, annotation_key = (
+        f"evaluator:{evaluator.pk}:{trajectory.pk}",
+        f"annotation:{item.pk}:{annotator.pk}",
+    )
     for key in (evaluator_key, annotation_key):  # claimed before the evaluator and the annotator act
-        squat = httpx.post(f"{gateway_url}/v1/rewards", headers=headers, json={
-            "session_id": trajectory.session_id, "value": 0.0, "idempotency_key": key})
+        squat = httpx.post(
+            f"{gateway_url}/v1/rewards",
+            headers=headers,
+            json={"session_id": trajectory.session_id, "value": 0.0, "idempotency_key": key},
+        )
         assert squat.status_code == 201, squat.text
     for source in ("annotator", "evaluator"):
-        claimed = httpx.post(f"{gateway_url}/v1/rewards", headers=headers, json={
-            "session_id": trajectory.session_id, "value": 0.0, "source": source})
+        claimed = httpx.post(
+            f"{gateway_url}/v1/rewards",
+            headers=headers,
+            json={"session_id": trajectory.session_id, "value": 0.0, "source": source},
+        )
         assert claimed.status_code == 422 and claimed.json()["error"]["param"] == "source", claimed.text
 
     assert run_evaluators.apply(args=[str(trajectory.pk)]).get()["results"] == {"says-answer@1": 1.0}
-    labelled = api_client(user=annotator).post(f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1},
-                                               format="json")
+    labelled = api_client(user=annotator).post(
+        f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1}, format="json"
+    )
     assert labelled.status_code == 201, labelled.content
 
     rewards = Reward.objects.filter(trajectory=trajectory)
     assert sorted(rewards.values_list("source", "value")) == [
-        ("agent", 0.0), ("agent", 0.0), ("annotator", 1.0), ("evaluator", 1.0)]
+        ("agent", 0.0),
+        ("agent", 0.0),
+        ("annotator", 1.0),
+        ("evaluator", 1.0),
+    ]
     annotator_reward = Reward.objects.get(pk=labelled.json()["reward_id"])
     assert (annotator_reward.source, annotator_reward.created_by) == ("annotator", annotator.username)
     evaluator_reward = rewards.get(source="evaluator")
     # A repeat by the agent returns its own reward, never the evaluator's or the annotator's.
     for key in (evaluator_key, annotation_key):
-        again = httpx.post(f"{gateway_url}/v1/rewards", headers=headers, json={
-            "session_id": trajectory.session_id, "value": 0.0, "idempotency_key": key})
+        again = httpx.post(
+            f"{gateway_url}/v1/rewards",
+            headers=headers,
+            json={"session_id": trajectory.session_id, "value": 0.0, "idempotency_key": key},
+        )
         assert again.status_code == 200 and again.json()["source"] == "agent"
         assert again.json()["reward_id"] not in {str(evaluator_reward.pk), str(annotator_reward.pk)}
     assert rewards.count() == 4
@@ -77,28 +103,53 @@ def test_an_agent_key_cannot_take_annotator_or_evaluator_rewards_through_the_gat
     # evaluator's stays its own (a re-run is still idempotent).
     second = make_trajectory(tenant, task_id="other")
     run_evaluators.apply(args=[str(second.pk)]).get()
-    late = httpx.post(f"{gateway_url}/v1/rewards", headers=headers, json={
-        "session_id": second.session_id, "value": 0.0, "idempotency_key": f"evaluator:{evaluator.pk}:{second.pk}"})
+    late = httpx.post(
+        f"{gateway_url}/v1/rewards",
+        headers=headers,
+        json={
+            "session_id": second.session_id,
+            "value": 0.0,
+            "idempotency_key": f"evaluator:{evaluator.pk}:{second.pk}",
+        },
+    )
     assert late.status_code == 201 and late.json()["source"] == "agent"
     run_evaluators.apply(args=[str(second.pk)]).get()
     assert sorted(Reward.objects.filter(trajectory=second).values_list("source", "value")) == [
-        ("agent", 0.0), ("evaluator", 1.0)]
+        ("agent", 0.0),
+        ("evaluator", 1.0),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_rl_set_reward_stores_an_agent_reward_whatever_the_body_claims(gateway_url, tenant, member):
     trajectory, annotator, item, _ = _setting(tenant, member)
     key = _key(tenant, "inference", "rewards:write")
-    started = httpx.post(f"{gateway_url}/rl/start_session", json={"task_id": "support"},
-                         headers={"Authorization": f"Bearer {key}"})
+    started = httpx.post(
+        f"{gateway_url}/rl/start_session",
+        json={"task_id": "support"},
+        headers={"Authorization": f"Bearer {key}"},
+    )
     assert started.status_code == 200, started.text
     session = Trajectory.objects.get(tenant=tenant, session_id=started.json()["session_id"])
-    step = Step.objects.create(tenant=tenant, trajectory=session, index=0, kind="llm_call",
-                               observation={"messages": []}, action={"text": "hi"}, result={})
-    set_reward = httpx.post(f"{gateway_url}/rl/set_reward", headers={
-        "Authorization": f"Bearer {started.json()['api_key']}"}, json={
-        "reward": 0.0, "interaction_id": str(step.pk), "source": "annotator",
-        "idempotency_key": f"annotation:{item.pk}:{annotator.pk}"})
+    step = Step.objects.create(
+        tenant=tenant,
+        trajectory=session,
+        index=0,
+        kind="llm_call",
+        observation={"messages": []},
+        action={"text": "hi"},
+        result={},
+    )
+    set_reward = httpx.post(
+        f"{gateway_url}/rl/set_reward",
+        headers={"Authorization": f"Bearer {started.json()['api_key']}"},
+        json={
+            "reward": 0.0,
+            "interaction_id": str(step.pk),
+            "source": "annotator",
+            "idempotency_key": f"annotation:{item.pk}:{annotator.pk}",
+        },
+    )
     assert set_reward.status_code == 200, set_reward.text
     stored = Reward.objects.get(pk=set_reward.json()["reward_id"])
     assert (stored.source, stored.idempotency_key) == ("agent", None)
@@ -109,24 +160,42 @@ def test_a_rest_key_cannot_post_as_annotator_or_evaluator_nor_take_their_keys(ap
     trajectory, annotator, item, evaluator = _setting(tenant, member)
     client = api_client(["rewards:write", "trajectories:read"])
     for source in ("annotator", "evaluator"):
-        refused = client.post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 1.0,
-                                                   "source": source}, format="json")
-        assert refused.status_code == 403 and refused.json()["error"]["code"] == "source_not_allowed", refused.content
+        refused = client.post(
+            "/api/v1/rewards/",
+            {"trajectory_id": str(trajectory.pk), "value": 1.0, "source": source},
+            format="json",
+        )
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "source_not_allowed", (
+            refused.content
+        )
     assert not Reward.objects.filter(trajectory=trajectory).exists()
     for key in (f"evaluator:{evaluator.pk}:{trajectory.pk}", f"annotation:{item.pk}:{annotator.pk}"):
-        squat = client.post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 0.0,
-                                                 "source": "rule", "idempotency_key": key}, format="json")
+        squat = client.post(
+            "/api/v1/rewards/",
+            {"trajectory_id": str(trajectory.pk), "value": 0.0, "source": "rule", "idempotency_key": key},
+            format="json",
+        )
         assert squat.status_code == 201 and squat.json()["source"] == "rule"
     run_evaluators.apply(args=[str(trajectory.pk)]).get()
-    labelled = api_client(user=annotator).post(f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1},
-                                               format="json")
+    labelled = api_client(user=annotator).post(
+        f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1}, format="json"
+    )
     assert labelled.status_code == 201
     assert sorted(Reward.objects.filter(trajectory=trajectory).values_list("source", "value")) == [
-        ("annotator", 1.0), ("evaluator", 1.0), ("rule", 0.0), ("rule", 0.0)]
+        ("annotator", 1.0),
+        ("evaluator", 1.0),
+        ("rule", 0.0),
+        ("rule", 0.0),
+    ]
     # A person's session posts as annotator; naming another source is refused, not silently rewritten.
     person = api_client(user=member(Role.OPERATOR))
-    as_agent = person.post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 0.5,
-                                                "source": "evaluator"}, format="json")
+    as_agent = person.post(
+        "/api/v1/rewards/",
+        {"trajectory_id": str(trajectory.pk), "value": 0.5, "source": "evaluator"},
+        format="json",
+    )
     assert as_agent.status_code == 403 and as_agent.json()["error"]["code"] == "source_not_allowed"
-    plain = person.post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 0.5}, format="json")
+    plain = person.post(
+        "/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 0.5}, format="json"
+    )
     assert plain.status_code == 201 and plain.json()["source"] == "annotator"

@@ -30,7 +30,9 @@ class TenantFactory(factory.django.DjangoModelFactory):
 
     slug = factory.Sequence(lambda number: f"tenant{number}")
     name = factory.LazyAttribute(lambda tenant: tenant.slug.title())
-    policy = factory.RelatedFactory("tests.tenants.factories.TenantPolicyFactory", factory_related_name="tenant")
+    policy = factory.RelatedFactory(
+        "tests.tenants.factories.TenantPolicyFactory", factory_related_name="tenant"
+    )
 
 
 class TenantPolicyFactory(factory.django.DjangoModelFactory):

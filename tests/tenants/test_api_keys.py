@@ -22,7 +22,9 @@ def _use(raw):
 
 
 def test_created_key_is_shown_once_and_stored_only_as_hash(api_client, tenant):
-    response = api_client(["admin"]).post("/api/v1/keys/", {"name": "agent", "scopes": ["inference"]}, format="json")
+    response = api_client(["admin"]).post(
+        "/api/v1/keys/", {"name": "agent", "scopes": ["inference"]}, format="json"
+    )
     assert response.status_code == 201
     raw = response.json()["key"]
     stored = ApiKey.objects.get(tenant=tenant, name="agent")
@@ -54,9 +56,13 @@ def test_revoked_key_is_refused_with_a_clear_message(api_client, tenant):
 
 
 def test_expired_key_is_refused(api_client, tenant):
-    created = api_client(["admin"]).post(
-        "/api/v1/keys/", {"name": "short", "scopes": ["inference"], "expires_in_days": 1}, format="json"
-    ).json()
+    created = (
+        api_client(["admin"])
+        .post(
+            "/api/v1/keys/", {"name": "short", "scopes": ["inference"], "expires_in_days": 1}, format="json"
+        )
+        .json()
+    )
     ApiKey.objects.filter(pk=created["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
     response = _use(created["key"])
     assert response.status_code == 401
@@ -114,13 +120,16 @@ def test_last_used_is_recorded(api_client, tenant):
     assert ApiKey.objects.get(prefix=client.raw_key[:12]).last_used_at is not None
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"scopes": ["inference"]}, "name"),
-    ({"name": "x", "scopes": []}, "scopes"),
-    ({"name": "x", "scopes": ["root"]}, "scopes"),
-    ({"name": "x", "scopes": ["inference"], "expires_in_days": 0}, "expires_in_days"),
-    ({"name": "x", "scopes": "inference"}, "scopes"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"scopes": ["inference"]}, "name"),
+        ({"name": "x", "scopes": []}, "scopes"),
+        ({"name": "x", "scopes": ["root"]}, "scopes"),
+        ({"name": "x", "scopes": ["inference"], "expires_in_days": 0}, "expires_in_days"),
+        ({"name": "x", "scopes": "inference"}, "scopes"),
+    ],
+)
 def test_malformed_key_bodies_get_field_errors(api_client, tenant, body, field):
     client = api_client(["admin"])
     before = ApiKey.objects.count()
@@ -131,7 +140,9 @@ def test_malformed_key_bodies_get_field_errors(api_client, tenant, body, field):
 
 
 def test_non_json_body_is_400(api_client):
-    response = api_client(["admin"]).generic("POST", "/api/v1/keys/", "{not json", content_type="application/json")
+    response = api_client(["admin"]).generic(
+        "POST", "/api/v1/keys/", "{not json", content_type="application/json"
+    )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "parse_error"
 
@@ -145,8 +156,20 @@ def test_duplicate_key_name_is_409(api_client):
 
 def test_createapikey_prints_the_key_alone_on_its_last_line(tenant):
     out = StringIO()
-    call_command("createapikey", "acme", "--scope", "inference", "--scope", "rewards:write", "--name", "cli",
-                 "--expires-days", "30", stdout=out, stderr=StringIO())
+    call_command(
+        "createapikey",
+        "acme",
+        "--scope",
+        "inference",
+        "--scope",
+        "rewards:write",
+        "--name",
+        "cli",
+        "--expires-days",
+        "30",
+        stdout=out,
+        stderr=StringIO(),
+    )
     raw = out.getvalue().strip().splitlines()[-1]
     principal = api_key_authenticate(raw)
     assert principal.tenant_slug == "acme" and set(principal.scopes) == {"inference", "rewards:write"}

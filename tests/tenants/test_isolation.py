@@ -42,19 +42,24 @@ def test_lists_show_only_own_tenant(client, planted, tenant, other_tenant):
     assert [row["slug"] for row in tenants] == ["acme"]
 
 
-@pytest.mark.parametrize("method,path", [
-    ("get", "/api/v1/members/{membership}/"),
-    ("patch", "/api/v1/members/{membership}/"),
-    ("delete", "/api/v1/members/{membership}/"),
-    ("get", "/api/v1/keys/{key}/"),
-    ("post", "/api/v1/keys/{key}/revoke/"),
-    ("post", "/api/v1/keys/{key}/rotate/"),
-])
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("get", "/api/v1/members/{membership}/"),
+        ("patch", "/api/v1/members/{membership}/"),
+        ("delete", "/api/v1/members/{membership}/"),
+        ("get", "/api/v1/keys/{key}/"),
+        ("post", "/api/v1/keys/{key}/revoke/"),
+        ("post", "/api/v1/keys/{key}/rotate/"),
+    ],
+)
 def test_other_tenants_objects_are_not_found(client, planted, method, path):
     url = path.format(membership=planted["membership"].pk, key=planted["key"].pk)
     response = getattr(client, method)(url, {"role": "viewer"}, format="json")
     assert response.status_code == 404
-    missing = getattr(client, method)(path.format(membership=999999, key=999999), {"role": "viewer"}, format="json")
+    missing = getattr(client, method)(
+        path.format(membership=999999, key=999999), {"role": "viewer"}, format="json"
+    )
     assert missing.status_code == 404
     assert response.json()["error"]["code"] == missing.json()["error"]["code"]
     planted["key"].refresh_from_db()

@@ -18,7 +18,9 @@ MATRIX_ACTIONS = [action for action in Action if action not in ANNOTATION_MATRIX
 
 def _snapshot(tenant):
     return (
-        list(ApiKey.objects.filter(tenant=tenant).values_list("id", "revoked_at", "grace_until").order_by("id")),
+        list(
+            ApiKey.objects.filter(tenant=tenant).values_list("id", "revoked_at", "grace_until").order_by("id")
+        ),
         list(Membership.objects.filter(tenant=tenant).values_list("id", "role").order_by("id")),
         TenantPolicy.objects.filter(tenant=tenant).values_list("retention_days", flat=True).get(),
         AuditEvent.objects.filter(tenant=tenant).count(),
@@ -34,9 +36,17 @@ def _replayable_trajectory(tenant):
 
     if not InferenceBackend.objects.filter(tenant=tenant, served_model="m").exists():
         BackendFactory(tenant=tenant, name="replay-target", served_model="m")
-        steps_ingest(records=[{"step_id": "8a3c0e2e-0a52-4c1b-9d51-6c7c1f0f3b11", "tenant_id": tenant.pk,
-                               "session_id": "recorded", "endpoint": "chat",
-                               "observation": {"messages": [{"role": "user", "content": "hi"}]}}])
+        steps_ingest(
+            records=[
+                {
+                    "step_id": "8a3c0e2e-0a52-4c1b-9d51-6c7c1f0f3b11",
+                    "tenant_id": tenant.pk,
+                    "session_id": "recorded",
+                    "endpoint": "chat",
+                    "observation": {"messages": [{"role": "user", "content": "hi"}]},
+                }
+            ]
+        )
     return trajectory_id_for(tenant_id=tenant.pk, session_id="recorded")
 
 
@@ -64,13 +74,17 @@ def _request(action, client, context):
     if action is Action.TRAJECTORY_IMPORT:
         return client.post("/api/v1/trajectories/import/", b"", content_type="application/x-ndjson")
     if action is Action.TRAJECTORY_REPLAY:
-        return client.post(f"/api/v1/trajectories/{_replayable_trajectory(tenant)}/replay/", {"model": "m"},
-                           format="json")
+        return client.post(
+            f"/api/v1/trajectories/{_replayable_trajectory(tenant)}/replay/", {"model": "m"}, format="json"
+        )
     if action is Action.BACKEND_VIEW:
         return client.get("/api/v1/backends/")
     if action is Action.BACKEND_MANAGE:
-        return client.post("/api/v1/backends/", {"name": "b", "base_url": "http://127.0.0.1:1", "kind": "vllm",
-                                                 "served_model": "m"}, format="json")
+        return client.post(
+            "/api/v1/backends/",
+            {"name": "b", "base_url": "http://127.0.0.1:1", "kind": "vllm", "served_model": "m"},
+            format="json",
+        )
     if action is Action.EVAL_VIEW:
         return client.get("/api/v1/eval/suites/")
     if action is Action.EVAL_MANAGE:
@@ -82,8 +96,11 @@ def _request(action, client, context):
 
         draft = release_row(tenant)
         draft.delete()
-        return client.post("/api/v1/releases/", {"candidate_id": draft.candidate_id, "baseline_id": draft.baseline_id},
-                           format="json")
+        return client.post(
+            "/api/v1/releases/",
+            {"candidate_id": draft.candidate_id, "baseline_id": draft.baseline_id},
+            format="json",
+        )
     if action is Action.RELEASE_APPROVE:
         from tests.releases.helpers import release_row
 
@@ -111,8 +128,11 @@ def _request(action, client, context):
     if action is Action.MODEL_ALIAS_MANAGE:
         from tests.training.helpers import queued_job
 
-        return client.post("/api/v1/model-aliases/", {"alias": "candidate",
-                                                      "version_id": queued_job(tenant).base_version_id}, format="json")
+        return client.post(
+            "/api/v1/model-aliases/",
+            {"alias": "candidate", "version_id": queued_job(tenant).base_version_id},
+            format="json",
+        )
     raise AssertionError(f"no request for {action}")
 
 
@@ -123,15 +143,20 @@ def test_role_action_matrix(role, action, tenant, api_client, member):
     from apps.tenants.services import api_key_create
 
     MembershipFactory(tenant=tenant, role=Role.ADMIN)  # so the tenant never lacks an admin
-    victim_key, _ = api_key_create(tenant=tenant, actor=Actor.system("test"), name="victim", scopes=["inference"])
+    victim_key, _ = api_key_create(
+        tenant=tenant, actor=Actor.system("test"), name="victim", scopes=["inference"]
+    )
     victim_member = MembershipFactory(tenant=tenant, role=Role.VIEWER)
     _replayable_trajectory(tenant)
     client = api_client(user=member(role))
     before = _snapshot(tenant)
     response = _request(action, client, (tenant, victim_key, victim_member))
     if role_can(role, action):
-        assert response.status_code in {200, 201, 202} or (action is Action.TRAJECTORY_IMPORT and response.status_code == 400
-                                                       and response.json()["error"]["code"] != "role_forbidden"), response.content
+        assert response.status_code in {200, 201, 202} or (
+            action is Action.TRAJECTORY_IMPORT
+            and response.status_code == 400
+            and response.json()["error"]["code"] != "role_forbidden"
+        ), response.content
     else:
         assert response.status_code == 403, response.content
         assert response.json()["error"]["code"] == "role_forbidden"
@@ -144,7 +169,9 @@ def test_matrix_covers_every_action():
         assert Role.ADMIN in roles
 
 
-@pytest.mark.parametrize("scopes,allowed", [(["admin"], True), (["inference"], False), (["rewards:write"], False)])
+@pytest.mark.parametrize(
+    "scopes,allowed", [(["admin"], True), (["inference"], False), (["rewards:write"], False)]
+)
 def test_key_scope_decides_admin_actions(scopes, allowed, api_client, tenant):
     client = api_client(scopes)
     before = _snapshot(tenant)

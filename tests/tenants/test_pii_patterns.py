@@ -12,16 +12,20 @@ pytestmark = pytest.mark.django_db
 GOOD = [{"name": "order", "regex": r"ORD-\d{5}"}]
 
 
-@pytest.mark.parametrize("patterns,reason", [
-    ([{"name": "maybe", "regex": "x?"}], "empty string"),  # valid `re`, but matches everywhere
-    ([{"name": "broken", "regex": "(unclosed"}], "missing )"),
-    ([{"name": "bad name!", "regex": "x"}], "name"),
-    ([{"name": "huge", "regex": "x" * 1001}], "longer than"),
-    ([{"name": "t", "regex": "T[0-9]+"}, {"name": "t", "regex": "X[0-9]+"}], "duplicate"),
-    ([{"name": "order", "regex": r"ORD-\d{5}", "flags": "i"}], "name"),
-])
-def test_a_pattern_the_gateway_would_refuse_is_refused_with_400_and_nothing_is_saved(api_client, tenant,
-                                                                                     patterns, reason):
+@pytest.mark.parametrize(
+    "patterns,reason",
+    [
+        ([{"name": "maybe", "regex": "x?"}], "empty string"),  # valid `re`, but matches everywhere
+        ([{"name": "broken", "regex": "(unclosed"}], "missing )"),
+        ([{"name": "bad name!", "regex": "x"}], "name"),
+        ([{"name": "huge", "regex": "x" * 1001}], "longer than"),
+        ([{"name": "t", "regex": "T[0-9]+"}, {"name": "t", "regex": "X[0-9]+"}], "duplicate"),
+        ([{"name": "order", "regex": r"ORD-\d{5}", "flags": "i"}], "name"),
+    ],
+)
+def test_a_pattern_the_gateway_would_refuse_is_refused_with_400_and_nothing_is_saved(
+    api_client, tenant, patterns, reason
+):
     client = api_client(["admin"])
     assert client.patch("/api/v1/policy/", {"pii_patterns": GOOD}, format="json").status_code == 200
 
@@ -47,10 +51,15 @@ def test_the_console_shows_a_bad_pattern_as_a_form_error_and_saves_nothing(admin
     client = Client()
     client.force_login(admin_user)
 
-    response = client.post("/settings/policy/", {
-        "consent_mode": "full", "retention_days": 30, "pii_mode": "redact",
-        "pii_patterns": '[{"name": "maybe", "regex": "x?"}]',
-    })
+    response = client.post(
+        "/settings/policy/",
+        {
+            "consent_mode": "full",
+            "retention_days": 30,
+            "pii_mode": "redact",
+            "pii_patterns": '[{"name": "maybe", "regex": "x?"}]',
+        },
+    )
 
     assert response.status_code == 200
     assert "matches the empty string" in " ".join(response.context["form"].errors["pii_patterns"])

@@ -19,8 +19,14 @@ MODEL = "policy-small"
 
 
 def base_version(tenant, model_dir, *, name=MODEL):
-    return model_version_register(tenant=tenant, actor=SYSTEM, name=name, checkpoint_path=str(model_dir),
-                                  tokenizer_hash=tokenizer_fingerprint(model_dir), status=VersionStatus.PRODUCTION)
+    return model_version_register(
+        tenant=tenant,
+        actor=SYSTEM,
+        name=name,
+        checkpoint_path=str(model_dir),
+        tokenizer_hash=tokenizer_fingerprint(model_dir),
+        status=VersionStatus.PRODUCTION,
+    )
 
 
 def qualified_trajectories(tenant, *, groups=3, group_size=4, prompt=6, completion=8, version=0, seed=0):
@@ -37,23 +43,59 @@ def qualified_trajectories(tenant, *, groups=3, group_size=4, prompt=6, completi
             completion_ids = [rng.randrange(10, VOCAB_SIZE) for _ in range(completion)]
             session = f"s-{uuid.uuid4().hex[:10]}"
             trajectory = Trajectory.objects.create(
-                id=trajectory_id_for(tenant_id=tenant.pk, session_id=session), tenant=tenant, session_id=session,
-                agent_name="helper", task_id=f"task-{group}", group_id=f"task-{group}#0", status="complete",
-                purpose="production", consent="full", started_at=timezone.now(), ended_at=timezone.now(),
-                step_count=1, prompt_tokens=prompt, completion_tokens=completion)
+                id=trajectory_id_for(tenant_id=tenant.pk, session_id=session),
+                tenant=tenant,
+                session_id=session,
+                agent_name="helper",
+                task_id=f"task-{group}",
+                group_id=f"task-{group}#0",
+                status="complete",
+                purpose="production",
+                consent="full",
+                started_at=timezone.now(),
+                ended_at=timezone.now(),
+                step_count=1,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+            )
             Step.objects.create(
-                tenant=tenant, trajectory=trajectory, index=0, kind="llm_call",
-                observation={"messages": [{"role": "user", "content": "q"}]}, action={"text": "a", "tool_calls": []},
-                result={"finish_reason": "length"}, prompt_tokens=prompt, completion_tokens=completion,
-                prompt_ids=pack_ids(prompt_ids), completion_ids=pack_ids(completion_ids),
-                completion_logprobs=pack_floats([-8.0] * completion), completion_versions=pack_versions(
-                    [version] * completion), tokenizer="default", created_at=timezone.now())
+                tenant=tenant,
+                trajectory=trajectory,
+                index=0,
+                kind="llm_call",
+                observation={"messages": [{"role": "user", "content": "q"}]},
+                action={"text": "a", "tool_calls": []},
+                result={"finish_reason": "length"},
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                prompt_ids=pack_ids(prompt_ids),
+                completion_ids=pack_ids(completion_ids),
+                completion_logprobs=pack_floats([-8.0] * completion),
+                completion_versions=pack_versions([version] * completion),
+                tokenizer="default",
+                created_at=timezone.now(),
+            )
             value = sum(1 for token in completion_ids if token < VOCAB_SIZE // 2) / completion
-            reward_append_for_agent(tenant_id=tenant.pk, session_id=session, step_id=None, value=value, kind=None,
-                                    source="user", label="", idempotency_key=None, timing="delayed", created_by="test")
-            Qualification.objects.create(tenant=tenant, trajectory=trajectory, status=QualificationStatus.QUALIFIED,
-                                         gate_status=QualificationStatus.QUALIFIED, content_hash=uuid.uuid4().hex,
-                                         training_reward=value)
+            reward_append_for_agent(
+                tenant_id=tenant.pk,
+                session_id=session,
+                step_id=None,
+                value=value,
+                kind=None,
+                source="user",
+                label="",
+                idempotency_key=None,
+                timing="delayed",
+                created_by="test",
+            )
+            Qualification.objects.create(
+                tenant=tenant,
+                trajectory=trajectory,
+                status=QualificationStatus.QUALIFIED,
+                gate_status=QualificationStatus.QUALIFIED,
+                content_hash=uuid.uuid4().hex,
+                training_reward=value,
+            )
             made.append(trajectory)
     return made
 
@@ -62,9 +104,22 @@ def queued_job(tenant, *, base=None, **fields):
     """A queued job row over a one-trajectory snapshot (no worker involved)."""
     from apps.training.models import ModelVersion, TrainingJob
 
-    base = base or ModelVersion.objects.filter(tenant=tenant).first() or ModelVersion.objects.create(
-        tenant=tenant, name=MODEL, number=0, checkpoint_path="/models/base", tokenizer_hash="tok",
-        status=VersionStatus.PRODUCTION)  # no audit event: the role matrix compares audit counts
-    defaults = {"algorithm": "grpo", "config": {"algorithm": "grpo"}, "total_steps": 5,
-                "dataset_snapshot": {"trajectory_ids": [str(uuid.uuid4())], "content_hash": "h", "filters": {}}}
+    base = (
+        base
+        or ModelVersion.objects.filter(tenant=tenant).first()
+        or ModelVersion.objects.create(
+            tenant=tenant,
+            name=MODEL,
+            number=0,
+            checkpoint_path="/models/base",
+            tokenizer_hash="tok",
+            status=VersionStatus.PRODUCTION,
+        )
+    )  # no audit event: the role matrix compares audit counts
+    defaults = {
+        "algorithm": "grpo",
+        "config": {"algorithm": "grpo"},
+        "total_steps": 5,
+        "dataset_snapshot": {"trajectory_ids": [str(uuid.uuid4())], "content_hash": "h", "filters": {}},
+    }
     return TrainingJob.objects.create(tenant=tenant, base_version=base, **{**defaults, **fields})

@@ -7,14 +7,17 @@ from bench.training.eta import main, run_benchmark
 
 
 def test_both_arms_train_the_same_episodes_within_their_staleness_bound(default_model_dir, tmp_path):
-    result = run_benchmark(default_model_dir, samples=6, batch=2, group=2, max_tokens=6, heldout=2,
-                           work_dir=tmp_path)
+    result = run_benchmark(
+        default_model_dir, samples=6, batch=2, group=2, max_tokens=6, heldout=2, work_dir=tmp_path
+    )
 
     arms = result["runs"][0]["arms"]
     assert {name: arm["eta"] for name, arm in arms.items()} == {"sync": 0, "async": 2}
     # Each arm as deployed on two cores: sync phases get both; async decodes on one core and trains on the other.
     assert {name: arm["threads"] for name, arm in arms.items()} == {
-        "sync": {"rollout": 2, "train": 2}, "async": {"rollout": 1, "train": 1}}
+        "sync": {"rollout": 2, "train": 2},
+        "async": {"rollout": 1, "train": 1},
+    }
     assert arms["sync"]["trained_samples"] == arms["async"]["trained_samples"] == 6
     assert arms["sync"]["steps"] == arms["async"]["steps"] == 3
     # η = 0: every generated token was sampled by the very version that trains on it.
@@ -30,8 +33,26 @@ def test_both_arms_train_the_same_episodes_within_their_staleness_bound(default_
 def test_the_command_writes_the_result_file(default_model_dir, tmp_path, capsys):
     out = tmp_path / "eta.json"
 
-    main(["--base", str(default_model_dir), "--samples", "2", "--batch", "2", "--group", "2", "--max-tokens", "4",
-          "--heldout", "2", "--rounds", "2", "--out", str(out)])
+    main(
+        [
+            "--base",
+            str(default_model_dir),
+            "--samples",
+            "2",
+            "--batch",
+            "2",
+            "--group",
+            "2",
+            "--max-tokens",
+            "4",
+            "--heldout",
+            "2",
+            "--rounds",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
 
     result = json.loads(out.read_text())
     assert [run["order"] for run in result["runs"]] == [["sync", "async"], ["async", "sync"]]

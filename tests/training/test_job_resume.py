@@ -17,15 +17,23 @@ class WorkerDied(BaseException):
     """Stands for a SIGKILL: not an Exception, so the task cannot mark the job failed."""
 
 
-def test_a_worker_dying_before_a_step_is_recorded_leaves_no_checkpoint_after_it(tenant, default_model_dir,
-                                                                                 settings, tmp_path, monkeypatch):
+def test_a_worker_dying_before_a_step_is_recorded_leaves_no_checkpoint_after_it(
+    tenant, default_model_dir, settings, tmp_path, monkeypatch
+):
     settings.AREAL_TRAINING_DIR, settings.AREAL_MODELS_DIR = tmp_path / "runs", tmp_path / "models"
     monkeypatch.setattr(run_training_job, "apply_async", lambda **kwargs: None)
     base = base_version(tenant, default_model_dir)
     qualified_trajectories(tenant, groups=2)
-    job = services.training_job_create(tenant=tenant, actor=Actor.system("operator"), base_version_id=base.pk,
-                                       algorithm="grpo", hyperparameters={"learning_rate": 1e-3}, batch_size=8,
-                                       total_steps=4, checkpoint_every=2)
+    job = services.training_job_create(
+        tenant=tenant,
+        actor=Actor.system("operator"),
+        base_version_id=base.pk,
+        algorithm="grpo",
+        hyperparameters={"learning_rate": 1e-3},
+        batch_size=8,
+        total_steps=4,
+        checkpoint_every=2,
+    )
 
     record_step = services.training_job_record_step
 
@@ -46,4 +54,9 @@ def test_a_worker_dying_before_a_step_is_recorded_leaves_no_checkpoint_after_it(
     assert run_training_job(job.pk)["status"] == "succeeded"
     job = TrainingJob.objects.get(pk=job.pk)
     assert (job.status, job.attempts) == (JobStatus.SUCCEEDED, 2)
-    assert list(TrainingMetric.objects.filter(job=job).order_by("step").values_list("step", flat=True)) == [1, 2, 3, 4]
+    assert list(TrainingMetric.objects.filter(job=job).order_by("step").values_list("step", flat=True)) == [
+        1,
+        2,
+        3,
+        4,
+    ]

@@ -38,12 +38,19 @@ def job_row(job_id) -> TrainingJob:
 
 
 def create_job(tenant, base, **fields):
-    defaults = {"algorithm": "grpo", "hyperparameters": {"learning_rate": 1e-3}, "batch_size": 8,
-                "total_steps": 3, "checkpoint_every": 1}
+    defaults = {
+        "algorithm": "grpo",
+        "hyperparameters": {"learning_rate": 1e-3},
+        "batch_size": 8,
+        "total_steps": 3,
+        "checkpoint_every": 1,
+    }
     return training_job_create(tenant=tenant, actor=USER, base_version_id=base.pk, **{**defaults, **fields})
 
 
-def test_a_short_job_produces_a_version_the_embedded_server_serves(tmp_path, tenant, default_model_dir, settings):
+def test_a_short_job_produces_a_version_the_embedded_server_serves(
+    tmp_path, tenant, default_model_dir, settings
+):
     base = base_version(tenant, default_model_dir)
     qualified_trajectories(tenant)
     with celery_worker(log_path=tmp_path / "worker.log") as (_, queue):
@@ -59,22 +66,34 @@ def test_a_short_job_produces_a_version_the_embedded_server_serves(tmp_path, ten
     assert list(TrainingMetric.objects.filter(job=job).values_list("step", flat=True)) == [1, 2, 3]
     assert job.sample_counts["samples"] == 12
 
-    with inference_server(default_model_dir, served_model=MODEL, version="0", log_path=tmp_path / "inf.log") as url:
-        backend = BackendFactory(tenant=tenant, name="embedded", base_url=url, kind=BackendKind.EMBEDDED,
-                                 served_model=MODEL, model_version="0", state=BackendState.UP)
+    with inference_server(
+        default_model_dir, served_model=MODEL, version="0", log_path=tmp_path / "inf.log"
+    ) as url:
+        backend = BackendFactory(
+            tenant=tenant,
+            name="embedded",
+            base_url=url,
+            kind=BackendKind.EMBEDDED,
+            served_model=MODEL,
+            model_version="0",
+            state=BackendState.UP,
+        )
         outcomes = model_version_publish(tenant=tenant, actor=USER, version=version)
         assert [outcome.ok for outcome in outcomes] == [True], outcomes
         assert httpx.get(f"{url}/admin/version").status_code == 401  # the admin API needs the token
         admin_headers = {"Authorization": f"Bearer {django_settings.AREAL_INFERENCE_ADMIN_TOKEN}"}
         assert httpx.get(f"{url}/admin/version", headers=admin_headers).json()["version"] == 1
-        reply = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "hello", "max_tokens": 3},
-                           timeout=60).json()
+        reply = httpx.post(
+            f"{url}/v1/completions", json={"model": MODEL, "prompt": "hello", "max_tokens": 3}, timeout=60
+        ).json()
         assert reply["policy_version"] == 1
     backend.refresh_from_db()
     assert backend.model_version == "1" and backend.state == BackendState.UP
 
 
-def test_a_job_whose_worker_is_killed_resumes_on_another_and_finishes(tmp_path, tenant, default_model_dir, settings):
+def test_a_job_whose_worker_is_killed_resumes_on_another_and_finishes(
+    tmp_path, tenant, default_model_dir, settings
+):
     base = base_version(tenant, default_model_dir)
     qualified_trajectories(tenant, groups=4)
     total = 24
@@ -95,7 +114,9 @@ def test_a_job_whose_worker_is_killed_resumes_on_another_and_finishes(tmp_path, 
     assert job.attempts == 2
     messages = list(job.log_lines.values_list("message", flat=True))
     assert any(message.startswith("resumed from the checkpoint after step") for message in messages), messages
-    assert list(TrainingMetric.objects.filter(job=job).values_list("step", flat=True)) == list(range(1, total + 1))
+    assert list(TrainingMetric.objects.filter(job=job).values_list("step", flat=True)) == list(
+        range(1, total + 1)
+    )
 
 
 def test_cancel_stops_a_running_job_within_one_step(tmp_path, tenant, default_model_dir, settings):

@@ -23,8 +23,12 @@ def signed_in(member, role=Role.OPERATOR, **kwargs):
 def test_job_list_and_detail_with_charts(member, tenant, other_tenant):
     job = queued_job(tenant, status=JobStatus.RUNNING, progress_step=2)
     for step in (1, 2):
-        TrainingMetric.objects.create(tenant=tenant, job=job, step=step, values={
-            "loss": 1.0 / step, "reward_mean": 0.1 * step, "staleness_histogram": [[0, 10], [1, 4]]})
+        TrainingMetric.objects.create(
+            tenant=tenant,
+            job=job,
+            step=step,
+            values={"loss": 1.0 / step, "reward_mean": 0.1 * step, "staleness_histogram": [[0, 10], [1, 4]]},
+        )
     theirs = queued_job(other_tenant)
     client = signed_in(member)
     listing = client.get("/training/jobs/")
@@ -32,7 +36,9 @@ def test_job_list_and_detail_with_charts(member, tenant, other_tenant):
     assert f'data-job="{theirs.pk}"'.encode() not in listing.content
     page = client.get(f"/training/jobs/{job.pk}/")
     assert page.status_code == 200
-    figures = json.loads(page.content.decode().split('id="job-figures" type="application/json">')[1].split("</script>")[0])
+    figures = json.loads(
+        page.content.decode().split('id="job-figures" type="application/json">')[1].split("</script>")[0]
+    )
     assert figures["loss"]["data"][0]["y"] == [1.0, 0.5]
     assert figures["staleness"]["data"][0]["x"] == [0, 1]
     assert b'id="cancel-job"' in page.content and b"training.job-" in page.content
@@ -47,15 +53,26 @@ def test_new_job_form_validates_and_creates(member, tenant, tmp_path, monkeypatc
     base = base_version(tenant, create_default_model(tmp_path / "model", seed=0))
     client = signed_in(member)
     assert client.get("/training/jobs/new/").status_code == 200
-    form = {"base_version": base.pk, "algorithm": "grpo", "learning_rate": 1e-4, "schedule": "cosine",
-            "warmup_steps": 5, "batch_size": 4, "total_steps": 5, "checkpoint_every": 2, "lora_rank": 0}
+    form = {
+        "base_version": base.pk,
+        "algorithm": "grpo",
+        "learning_rate": 1e-4,
+        "schedule": "cosine",
+        "warmup_steps": 5,
+        "batch_size": 4,
+        "total_steps": 5,
+        "checkpoint_every": 2,
+        "lora_rank": 0,
+    }
     invalid = client.post("/training/jobs/new/", form)
     assert invalid.status_code == 400 and b"Warm-up must be shorter" in invalid.content
     empty = client.post("/training/jobs/new/", {**form, "warmup_steps": 1})
     assert empty.status_code == 400 and b"no qualified trajectory" in empty.content
     assert not TrainingJob.objects.exists()
     qualified_trajectories(tenant, groups=1, group_size=2)
-    created = client.post("/training/jobs/new/", {**form, "warmup_steps": 1, "lora_rank": 4, "staleness_bound": 1})
+    created = client.post(
+        "/training/jobs/new/", {**form, "warmup_steps": 1, "lora_rank": 4, "staleness_bound": 1}
+    )
     job = TrainingJob.objects.get()
     assert created.status_code == 302 and created["Location"] == f"/training/jobs/{job.pk}/"
     assert job.config["lora"]["rank"] == 4 and job.staleness_bound == 1 and job.config["schedule"] == "cosine"
@@ -78,15 +95,21 @@ def test_cancel_from_the_console(member, tenant):
 
 
 def test_versions_and_lineage_tree(member, tenant, other_tenant):
-    root = model_version_register(tenant=tenant, actor=SYSTEM, name=MODEL, checkpoint_path="/m/0", tokenizer_hash="t")
-    first = model_version_register(tenant=tenant, actor=SYSTEM, name=MODEL, checkpoint_path="/m/1", tokenizer_hash="t",
-                                   parent=root)
-    model_version_register(tenant=tenant, actor=SYSTEM, name=MODEL, checkpoint_path="/m/2", tokenizer_hash="t",
-                           parent=first)
-    model_version_register(tenant=tenant, actor=SYSTEM, name=MODEL, checkpoint_path="/m/3", tokenizer_hash="t",
-                           parent=root)
-    model_version_register(tenant=other_tenant, actor=SYSTEM, name="secret-model", checkpoint_path="/x",
-                           tokenizer_hash="t")
+    root = model_version_register(
+        tenant=tenant, actor=SYSTEM, name=MODEL, checkpoint_path="/m/0", tokenizer_hash="t"
+    )
+    first = model_version_register(
+        tenant=tenant, actor=SYSTEM, name=MODEL, checkpoint_path="/m/1", tokenizer_hash="t", parent=root
+    )
+    model_version_register(
+        tenant=tenant, actor=SYSTEM, name=MODEL, checkpoint_path="/m/2", tokenizer_hash="t", parent=first
+    )
+    model_version_register(
+        tenant=tenant, actor=SYSTEM, name=MODEL, checkpoint_path="/m/3", tokenizer_hash="t", parent=root
+    )
+    model_version_register(
+        tenant=other_tenant, actor=SYSTEM, name="secret-model", checkpoint_path="/x", tokenizer_hash="t"
+    )
     client = signed_in(member, Role.VIEWER)
     listing = client.get("/models/")
     assert listing.status_code == 200 and b"secret-model" not in listing.content
@@ -102,10 +125,19 @@ def test_job_list_shows_the_tenants_online_runs(member, tenant, other_tenant):
     from apps.training.models import OnlineRun
 
     def run_of(owner, steps):
-        base = model_version_register(tenant=owner, actor=SYSTEM, name=MODEL, checkpoint_path="/nonexistent",
-                                      tokenizer_hash="t")
-        return OnlineRun.objects.create(tenant=owner, model_name=base.name, base_version=base, current_version=base,
-                                        staleness_bound=8, steps=steps, dropped_stale=3, publish_to_backends=False)
+        base = model_version_register(
+            tenant=owner, actor=SYSTEM, name=MODEL, checkpoint_path="/nonexistent", tokenizer_hash="t"
+        )
+        return OnlineRun.objects.create(
+            tenant=owner,
+            model_name=base.name,
+            base_version=base,
+            current_version=base,
+            staleness_bound=8,
+            steps=steps,
+            dropped_stale=3,
+            publish_to_backends=False,
+        )
 
     ours, theirs = run_of(tenant, 12), run_of(other_tenant, 5)
     page = signed_in(member).get("/training/jobs/")

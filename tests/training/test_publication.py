@@ -21,14 +21,27 @@ def publish(api_client, version):
     return response.json()["backends"]
 
 
-def test_publication_sends_the_admin_token_the_embedded_server_requires(api_client, tenant, default_model_dir,
-                                                                         tmp_path):
+def test_publication_sends_the_admin_token_the_embedded_server_requires(
+    api_client, tenant, default_model_dir, tmp_path
+):
     base = base_version(tenant, default_model_dir)
-    with inference_server(default_model_dir, served_model=MODEL, version="7", log_path=tmp_path / "inf.log") as url:
-        assert httpx.post(f"{url}/admin/load", json={"path": str(default_model_dir), "version": 3}).status_code == 401
+    with inference_server(
+        default_model_dir, served_model=MODEL, version="7", log_path=tmp_path / "inf.log"
+    ) as url:
+        assert (
+            httpx.post(f"{url}/admin/load", json={"path": str(default_model_dir), "version": 3}).status_code
+            == 401
+        )
         assert httpx.get(f"{url}/admin/version", headers={"Authorization": "Bearer guess"}).status_code == 401
-        backend = BackendFactory(tenant=tenant, name="embedded", base_url=url, kind=BackendKind.EMBEDDED,
-                                 served_model=MODEL, model_version="7", state=BackendState.UP)
+        backend = BackendFactory(
+            tenant=tenant,
+            name="embedded",
+            base_url=url,
+            kind=BackendKind.EMBEDDED,
+            served_model=MODEL,
+            model_version="7",
+            state=BackendState.UP,
+        )
         outcomes = publish(api_client, base)
         assert [outcome["ok"] for outcome in outcomes] == [True], outcomes
         token = {"Authorization": f"Bearer {django_settings.AREAL_INFERENCE_ADMIN_TOKEN}"}
@@ -37,13 +50,16 @@ def test_publication_sends_the_admin_token_the_embedded_server_requires(api_clie
     assert backend.model_version == str(base.number)
 
 
-def test_publication_to_a_disallowed_address_is_refused_before_connecting(api_client, tenant, default_model_dir,
-                                                                          settings):
+def test_publication_to_a_disallowed_address_is_refused_before_connecting(
+    api_client, tenant, default_model_dir, settings
+):
     settings.AREAL_BACKEND_ALLOWED_HOSTS = list(EMBEDDED_ALLOWED_HOSTS)
     base = base_version(tenant, default_model_dir)
     with listener() as port:
         for kind in (BackendKind.EMBEDDED, BackendKind.VLLM):
-            BackendFactory(tenant=tenant, name=f"old-{kind}", base_url=port.url, kind=kind, served_model=MODEL)
+            BackendFactory(
+                tenant=tenant, name=f"old-{kind}", base_url=port.url, kind=kind, served_model=MODEL
+            )
         outcomes = publish(api_client, base)
         assert [outcome["ok"] for outcome in outcomes] == [False, False]
         assert all("not allowed" in outcome["error"] for outcome in outcomes)
@@ -52,9 +68,15 @@ def test_publication_to_a_disallowed_address_is_refused_before_connecting(api_cl
 
 def test_publication_follows_no_redirect(api_client, tenant, default_model_dir):
     base = base_version(tenant, default_model_dir)
-    with scripted_http_server({("POST", "/admin/load"): (200, {}, {"ok": True})}) as (target, target_hits), \
-            scripted_http_server({("POST", "/admin/load"): (307, {"Location": f"{target}/admin/load"}, b"")}) \
-            as (url, _):
-        BackendFactory(tenant=tenant, name="redirecting", base_url=url, kind=BackendKind.EMBEDDED, served_model=MODEL)
+    with (
+        scripted_http_server({("POST", "/admin/load"): (200, {}, {"ok": True})}) as (target, target_hits),
+        scripted_http_server({("POST", "/admin/load"): (307, {"Location": f"{target}/admin/load"}, b"")}) as (
+            url,
+            _,
+        ),
+    ):
+        BackendFactory(
+            tenant=tenant, name="redirecting", base_url=url, kind=BackendKind.EMBEDDED, served_model=MODEL
+        )
         outcomes = publish(api_client, base)
     assert [outcome["ok"] for outcome in outcomes] == [False] and target_hits == []

@@ -17,8 +17,15 @@ SYSTEM = Actor.system("test")
 
 
 def _register(tenant, parent=None, **extra):
-    return services.model_version_register(tenant=tenant, actor=SYSTEM, name="policy", checkpoint_path="/ckpt",
-                                           tokenizer_hash="tok-a", parent=parent, **extra)
+    return services.model_version_register(
+        tenant=tenant,
+        actor=SYSTEM,
+        name="policy",
+        checkpoint_path="/ckpt",
+        tokenizer_hash="tok-a",
+        parent=parent,
+        **extra,
+    )
 
 
 def test_versions_are_numbered_per_model_with_their_parent(tenant, other_tenant):
@@ -38,30 +45,45 @@ def test_a_parent_must_share_tenant_model_and_tokenizer(tenant, other_tenant):
         _register(tenant, parent=theirs)
     base = _register(tenant)
     with pytest.raises(ValidationFailed) as mismatch:
-        services.model_version_register(tenant=tenant, actor=SYSTEM, name="policy", checkpoint_path="/c",
-                                        tokenizer_hash="tok-b", parent=base)
+        services.model_version_register(
+            tenant=tenant,
+            actor=SYSTEM,
+            name="policy",
+            checkpoint_path="/c",
+            tokenizer_hash="tok-b",
+            parent=base,
+        )
     assert mismatch.value.code == "tokenizer_mismatch"
     assert ModelVersion.objects.filter(tenant=tenant).count() == 1
 
 
-@pytest.mark.parametrize("start,target,allowed", [
-    (VersionStatus.TRAINING, VersionStatus.CANDIDATE, True),
-    (VersionStatus.TRAINING, VersionStatus.PRODUCTION, False),
-    (VersionStatus.CANDIDATE, VersionStatus.CANARY, True),
-    (VersionStatus.CANARY, VersionStatus.ROLLED_BACK, True),
-    (VersionStatus.CANARY, VersionStatus.PRODUCTION, True),
-    (VersionStatus.ROLLED_BACK, VersionStatus.PRODUCTION, False),
-    (VersionStatus.PRODUCTION, VersionStatus.RETIRED, True),
-    (VersionStatus.RETIRED, VersionStatus.CANARY, False),
-])
+@pytest.mark.parametrize(
+    "start,target,allowed",
+    [
+        (VersionStatus.TRAINING, VersionStatus.CANDIDATE, True),
+        (VersionStatus.TRAINING, VersionStatus.PRODUCTION, False),
+        (VersionStatus.CANDIDATE, VersionStatus.CANARY, True),
+        (VersionStatus.CANARY, VersionStatus.ROLLED_BACK, True),
+        (VersionStatus.CANARY, VersionStatus.PRODUCTION, True),
+        (VersionStatus.ROLLED_BACK, VersionStatus.PRODUCTION, False),
+        (VersionStatus.PRODUCTION, VersionStatus.RETIRED, True),
+        (VersionStatus.RETIRED, VersionStatus.CANARY, False),
+    ],
+)
 def test_status_moves_follow_the_transition_table(tenant, start, target, allowed):
     version = _register(tenant, status=start)
     if allowed:
-        assert services.model_version_set_status(tenant=tenant, actor=SYSTEM, version_id=version.pk,
-                                                 status=target).status == target
+        assert (
+            services.model_version_set_status(
+                tenant=tenant, actor=SYSTEM, version_id=version.pk, status=target
+            ).status
+            == target
+        )
     else:
         with pytest.raises(Conflict):
-            services.model_version_set_status(tenant=tenant, actor=SYSTEM, version_id=version.pk, status=target)
+            services.model_version_set_status(
+                tenant=tenant, actor=SYSTEM, version_id=version.pk, status=target
+            )
         version.refresh_from_db()
         assert version.status == start
 
@@ -71,19 +93,28 @@ def test_alias_moves_are_kept_and_answer_what_an_alias_named_when(tenant, other_
     child = _register(tenant, parent=base)
     services.alias_move(tenant=tenant, actor=SYSTEM, name="policy", alias="production", version=base)
     between = timezone.now()
-    services.alias_move(tenant=tenant, actor=SYSTEM, name="policy", alias="production", version=child,
-                        reason="promoted")
-    services.alias_move(tenant=tenant, actor=SYSTEM, name="policy", alias="production", version=child)  # no-op
+    services.alias_move(
+        tenant=tenant, actor=SYSTEM, name="policy", alias="production", version=child, reason="promoted"
+    )
+    services.alias_move(
+        tenant=tenant, actor=SYSTEM, name="policy", alias="production", version=child
+    )  # no-op
     assert selectors.alias_resolve(tenant=tenant, name="policy", alias="production") == child
     moves = list(selectors.alias_history(tenant=tenant, name="policy", alias="production"))
     assert [(move.from_version, move.to_version) for move in moves] == [(None, base), (base, child)]
     assert selectors.alias_at(tenant=tenant, name="policy", alias="production", moment=between) == base
-    assert selectors.alias_at(tenant=tenant, name="policy", alias="production",
-                              moment=moves[0].moved_at - timedelta(seconds=1)) is None
+    assert (
+        selectors.alias_at(
+            tenant=tenant, name="policy", alias="production", moment=moves[0].moved_at - timedelta(seconds=1)
+        )
+        is None
+    )
     assert selectors.alias_resolve(tenant=other_tenant, name="policy", alias="production") is None
     assert AliasMove.objects.filter(tenant=other_tenant).count() == 0
     with pytest.raises(ValidationFailed):
-        services.alias_move(tenant=other_tenant, actor=SYSTEM, name="policy", alias="production", version=child)
+        services.alias_move(
+            tenant=other_tenant, actor=SYSTEM, name="policy", alias="production", version=child
+        )
 
 
 def test_another_tenants_version_is_not_found(tenant, other_tenant):

@@ -50,44 +50,93 @@ def catalogue(tenant, other_tenant):
     """Four of this tenant's trajectories that differ in every filtered field, and a second tenant's
     trajectory that matches every filter trajectory `a` matches."""
     rows = {
-        "a": imported(tenant, "s-a", agent={"name": "weather-agent", "version": "1"}, task_id="t-1", group_id="g-1",
-                      status="complete", purpose="production", started_at="2025-03-01T10:00:00Z",
-                      ended_at="2025-03-01T10:05:00Z", rewards=[0.9]),
-        "b": imported(tenant, "s-b", agent={"name": "coder", "version": "1"}, task_id="t-2", group_id="g-1",
-                      status="aborted", purpose="eval", started_at="2025-03-02T10:00:00Z",
-                      ended_at="2025-03-02T10:05:00Z", rewards=[0.2, 0.6]),
-        "c": imported(tenant, "s-c", agent={"name": "coder", "version": "2"}, task_id="t-1", group_id="g-2",
-                      status="open", purpose="replay", started_at="2025-03-03T10:00:00Z", rewards=[]),
-        "d": imported(tenant, "s-d", agent={"name": "planner", "version": "1"}, task_id=None, group_id=None,
-                      status="open", purpose="annotation", started_at="2025-03-04T10:00:00Z", rewards=[-1.0]),
+        "a": imported(
+            tenant,
+            "s-a",
+            agent={"name": "weather-agent", "version": "1"},
+            task_id="t-1",
+            group_id="g-1",
+            status="complete",
+            purpose="production",
+            started_at="2025-03-01T10:00:00Z",
+            ended_at="2025-03-01T10:05:00Z",
+            rewards=[0.9],
+        ),
+        "b": imported(
+            tenant,
+            "s-b",
+            agent={"name": "coder", "version": "1"},
+            task_id="t-2",
+            group_id="g-1",
+            status="aborted",
+            purpose="eval",
+            started_at="2025-03-02T10:00:00Z",
+            ended_at="2025-03-02T10:05:00Z",
+            rewards=[0.2, 0.6],
+        ),
+        "c": imported(
+            tenant,
+            "s-c",
+            agent={"name": "coder", "version": "2"},
+            task_id="t-1",
+            group_id="g-2",
+            status="open",
+            purpose="replay",
+            started_at="2025-03-03T10:00:00Z",
+            rewards=[],
+        ),
+        "d": imported(
+            tenant,
+            "s-d",
+            agent={"name": "planner", "version": "1"},
+            task_id=None,
+            group_id=None,
+            status="open",
+            purpose="annotation",
+            started_at="2025-03-04T10:00:00Z",
+            rewards=[-1.0],
+        ),
     }
-    foreign = imported(other_tenant, "s-a", agent={"name": "weather-agent", "version": "1"}, task_id="t-1",
-                       group_id="g-1", status="complete", purpose="production", started_at="2025-03-01T10:00:00Z",
-                       ended_at="2025-03-01T10:05:00Z", rewards=[0.9])
+    foreign = imported(
+        other_tenant,
+        "s-a",
+        agent={"name": "weather-agent", "version": "1"},
+        task_id="t-1",
+        group_id="g-1",
+        status="complete",
+        purpose="production",
+        started_at="2025-03-01T10:00:00Z",
+        ended_at="2025-03-01T10:05:00Z",
+        rewards=[0.9],
+    )
     return {name: str(row.id) for name, row in rows.items()}, str(foreign.id)
 
 
 # --------------------------------------------------------------------------------------------------- list
 
-@pytest.mark.parametrize("query,expected", [
-    ({}, "abcd"),
-    ({"session_id": "s-a"}, "a"),
-    ({"agent": "coder"}, "bc"),
-    ({"task_id": "t-1"}, "ac"),
-    ({"group_id": "g-1"}, "ab"),
-    ({"status": "aborted"}, "b"),
-    ({"status": "open"}, "cd"),
-    ({"purpose": "eval"}, "b"),
-    ({"purpose": "annotation"}, "d"),
-    ({"reward_min": "0.5"}, "ab"),
-    ({"reward_max": "0.5"}, "bd"),
-    ({"reward_min": "0.1", "reward_max": "0.3"}, "b"),
-    ({"reward_min": "0.95"}, ""),
-    ({"started_after": "2025-03-02T10:00:00Z"}, "bcd"),
-    ({"started_before": "2025-03-02T10:00:00Z"}, "a"),
-    ({"started_after": "2025-03-02T00:00:00Z", "started_before": "2025-03-03T12:00:00Z"}, "bc"),
-    ({"agent": "coder", "status": "open", "task_id": "t-1"}, "c"),
-])
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ({}, "abcd"),
+        ({"session_id": "s-a"}, "a"),
+        ({"agent": "coder"}, "bc"),
+        ({"task_id": "t-1"}, "ac"),
+        ({"group_id": "g-1"}, "ab"),
+        ({"status": "aborted"}, "b"),
+        ({"status": "open"}, "cd"),
+        ({"purpose": "eval"}, "b"),
+        ({"purpose": "annotation"}, "d"),
+        ({"reward_min": "0.5"}, "ab"),
+        ({"reward_max": "0.5"}, "bd"),
+        ({"reward_min": "0.1", "reward_max": "0.3"}, "b"),
+        ({"reward_min": "0.95"}, ""),
+        ({"started_after": "2025-03-02T10:00:00Z"}, "bcd"),
+        ({"started_before": "2025-03-02T10:00:00Z"}, "a"),
+        ({"started_after": "2025-03-02T00:00:00Z", "started_before": "2025-03-03T12:00:00Z"}, "bc"),
+        ({"agent": "coder", "status": "open", "task_id": "t-1"}, "c"),
+    ],
+)
 def test_each_filter_selects_its_rows(reader, catalogue, query, expected):
     ids, foreign = catalogue
     response = reader.get(LIST, query)
@@ -107,15 +156,18 @@ def test_list_results_are_atdp(reader, catalogue):
         assert validate_trajectory(record) == []
 
 
-@pytest.mark.parametrize("query,field", [
-    ({"status": "finished"}, "status"),
-    ({"purpose": "training"}, "purpose"),
-    ({"reward_min": "high"}, "reward_min"),
-    ({"reward_max": "1e"}, "reward_max"),
-    ({"started_after": "yesterday"}, "started_after"),
-    ({"started_before": "2025-13-01"}, "started_before"),
-    ({"session_id": "x" * 201}, "session_id"),
-])
+@pytest.mark.parametrize(
+    "query,field",
+    [
+        ({"status": "finished"}, "status"),
+        ({"purpose": "training"}, "purpose"),
+        ({"reward_min": "high"}, "reward_min"),
+        ({"reward_max": "1e"}, "reward_max"),
+        ({"started_after": "yesterday"}, "started_after"),
+        ({"started_before": "2025-13-01"}, "started_before"),
+        ({"session_id": "x" * 201}, "session_id"),
+    ],
+)
 def test_an_invalid_filter_value_is_a_400_naming_the_field(reader, catalogue, query, field):
     for url in (LIST, EXPORT):
         response = reader.get(url, query)
@@ -128,8 +180,10 @@ def test_an_invalid_filter_value_is_a_400_naming_the_field(reader, catalogue, qu
 def test_cursor_pagination_walks_every_row_once(reader, tenant, other_tenant):
     # Ties on started_at (the cursor's position field) are the hard case for a cursor.
     moments = ["2025-05-01T08:00:00Z"] * 4 + ["2025-05-02T08:00:00Z"] * 3 + ["2025-05-03T08:00:00Z"]
-    expected = {str(imported(tenant, f"page-{number}", started_at=moment, rewards=[]).id)
-                for number, moment in enumerate(moments)}
+    expected = {
+        str(imported(tenant, f"page-{number}", started_at=moment, rewards=[]).id)
+        for number, moment in enumerate(moments)
+    }
     for number in range(3):
         imported(other_tenant, f"page-{number}", started_at=moments[0], rewards=[])
 
@@ -164,7 +218,9 @@ def test_a_cursor_keeps_the_filter(reader, tenant, other_tenant):
     assert seen == [("acme", "eval")] * 5
 
 
-def test_list_query_count_does_not_grow_with_rows(reader, tenant, other_tenant, django_assert_max_num_queries):
+def test_list_query_count_does_not_grow_with_rows(
+    reader, tenant, other_tenant, django_assert_max_num_queries
+):
     # The key (and its last-used stamp), the tenant, one page of trajectories, their steps, their rewards.
     imported(tenant, "first", rewards=[0.5])
     imported(other_tenant, "first", rewards=[0.5])
@@ -180,6 +236,7 @@ def test_list_query_count_does_not_grow_with_rows(reader, tenant, other_tenant, 
 
 
 # --------------------------------------------------------------------------------------------------- detail
+
 
 def test_detail_returns_the_imported_record_as_valid_atdp(reader, writer, tenant, other_tenant):
     record = atdp_record(tenant, "weather")
@@ -205,16 +262,29 @@ def test_detail_returns_the_imported_record_as_valid_atdp(reader, writer, tenant
         for name in ("prompt_ids", "completion_ids", "completion_logprobs", "completion_versions"):
             assert stored["tokens"][name] == sent["tokens"][name], name  # plain JSON lists again
     assert body["steps"][0]["action"]["tool_calls"][0]["function"]["name"] == "get_weather"
-    assert sorted((reward["target"], reward["step_id"], reward["value"]) for reward in body["rewards"]) == sorted(
-        (reward["target"], reward["step_id"], reward["value"]) for reward in record["rewards"])
+    assert sorted(
+        (reward["target"], reward["step_id"], reward["value"]) for reward in body["rewards"]
+    ) == sorted((reward["target"], reward["step_id"], reward["value"]) for reward in record["rewards"])
     assert body["cost"]["prompt_tokens"] == record["cost"]["prompt_tokens"]
 
 
 def test_detail_of_gateway_steps_unpacks_tokens_in_step_order(reader, tenant, other_tenant):
-    first = gateway_step(tenant, "live", prompt_ids=[10, 11, 12], completion_ids=[20, 21, 22, 23],
-                         logprobs=[-0.5, -0.25, -1.0, -0.125])
-    second = gateway_step(tenant, "live", prompt_ids=[10, 11, 12, 20, 21, 22, 23, 30], completion_ids=[40],
-                          logprobs=[-2.0], policy_version=4, parent_step_id=first["step_id"])
+    first = gateway_step(
+        tenant,
+        "live",
+        prompt_ids=[10, 11, 12],
+        completion_ids=[20, 21, 22, 23],
+        logprobs=[-0.5, -0.25, -1.0, -0.125],
+    )
+    second = gateway_step(
+        tenant,
+        "live",
+        prompt_ids=[10, 11, 12, 20, 21, 22, 23, 30],
+        completion_ids=[40],
+        logprobs=[-2.0],
+        policy_version=4,
+        parent_step_id=first["step_id"],
+    )
     ingested(tenant, "live", [first])
     trajectory = ingested(tenant, "live", [second])  # a later batch continues the indexes
     ingested(tenant, "other-session", [gateway_step(tenant, "other-session")])
@@ -238,11 +308,24 @@ def test_detail_of_gateway_steps_unpacks_tokens_in_step_order(reader, tenant, ot
 def test_aborted_and_retried_gateway_steps_are_valid_atdp(reader, tenant):
     first = gateway_step(tenant, "flaky")
     retry = gateway_step(tenant, "flaky", retry_of=first["step_id"])  # a retry shares its original's parent
-    aborted = gateway_step(tenant, "flaky", parent_step_id=retry["step_id"], aborted=True,
-                           error="client disconnected mid-stream",
-                           result={"finish_reason": None, "error": "client disconnected mid-stream"})
-    failed = gateway_step(tenant, "flaky", parent_step_id=retry["step_id"], aborted=True, tokens=None, tokenizer="",
-                          error="the inference backend failed: ConnectError", result={"finish_reason": None})
+    aborted = gateway_step(
+        tenant,
+        "flaky",
+        parent_step_id=retry["step_id"],
+        aborted=True,
+        error="client disconnected mid-stream",
+        result={"finish_reason": None, "error": "client disconnected mid-stream"},
+    )
+    failed = gateway_step(
+        tenant,
+        "flaky",
+        parent_step_id=retry["step_id"],
+        aborted=True,
+        tokens=None,
+        tokenizer="",
+        error="the inference backend failed: ConnectError",
+        result={"finish_reason": None},
+    )
     trajectory = ingested(tenant, "flaky", [first, retry, aborted, failed])
     body = reader.get(f"{LIST}{trajectory.id}/").json()
     assert validate_trajectory(body) == []
@@ -276,6 +359,7 @@ def test_reading_needs_the_read_scope(api_client, tenant):
 
 # --------------------------------------------------------------------------------------------------- export
 
+
 def test_export_streams_valid_atdp_lines_of_the_filter_and_tenant_only(reader, catalogue):
     ids, foreign = catalogue
     response = reader.get(EXPORT, {"agent": "coder"})
@@ -306,7 +390,11 @@ def test_parquet_export_is_readable_with_pyarrow(reader, catalogue):
     records = list(read_parquet(io.BytesIO(data)))
     assert all(validate_trajectory(record) == [] for record in records)
     assert {record["session_id"]: len(record["steps"]) for record in records} == {
-        "s-a": 5, "s-b": 5, "s-c": 5, "s-d": 5}
+        "s-a": 5,
+        "s-b": 5,
+        "s-c": 5,
+        "s-d": 5,
+    }
 
     filtered = pq.read_table(io.BytesIO(_body(reader.get(EXPORT, {"format": "parquet", "purpose": "eval"}))))
     assert filtered.column("trajectory_id").to_pylist() == [ids["b"]]
@@ -330,6 +418,7 @@ def test_export_of_another_tenant_is_empty(api_client, catalogue, other_tenant):
 
 # --------------------------------------------------------------------------------------------------- import
 
+
 def _post_jsonl(client, body: bytes, content_type="application/x-ndjson"):
     return client.generic("POST", IMPORT, body, content_type=content_type)
 
@@ -347,21 +436,25 @@ def test_import_keeps_good_lines_and_reports_bad_ones_by_line_and_field(writer, 
     wrong_kind["steps"][1]["kind"] = "daydream"
     short_logprobs = atdp_record(tenant, "bad-tokens")
     short_logprobs["steps"][0]["tokens"]["completion_logprobs"].pop()
-    body = b"".join([
-        _jsonl(good_first),
-        b"{not json\n",
-        b"\n",  # blank lines are skipped but still counted
-        _jsonl(wrong_kind),
-        _jsonl(short_logprobs),
-        b'["a list"]\n',
-        _jsonl(good_last),
-    ])
+    body = b"".join(
+        [
+            _jsonl(good_first),
+            b"{not json\n",
+            b"\n",  # blank lines are skipped but still counted
+            _jsonl(wrong_kind),
+            _jsonl(short_logprobs),
+            b'["a list"]\n',
+            _jsonl(good_last),
+        ]
+    )
     response = _post_jsonl(writer, body)
     assert response.status_code == 200, response.content
     report = response.json()
     assert report["accepted"] == 2
     assert [(entry["line"], entry["source_trajectory_id"]) for entry in report["stored"]] == [
-        (1, good_first["trajectory_id"]), (7, good_last["trajectory_id"])]
+        (1, good_first["trajectory_id"]),
+        (7, good_last["trajectory_id"]),
+    ]
     assert report["trajectory_ids"] == [entry["trajectory_id"] for entry in report["stored"]]
     rejected = {(entry["line"], entry["field"]) for entry in report["rejected"]}
     assert rejected == {(2, ""), (4, "steps[1].kind"), (5, "steps[0].tokens.completion_logprobs"), (6, "")}
@@ -390,15 +483,19 @@ def test_import_refuses_a_duplicate_trajectory(writer, tenant):
     assert response.status_code == 200
     report = response.json()
     assert report["accepted"] == 1
-    assert [(entry["line"], entry["field"]) for entry in report["rejected"]] == [(2, "trajectory_id"),
-                                                                                (3, "trajectory_id")]
+    assert [(entry["line"], entry["field"]) for entry in report["rejected"]] == [
+        (2, "trajectory_id"),
+        (3, "trajectory_id"),
+    ]
     again = _post_jsonl(writer, _jsonl(record))
     assert again.status_code == 400 and again.json()["accepted"] == 0
     assert Trajectory.objects.filter(session_id="once").count() == 1
     assert Step.objects.filter(trajectory__source_trajectory_id=record["trajectory_id"]).count() == 5
 
 
-def test_import_of_records_reusing_stored_step_or_reward_ids_is_reported_not_a_crash(writer, tenant, other_tenant):
+def test_import_of_records_reusing_stored_step_or_reward_ids_is_reported_not_a_crash(
+    writer, tenant, other_tenant
+):
     original = atdp_record(tenant, "original")
     _import(writer, original)
     foreign = imported(other_tenant, "foreign", rewards=[0.5])
@@ -426,16 +523,22 @@ def test_import_of_records_reusing_stored_step_or_reward_ids_is_reported_not_a_c
     assert (2, "steps[4].step_id") in fields
     assert (3, "rewards[0].reward_id") in fields
     assert (4, "rewards[0].idempotency_key") in fields
-    assert set(Trajectory.objects.for_tenant(tenant).values_list("session_id", flat=True)) == {"original", "fine"}
+    assert set(Trajectory.objects.for_tenant(tenant).values_list("session_id", flat=True)) == {
+        "original",
+        "fine",
+    }
     assert Step.objects.filter(id=foreign_step_id, tenant=other_tenant).exists()
     assert Reward.objects.filter(tenant=tenant).count() == 2 + 2
 
 
-@pytest.mark.parametrize("content_type,status", [
-    ("application/json", 400),  # parsed, but JSON Lines were asked for
-    ("text/plain", 415),
-    ("multipart/form-data; boundary=xyz", 415),
-])
+@pytest.mark.parametrize(
+    "content_type,status",
+    [
+        ("application/json", 400),  # parsed, but JSON Lines were asked for
+        ("text/plain", 415),
+        ("multipart/form-data; boundary=xyz", 415),
+    ],
+)
 def test_import_with_the_wrong_content_type_stores_nothing(writer, tenant, content_type, status):
     record = atdp_record(tenant, "typed")
     body = json.dumps(record).encode()

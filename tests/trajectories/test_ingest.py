@@ -13,10 +13,23 @@ pytestmark = pytest.mark.django_db
 
 
 def _record(tenant, session, **extra):
-    return {"step_id": str(uuid.uuid4()), "tenant_id": tenant.pk, "session_id": session, "endpoint": "chat",
-            "prompt_tokens": 10, "completion_tokens": 3, "latency_ms": 7, "cost_usd": 0.25,
-            "tokens": {"prompt_ids": [1, 2], "completion_ids": [3], "completion_logprobs": [-0.5],
-                       "completion_versions": [0]}, **extra}
+    return {
+        "step_id": str(uuid.uuid4()),
+        "tenant_id": tenant.pk,
+        "session_id": session,
+        "endpoint": "chat",
+        "prompt_tokens": 10,
+        "completion_tokens": 3,
+        "latency_ms": 7,
+        "cost_usd": 0.25,
+        "tokens": {
+            "prompt_ids": [1, 2],
+            "completion_ids": [3],
+            "completion_logprobs": [-0.5],
+            "completion_versions": [0],
+        },
+        **extra,
+    }
 
 
 def test_new_and_existing_trajectories_in_one_batch(tenant, other_tenant):
@@ -30,7 +43,8 @@ def test_new_and_existing_trajectories_in_one_batch(tenant, other_tenant):
     assert (a.step_count, a.prompt_tokens, a.completion_tokens, a.latency_ms) == (3, 30, 9, 21)
     assert a.cost_usd == Decimal("0.75") and b.cost_usd == Decimal("0.5") and theirs.step_count == 1
     assert list(a.steps.order_by("index").values_list("id", flat=True)) == [
-        uuid.UUID(record["step_id"]) for record in first + batch[:1]]
+        uuid.UUID(record["step_id"]) for record in first + batch[:1]
+    ]
     assert list(b.steps.values_list("index", flat=True).order_by("index")) == [0, 1]
 
     assert steps_ingest(records=first + batch) == 0  # a replayed journal
@@ -41,18 +55,26 @@ def test_new_and_existing_trajectories_in_one_batch(tenant, other_tenant):
 def test_a_trajectory_created_meanwhile_makes_the_fast_insert_step_aside(tenant):
     records = [_record(tenant, "raced"), _record(tenant, "fresh")]
     by_trajectory = {trajectory_id_for(tenant_id=tenant.pk, session_id=r["session_id"]): [r] for r in records}
-    Trajectory.objects.create(id=trajectory_id_for(tenant_id=tenant.pk, session_id="raced"), tenant=tenant,
-                              session_id="raced")
+    Trajectory.objects.create(
+        id=trajectory_id_for(tenant_id=tenant.pk, session_id="raced"), tenant=tenant, session_id="raced"
+    )
     assert _create_trajectories(by_trajectory, list(by_trajectory)) is False
     assert not Trajectory.objects.filter(session_id="fresh").exists()  # all or nothing
     assert steps_ingest(records=records) == 2
-    assert {t.session_id: t.step_count for t in Trajectory.objects.filter(tenant=tenant)} == {"raced": 1, "fresh": 1}
+    assert {t.session_id: t.step_count for t in Trajectory.objects.filter(tenant=tenant)} == {
+        "raced": 1,
+        "fresh": 1,
+    }
 
 
 def test_a_generated_nul_character_is_stored_as_a_replacement_character(tenant):
     # PostgreSQL's jsonb and text cannot hold NUL, which a small model can emit: the batch must still land.
-    record = _record(tenant, "nul", observation={"messages": [{"role": "user", "content": "hi\x00"}]},
-                     action={"text": "a\x00b", "tool_calls": []})
+    record = _record(
+        tenant,
+        "nul",
+        observation={"messages": [{"role": "user", "content": "hi\x00"}]},
+        action={"text": "a\x00b", "tool_calls": []},
+    )
     assert steps_ingest(records=[record, _record(tenant, "nul")]) == 2
     step = Step.objects.get(id=record["step_id"])
     assert step.action["text"] == "a\ufffdb"

@@ -30,27 +30,62 @@ def _planted(tenant, member):
     `needed` (in a queued training job's snapshot). Within retention: `fresh` and `recent_undated`."""
     now = timezone.now()
     spec = make_spec(tenant, name="quality", kind="boolean")
-    old = make_trajectory(tenant, task_id="old", text="a secret prompt", retention_until=now - timedelta(hours=1))
+    old = make_trajectory(
+        tenant, task_id="old", text="a secret prompt", retention_until=now - timedelta(hours=1)
+    )
     make_reward(old, source="user", value=1.0)
-    Reward.objects.create(tenant=tenant, trajectory=old, target="trajectory", value=0.0, kind="critique",
-                          label="it should have said the secret", source="user")
+    Reward.objects.create(
+        tenant=tenant,
+        trajectory=old,
+        target="trajectory",
+        value=0.0,
+        kind="critique",
+        label="it should have said the secret",
+        source="user",
+    )
     annotator = member(Role.ANNOTATOR)
-    queue = annotation_queue_create(tenant=tenant, actor=SYSTEM, name="old", spec_id=spec.pk,
-                                    filters={"task_id": "old"}, annotators_per_item=1, assignee_ids=[annotator.pk])
+    queue = annotation_queue_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        name="old",
+        spec_id=spec.pk,
+        filters={"task_id": "old"},
+        annotators_per_item=1,
+        assignee_ids=[annotator.pk],
+    )
     item = AnnotationItem.objects.get(queue=queue)
-    annotation_label_submit(tenant=tenant, actor=Actor.user(annotator), user=annotator, item_id=item.pk, value=1,
-                            comment="about the secret", correction="a better secret")
+    annotation_label_submit(
+        tenant=tenant,
+        actor=Actor.user(annotator),
+        user=annotator,
+        item_id=item.pk,
+        value=1,
+        comment="about the secret",
+        correction="a better secret",
+    )
     Review.objects.create(tenant=tenant, trajectory=old, status="approved", note="looked at the secret")
     Qualification.objects.create(tenant=tenant, trajectory=old, content_hash="h")
     undated = make_trajectory(tenant, started_at=now - timedelta(days=91))
     needed = make_trajectory(tenant, retention_until=now - timedelta(days=1))
     fresh = make_trajectory(tenant, retention_until=now + timedelta(days=30))
     recent_undated = make_trajectory(tenant, started_at=now - timedelta(days=10))
-    base = ModelVersion.objects.create(tenant=tenant, name="m", number=0, checkpoint_path="/m/0",
-                                       tokenizer_hash="t", status="production")
-    TrainingJob.objects.create(tenant=tenant, algorithm="sft", base_version=base, status=JobStatus.QUEUED,
-                               dataset_snapshot={"trajectory_ids": [str(needed.pk), str(fresh.pk)]})
-    return {"old": old, "undated": undated, "needed": needed, "fresh": fresh, "recent_undated": recent_undated}
+    base = ModelVersion.objects.create(
+        tenant=tenant, name="m", number=0, checkpoint_path="/m/0", tokenizer_hash="t", status="production"
+    )
+    TrainingJob.objects.create(
+        tenant=tenant,
+        algorithm="sft",
+        base_version=base,
+        status=JobStatus.QUEUED,
+        dataset_snapshot={"trajectory_ids": [str(needed.pk), str(fresh.pk)]},
+    )
+    return {
+        "old": old,
+        "undated": undated,
+        "needed": needed,
+        "fresh": fresh,
+        "recent_undated": recent_undated,
+    }
 
 
 def test_the_beat_task_deletes_what_is_past_retention_with_its_content(tenant, other_tenant, member):
@@ -58,27 +93,39 @@ def test_the_beat_task_deletes_what_is_past_retention_with_its_content(tenant, o
     theirs = make_trajectory(other_tenant, retention_until=timezone.now() + timedelta(days=1))
     their_old = make_trajectory(other_tenant, retention_until=timezone.now() - timedelta(days=1))
     old = planted["old"]
-    assert Step.objects.filter(trajectory=old).exists() and AnnotationLabel.objects.filter(tenant=tenant).exists()
+    assert (
+        Step.objects.filter(trajectory=old).exists()
+        and AnnotationLabel.objects.filter(tenant=tenant).exists()
+    )
 
     result = purge_expired_trajectories.apply().get()
 
     assert result[tenant.slug]["trajectories"] == 2 and result[tenant.slug]["held_by_training"] == 1
     assert result[other_tenant.slug]["trajectories"] == 1
     assert set(Trajectory.objects.filter(tenant=tenant).values_list("pk", flat=True)) == {
-        planted["needed"].pk, planted["fresh"].pk, planted["recent_undated"].pk}
+        planted["needed"].pk,
+        planted["fresh"].pk,
+        planted["recent_undated"].pk,
+    }
     assert list(Trajectory.objects.filter(tenant=other_tenant).values_list("pk", flat=True)) == [theirs.pk]
     for gone in (old.pk, planted["undated"].pk, their_old.pk):
         assert not Step.objects.filter(trajectory_id=gone).exists()
         assert not Reward.objects.filter(trajectory_id=gone).exists()
     assert not AnnotationItem.objects.filter(tenant=tenant).exists()
     assert not AnnotationLabel.objects.filter(tenant=tenant).exists()
-    assert not Review.objects.filter(tenant=tenant).exists() and not Qualification.objects.filter(tenant=tenant).exists()
+    assert (
+        not Review.objects.filter(tenant=tenant).exists()
+        and not Qualification.objects.filter(tenant=tenant).exists()
+    )
     assert Step.objects.filter(trajectory=planted["needed"]).count() == 2  # held for the queued job
 
     event = AuditEvent.objects.get(tenant=tenant, verb="trajectory.retention_purge")
     assert event.actor_label == "retention"
     assert event.data["trajectories"] == 2 and event.data["deleted"]["trajectories.Step"] == 4
-    assert event.data["deleted"]["rewards.Reward"] == 4 and event.data["deleted"]["annotation.AnnotationLabel"] == 1
+    assert (
+        event.data["deleted"]["rewards.Reward"] == 4
+        and event.data["deleted"]["annotation.AnnotationLabel"] == 1
+    )
     assert AuditEvent.objects.filter(tenant=other_tenant, verb="trajectory.retention_purge").count() == 1
 
     again = purge_expired_trajectories.apply().get()  # idempotent: nothing left, no new event

@@ -38,7 +38,13 @@ def _empty_record(tenant, session_id: str, trajectory_id) -> dict:
     record = atdp_record(tenant, session_id, rewards=[])
     record["trajectory_id"] = str(trajectory_id)
     record["steps"] = []
-    record["cost"] = {"prompt_tokens": 0, "completion_tokens": 0, "latency_ms": 0, "ttft_ms": None, "usd": 0.0}
+    record["cost"] = {
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "latency_ms": 0,
+        "ttft_ms": None,
+        "usd": 0.0,
+    }
     return record
 
 
@@ -52,8 +58,9 @@ def victim_reader(api_client, other_tenant):
     return api_client(["trajectories:read"], of=other_tenant)
 
 
-def test_an_import_under_another_tenants_future_id_never_sees_their_steps(attacker, victim_reader, tenant,
-                                                                          other_tenant):
+def test_an_import_under_another_tenants_future_id_never_sees_their_steps(
+    attacker, victim_reader, tenant, other_tenant
+):
     """The attack: compute the victim's next gateway trajectory id, import an empty trajectory under it,
     let the victim's gateway record a step there, read it back."""
     future_id = trajectory_id_for(tenant_id=other_tenant.pk, session_id="victim-session")
@@ -64,8 +71,11 @@ def test_an_import_under_another_tenants_future_id_never_sees_their_steps(attack
     squat = Trajectory.objects.get(pk=stored_id)
     assert squat.tenant == tenant and squat.source_trajectory_id == future_id
 
-    secret = gateway_step(other_tenant, "victim-session",
-                          observation={"messages": [{"role": "user", "content": "the victim's secret"}]})
+    secret = gateway_step(
+        other_tenant,
+        "victim-session",
+        observation={"messages": [{"role": "user", "content": "the victim's secret"}]},
+    )
     victims = ingested(other_tenant, "victim-session", [secret])  # the victim's gateway journal lands
     assert victims.pk == future_id and victims.tenant == other_tenant and victims.step_count == 1
 
@@ -82,8 +92,9 @@ def test_an_import_under_another_tenants_future_id_never_sees_their_steps(attack
     assert [step["step_id"] for step in theirs.json()["steps"]] == [secret["step_id"]]
 
 
-def test_an_import_answers_the_same_whether_another_tenant_holds_the_id_or_nobody_does(attacker, tenant,
-                                                                                       other_tenant):
+def test_an_import_answers_the_same_whether_another_tenant_holds_the_id_or_nobody_does(
+    attacker, tenant, other_tenant
+):
     theirs = ingested(other_tenant, "theirs", [gateway_step(other_tenant, "theirs")])
     taken = _import(attacker, _empty_record(tenant, "probe-taken", theirs.pk))
     free = _import(attacker, _empty_record(tenant, "probe-free", uuid.uuid4()))
@@ -97,12 +108,15 @@ def test_an_import_answers_the_same_whether_another_tenant_holds_the_id_or_nobod
     again_by_id = _import(attacker, _empty_record(tenant, "probe-renamed", theirs.pk))
     again_by_session = _import(attacker, _empty_record(tenant, "probe-free", uuid.uuid4()))
     assert again_by_id.status_code == again_by_session.status_code == 400
-    messages = {entry["message"] for entry in again_by_id.json()["rejected"] + again_by_session.json()["rejected"]}
+    messages = {
+        entry["message"] for entry in again_by_id.json()["rejected"] + again_by_session.json()["rejected"]
+    }
     assert messages == {"a trajectory with this id or session already exists"}
 
 
-def test_a_gateway_step_never_lands_in_another_tenants_trajectory_even_when_ids_collide(tenant, other_tenant,
-                                                                                        tmp_path):
+def test_a_gateway_step_never_lands_in_another_tenants_trajectory_even_when_ids_collide(
+    tenant, other_tenant, tmp_path
+):
     """A row of tenant A holding the id the gateway derives for a session of tenant B (an import stored
     before ids were fresh, or any future collision): B's journalled step is refused and kept aside, never
     attached to A's trajectory."""
@@ -125,8 +139,9 @@ def test_a_gateway_step_never_lands_in_another_tenants_trajectory_even_when_ids_
 def test_another_tenants_step_attached_to_a_trajectory_is_never_read_back(attacker, tenant, other_tenant):
     """Rows written before steps were scoped (a step of B under A's trajectory) stay invisible to A."""
     mine = imported(tenant, "mine", rewards=[])
-    leaked = gateway_step(other_tenant, "elsewhere",
-                          observation={"messages": [{"role": "user", "content": "leaked secret"}]})
+    leaked = gateway_step(
+        other_tenant, "elsewhere", observation={"messages": [{"role": "user", "content": "leaked secret"}]}
+    )
     ingested(other_tenant, "elsewhere", [leaked])
     Step.objects.filter(id=leaked["step_id"]).update(trajectory=mine, index=99)
 
@@ -140,6 +155,7 @@ def test_another_tenants_step_attached_to_a_trajectory_is_never_read_back(attack
 
 # ------------------------------------------------------------------------------------------------------ audit
 
+
 def test_an_import_is_audited_per_stored_trajectory(attacker, tenant, other_tenant):
     first, second = atdp_record(tenant, "audited-1"), atdp_record(tenant, "audited-2")
     bad = atdp_record(tenant, "audited-bad")
@@ -148,8 +164,10 @@ def test_an_import_is_audited_per_stored_trajectory(attacker, tenant, other_tena
     assert response.status_code == 200 and response.json()["accepted"] == 2
     events = list(AuditEvent.objects.filter(tenant=tenant, verb="trajectory.import").order_by("sequence"))
     assert [event.target_id for event in events] == response.json()["trajectory_ids"]
-    assert [event.data["source_trajectory_id"] for event in events] == [first["trajectory_id"],
-                                                                        second["trajectory_id"]]
+    assert [event.data["source_trajectory_id"] for event in events] == [
+        first["trajectory_id"],
+        second["trajectory_id"],
+    ]
     assert events[0].actor_kind == "api_key" and events[0].data["steps"] == len(first["steps"])
     assert not AuditEvent.objects.filter(tenant=other_tenant, verb="trajectory.import").exists()
 

@@ -47,9 +47,16 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def vllm_server(vllm_python, model_dir, tmp_path_factory):
     config = VllmServerConfig(
-        model_path=str(model_dir), served_model_name=SERVED_MODEL, python=vllm_python,
-        max_model_len=256, dtype="float32", cpu_kv_cache_gib=1, dev_mode=True,
-        max_lora_rank=MAX_LORA_RANK, tool_call_parser="hermes", extra_args=NCCL_WEIGHT_TRANSFER,
+        model_path=str(model_dir),
+        served_model_name=SERVED_MODEL,
+        python=vllm_python,
+        max_model_len=256,
+        dtype="float32",
+        cpu_kv_cache_gib=1,
+        dev_mode=True,
+        max_lora_rank=MAX_LORA_RANK,
+        tool_call_parser="hermes",
+        extra_args=NCCL_WEIGHT_TRANSFER,
     )
     log_path = tmp_path_factory.mktemp("vllm-log") / "server.log"
     with VllmServer(config, log_path=log_path, startup_timeout_s=600) as server:

@@ -28,17 +28,31 @@ PROMPTS = [
 
 
 def chat(client, model: str, *, stream: bool, max_tokens: int = 12, **options) -> ParsedCompletion:
-    request = dict(model=model, messages=options.pop("messages", CHAT_MESSAGES), max_tokens=max_tokens,
-                   logprobs=True, extra_body={"return_token_ids": True}, **options)
+    request = dict(
+        model=model,
+        messages=options.pop("messages", CHAT_MESSAGES),
+        max_tokens=max_tokens,
+        logprobs=True,
+        extra_body={"return_token_ids": True},
+        **options,
+    )
     if not stream:
         return parse_response(client.chat.completions.create(**request).model_dump())
     chunks = client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True})
     return parse_stream(chunk.model_dump() for chunk in chunks)
 
 
-def complete(client, model: str, prompt: str, *, stream: bool, max_tokens: int = 12, **options) -> ParsedCompletion:
-    request = dict(model=model, prompt=prompt, max_tokens=max_tokens, logprobs=0,
-                   extra_body={"return_token_ids": True}, **options)
+def complete(
+    client, model: str, prompt: str, *, stream: bool, max_tokens: int = 12, **options
+) -> ParsedCompletion:
+    request = dict(
+        model=model,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        logprobs=0,
+        extra_body={"return_token_ids": True},
+        **options,
+    )
     if not stream:
         return parse_response(client.completions.create(**request).model_dump())
     chunks = client.completions.create(**request, stream=True, stream_options={"include_usage": True})

@@ -18,8 +18,16 @@ class LoopRecord:
 
 
 class RequestLoop:
-    def __init__(self, client, model: str, *, threads: int = 2, max_requests: int = 400,
-                 max_seconds: float = 180.0, max_tokens: int = 8):
+    def __init__(
+        self,
+        client,
+        model: str,
+        *,
+        threads: int = 2,
+        max_requests: int = 400,
+        max_seconds: float = 180.0,
+        max_tokens: int = 8,
+    ):
         self.client = client
         self.model = model
         self.max_requests = max_requests
@@ -68,8 +76,15 @@ class RequestLoop:
             started = time.monotonic()
             parsed, error = None, None
             try:
-                parsed = complete(self.client, self.model, PROMPTS[index % len(PROMPTS)], stream=index % 2 == 0,
-                                  max_tokens=self.max_tokens, temperature=1.0, seed=index)
+                parsed = complete(
+                    self.client,
+                    self.model,
+                    PROMPTS[index % len(PROMPTS)],
+                    stream=index % 2 == 0,
+                    max_tokens=self.max_tokens,
+                    temperature=1.0,
+                    seed=index,
+                )
             except Exception as exception:  # every failure is a finding: record it, keep going
                 error = f"{type(exception).__name__}: {exception}"
             with self._lock:

@@ -21,21 +21,42 @@ pytestmark = [pytest.mark.vllm, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def vllm_backend(tenant, vllm_server):
-    return BackendFactory(tenant=tenant, name="vllm-cpu", base_url=vllm_server.base_url, kind=BackendKind.VLLM,
-                          served_model=SERVED_MODEL, model_version="0", state=BackendState.UP)
+    return BackendFactory(
+        tenant=tenant,
+        name="vllm-cpu",
+        base_url=vllm_server.base_url,
+        kind=BackendKind.VLLM,
+        served_model=SERVED_MODEL,
+        model_version="0",
+        state=BackendState.UP,
+    )
 
 
 def _direct(vllm_server, **body) -> dict:
     """The same request straight to vLLM, asking for its token data."""
-    response = httpx.post(f"{vllm_server.base_url}/v1/chat/completions", timeout=120, json={
-        "model": SERVED_MODEL, "messages": CHAT_MESSAGES, "return_token_ids": True, "logprobs": True, **body})
+    response = httpx.post(
+        f"{vllm_server.base_url}/v1/chat/completions",
+        timeout=120,
+        json={
+            "model": SERVED_MODEL,
+            "messages": CHAT_MESSAGES,
+            "return_token_ids": True,
+            "logprobs": True,
+            **body,
+        },
+    )
     response.raise_for_status()
     return response.json()
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_openai_sdk_through_the_gateway_records_vllms_tokens(gateway, vllm_backend, vllm_server,  # noqa: F811
-                                                             agent_key, stream):  # noqa: F811
+def test_openai_sdk_through_the_gateway_records_vllms_tokens(
+    gateway,
+    vllm_backend,
+    vllm_server,  # noqa: F811
+    agent_key,
+    stream,
+):  # noqa: F811
     url, gw = gateway
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=agent_key("inference"), max_retries=0, timeout=120)
     request = {"model": SERVED_MODEL, "messages": CHAT_MESSAGES, "max_tokens": 10, "temperature": 0}
@@ -62,8 +83,9 @@ def test_openai_sdk_through_the_gateway_records_vllms_tokens(gateway, vllm_backe
 def test_tools_are_forwarded_to_vllm_and_recorded(gateway, vllm_backend, agent_key):  # noqa: F811
     url, gw = gateway
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=agent_key("inference"), max_retries=0, timeout=120)
-    reply = client.chat.completions.create(model=SERVED_MODEL, messages=CHAT_MESSAGES, tools=[WEATHER_TOOL],
-                                           max_tokens=16, temperature=0)
+    reply = client.chat.completions.create(
+        model=SERVED_MODEL, messages=CHAT_MESSAGES, tools=[WEATHER_TOOL], max_tokens=16, temperature=0
+    )
     drain(gw)
     step = Step.objects.get(pk=reply.id)
     assert step.observation["tools"] == [WEATHER_TOOL]
@@ -72,16 +94,23 @@ def test_tools_are_forwarded_to_vllm_and_recorded(gateway, vllm_backend, agent_k
 
 
 def _direct_prompt_ids_without_tools(backend) -> list[int]:
-    response = httpx.post(f"{backend.base_url}/v1/chat/completions", timeout=120, json={
-        "model": SERVED_MODEL, "messages": CHAT_MESSAGES, "max_tokens": 1, "return_token_ids": True})
+    response = httpx.post(
+        f"{backend.base_url}/v1/chat/completions",
+        timeout=120,
+        json={"model": SERVED_MODEL, "messages": CHAT_MESSAGES, "max_tokens": 1, "return_token_ids": True},
+    )
     return response.json()["prompt_token_ids"]
 
 
 def test_anthropic_sdk_through_the_gateway_to_vllm(gateway, vllm_backend, agent_key):  # noqa: F811
     url, gw = gateway
     client = anthropic.Anthropic(base_url=url, api_key=agent_key("inference"), max_retries=0, timeout=120)
-    message = client.messages.create(model=SERVED_MODEL, max_tokens=8, system="You are a careful assistant.",
-                                     messages=[{"role": "user", "content": "What is the weather in Paris today?"}])
+    message = client.messages.create(
+        model=SERVED_MODEL,
+        max_tokens=8,
+        system="You are a careful assistant.",
+        messages=[{"role": "user", "content": "What is the weather in Paris today?"}],
+    )
     drain(gw)
     assert message.type == "message" and message.usage.output_tokens > 0
     step = Step.objects.get(pk=message.id.removeprefix("msg_"))

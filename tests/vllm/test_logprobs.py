@@ -23,7 +23,9 @@ def test_chat_logprobs_match_transformers(openai_client, reference, stream):
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_completion_logprobs_match_transformers(openai_client, reference, prompt):
-    parsed = complete(openai_client, SERVED_MODEL, prompt, stream=False, max_tokens=48, temperature=1.0, seed=1)
+    parsed = complete(
+        openai_client, SERVED_MODEL, prompt, stream=False, max_tokens=48, temperature=1.0, seed=1
+    )
 
     assert len(parsed.choices[0].logprobs) > 1
     assert max_logprob_error(reference, parsed) <= LOGPROB_TOLERANCE
@@ -32,6 +34,8 @@ def test_completion_logprobs_match_transformers(openai_client, reference, prompt
 def test_logprobs_are_of_the_unscaled_distribution_at_any_temperature(openai_client, reference):
     # vLLM's default --logprobs-mode raw_logprobs: what the model gives before temperature, so a trainer
     # that samples at T != 1 recomputes behaviour logprobs or serves with processed_logprobs.
-    parsed = complete(openai_client, SERVED_MODEL, PROMPTS[1], stream=False, max_tokens=24, temperature=0.3, seed=2)
+    parsed = complete(
+        openai_client, SERVED_MODEL, PROMPTS[1], stream=False, max_tokens=24, temperature=0.3, seed=2
+    )
 
     assert max_logprob_error(reference, parsed) <= LOGPROB_TOLERANCE

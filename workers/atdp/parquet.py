@@ -25,54 +25,92 @@ from workers.atdp.schema import ATDP_VERSION
 
 OPEN_JSON_STEP_FIELDS = ("observation", "state", "action", "result")
 
-_COST = pa.struct([
-    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("latency_ms", pa.int64()),
-    ("ttft_ms", pa.int64()), ("usd", pa.float64()),
-])
-_TOKENS = pa.struct([
-    ("tokenizer", pa.string()),
-    ("prompt_ids", pa.list_(pa.int32())),
-    ("completion_ids", pa.list_(pa.int32())),
-    ("completion_logprobs", pa.list_(pa.float32())),
-    ("completion_versions", pa.list_(pa.int32())),
-    ("loss_mask", pa.list_(pa.int8())),
-    ("retokenized", pa.bool_()),  # null: the key was absent (it is optional, default false)
-])
-_VERSIONS = pa.struct([
-    ("model_version", pa.string()), ("policy_version", pa.int64()), ("tools", pa.map_(pa.string(), pa.string())),
-    ("prompt_version", pa.string()), ("gateway", pa.string()),
-])
-_STEP = pa.struct([
-    ("step_id", pa.string()),
-    ("index", pa.int64()),
-    ("parent_step_id", pa.string()),
-    ("kind", pa.string()),
-    ("observation", pa.string()),
-    ("state", pa.string()),
-    ("action", pa.string()),
-    ("result", pa.string()),
-    ("tokens", _TOKENS),
-    ("versions", _VERSIONS),
-    ("cost", _COST),
-    ("permissions", pa.struct([("scopes", pa.list_(pa.string())), ("data_class", pa.string())])),
-    ("pii", pa.struct([("redacted", pa.bool_()), ("entities", pa.list_(pa.string()))])),
-    ("replayable", pa.string()),
-    ("created_at", pa.string()),
-])
-_REWARD = pa.struct([
-    ("reward_id", pa.string()), ("target", pa.string()), ("step_id", pa.string()), ("value", pa.float64()),
-    ("kind", pa.string()), ("label", pa.string()), ("source", pa.string()), ("timing", pa.string()),
-    ("created_by", pa.string()), ("created_at", pa.string()), ("idempotency_key", pa.string()),
-])
-_GOVERNANCE = pa.struct([
-    ("consent", pa.string()),
-    ("data_class", pa.string()),
-    ("retention_until", pa.string()),
-    ("review", pa.struct([("status", pa.string()), ("reviewer", pa.string()), ("at", pa.string()),
-                          ("note", pa.string())])),
-    ("qualification", pa.struct([("status", pa.string()), ("reasons", pa.list_(pa.string())), ("at", pa.string())])),
-    ("training_use", pa.bool_()),
-])
+_COST = pa.struct(
+    [
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("latency_ms", pa.int64()),
+        ("ttft_ms", pa.int64()),
+        ("usd", pa.float64()),
+    ]
+)
+_TOKENS = pa.struct(
+    [
+        ("tokenizer", pa.string()),
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("completion_ids", pa.list_(pa.int32())),
+        ("completion_logprobs", pa.list_(pa.float32())),
+        ("completion_versions", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("retokenized", pa.bool_()),  # null: the key was absent (it is optional, default false)
+    ]
+)
+_VERSIONS = pa.struct(
+    [
+        ("model_version", pa.string()),
+        ("policy_version", pa.int64()),
+        ("tools", pa.map_(pa.string(), pa.string())),
+        ("prompt_version", pa.string()),
+        ("gateway", pa.string()),
+    ]
+)
+_STEP = pa.struct(
+    [
+        ("step_id", pa.string()),
+        ("index", pa.int64()),
+        ("parent_step_id", pa.string()),
+        ("kind", pa.string()),
+        ("observation", pa.string()),
+        ("state", pa.string()),
+        ("action", pa.string()),
+        ("result", pa.string()),
+        ("tokens", _TOKENS),
+        ("versions", _VERSIONS),
+        ("cost", _COST),
+        ("permissions", pa.struct([("scopes", pa.list_(pa.string())), ("data_class", pa.string())])),
+        ("pii", pa.struct([("redacted", pa.bool_()), ("entities", pa.list_(pa.string()))])),
+        ("replayable", pa.string()),
+        ("created_at", pa.string()),
+    ]
+)
+_REWARD = pa.struct(
+    [
+        ("reward_id", pa.string()),
+        ("target", pa.string()),
+        ("step_id", pa.string()),
+        ("value", pa.float64()),
+        ("kind", pa.string()),
+        ("label", pa.string()),
+        ("source", pa.string()),
+        ("timing", pa.string()),
+        ("created_by", pa.string()),
+        ("created_at", pa.string()),
+        ("idempotency_key", pa.string()),
+    ]
+)
+_GOVERNANCE = pa.struct(
+    [
+        ("consent", pa.string()),
+        ("data_class", pa.string()),
+        ("retention_until", pa.string()),
+        (
+            "review",
+            pa.struct(
+                [
+                    ("status", pa.string()),
+                    ("reviewer", pa.string()),
+                    ("at", pa.string()),
+                    ("note", pa.string()),
+                ]
+            ),
+        ),
+        (
+            "qualification",
+            pa.struct([("status", pa.string()), ("reasons", pa.list_(pa.string())), ("at", pa.string())]),
+        ),
+        ("training_use", pa.bool_()),
+    ]
+)
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -99,18 +137,37 @@ ARROW_SCHEMA = pa.schema(
 # Dictionary encoding pays only for low-cardinality strings; on token ids it makes files larger
 # (about 1.5x) and slower to write, so it is limited to these columns.
 _DICTIONARY_COLUMNS = [
-    "atdp_version", "tenant", "agent.name", "agent.version", "status", "purpose",
-    "steps.list.element.kind", "steps.list.element.tokens.tokenizer", "steps.list.element.versions.model_version",
-    "steps.list.element.versions.prompt_version", "steps.list.element.versions.gateway",
-    "steps.list.element.permissions.data_class", "steps.list.element.replayable",
-    "rewards.list.element.target", "rewards.list.element.kind", "rewards.list.element.source",
-    "rewards.list.element.timing", "governance.consent", "governance.data_class", "governance.review.status",
+    "atdp_version",
+    "tenant",
+    "agent.name",
+    "agent.version",
+    "status",
+    "purpose",
+    "steps.list.element.kind",
+    "steps.list.element.tokens.tokenizer",
+    "steps.list.element.versions.model_version",
+    "steps.list.element.versions.prompt_version",
+    "steps.list.element.versions.gateway",
+    "steps.list.element.permissions.data_class",
+    "steps.list.element.replayable",
+    "rewards.list.element.target",
+    "rewards.list.element.kind",
+    "rewards.list.element.source",
+    "rewards.list.element.timing",
+    "governance.consent",
+    "governance.data_class",
+    "governance.review.status",
     "governance.qualification.status",
 ]
 
 
-def write_parquet(records: Iterable[dict], out: str | os.PathLike | BinaryIO, *, batch_size: int = 2048,
-                  compression: str = "zstd") -> int:
+def write_parquet(
+    records: Iterable[dict],
+    out: str | os.PathLike | BinaryIO,
+    *,
+    batch_size: int = 2048,
+    compression: str = "zstd",
+) -> int:
     """Writes ATDP records (assumed valid: callers validate) to `out`, a path or binary stream; returns
     how many. Streams: each `batch_size` records become one row group and are then released (sooner
     when a batch of very large records passes about 32 MiB of token and JSON data). Token arrays are
@@ -120,7 +177,9 @@ def write_parquet(records: Iterable[dict], out: str | os.PathLike | BinaryIO, *,
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     count = 0
-    with pq.ParquetWriter(out, ARROW_SCHEMA, compression=compression, use_dictionary=_DICTIONARY_COLUMNS) as writer:
+    with pq.ParquetWriter(
+        out, ARROW_SCHEMA, compression=compression, use_dictionary=_DICTIONARY_COLUMNS
+    ) as writer:
         batch = _Batch()
         for record in records:
             batch.add(record)
@@ -192,11 +251,14 @@ class _TokenColumns:
         for name, typecode, arrow_type in _TOKEN_LISTS:
             values = pa.array(np.frombuffer(self.values[name], dtype=typecode), arrow_type)
             offsets = pa.array(np.frombuffer(self.offsets[name], dtype=np.int32))
-            mask = pa.array([not present for present in self.loss_mask_present]) if name == "loss_mask" else None
+            mask = (
+                pa.array([not present for present in self.loss_mask_present]) if name == "loss_mask" else None
+            )
             children.append(pa.ListArray.from_arrays(offsets, values, mask=mask))
         children.append(pa.array(self.retokenized, pa.bool_()))
         return pa.StructArray.from_arrays(
-            children, fields=list(_TOKENS), mask=pa.array([not present for present in self.present]))
+            children, fields=list(_TOKENS), mask=pa.array([not present for present in self.present])
+        )
 
 
 class _Batch:
@@ -231,7 +293,8 @@ class _Batch:
             for position, field in enumerate(_STEP)
         ]
         steps = pa.ListArray.from_arrays(
-            steps.offsets, pa.StructArray.from_arrays(children, fields=list(_STEP)),
+            steps.offsets,
+            pa.StructArray.from_arrays(children, fields=list(_STEP)),
             mask=steps.is_null() if steps.null_count else None,
         )
         columns = [steps if name == "steps" else light.column(name) for name in ARROW_SCHEMA.names]

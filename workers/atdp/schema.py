@@ -46,4 +46,4 @@ def _resolve(node: dict) -> dict:
     prefix = "#/$defs/"
     if not reference.startswith(prefix):
         raise KeyError(f"unsupported reference {reference}")
-    return _resolve(_schema()["$defs"][reference[len(prefix):]])
+    return _resolve(_schema()["$defs"][reference[len(prefix) :]])

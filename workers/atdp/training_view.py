@@ -62,14 +62,21 @@ def training_samples(record: dict) -> list[dict]:
         tokens = step["tokens"]
         prompt_ids, completion_ids = tokens["prompt_ids"], tokens["completion_ids"]
         extends = (
-            current is not None and tokens["tokenizer"] == tokenizer
+            current is not None
+            and tokens["tokenizer"] == tokenizer
             and len(prompt_ids) >= len(current["input_ids"])
-            and prompt_ids[:len(current["input_ids"])] == current["input_ids"]
+            and prompt_ids[: len(current["input_ids"])] == current["input_ids"]
         )
         if not extends:
             current = {
-                "input_ids": [], "loss_mask": [], "logprobs": [], "versions": [], "reward": reward,
-                "group_id": record["group_id"], "trajectory_id": record["trajectory_id"], "step_ids": [],
+                "input_ids": [],
+                "loss_mask": [],
+                "logprobs": [],
+                "versions": [],
+                "reward": reward,
+                "group_id": record["group_id"],
+                "trajectory_id": record["trajectory_id"],
+                "step_ids": [],
             }
             samples.append(current)
             tokenizer = tokens["tokenizer"]

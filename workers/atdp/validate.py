@@ -107,12 +107,28 @@ def _validator() -> Draft202012Validator:
 
 _ANNOTATIONS = {"description", "title", "default", "$comment", "$schema", "$id", "$defs", "examples"}
 _COMPILED_KEYWORDS = _ANNOTATIONS | {
-    "$ref", "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minimum",
-    "maximum", "minLength", "format", "anyOf",
+    "$ref",
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "minimum",
+    "maximum",
+    "minLength",
+    "format",
+    "anyOf",
 }
 _EXACT_TYPES = {
-    "integer": (int,), "number": (int, float), "string": (str,), "object": (dict,), "array": (list,),
-    "boolean": (bool,), "null": (type(None),),
+    "integer": (int,),
+    "number": (int, float),
+    "string": (str,),
+    "object": (dict,),
+    "array": (list,),
+    "boolean": (bool,),
+    "null": (type(None),),
 }
 _FORMATS = {"uuid": _is_uuid, "date-time": _is_date_time}
 _SIMPLE_ITEM_KEYWORDS = {"type", "minimum", "maximum"} | _ANNOTATIONS
@@ -228,7 +244,9 @@ def _bounds_check(low, high) -> Callable[[object], bool]:
 
 def _object_check(node: dict, compiled_refs: dict, *, must_be_object: bool) -> Callable[[object], bool]:
     required = frozenset(node.get("required", ()))
-    properties = {name: _compile(schema, compiled_refs) for name, schema in node.get("properties", {}).items()}
+    properties = {
+        name: _compile(schema, compiled_refs) for name, schema in node.get("properties", {}).items()
+    }
     additional = node.get("additionalProperties", True)
     closed = additional is False
     allowed = frozenset(properties)
@@ -337,7 +355,13 @@ def _short(value) -> str:
 
 
 _JSON_TYPE_NAMES = {
-    bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object", type(None): "null",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "array",
+    dict: "object",
+    type(None): "null",
 }
 
 
@@ -368,8 +392,10 @@ def _problems_from(error) -> Iterator[Problem]:
     elif keyword == "const":
         yield Problem(where, f"must be {_short(expected)}; got {_short(instance)}")
     elif keyword == "format":
-        yield Problem(where, f"must be a {'uuid' if expected == 'uuid' else 'RFC 3339 ' + expected}; got "
-                             f"{_short(instance)}")
+        yield Problem(
+            where,
+            f"must be a {'uuid' if expected == 'uuid' else 'RFC 3339 ' + expected}; got {_short(instance)}",
+        )
     elif keyword == "minimum":
         yield Problem(where, f"must be >= {expected}; got {_short(instance)}")
     elif keyword == "maximum":
@@ -388,7 +414,8 @@ def _branch_problems(error, where: str) -> Iterator[Problem]:
     for sub_error in error.context:
         branches.setdefault(sub_error.relative_schema_path[0], []).append(sub_error)
     wrong_type = {
-        index: errors for index, errors in branches.items()
+        index: errors
+        for index, errors in branches.items()
         if len(errors) == 1 and errors[0].validator == "type" and not errors[0].relative_path
     }
     matching = [errors for index, errors in branches.items() if index not in wrong_type]
@@ -432,7 +459,9 @@ def _step_problems(step: dict, position: int, step_positions: dict[str, int]) ->
     where = f"steps[{position}]"
     index = step.get("index")
     if type(index) is int and index != position:
-        yield Problem(f"{where}.index", f"must be {position}: step indexes run 0..n-1 in list order; got {index}")
+        yield Problem(
+            f"{where}.index", f"must be {position}: step indexes run 0..n-1 in list order; got {index}"
+        )
     parent = step.get("parent_step_id")
     if isinstance(parent, str) and parent not in step_positions:
         yield Problem(f"{where}.parent_step_id", "must name an earlier step of this trajectory")
@@ -470,8 +499,9 @@ def _token_length_problems(tokens: dict, where: str) -> Iterator[Problem]:
             )
 
 
-def _reward_problems(reward: dict, position: int, step_positions: dict[str, int],
-                     reward_positions: dict[str, int]) -> Iterator[Problem]:
+def _reward_problems(
+    reward: dict, position: int, step_positions: dict[str, int], reward_positions: dict[str, int]
+) -> Iterator[Problem]:
     where = f"rewards[{position}]"
     target, step_id = reward.get("target"), reward.get("step_id")
     if target == "step":

@@ -4,5 +4,12 @@ from workers.engines.config import CheckpointInfo, LoraSettings, StepMetrics, Tr
 from workers.engines.data import plan_batches
 from workers.engines.trainer import Trainer, latest_checkpoint
 
-__all__ = ["CheckpointInfo", "LoraSettings", "StepMetrics", "TrainConfig", "Trainer", "latest_checkpoint",
-           "plan_batches"]
+__all__ = [
+    "CheckpointInfo",
+    "LoraSettings",
+    "StepMetrics",
+    "TrainConfig",
+    "Trainer",
+    "latest_checkpoint",
+    "plan_batches",
+]

@@ -17,7 +17,15 @@ class LoraSettings:
     rank: int = 8
     alpha: int = 16
     dropout: float = 0.0
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    target_modules: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
 
     def __post_init__(self):
         if self.rank <= 0 or self.alpha <= 0 or not 0 <= self.dropout < 1:

@@ -11,8 +11,14 @@ import random
 from collections.abc import Hashable, Sequence
 
 
-def plan_batches(group_keys: Sequence[Hashable | None], *, batch_size: int, total_steps: int, seed: int = 0,
-                 shuffle: bool = True) -> list[tuple[int, ...]]:
+def plan_batches(
+    group_keys: Sequence[Hashable | None],
+    *,
+    batch_size: int,
+    total_steps: int,
+    seed: int = 0,
+    shuffle: bool = True,
+) -> list[tuple[int, ...]]:
     if not group_keys or batch_size < 1 or total_steps < 1:
         raise ValueError("there must be samples, and batch_size and total_steps must be >= 1")
     groups: dict[Hashable, list[int]] = {}

@@ -62,8 +62,14 @@ def load_samples(path) -> list[TrainingSample]:
         for line in handle:
             if line.strip():
                 data = json.loads(line)
-                samples.append(TrainingSample(**{key: tuple(value) if isinstance(value, list) else value
-                                                 for key, value in data.items()}))
+                samples.append(
+                    TrainingSample(
+                        **{
+                            key: tuple(value) if isinstance(value, list) else value
+                            for key, value in data.items()
+                        }
+                    )
+                )
     return samples
 
 
@@ -75,7 +81,9 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu"
+    )
     arguments = parser.parse_args(argv)
 
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -94,12 +102,22 @@ def main(argv=None) -> None:
 
     config = TrainConfig.from_dict(json.loads(Path(arguments.config).read_text()))
     samples = load_samples(arguments.samples)
-    trainer = Trainer(arguments.model, config, device=device, model_wrapper=shard_model, reduce_sum=reduce_sum,
-                      world_size=world)
+    trainer = Trainer(
+        arguments.model,
+        config,
+        device=device,
+        model_wrapper=shard_model,
+        reduce_sum=reduce_sum,
+        world_size=world,
+    )
     out = Path(arguments.out)
     out.mkdir(parents=True, exist_ok=True)
-    plan = plan_batches([s.group_id for s in samples], batch_size=arguments.batch_size, total_steps=arguments.steps,
-                        seed=config.seed)
+    plan = plan_batches(
+        [s.group_id for s in samples],
+        batch_size=arguments.batch_size,
+        total_steps=arguments.steps,
+        seed=config.seed,
+    )
     with open(out / "metrics.jsonl", "a") if rank == 0 else open(os.devnull, "w") as log:
         for batch in plan:
             mine = deal_by_group(batch, samples, rank, world)
@@ -111,7 +129,9 @@ def main(argv=None) -> None:
 
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    state = get_model_state_dict(trainer.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = get_model_state_dict(
+        trainer.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
     if rank == 0:
         from transformers import AutoModelForCausalLM
 

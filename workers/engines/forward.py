@@ -53,8 +53,9 @@ def shared_prefix_length(sequence: Sequence[int], loss_mask: Sequence[int]) -> i
     return len(sequence)
 
 
-def plan_micro_batches(sequences: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], budget: int,
-                       layout: str) -> list[list[int]]:
+def plan_micro_batches(
+    sequences: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], budget: int, layout: str
+) -> list[list[int]]:
     """Indices per micro-batch: packed rows of at most `budget` tokens; padded batches whose
     count × longest stays within `budget` (longest first, so similar lengths share a batch); or, for
     "prefix", sequences kept together with the others of their prefix, within the same budget counted as
@@ -78,15 +79,16 @@ def plan_micro_batches(sequences: Sequence[Sequence[int]], loss_masks: Sequence[
 def _plan_prefix_batches(sequences, loss_masks, budget: int) -> list[list[int]]:
     groups: dict[tuple[int, ...], list[int]] = {}
     for index, (sequence, loss_mask) in enumerate(zip(sequences, loss_masks, strict=True)):
-        groups.setdefault(tuple(sequence[:shared_prefix_length(sequence, loss_mask)]), []).append(index)
+        groups.setdefault(tuple(sequence[: shared_prefix_length(sequence, loss_mask)]), []).append(index)
     batches: list[list[int]] = []
     keys: set = set()
     longest_prefix = longest_rest = 0
     for key, members in groups.items():
         for index in sorted(members, key=lambda i: (-len(sequences[i]), i)):
             rest = len(sequences[index]) - len(key)
-            grown = ((len(keys | {key})) * max(longest_prefix, len(key))
-                     + (len(batches[-1]) + 1 if batches else 1) * max(longest_rest, rest))
+            grown = (len(keys | {key})) * max(longest_prefix, len(key)) + (
+                len(batches[-1]) + 1 if batches else 1
+            ) * max(longest_rest, rest)
             if batches and grown <= budget:
                 batches[-1].append(index)
                 keys.add(key)
@@ -97,14 +99,23 @@ def _plan_prefix_batches(sequences, loss_masks, budget: int) -> list[list[int]]:
     return batches
 
 
-def micro_batch_logprobs(model, sequences: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], *,
-                         layout: str, attention: str = "auto", temperature: float = 1.0) -> torch.Tensor:
+def micro_batch_logprobs(
+    model,
+    sequences: Sequence[Sequence[int]],
+    loss_masks: Sequence[Sequence[int]],
+    *,
+    layout: str,
+    attention: str = "auto",
+    temperature: float = 1.0,
+) -> torch.Tensor:
     """[sum of lengths] logprobs of the concatenated sequences, exact at loss-mask positions, 0 elsewhere."""
     device = next(model.parameters()).device
     lengths = [len(sequence) for sequence in sequences]
     if layout == "prefix":
-        prefixes = [tuple(sequence[:shared_prefix_length(sequence, loss_mask)])
-                    for sequence, loss_mask in zip(sequences, loss_masks, strict=True)]
+        prefixes = [
+            tuple(sequence[: shared_prefix_length(sequence, loss_mask)])
+            for sequence, loss_mask in zip(sequences, loss_masks, strict=True)
+        ]
         if len(set(prefixes)) < len(prefixes):
             return _prefix_logprobs(model, sequences, loss_masks, prefixes, temperature)
     if layout == "packed":
@@ -116,8 +127,12 @@ def micro_batch_logprobs(model, sequences: Sequence[Sequence[int]], loss_masks: 
         out = torch.zeros(row.total, device=device)
         if targets.numel() == 0:
             return out
-        kwargs = {"input_ids": row.input_ids.to(device), "position_ids": row.position_ids.to(device),
-                  "use_cache": False, "logits_to_keep": (targets - 1).to(device)}
+        kwargs = {
+            "input_ids": row.input_ids.to(device),
+            "position_ids": row.position_ids.to(device),
+            "use_cache": False,
+            "logits_to_keep": (targets - 1).to(device),
+        }
         if resolve_attention(model, attention) == "mask":
             kwargs["attention_mask"] = block_causal_mask(row.lengths, dtype=_dtype(model), device=device)
         logits = model(**kwargs).logits[0]
@@ -129,14 +144,18 @@ def micro_batch_logprobs(model, sequences: Sequence[Sequence[int]], loss_masks: 
     attention_mask = torch.zeros(len(sequences), width, dtype=torch.long)
     wanted = torch.zeros(len(sequences), width, dtype=torch.bool)
     for b, (sequence, loss_mask) in enumerate(zip(sequences, loss_masks, strict=True)):
-        ids[b, :len(sequence)] = torch.tensor(sequence, dtype=torch.long)
-        attention_mask[b, :len(sequence)] = 1
-        wanted[b, 1:len(sequence)] = torch.tensor(loss_mask[1:], dtype=torch.bool)
+        ids[b, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+        attention_mask[b, : len(sequence)] = 1
+        wanted[b, 1 : len(sequence)] = torch.tensor(loss_mask[1:], dtype=torch.bool)
     columns = torch.nonzero(wanted.any(0)).squeeze(-1)  # target positions any row needs
     full = torch.zeros(len(sequences), width, device=device)
     if columns.numel():
-        logits = model(input_ids=ids.to(device), attention_mask=attention_mask.to(device), use_cache=False,
-                       logits_to_keep=(columns - 1).to(device)).logits  # [B, K, V]
+        logits = model(
+            input_ids=ids.to(device),
+            attention_mask=attention_mask.to(device),
+            use_cache=False,
+            logits_to_keep=(columns - 1).to(device),
+        ).logits  # [B, K, V]
         picked = _picked(logits, ids[:, columns].to(device), temperature)
         full = _scatter_columns(full, columns.to(device), picked)
         full = torch.where(wanted.to(device), full, torch.zeros_like(full))  # other rows' columns
@@ -164,12 +183,16 @@ def _prefix_logprobs(model, sequences, loss_masks, prefixes, temperature: float)
     prefix_ids = torch.zeros(len(distinct), prefix_width, dtype=torch.long)
     prefix_mask = torch.zeros(len(distinct), prefix_width, dtype=torch.long)
     for prefix, row in distinct.items():
-        prefix_ids[row, :len(prefix)] = torch.tensor(prefix, dtype=torch.long)
-        prefix_mask[row, :len(prefix)] = 1
+        prefix_ids[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+        prefix_mask[row, : len(prefix)] = 1
     last = torch.tensor([len(prefix) - 1 for prefix in distinct])
     last_columns, last_at = torch.unique(last, return_inverse=True)
-    first = model(input_ids=prefix_ids.to(device), attention_mask=prefix_mask.to(device), use_cache=True,
-                  logits_to_keep=last_columns.to(device))
+    first = model(
+        input_ids=prefix_ids.to(device),
+        attention_mask=prefix_mask.to(device),
+        use_cache=True,
+        logits_to_keep=last_columns.to(device),
+    )
     rows = torch.tensor([distinct[prefixes[i]] for i in live])  # each live sequence's prefix row
     first_logits = first.logits[rows.to(device), last_at[rows].to(device)]  # [N, V]
     first_targets = torch.tensor([sequences[i][len(prefixes[i])] for i in live])
@@ -181,20 +204,27 @@ def _prefix_logprobs(model, sequences, loss_masks, prefixes, temperature: float)
     rest_mask = torch.zeros(len(live), rest_width, dtype=torch.long)
     wanted = torch.zeros(len(live), rest_width, dtype=torch.bool)  # column t predicts rest token t + 1
     for r, i in enumerate(live):
-        rest = sequences[i][len(prefixes[i]):]
-        rest_ids[r, :len(rest)] = torch.tensor(rest, dtype=torch.long)
-        rest_mask[r, :len(rest)] = 1
-        wanted[r, :len(rest) - 1] = torch.tensor(loss_masks[i][len(prefixes[i]) + 1:], dtype=torch.bool)
+        rest = sequences[i][len(prefixes[i]) :]
+        rest_ids[r, : len(rest)] = torch.tensor(rest, dtype=torch.long)
+        rest_mask[r, : len(rest)] = 1
+        wanted[r, : len(rest) - 1] = torch.tensor(loss_masks[i][len(prefixes[i]) + 1 :], dtype=torch.bool)
     offsets = torch.tensor([len(prefixes[i]) for i in live])
-    cache = DynamicCache(ddp_cache_data=[
-        (layer.keys.index_select(0, rows.to(device)), layer.values.index_select(0, rows.to(device)))
-        for layer in first.past_key_values.layers])
+    cache = DynamicCache(
+        ddp_cache_data=[
+            (layer.keys.index_select(0, rows.to(device)), layer.values.index_select(0, rows.to(device)))
+            for layer in first.past_key_values.layers
+        ]
+    )
     columns = torch.nonzero(wanted.any(0)).squeeze(-1)
     if columns.numel():
-        logits = model(input_ids=rest_ids.to(device), past_key_values=cache, use_cache=False,
-                       attention_mask=torch.cat([prefix_mask[rows], rest_mask], dim=1).to(device),
-                       position_ids=(offsets.unsqueeze(1) + torch.arange(rest_width)).to(device),
-                       logits_to_keep=columns.to(device)).logits  # [N, K, V]
+        logits = model(
+            input_ids=rest_ids.to(device),
+            past_key_values=cache,
+            use_cache=False,
+            attention_mask=torch.cat([prefix_mask[rows], rest_mask], dim=1).to(device),
+            position_ids=(offsets.unsqueeze(1) + torch.arange(rest_width)).to(device),
+            logits_to_keep=columns.to(device),
+        ).logits  # [N, K, V]
         picked = _picked(logits, rest_ids[:, columns + 1].to(device), temperature)
         keep = wanted[:, columns]
         flat = (torch.tensor([starts[i] for i in live]) + offsets).unsqueeze(1) + columns + 1

@@ -13,7 +13,9 @@ import math
 
 
 class LRSchedule:
-    def __init__(self, *, kind: str, base_lr: float, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.0):
+    def __init__(
+        self, *, kind: str, base_lr: float, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.0
+    ):
         if kind not in ("constant", "linear", "cosine"):
             raise ValueError(f"unknown schedule {kind!r}")
         self.kind, self.base_lr = kind, base_lr
@@ -25,7 +27,9 @@ class LRSchedule:
             return (update + 1) / self.warmup_steps
         if self.kind == "constant":
             return 1.0
-        progress = min(max((update - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0), 1.0)
+        progress = min(
+            max((update - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0), 1.0
+        )
         ratio = self.min_lr_ratio
         if self.kind == "linear":
             return ratio + (1.0 - ratio) * (1.0 - progress)

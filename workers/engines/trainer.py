@@ -50,19 +50,34 @@ from workers.rl.proximal import loglinear_proximal_logprobs
 
 STATE_FILE = "trainer_state.pt"
 LATEST_FILE = "latest"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "vocab.json", "merges.txt", "added_tokens.json", "tokenizer.model")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "tokenizer.model",
+)
 
 
 def _adamw(parameters, config, *, sharded: bool) -> torch.optim.AdamW:
     """AdamW with the fused kernel (one pass over all parameters, CPU and CUDA) where it applies: plain
     float tensors on one device type. Sharded (FSDP) parameters take the multi-tensor (foreach) path. Same
     state either way, so checkpoints move between them."""
-    arguments = {"lr": config.learning_rate, "betas": config.betas, "eps": config.adam_eps,
-                 "weight_decay": config.weight_decay}
+    arguments = {
+        "lr": config.learning_rate,
+        "betas": config.betas,
+        "eps": config.adam_eps,
+        "weight_decay": config.weight_decay,
+    }
     devices = {p.device.type for p in parameters}
-    fusable = (not sharded and devices in ({"cpu"}, {"cuda"})
-               and all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in parameters))
+    fusable = (
+        not sharded
+        and devices in ({"cpu"}, {"cuda"})
+        and all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in parameters)
+    )
     return torch.optim.AdamW(parameters, **arguments, **({"fused": True} if fusable else {"foreach": True}))
 
 
@@ -70,9 +85,16 @@ class Trainer:
     """Owns a model, its optimizer and schedule. `model_wrapper` (FSDP in workers.engines.distributed) is
     applied before the optimizer is built; `reduce_sum` makes loss denominators global across ranks."""
 
-    def __init__(self, model_dir, config: TrainConfig, *, device: str | None = None,
-                 model_wrapper: Callable | None = None, reduce_sum: Callable[[int], int] | None = None,
-                 world_size: int = 1):
+    def __init__(
+        self,
+        model_dir,
+        config: TrainConfig,
+        *,
+        device: str | None = None,
+        model_wrapper: Callable | None = None,
+        reduce_sum: Callable[[int], int] | None = None,
+        world_size: int = 1,
+    ):
         from transformers import AutoModelForCausalLM
 
         self.model_dir = Path(model_dir)
@@ -87,17 +109,28 @@ class Trainer:
         if config.lora is not None:
             from peft import LoraConfig, get_peft_model
 
-            model = get_peft_model(model, LoraConfig(
-                r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
-                target_modules=list(config.lora.target_modules), task_type="CAUSAL_LM"))
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=config.lora.rank,
+                    lora_alpha=config.lora.alpha,
+                    lora_dropout=config.lora.dropout,
+                    target_modules=list(config.lora.target_modules),
+                    task_type="CAUSAL_LM",
+                ),
+            )
         model.to(self.device)
         model.train()
         self.model = model_wrapper(model) if model_wrapper is not None else model
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = _adamw(self.parameters, config, sharded=model_wrapper is not None)
-        self.schedule = LRSchedule(kind=config.schedule, base_lr=config.learning_rate,
-                                   warmup_steps=config.warmup_steps, total_steps=config.total_steps,
-                                   min_lr_ratio=config.min_lr_ratio)
+        self.schedule = LRSchedule(
+            kind=config.schedule,
+            base_lr=config.learning_rate,
+            warmup_steps=config.warmup_steps,
+            total_steps=config.total_steps,
+            min_lr_ratio=config.min_lr_ratio,
+        )
         self.layout = resolve_layout(_unwrap(model), config.layout, config.attention)
         self.step_count = 0
         self.data_position = 0
@@ -114,11 +147,14 @@ class Trainer:
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
-        wants_bf16 = self.config.precision == "bf16" or (self.config.precision == "auto" and self.device.type == "cuda")
+        wants_bf16 = self.config.precision == "bf16" or (
+            self.config.precision == "auto" and self.device.type == "cuda"
+        )
         return torch.bfloat16 if wants_bf16 and self.device.type == "cuda" else None
 
-    def step(self, samples: Sequence, *, current_version: int | None = None,
-             data_position: int | None = None) -> StepMetrics:
+    def step(
+        self, samples: Sequence, *, current_version: int | None = None, data_position: int | None = None
+    ) -> StepMetrics:
         """One training step over `samples` (workers.rl.samples.TrainingSample or alike). `current_version`
         (the policy version being trained) feeds the log-linear proximal approximation and the staleness
         histogram; `data_position` is recorded for the next checkpoint (default: samples seen so far)."""
@@ -131,9 +167,15 @@ class Trainer:
             token_advantages, advantages = [None] * len(samples), None
         else:
             token_advantages, advantages = sample_token_advantages(
-                samples, GRPOConfig(mean_level=config.mean_level, std_level=config.std_level,
-                                    leave_one_out=config.leave_one_out),
-                gamma=config.turn_discount, group_by=config.group_by)
+                samples,
+                GRPOConfig(
+                    mean_level=config.mean_level,
+                    std_level=config.std_level,
+                    leave_one_out=config.leave_one_out,
+                ),
+                gamma=config.turn_discount,
+                group_by=config.group_by,
+            )
         chunks = _split(len(samples), config.minibatches)
         recomputed = None
         if config.algorithm == "decoupled_ppo" and config.proximal == "recompute" and len(chunks) > 1:
@@ -147,12 +189,23 @@ class Trainer:
             rate = self.schedule.apply(self.optimizer)
             self.optimizer.zero_grad(set_to_none=True)
             denominator = self.reduce_sum(sum(sum(samples[i].loss_mask) for i in chunk))
-            for row_indices in plan_micro_batches([samples[i].input_ids for i in chunk],
-                                                  [samples[i].loss_mask for i in chunk],
-                                                  config.micro_batch_tokens, self.layout):
+            for row_indices in plan_micro_batches(
+                [samples[i].input_ids for i in chunk],
+                [samples[i].loss_mask for i in chunk],
+                config.micro_batch_tokens,
+                self.layout,
+            ):
                 indices = [chunk[i] for i in row_indices]
-                row_loss = self._micro_batch(samples, indices, token_advantages, recomputed, current_version,
-                                             denominator, totals, maxima)
+                row_loss = self._micro_batch(
+                    samples,
+                    indices,
+                    token_advantages,
+                    recomputed,
+                    current_version,
+                    denominator,
+                    totals,
+                    maxima,
+                )
                 loss_sum += row_loss
             grad_norm = self._clip()
             self.optimizer.step()
@@ -166,13 +219,22 @@ class Trainer:
         histogram = Counter()
         if current_version is not None:
             for sample in samples:
-                histogram.update(current_version - v for v, m in zip(sample.versions, sample.loss_mask, strict=True)
-                                 if m and v >= 0)
+                histogram.update(
+                    current_version - v
+                    for v, m in zip(sample.versions, sample.loss_mask, strict=True)
+                    if m and v >= 0
+                )
         kept = max(totals["kept"], 1)
         return StepMetrics(
-            step=self.step_count, loss=loss_sum / len(chunks), learning_rate=rate, grad_norm=grad_norm,
-            samples=len(samples), tokens=tokens, loss_tokens=loss_tokens,
-            tokens_per_second=tokens / seconds if seconds > 0 else 0.0, seconds=seconds,
+            step=self.step_count,
+            loss=loss_sum / len(chunks),
+            learning_rate=rate,
+            grad_norm=grad_norm,
+            samples=len(samples),
+            tokens=tokens,
+            loss_tokens=loss_tokens,
+            tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
+            seconds=seconds,
             reward_mean=advantages.reward_mean if advantages else 0.0,
             reward_std=advantages.reward_std if advantages else 0.0,
             advantage_mean=advantages.advantage_mean if advantages else 0.0,
@@ -181,9 +243,11 @@ class Trainer:
             advantage_max=max(advantages.values) if advantages else 0.0,
             clip_fraction=totals["clipped"] / kept,
             masked_token_fraction=(loss_tokens - totals["kept"]) / max(loss_tokens, 1)
-            if config.algorithm != "sft" else 0.0,
+            if config.algorithm != "sft"
+            else 0.0,
             kl=totals["kl_sum"] / max(loss_tokens, 1),
-            importance_weight_max=maxima["importance"], behaviour_weight_max=maxima["behaviour"],
+            importance_weight_max=maxima["importance"],
+            behaviour_weight_max=maxima["behaviour"],
             fallback_groups=len(advantages.fallback_groups) if advantages else 0,
             staleness_histogram=tuple(sorted(histogram.items())),
         )
@@ -193,8 +257,9 @@ class Trainer:
         """Per-token logprobs (aligned with the ids, entry 0 is 0) of each sequence under the current weights."""
         row = pack_sequences(sequences)
         with self._autocast():
-            logp = packed_token_logprobs(self.model, row, attention=self.config.attention,
-                                         temperature=self.config.temperature)
+            logp = packed_token_logprobs(
+                self.model, row, attention=self.config.attention, temperature=self.config.temperature
+            )
         return [part.float().cpu() for part in unpack(logp, row)]
 
     def checkpoint(self, directory, *, data_position: int | None = None, keep: int = 2) -> CheckpointInfo:
@@ -209,9 +274,17 @@ class Trainer:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
         torch.save(self._state(), partial / STATE_FILE)
-        (partial / "state.json").write_text(json.dumps(
-            {"step": self.step_count, "data_position": self.data_position, "config": self.config.to_dict()},
-            indent=2) + "\n")
+        (partial / "state.json").write_text(
+            json.dumps(
+                {
+                    "step": self.step_count,
+                    "data_position": self.data_position,
+                    "config": self.config.to_dict(),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         shutil.rmtree(final, ignore_errors=True)
         os.replace(partial, final)
         _write_atomically(directory / LATEST_FILE, final.name)
@@ -260,17 +333,31 @@ class Trainer:
                 out[index] = part
         return out
 
-    def _micro_batch(self, samples, indices, token_advantages, recomputed, current_version, denominator,
-                     totals: Counter, maxima: dict) -> float:
+    def _micro_batch(
+        self,
+        samples,
+        indices,
+        token_advantages,
+        recomputed,
+        current_version,
+        denominator,
+        totals: Counter,
+        maxima: dict,
+    ) -> float:
         config = self.config
         device = self.device
         mask = pack_values([samples[i].loss_mask for i in indices], torch.long).to(device)
         if not int(mask.sum()):
             return 0.0
         with self._autocast():
-            logp = micro_batch_logprobs(self.model, [samples[i].input_ids for i in indices],
-                                        [samples[i].loss_mask for i in indices], layout=self.layout,
-                                        attention=config.attention, temperature=config.temperature)
+            logp = micro_batch_logprobs(
+                self.model,
+                [samples[i].input_ids for i in indices],
+                [samples[i].loss_mask for i in indices],
+                layout=self.layout,
+                attention=config.attention,
+                temperature=config.temperature,
+            )
         logp = logp.float()
         scale = self.world_size  # FSDP averages gradients over ranks; the denominator is already global
         loss_tokens = int(mask.sum())
@@ -286,9 +373,14 @@ class Trainer:
             drift = torch.where(mask.bool(), logp.detach() - behaviour, torch.zeros_like(logp))
             totals["kl_sum"] += float(0.5 * drift.square().sum())
         if config.algorithm == "grpo":
-            loss, stats = ppo_loss(logp, behaviour, advantages, mask,
-                                   PPOConfig(eps_clip=config.eps_clip, eps_clip_high=config.eps_clip_high),
-                                   denominator=denominator)
+            loss, stats = ppo_loss(
+                logp,
+                behaviour,
+                advantages,
+                mask,
+                PPOConfig(eps_clip=config.eps_clip, eps_clip_high=config.eps_clip_high),
+                denominator=denominator,
+            )
         else:
             if config.proximal == "loglinear":
                 if current_version is None:
@@ -303,10 +395,20 @@ class Trainer:
             if config.kpop_threshold is not None:
                 keep = kpop_filter(behaviour, proximal, mask, config.kpop_threshold).keep_mask
             loss, stats = decoupled_ppo_loss(
-                logp, proximal, behaviour, advantages, mask,
-                PPOConfig(eps_clip=config.eps_clip, eps_clip_high=config.eps_clip_high,
-                          behaviour_weight_cap=config.behaviour_weight_cap, cap_mode=config.cap_mode),
-                keep_mask=keep, denominator=denominator)
+                logp,
+                proximal,
+                behaviour,
+                advantages,
+                mask,
+                PPOConfig(
+                    eps_clip=config.eps_clip,
+                    eps_clip_high=config.eps_clip_high,
+                    behaviour_weight_cap=config.behaviour_weight_cap,
+                    cap_mode=config.cap_mode,
+                ),
+                keep_mask=keep,
+                denominator=denominator,
+            )
         (loss * scale).backward()
         totals["kept"] += stats.kept_count
         totals["clipped"] += round(stats.clip_fraction * stats.kept_count)
@@ -327,7 +429,9 @@ class Trainer:
         if self.config.lora is not None:
             from peft import get_peft_model_state_dict
 
-            return {key: value.detach().cpu().clone() for key, value in get_peft_model_state_dict(model).items()}
+            return {
+                key: value.detach().cpu().clone() for key, value in get_peft_model_state_dict(model).items()
+            }
         return {key: value.detach().cpu().clone() for key, value in model.state_dict().items()}
 
     def _state(self) -> dict:
@@ -418,7 +522,9 @@ def _load_checkpoint_state(path: Path) -> dict:
     except ImportError:  # numpy 1.x
         from numpy.core.multiarray import _reconstruct
 
-    with torch.serialization.safe_globals([_reconstruct, numpy.ndarray, numpy.dtype, numpy.dtypes.UInt32DType]):
+    with torch.serialization.safe_globals(
+        [_reconstruct, numpy.ndarray, numpy.dtype, numpy.dtypes.UInt32DType]
+    ):
         return torch.load(path, map_location="cpu", weights_only=True)
 
 
@@ -427,8 +533,13 @@ def _rng_state() -> dict:
 
     kind, keys, position, has_gauss, cached_gaussian = numpy.random.get_state()
     # numpy's state as plain values and a tensor, so the checkpoint loads with torch.load(weights_only=True)
-    numpy_state = [kind, torch.from_numpy(keys.astype(numpy.int64)), int(position), int(has_gauss),
-                   float(cached_gaussian)]
+    numpy_state = [
+        kind,
+        torch.from_numpy(keys.astype(numpy.int64)),
+        int(position),
+        int(has_gauss),
+        float(cached_gaussian),
+    ]
     state = {"python": random.getstate(), "torch": torch.get_rng_state(), "numpy": numpy_state}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()

@@ -19,8 +19,16 @@ class Episode:
         return weather.check(self.task, self.transcript)
 
 
-def run_episode(client, *, model: str, task: weather.Task, max_turns: int = 3, max_tokens: int = 48,
-                temperature: float = 1.0, extra_headers: dict | None = None) -> Episode:
+def run_episode(
+    client,
+    *,
+    model: str,
+    task: weather.Task,
+    max_turns: int = 3,
+    max_tokens: int = 48,
+    temperature: float = 1.0,
+    extra_headers: dict | None = None,
+) -> Episode:
     """`client` is an `openai.OpenAI`; tool calls are answered by the environment until the agent
     replies in words or `max_turns` calls were made. Transport errors end the episode (recorded)."""
     import openai
@@ -30,8 +38,13 @@ def run_episode(client, *, model: str, task: weather.Task, max_turns: int = 3, m
     for _ in range(max_turns):
         try:
             raw = client.chat.completions.with_raw_response.create(
-                model=model, messages=messages, tools=weather.TOOLS, max_tokens=max_tokens, temperature=temperature,
-                extra_headers=extra_headers or {})
+                model=model,
+                messages=messages,
+                tools=weather.TOOLS,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                extra_headers=extra_headers or {},
+            )
         except openai.APIError as error:
             episode.error = f"{type(error).__name__}: {error}"
             break
@@ -39,13 +52,31 @@ def run_episode(client, *, model: str, task: weather.Task, max_turns: int = 3, m
         episode.session_id = episode.session_id or raw.headers.get("x-session-id")
         episode.completion_ids.append(reply.id)
         message = reply.choices[0].message
-        calls = [{"id": call.id, "type": "function",
-                  "function": {"name": call.function.name, "arguments": call.function.arguments}}
-                 for call in message.tool_calls or []]
-        messages.append({"role": "assistant", "content": message.content or "", **({"tool_calls": calls} if calls else {})})
+        calls = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in message.tool_calls or []
+        ]
+        messages.append(
+            {
+                "role": "assistant",
+                "content": message.content or "",
+                **({"tool_calls": calls} if calls else {}),
+            }
+        )
         if not calls:
             break
         for call in calls:
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": weather.tool_result(
-                task, call["function"]["name"], call["function"]["arguments"])})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": weather.tool_result(
+                        task, call["function"]["name"], call["function"]["arguments"]
+                    ),
+                }
+            )
     return episode

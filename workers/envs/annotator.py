@@ -32,8 +32,11 @@ def console_sign_in(http, *, console_url: str, username: str, password: str) -> 
     console_url = console_url.rstrip("/")
     http.get("/login/").raise_for_status()
     token = http.cookies.get("csrftoken", "")
-    answer = http.post("/login/", headers={"Referer": f"{console_url}/login/"}, data={
-        "username": username, "password": password, "csrfmiddlewaretoken": token})
+    answer = http.post(
+        "/login/",
+        headers={"Referer": f"{console_url}/login/"},
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+    )
     if answer.status_code != 302 or "sessionid" not in http.cookies:
         raise PermissionError(f"{username} could not sign in ({answer.status_code})")
     http.headers["X-CSRFToken"] = http.cookies.get("csrftoken", token)
@@ -41,8 +44,18 @@ def console_sign_in(http, *, console_url: str, username: str, password: str) -> 
 
 
 class AnnotatorClient:
-    def __init__(self, *, console_url: str, username: str, password: str, queue_id: int,
-                 outcomes: Mapping, annotator: SimulatedAnnotator, seed: int = 0, idle_seconds: float = 2.0):
+    def __init__(
+        self,
+        *,
+        console_url: str,
+        username: str,
+        password: str,
+        queue_id: int,
+        outcomes: Mapping,
+        annotator: SimulatedAnnotator,
+        seed: int = 0,
+        idle_seconds: float = 2.0,
+    ):
         self.console_url = console_url.rstrip("/")
         self.username, self.password, self.queue_id = username, password, queue_id
         self.outcomes, self.annotator = outcomes, annotator
@@ -80,7 +93,9 @@ class AnnotatorClient:
             self.stats.skipped += 1
             return True
         value = self.annotator.label(outcome, self.rng)
-        http.post(f"/api/v1/annotation/items/{item['item_id']}/labels/", json={"value": value}).raise_for_status()
+        http.post(
+            f"/api/v1/annotation/items/{item['item_id']}/labels/", json={"value": value}
+        ).raise_for_status()
         self.stats.labelled += 1
         return True
 

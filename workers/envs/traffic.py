@@ -30,7 +30,9 @@ class TrafficStats:
     errors: int = 0
     rejected_rewards: int = 0
     last_problem: str = ""
-    recent: deque = field(default_factory=lambda: deque(maxlen=64))  # (success, reward) of the latest episodes
+    recent: deque = field(
+        default_factory=lambda: deque(maxlen=64)
+    )  # (success, reward) of the latest episodes
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def recent_success(self) -> float | None:
@@ -43,8 +45,16 @@ class TrafficStats:
 
 
 class Traffic:
-    def __init__(self, *, gateway_url: str, api_key: str, model: str, users: int = 3, seed: int = 0,
-                 user: SimulatedUser | None = None):
+    def __init__(
+        self,
+        *,
+        gateway_url: str,
+        api_key: str,
+        model: str,
+        users: int = 3,
+        seed: int = 0,
+        user: SimulatedUser | None = None,
+    ):
         self.gateway_url, self.api_key, self.model = gateway_url.rstrip("/"), api_key, model
         self.users, self.seed = users, seed
         self.user = user or SimulatedUser()
@@ -55,7 +65,9 @@ class Traffic:
 
     def start(self) -> "Traffic":
         for number in range(self.users):
-            thread = threading.Thread(target=self._user, args=(number,), name=f"demo-user-{number}", daemon=True)
+            thread = threading.Thread(
+                target=self._user, args=(number,), name=f"demo-user-{number}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
         return self
@@ -84,24 +96,42 @@ class Traffic:
                     continue
                 started.raise_for_status()
                 session = started.json()
-                client = openai.OpenAI(base_url=f"{self.gateway_url}/v1", api_key=session["api_key"], max_retries=2)
+                client = openai.OpenAI(
+                    base_url=f"{self.gateway_url}/v1", api_key=session["api_key"], max_retries=2
+                )
                 episode = run_episode(client, model=self.model, task=task)
                 outcome = episode.outcome
                 feedback = self.user.react(task, outcome, rng)
                 session_headers = {"Authorization": f"Bearer {session['api_key']}"}
                 reward_headers = headers
                 target = {"session_id": session["session_id"]}
-                rewards = [{**target, "value": 1.0 if feedback.thumbs_up else 0.0, "kind": "numeric", "source": "user",
-                            "idempotency_key": f"thumb-{session['session_id']}"}]
+                rewards = [
+                    {
+                        **target,
+                        "value": 1.0 if feedback.thumbs_up else 0.0,
+                        "kind": "numeric",
+                        "source": "user",
+                        "idempotency_key": f"thumb-{session['session_id']}",
+                    }
+                ]
                 if feedback.correction:
-                    rewards.append({**target, "kind": "critique", "label": feedback.correction, "source": "user",
-                                    "idempotency_key": f"fix-{session['session_id']}"})
+                    rewards.append(
+                        {
+                            **target,
+                            "kind": "critique",
+                            "label": feedback.correction,
+                            "source": "user",
+                            "idempotency_key": f"fix-{session['session_id']}",
+                        }
+                    )
                 for reward in rewards:
                     answer = http.post("/v1/rewards", headers=reward_headers, json=reward)
                     if answer.status_code >= 400:
                         with self.stats.lock:
                             self.stats.rejected_rewards += 1
-                            self.stats.last_problem = f"{reward['source']} {reward['kind']}: {answer.text[:200]}"
+                            self.stats.last_problem = (
+                                f"{reward['source']} {reward['kind']}: {answer.text[:200]}"
+                            )
                 http.post("/rl/end_session", json={}, headers=session_headers)
                 with self.stats.lock:
                     self.outcomes[session["session_id"]] = outcome

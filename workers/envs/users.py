@@ -22,7 +22,9 @@ class SimulatedUser:
 
     def react(self, task: Task, outcome: Outcome, rng: random.Random) -> Feedback:
         thumbs_up = outcome.success != (rng.random() < self.noise)
-        correction = reference_answer(task) if not outcome.success and rng.random() < self.correction_rate else None
+        correction = (
+            reference_answer(task) if not outcome.success and rng.random() < self.correction_rate else None
+        )
         return Feedback(thumbs_up=thumbs_up, correction=correction)
 
 

@@ -43,7 +43,7 @@ def sft_sample(tokenizer, transcript: list[dict], name: str, *, short: bool = Fa
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     mask, inside, index = [0] * len(ids), False, 0
     while index < len(ids):
-        if ids[index:index + len(head)] == head:
+        if ids[index : index + len(head)] == head:
             index, inside = index + len(head), True
             continue
         if inside:
@@ -51,14 +51,33 @@ def sft_sample(tokenizer, transcript: list[dict], name: str, *, short: bool = Fa
             inside = ids[index] != end
         index += 1
     size = len(ids)
-    return TrainingSample(input_ids=tuple(ids), loss_mask=tuple(mask), logprobs=(0.0,) * size, versions=(-1,) * size,
-                          turns=(0,) * size, reward=1.0, group_id=name, task_id=name, trajectory_id=name,
-                          step_ids=(name,))
+    return TrainingSample(
+        input_ids=tuple(ids),
+        loss_mask=tuple(mask),
+        logprobs=(0.0,) * size,
+        versions=(-1,) * size,
+        turns=(0,) * size,
+        reward=1.0,
+        group_id=name,
+        task_id=name,
+        trajectory_id=name,
+        step_ids=(name,),
+    )
 
 
-def train_base(model_dir, out_dir, *, steps: int, batch_size: int = 16, learning_rate: float = 3e-3, seed: int = 0,
-               skill_steps: int = 0, skill_batch_size: int = 32, scripted_share: float = 0.0,
-               progress: Callable[[int, int, float], None] | None = None):
+def train_base(
+    model_dir,
+    out_dir,
+    *,
+    steps: int,
+    batch_size: int = 16,
+    learning_rate: float = 3e-3,
+    seed: int = 0,
+    skill_steps: int = 0,
+    skill_batch_size: int = 32,
+    scripted_share: float = 0.0,
+    progress: Callable[[int, int, float], None] | None = None,
+):
     """SFT of `model_dir`, exported to out_dir: first `skill_steps` batches of short scripted episodes (the
     copies: city into the call, number into the answer), then `steps` batches of full legacy episodes (the
     system prompt, the tools block and the legacy habit; a `scripted_share` of ideal ones mixed in)."""
@@ -71,9 +90,20 @@ def train_base(model_dir, out_dir, *, steps: int, batch_size: int = 16, learning
     torch.manual_seed(seed)
     rng = random.Random(f"warmup:{seed}")
     total = skill_steps + steps
-    tasks = iter(weather.make_tasks(split="train", count=skill_steps * skill_batch_size + steps * batch_size, seed=seed))
-    config = TrainConfig(algorithm="sft", learning_rate=learning_rate, schedule="constant", warmup_steps=min(5, total),
-                         total_steps=total, micro_batch_tokens=8192, seed=seed)
+    tasks = iter(
+        weather.make_tasks(
+            split="train", count=skill_steps * skill_batch_size + steps * batch_size, seed=seed
+        )
+    )
+    config = TrainConfig(
+        algorithm="sft",
+        learning_rate=learning_rate,
+        schedule="constant",
+        warmup_steps=min(5, total),
+        total_steps=total,
+        micro_batch_tokens=8192,
+        seed=seed,
+    )
     trainer = Trainer(model_dir, config)
     for step in range(total):
         skill = step < skill_steps
@@ -81,10 +111,15 @@ def train_base(model_dir, out_dir, *, steps: int, batch_size: int = 16, learning
         for index in range(skill_batch_size if skill else batch_size):
             task = next(tasks)
             if skill:
-                batch.append(sft_sample(tokenizer, weather.scripted_episode(task), f"skill-{step}-{index}", short=True))
+                batch.append(
+                    sft_sample(tokenizer, weather.scripted_episode(task), f"skill-{step}-{index}", short=True)
+                )
                 continue
-            episode = weather.scripted_episode(task) if rng.random() < scripted_share \
+            episode = (
+                weather.scripted_episode(task)
+                if rng.random() < scripted_share
                 else weather.legacy_episode(task, rng)
+            )
             batch.append(sft_sample(tokenizer, episode, f"warmup-{step}-{index}"))
         metrics = trainer.step(batch, current_version=0)
         if progress:
@@ -93,8 +128,9 @@ def train_base(model_dir, out_dir, *, steps: int, batch_size: int = 16, learning
     return out_dir
 
 
-def run_episodes(engine, tokenizer, tasks, *, temperature: float = 1.0, max_tokens: int = 40,
-                 seed: int | None = None) -> list[tuple[weather.Task, list[dict]]]:
+def run_episodes(
+    engine, tokenizer, tasks, *, temperature: float = 1.0, max_tokens: int = 40, seed: int | None = None
+) -> list[tuple[weather.Task, list[dict]]]:
     """The agent's two-turn loop for many tasks at once (the engine batches them)."""
     from workers.inference.chat import parse_assistant_text
     from workers.inference.sampling import SamplingParams
@@ -105,18 +141,34 @@ def run_episodes(engine, tokenizer, tasks, *, temperature: float = 1.0, max_toke
         streams = []
         for number in live:
             prompt = _render(tokenizer, episodes[number][1], generation_prompt=True)
-            params = SamplingParams(max_tokens=max_tokens, temperature=temperature,
-                                    seed=None if seed is None else seed * 100_003 + number * 7 + turn)
+            params = SamplingParams(
+                max_tokens=max_tokens,
+                temperature=temperature,
+                seed=None if seed is None else seed * 100_003 + number * 7 + turn,
+            )
             streams.append((number, engine.submit(prompt, params, incremental=False)))
         following = []
         for number, stream in streams:
             task, messages = episodes[number]
             reply = parse_assistant_text(stream.result().choices[0].text)
             calls = [call.to_openai() for call in reply.tool_calls]
-            messages.append({"role": "assistant", "content": reply.content or "", **({"tool_calls": calls} if calls else {})})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": reply.content or "",
+                    **({"tool_calls": calls} if calls else {}),
+                }
+            )
             for call in calls:
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": weather.tool_result(
-                    task, call["function"]["name"], call["function"]["arguments"])})
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["id"],
+                        "content": weather.tool_result(
+                            task, call["function"]["name"], call["function"]["arguments"]
+                        ),
+                    }
+                )
             if calls:
                 following.append(number)
         live = following
@@ -136,5 +188,8 @@ def heldout_success(model_dir, tasks, *, temperature: float = 1.0, seed: int = 0
         engine.stop()
     outcomes = [weather.check(task, messages) for task, messages in episodes]
     reasons = Counter(outcome.reason for outcome in outcomes)
-    return HeldOut(success=sum(outcome.success for outcome in outcomes) / max(len(outcomes), 1), cases=len(outcomes),
-                   reasons=dict(reasons))
+    return HeldOut(
+        success=sum(outcome.success for outcome in outcomes) / max(len(outcomes), 1),
+        cases=len(outcomes),
+        reasons=dict(reasons),
+    )

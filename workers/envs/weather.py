@@ -19,7 +19,20 @@ import random
 import re
 from dataclasses import dataclass
 
-CITIES = ("Paris", "Tokyo", "Berlin", "Lagos", "Lima", "Oslo", "Cairo", "Delhi", "Austin", "Seoul", "Rome", "Quito")
+CITIES = (
+    "Paris",
+    "Tokyo",
+    "Berlin",
+    "Lagos",
+    "Lima",
+    "Oslo",
+    "Cairo",
+    "Delhi",
+    "Austin",
+    "Seoul",
+    "Rome",
+    "Quito",
+)
 TEMPERATURES = range(0, 36)  # each " N" is one token of the default tokenizer
 # The city opens the message, as in a chat ("Oslo: how warm is it?"): it is then the same token as in the
 # tool call's JSON (the default tokenizer has one token for " Oslo" and another for "Oslo").
@@ -28,8 +41,14 @@ SYSTEM_PROMPT = "You are a weather assistant."
 TOOL_NAME = "get_weather"
 FORECAST_TOOL = "get_forecast"
 TOOLS = [
-    {"type": "function", "function": {"name": TOOL_NAME, "description": "Temperature now",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": TOOL_NAME,
+            "description": "Temperature now",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
 ]
 HELD_OUT_SHARE = 5  # one pair in five is held out
 # The legacy agent's habits (see legacy_episode): shares of right tool, wrong tool, no tool.
@@ -51,7 +70,11 @@ class Task:
     def forecast(self) -> int:
         """Tomorrow's temperature: a pure function of the task, never equal to today's."""
         shift = 1 + int(hashlib.sha256(f"forecast:{self.city}:{self.temperature}".encode()).digest()[0]) % 6
-        value = self.temperature + shift if self.temperature + shift <= max(TEMPERATURES) else self.temperature - shift
+        value = (
+            self.temperature + shift
+            if self.temperature + shift <= max(TEMPERATURES)
+            else self.temperature - shift
+        )
         return value
 
 
@@ -78,15 +101,22 @@ def make_tasks(*, split: str, count: int, seed: int) -> list[Task]:
     """`count` tasks of the `train` or `heldout` split, drawn reproducibly from `seed`."""
     if split not in {"train", "heldout"}:
         raise ValueError("split is 'train' or 'heldout'")
-    pairs = [(city, degrees) for city in CITIES for degrees in TEMPERATURES
-             if is_held_out(city, degrees) == (split == "heldout")]
+    pairs = [
+        (city, degrees)
+        for city in CITIES
+        for degrees in TEMPERATURES
+        if is_held_out(city, degrees) == (split == "heldout")
+    ]
     rng = random.Random(f"{split}:{seed}")
     tasks = []
     for number in range(count):
         city, degrees = rng.choice(pairs)
         question = rng.choice(QUESTIONS).format(city=city)
-        tasks.append(Task(task_id=f"weather-{split}-{seed}-{number}", city=city, temperature=degrees,
-                          question=question))
+        tasks.append(
+            Task(
+                task_id=f"weather-{split}-{seed}-{number}", city=city, temperature=degrees, question=question
+            )
+        )
     return tasks
 
 
@@ -123,10 +153,19 @@ def _call_arguments(function: dict) -> dict:
 def check(task: Task, transcript: list[dict]) -> Outcome:
     """Judges an episode from its messages (the opening, then the agent's and the tool's turns): the
     first tool call must be `get_weather` for the task's city, and the last answer must hold the number."""
-    calls = [call for message in transcript if message.get("role") == "assistant"
-             for call in message.get("tool_calls") or []]
-    answers = [message for message in transcript if message.get("role") == "assistant"
-               and not message.get("tool_calls") and (message.get("content") or "").strip()]
+    calls = [
+        call
+        for message in transcript
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or []
+    ]
+    answers = [
+        message
+        for message in transcript
+        if message.get("role") == "assistant"
+        and not message.get("tool_calls")
+        and (message.get("content") or "").strip()
+    ]
     right_temperature = bool(answers) and task.temperature in _numbers(answers[-1]["content"])
     if not calls:
         return Outcome(False, False, bool(answers), right_temperature, "no tool call", right_tool=False)
@@ -155,8 +194,17 @@ def _tool_episode(task: Task, tool: str) -> list[dict]:
     result = tool_result(task, tool, {"city": task.city})
     degrees = json.loads(result)["temperature"]
     return task.opening() + [
-        {"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": {
-            "name": tool, "arguments": json.dumps({"city": task.city})}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": tool, "arguments": json.dumps({"city": task.city})},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": call_id, "content": result},
         {"role": "assistant", "content": f"It is {degrees} degrees."},
     ]

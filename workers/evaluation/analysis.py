@@ -68,31 +68,54 @@ def guardrail_problems(guardrail: dict) -> dict[str, str]:
     return problems
 
 
-def measure(guardrail: Guardrail, candidate: Sequence[float], baseline: Sequence[float], *,
-            aggregate: str = "mean") -> Measurement:
+def measure(
+    guardrail: Guardrail, candidate: Sequence[float], baseline: Sequence[float], *, aggregate: str = "mean"
+) -> Measurement:
     """One guardrail over per-sample values of each arm (0/1 for rates, milliseconds for latency). The value
     compared is the mean, or the 95th percentile with `aggregate="p95"`."""
+
     def value(samples):
         if not samples:
             return None
         return percentile(samples, 0.95) if aggregate == "p95" else sum(samples) / len(samples)
 
     candidate_value, baseline_value = value(candidate), value(baseline)
-    common = dict(metric=guardrail.metric, candidate=candidate_value, baseline=baseline_value,
-                  candidate_samples=len(candidate), baseline_samples=len(baseline))
+    common = dict(
+        metric=guardrail.metric,
+        candidate=candidate_value,
+        baseline=baseline_value,
+        candidate_samples=len(candidate),
+        baseline_samples=len(baseline),
+    )
     if len(candidate) < guardrail.min_samples or len(baseline) < guardrail.min_samples:
-        return Measurement(**common, verdict=Verdict.INCONCLUSIVE,
-                           reason=f"{len(candidate)} candidate / {len(baseline)} baseline samples; "
-                                  f"{guardrail.min_samples} needed per arm")
-    worse_by = (candidate_value - baseline_value if guardrail.direction == "lower_is_better"
-                else baseline_value - candidate_value)
+        return Measurement(
+            **common,
+            verdict=Verdict.INCONCLUSIVE,
+            reason=f"{len(candidate)} candidate / {len(baseline)} baseline samples; "
+            f"{guardrail.min_samples} needed per arm",
+        )
+    worse_by = (
+        candidate_value - baseline_value
+        if guardrail.direction == "lower_is_better"
+        else baseline_value - candidate_value
+    )
     interval = bootstrap_difference(candidate, baseline, resamples=500) if aggregate == "mean" else None
     low, high = (interval.low, interval.high) if interval else (None, None)
     if worse_by > guardrail.threshold:
-        return Measurement(**common, verdict=Verdict.FAILED, low=low, high=high,
-                           reason=f"candidate worse by {worse_by:.4g} (> {guardrail.threshold:g})")
-    return Measurement(**common, verdict=Verdict.SUCCESSFUL, low=low, high=high,
-                       reason=f"within {guardrail.threshold:g} of the baseline")
+        return Measurement(
+            **common,
+            verdict=Verdict.FAILED,
+            low=low,
+            high=high,
+            reason=f"candidate worse by {worse_by:.4g} (> {guardrail.threshold:g})",
+        )
+    return Measurement(
+        **common,
+        verdict=Verdict.SUCCESSFUL,
+        low=low,
+        high=high,
+        reason=f"within {guardrail.threshold:g} of the baseline",
+    )
 
 
 def tick_verdict(measurements: Sequence[Measurement]) -> Verdict:
@@ -115,8 +138,15 @@ class Decision:
     consecutive_inconclusive: int
 
 
-def decide(verdict: Verdict, *, consecutive_failures: int, consecutive_inconclusive: int, failure_limit: int,
-           inconclusive_limit: int, stage_ready: bool) -> Decision:
+def decide(
+    verdict: Verdict,
+    *,
+    consecutive_failures: int,
+    consecutive_inconclusive: int,
+    failure_limit: int,
+    inconclusive_limit: int,
+    stage_ready: bool,
+) -> Decision:
     """Argo's limits: more than `failure_limit` failed ticks in a row rolls back; more than
     `inconclusive_limit` inconclusive ticks in a row pauses; a successful tick advances once the stage has
     run its minimum time (`stage_ready`), else waits."""

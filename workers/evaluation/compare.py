@@ -42,8 +42,15 @@ def _percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[lower] + (sorted_values[upper] - sorted_values[lower]) * (position - lower)
 
 
-def bootstrap_difference(candidate: Sequence[float], baseline: Sequence[float], *, paired: bool = False,
-                         resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval | None:
+def bootstrap_difference(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    paired: bool = False,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Interval | None:
     """Mean difference with a percentile bootstrap interval. Paired: both sequences are per-case values in the
     same order and cases are resampled together (the right test for one suite run twice); otherwise each arm
     is resampled on its own (canary traffic). None when an arm is empty. Deterministic for a given seed."""
@@ -66,9 +73,15 @@ def bootstrap_difference(candidate: Sequence[float], baseline: Sequence[float], 
             differences.append(_mean(first) - _mean(second))
     differences.sort()
     tail = (1 - confidence) / 2
-    return Interval(difference=observed, low=_percentile(differences, tail), high=_percentile(differences, 1 - tail),
-                    candidate_mean=_mean(candidate), baseline_mean=_mean(baseline),
-                    samples=min(len(candidate), len(baseline)), paired=paired)
+    return Interval(
+        difference=observed,
+        low=_percentile(differences, tail),
+        high=_percentile(differences, 1 - tail),
+        candidate_mean=_mean(candidate),
+        baseline_mean=_mean(baseline),
+        samples=min(len(candidate), len(baseline)),
+        paired=paired,
+    )
 
 
 def case_flips(candidate: Mapping[str, bool], baseline: Mapping[str, bool]) -> Flips:
@@ -97,8 +110,9 @@ class Comparison:
     flips: Flips
 
 
-def compare_runs(candidate: Sequence[CaseValue], baseline: Sequence[CaseValue], *, resamples: int = 2000,
-                 seed: int = 0) -> Comparison:
+def compare_runs(
+    candidate: Sequence[CaseValue], baseline: Sequence[CaseValue], *, resamples: int = 2000, seed: int = 0
+) -> Comparison:
     """Paired comparison of two runs of one suite: `score` and `pass_rate` overall and per category
     (`<category>.pass_rate`), over the cases both runs scored."""
     by_key = {value.key: value for value in baseline}
@@ -112,11 +126,21 @@ def compare_runs(candidate: Sequence[CaseValue], baseline: Sequence[CaseValue], 
             continue
         prefix = f"{category}." if category else ""
         metrics[f"{prefix}pass_rate"] = bootstrap_difference(
-            [float(first.passed) for first, _ in members], [float(second.passed) for _, second in members],
-            paired=True, resamples=resamples, seed=seed)
+            [float(first.passed) for first, _ in members],
+            [float(second.passed) for _, second in members],
+            paired=True,
+            resamples=resamples,
+            seed=seed,
+        )
         if not category:
-            metrics["score"] = bootstrap_difference([first.score for first, _ in members],
-                                                    [second.score for _, second in members], paired=True,
-                                                    resamples=resamples, seed=seed)
-    flips = case_flips({value.key: value.passed for value in candidate}, {value.key: value.passed for value in baseline})
+            metrics["score"] = bootstrap_difference(
+                [first.score for first, _ in members],
+                [second.score for _, second in members],
+                paired=True,
+                resamples=resamples,
+                seed=seed,
+            )
+    flips = case_flips(
+        {value.key: value.passed for value in candidate}, {value.key: value.passed for value in baseline}
+    )
     return Comparison(metrics=metrics, flips=flips)

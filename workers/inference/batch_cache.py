@@ -44,7 +44,9 @@ class PaddedBatchCache:
                 values.append(_pad_left(_select(source_layer.values, rows), pad))
             _fill_layer(layer, torch.cat(keys), torch.cat(values))
         self.cache = merged
-        self.mask = torch.cat([F.pad(source_mask, (width - source_mask.shape[1], 0)) for _, source_mask, _ in sources])
+        self.mask = torch.cat(
+            [F.pad(source_mask, (width - source_mask.shape[1], 0)) for _, source_mask, _ in sources]
+        )
 
     def extend_mask_for_step(self) -> torch.Tensor:
         """The attention mask for one decoding step; the new column holds every row's new token."""

@@ -16,7 +16,11 @@ class ToolCall:
     arguments: str  # a JSON object, serialized, as OpenAI sends it
 
     def to_openai(self, index: int | None = None) -> dict:
-        call = {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        call = {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
         return call if index is None else {"index": index, **call}
 
 
@@ -26,7 +30,9 @@ class AssistantReply:
     tool_calls: tuple[ToolCall, ...]
 
 
-def render_chat_prompt(tokenizer, messages, *, tools=None, add_generation_prompt=True, template_kwargs=None) -> str:
+def render_chat_prompt(
+    tokenizer, messages, *, tools=None, add_generation_prompt=True, template_kwargs=None
+) -> str:
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("this model has no chat template; use /v1/completions instead")
     return tokenizer.apply_chat_template(
@@ -75,7 +81,9 @@ def parse_tool_call(body: str) -> ToolCall | None:
             return None
     if not isinstance(arguments, dict):
         return None
-    return ToolCall(id=new_tool_call_id(), name=payload["name"], arguments=json.dumps(arguments, ensure_ascii=False))
+    return ToolCall(
+        id=new_tool_call_id(), name=payload["name"], arguments=json.dumps(arguments, ensure_ascii=False)
+    )
 
 
 def new_tool_call_id() -> str:
@@ -113,7 +121,7 @@ class ToolCallStreamParser:
                 end = self._buffer.find(TOOL_CALL_END)
                 if end < 0:
                     return pieces
-                body, self._buffer = self._buffer[:end], self._buffer[end + len(TOOL_CALL_END):]
+                body, self._buffer = self._buffer[:end], self._buffer[end + len(TOOL_CALL_END) :]
                 self._inside_call = False
                 call = parse_tool_call(body.strip())
                 if call is None:
@@ -125,7 +133,7 @@ class ToolCallStreamParser:
             start = self._buffer.find(TOOL_CALL_START)
             if start >= 0:
                 self._emit_text(pieces, self._buffer[:start])
-                self._buffer = self._buffer[start + len(TOOL_CALL_START):]
+                self._buffer = self._buffer[start + len(TOOL_CALL_START) :]
                 self._inside_call = True
                 continue
             keep = _partial_tag_length(self._buffer)
@@ -133,7 +141,7 @@ class ToolCallStreamParser:
             if self._seen_call and not text.strip():
                 return pieces  # wait: it is either separation between calls or leads into real text
             self._emit_text(pieces, text)
-            self._buffer = self._buffer[len(text):]
+            self._buffer = self._buffer[len(text) :]
             return pieces
 
     def finish(self) -> list:

@@ -42,7 +42,8 @@ class ParsedCompletion:
     @property
     def has_token_data(self) -> bool:
         return self.prompt_token_ids is not None and all(
-            choice.completion_token_ids is not None and choice.logprobs is not None
+            choice.completion_token_ids is not None
+            and choice.logprobs is not None
             and len(choice.logprobs) == len(choice.completion_token_ids)
             for choice in self.choices
         )
@@ -81,8 +82,9 @@ def iter_sse_data(lines: Iterable[str]) -> Iterator[dict]:
             yield payload
 
 
-async def request_completion(client: httpx.AsyncClient, url: str, body: dict, *,
-                             headers: dict | None = None) -> ParsedCompletion:
+async def request_completion(
+    client: httpx.AsyncClient, url: str, body: dict, *, headers: dict | None = None
+) -> ParsedCompletion:
     """POST a chat or completions body (streaming or not) and parse what comes back."""
     if not body.get("stream"):
         response = await client.post(url, json=body, headers=headers)
@@ -115,7 +117,7 @@ _DONE = object()
 def _sse_payload(line: str):
     if not line.startswith("data:"):
         return None
-    data = line[len("data:"):].strip()
+    data = line[len("data:") :].strip()
     return _DONE if data == "[DONE]" else json.loads(data)
 
 
@@ -203,17 +205,27 @@ class _StreamAccumulator:
             self._add_choice(choice)
 
     def _add_choice(self, choice: dict) -> None:
-        state = self._choices.setdefault(choice.get("index", 0), {
-            "text": [], "token_ids": None, "logprobs": None, "versions": None, "finish_reason": None,
-            "stop_reason": None, "tool_calls": {}, "prompt_token_ids": None,
-        })
+        state = self._choices.setdefault(
+            choice.get("index", 0),
+            {
+                "text": [],
+                "token_ids": None,
+                "logprobs": None,
+                "versions": None,
+                "finish_reason": None,
+                "stop_reason": None,
+                "tool_calls": {},
+                "prompt_token_ids": None,
+            },
+        )
         delta = choice.get("delta")
         text = (delta or {}).get("content") if delta is not None else choice.get("text")
         if text:
             state["text"].append(text)
         for call in (delta or {}).get("tool_calls") or []:
-            slot = state["tool_calls"].setdefault(call.get("index", len(state["tool_calls"])),
-                                                  {"id": None, "name": "", "arguments": []})
+            slot = state["tool_calls"].setdefault(
+                call.get("index", len(state["tool_calls"])), {"id": None, "name": "", "arguments": []}
+            )
             function = call.get("function") or {}
             slot["id"] = call.get("id") or slot["id"]
             slot["name"] += function.get("name") or ""

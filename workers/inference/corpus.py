@@ -7,30 +7,128 @@ import json
 import random
 
 SUBJECTS = [
-    "the agent", "a user", "the model", "our team", "the operator", "an annotator", "the server", "my friend",
-    "the weather service", "the store", "a customer", "the city", "this function", "the report", "the teacher",
-    "a student", "the engineer", "the robot", "the assistant", "the manager",
+    "the agent",
+    "a user",
+    "the model",
+    "our team",
+    "the operator",
+    "an annotator",
+    "the server",
+    "my friend",
+    "the weather service",
+    "the store",
+    "a customer",
+    "the city",
+    "this function",
+    "the report",
+    "the teacher",
+    "a student",
+    "the engineer",
+    "the robot",
+    "the assistant",
+    "the manager",
 ]
 VERBS = [
-    "reads", "writes", "checks", "opens", "sends", "finds", "computes", "returns", "updates", "answers",
-    "needs", "wants", "calls", "searches", "books", "cancels", "orders", "explains", "builds", "tests",
+    "reads",
+    "writes",
+    "checks",
+    "opens",
+    "sends",
+    "finds",
+    "computes",
+    "returns",
+    "updates",
+    "answers",
+    "needs",
+    "wants",
+    "calls",
+    "searches",
+    "books",
+    "cancels",
+    "orders",
+    "explains",
+    "builds",
+    "tests",
 ]
 OBJECTS = [
-    "the file", "an email", "the weather", "a ticket", "the order", "a number", "the answer", "a table",
-    "the map", "the train", "a flight", "the report", "the price", "a recipe", "the list", "the code",
-    "the result", "a message", "the calendar", "the score",
+    "the file",
+    "an email",
+    "the weather",
+    "a ticket",
+    "the order",
+    "a number",
+    "the answer",
+    "a table",
+    "the map",
+    "the train",
+    "a flight",
+    "the report",
+    "the price",
+    "a recipe",
+    "the list",
+    "the code",
+    "the result",
+    "a message",
+    "the calendar",
+    "the score",
 ]
 ENDINGS = [
-    "today", "tomorrow", "right now", "before noon", "after lunch", "every morning", "in Paris", "in Tokyo",
-    "in Berlin", "for the user", "with care", "again", "on Monday", "on Friday", "at home", "quickly",
+    "today",
+    "tomorrow",
+    "right now",
+    "before noon",
+    "after lunch",
+    "every morning",
+    "in Paris",
+    "in Tokyo",
+    "in Berlin",
+    "for the user",
+    "with care",
+    "again",
+    "on Monday",
+    "on Friday",
+    "at home",
+    "quickly",
 ]
 QUESTIONS = [
-    "What is the weather in {city}?", "How much is {a} plus {b}?", "Can you find {obj} for me?",
-    "Please send {obj} to {name}.", "Where is order {order}?", "What time is it in {city}?",
-    "Multiply {a} by {b}, please.", "Who wrote {obj}?", "Read the file {path} and summarize it.",
+    "What is the weather in {city}?",
+    "How much is {a} plus {b}?",
+    "Can you find {obj} for me?",
+    "Please send {obj} to {name}.",
+    "Where is order {order}?",
+    "What time is it in {city}?",
+    "Multiply {a} by {b}, please.",
+    "Who wrote {obj}?",
+    "Read the file {path} and summarize it.",
 ]
-CITIES = ["Paris", "Tokyo", "Berlin", "Lagos", "Lima", "Oslo", "Cairo", "Delhi", "Austin", "Seoul", "Rome", "Quito"]
-NAMES = ["Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory", "Oscar"]
+CITIES = [
+    "Paris",
+    "Tokyo",
+    "Berlin",
+    "Lagos",
+    "Lima",
+    "Oslo",
+    "Cairo",
+    "Delhi",
+    "Austin",
+    "Seoul",
+    "Rome",
+    "Quito",
+]
+NAMES = [
+    "Alice",
+    "Bob",
+    "Carol",
+    "Dave",
+    "Erin",
+    "Frank",
+    "Grace",
+    "Heidi",
+    "Ivan",
+    "Judy",
+    "Mallory",
+    "Oscar",
+]
 TOOLS = {
     "get_weather": {"city": "string", "unit": ["celsius", "fahrenheit"]},
     "add": {"a": "number", "b": "number"},
@@ -59,14 +157,16 @@ def _sentence(rng: random.Random) -> str:
 
 def _numbers(rng: random.Random) -> str:
     a, b = rng.randint(0, 999), rng.randint(0, 999)
-    return rng.choice([
-        f"{a} + {b} = {a + b}",
-        f"{a} * {b} = {a * b}",
-        f"The total is {a}.{b:02d} dollars.",
-        f"On 2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} at {rng.randint(0, 23):02d}:{b % 60:02d}",
-        f"Order #{a}{b} has {rng.randint(1, 9)} items, {rng.randint(1, 99)}% done.",
-        " ".join(str(rng.randint(0, 10_000)) for _ in range(rng.randint(3, 12))),
-    ])
+    return rng.choice(
+        [
+            f"{a} + {b} = {a + b}",
+            f"{a} * {b} = {a * b}",
+            f"The total is {a}.{b:02d} dollars.",
+            f"On 2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} at {rng.randint(0, 23):02d}:{b % 60:02d}",
+            f"Order #{a}{b} has {rng.randint(1, 9)} items, {rng.randint(1, 99)}% done.",
+            " ".join(str(rng.randint(0, 10_000)) for _ in range(rng.randint(3, 12))),
+        ]
+    )
 
 
 def _arguments(rng: random.Random, name: str) -> dict:
@@ -113,8 +213,13 @@ def _tool_call(rng: random.Random) -> str:
 
 def _question(rng: random.Random) -> str:
     return rng.choice(QUESTIONS).format(
-        city=rng.choice(CITIES), a=rng.randint(0, 99), b=rng.randint(0, 99), obj=rng.choice(OBJECTS),
-        name=rng.choice(NAMES), order=rng.randint(1000, 9999), path=f"/tmp/{rng.choice(NAMES).lower()}.txt",
+        city=rng.choice(CITIES),
+        a=rng.randint(0, 99),
+        b=rng.randint(0, 99),
+        obj=rng.choice(OBJECTS),
+        name=rng.choice(NAMES),
+        order=rng.randint(1000, 9999),
+        path=f"/tmp/{rng.choice(NAMES).lower()}.txt",
     )
 
 

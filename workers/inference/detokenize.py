@@ -44,7 +44,7 @@ class IncrementalDetokenizer:
     def _advance(self, full: str, end: int) -> str:
         if end <= self._emitted:
             return ""
-        delta = full[self._emitted:end]
+        delta = full[self._emitted : end]
         self._emitted = end
         self.text = full[:end]
         return delta

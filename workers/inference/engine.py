@@ -94,8 +94,16 @@ class _Abort:
 
 
 class InferenceEngine:
-    def __init__(self, model_dir, *, version: int = 0, max_batch_size: int = 32, max_model_len: int | None = None,
-                 dtype: torch.dtype = torch.float32, prefix_cache_tokens: int = 16384):
+    def __init__(
+        self,
+        model_dir,
+        *,
+        version: int = 0,
+        max_batch_size: int = 32,
+        max_model_len: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        prefix_cache_tokens: int = 16384,
+    ):
         from transformers import AutoTokenizer
 
         self.model_dir = str(model_dir)
@@ -145,8 +153,14 @@ class InferenceEngine:
 
     # ---- requests --------------------------------------------------------------------------------------
 
-    def submit(self, prompt_token_ids, params: SamplingParams, *, request_id: str | None = None,
-               incremental: bool = True) -> RequestStream:
+    def submit(
+        self,
+        prompt_token_ids,
+        params: SamplingParams,
+        *,
+        request_id: str | None = None,
+        incremental: bool = True,
+    ) -> RequestStream:
         """Queue a request; raises ContextLengthError or ValueError for one that cannot run. With
         incremental=False the stream yields events only when choices finish (for non-streaming callers)."""
         prompt = tuple(int(token) for token in prompt_token_ids)
@@ -203,15 +217,18 @@ class InferenceEngine:
             self._paused = False
             self._wakeup.notify_all()
 
-    def load_checkpoint(self, model_dir, *, version: int | None = None, timeout: float = 60.0,
-                        recompute_kv: bool = True) -> SwapReport:
+    def load_checkpoint(
+        self, model_dir, *, version: int | None = None, timeout: float = 60.0, recompute_kv: bool = True
+    ) -> SwapReport:
         """Load new weights beside the serving ones, then swap them in at a step boundary. In-flight
         sequences' KV caches are recomputed under the new weights, or kept (recompute_kv=False), which
         spares a prefill of every running context per swap."""
         with self._load_lock:
             path = Path(model_dir)
             if not (path / "config.json").is_file():
-                raise CheckpointRefused(422, f"{model_dir} is not a Hugging Face model directory (no config.json)")
+                raise CheckpointRefused(
+                    422, f"{model_dir} is not a Hugging Face model directory (no config.json)"
+                )
             started = time.perf_counter()
             try:
                 fingerprint = tokenizer_fingerprint(path)
@@ -229,8 +246,12 @@ class InferenceEngine:
                 raise CheckpointRefused(422, f"cannot load weights from {model_dir}: {error}") from error
             loaded = time.perf_counter()
             previous = self.version
-            swap = _Swap(model=model, version=previous + 1 if version is None else version, model_dir=str(path),
-                         recompute=recompute_kv)
+            swap = _Swap(
+                model=model,
+                version=previous + 1 if version is None else version,
+                model_dir=str(path),
+                recompute=recompute_kv,
+            )
             self._post(swap)
             if not swap.applied.wait(timeout):
                 raise TimeoutError("the engine did not reach a step boundary in time")
@@ -245,7 +266,9 @@ class InferenceEngine:
 
     def status(self) -> EngineStatus:
         with self._wakeup:
-            return EngineStatus(self.version, self.model_dir, self._paused, len(self._running), len(self._waiting))
+            return EngineStatus(
+                self.version, self.model_dir, self._paused, len(self._running), len(self._waiting)
+            )
 
     def stats(self) -> EngineStats:
         with self._wakeup:
@@ -308,7 +331,9 @@ class InferenceEngine:
                     try:
                         self._apply(command)
                     except Exception as error:  # e.g. recomputing caches on a swap: fail those, serve on
-                        self._fail_all([], EngineFailure(f"{type(command).__name__[1:].lower()} failed: {error!r}"))
+                        self._fail_all(
+                            [], EngineFailure(f"{type(command).__name__[1:].lower()} failed: {error!r}")
+                        )
                 with self._wakeup:
                     if self._paused:
                         continue
@@ -367,7 +392,9 @@ class InferenceEngine:
         without), sample each choice's first token, join the batch."""
         groups: dict = {}
         for stream in admitted:
-            hit = self._prefix_cache.lookup(stream.prompt_token_ids) if self._prefix_cache is not None else None
+            hit = (
+                self._prefix_cache.lookup(stream.prompt_token_ids) if self._prefix_cache is not None else None
+            )
             key = (hit.entry, hit.length) if hit is not None else None
             groups.setdefault(key, (hit, []))[1].append(stream)
         for hit, streams in groups.values():
@@ -400,8 +427,8 @@ class InferenceEngine:
         mask = torch.zeros(len(contexts), start + width, dtype=torch.long)
         mask[:, :start] = 1
         for row, rest in enumerate(rests):
-            input_ids[row, width - len(rest):] = torch.tensor(rest)
-            mask[row, start + width - len(rest):] = 1
+            input_ids[row, width - len(rest) :] = torch.tensor(rest)
+            mask[row, start + width - len(rest) :] = 1
         cache = self._batch.new_cache()
         if hit is not None:
             for layer, keys, values in zip(cache.layers, hit.keys, hit.values, strict=True):
@@ -428,8 +455,11 @@ class InferenceEngine:
             return
         for row, prompt in enumerate(prompts):
             real = mask[row].bool()
-            self._prefix_cache.store(prompt, [layer.keys[row:row + 1, :, real] for layer in cache.layers],
-                                     [layer.values[row:row + 1, :, real] for layer in cache.layers])
+            self._prefix_cache.store(
+                prompt,
+                [layer.keys[row : row + 1, :, real] for layer in cache.layers],
+                [layer.values[row : row + 1, :, real] for layer in cache.layers],
+            )
 
     def _decode(self, events: dict) -> None:
         rows = len(self._running)
@@ -451,8 +481,10 @@ class InferenceEngine:
         greedy = logits.argmax(dim=-1).tolist()
         survivors = []
         for row, sequence in enumerate(self._running):
-            token = greedy[row] if sequence.params.is_greedy else sample_token(
-                logits[row], sequence.params, sequence.generator
+            token = (
+                greedy[row]
+                if sequence.params.is_greedy
+                else sample_token(logits[row], sequence.params, sequence.generator)
             )
             if self._record(sequence, logprobs[row], token, events):
                 survivors.append(row)

@@ -115,21 +115,27 @@ def tokenizer_fingerprint(model_dir) -> str:
 
         serialized = json.loads(AutoTokenizer.from_pretrained(model_dir).backend_tokenizer.to_str())
     model = serialized.get("model", {})
-    merges = [merge.split(" ", 1) if isinstance(merge, str) else list(merge) for merge in model.get("merges", [])]
+    merges = [
+        merge.split(" ", 1) if isinstance(merge, str) else list(merge) for merge in model.get("merges", [])
+    ]
     identity = {
         "type": model.get("type"),
-        "vocab": sorted(model.get("vocab", {}).items(), key=lambda item: item[1]) if isinstance(
-            model.get("vocab"), dict) else model.get("vocab"),
+        "vocab": sorted(model.get("vocab", {}).items(), key=lambda item: item[1])
+        if isinstance(model.get("vocab"), dict)
+        else model.get("vocab"),
         "merges": merges,
         "added_tokens": sorted(
-            (token["id"], token["content"], bool(token.get("special"))) for token in serialized.get("added_tokens", [])
+            (token["id"], token["content"], bool(token.get("special")))
+            for token in serialized.get("added_tokens", [])
         ),
     }
     return hashlib.sha256(json.dumps(identity, ensure_ascii=False).encode()).hexdigest()
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description="Create the default small causal LM as a HF model directory.")
+    parser = argparse.ArgumentParser(
+        description="Create the default small causal LM as a HF model directory."
+    )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--seed", type=int, default=0)
     arguments = parser.parse_args(argv)

@@ -29,8 +29,9 @@ class PrefixHit:
 class PrefixCache:
     def __init__(self, budget_tokens: int):
         self.budget_tokens = budget_tokens
-        self._stored: OrderedDict[tuple[int, ...], tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]] = (
-            OrderedDict())
+        self._stored: OrderedDict[
+            tuple[int, ...], tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]
+        ] = OrderedDict()
         self._boundaries: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._tokens = 0
 
@@ -44,8 +45,12 @@ class PrefixCache:
             if entry is not None:
                 self._stored.move_to_end(entry)
                 keys, values = self._stored[entry]
-                return PrefixHit(length, tuple(k[:, :, :length] for k in keys),
-                                 tuple(v[:, :, :length] for v in values), entry)
+                return PrefixHit(
+                    length,
+                    tuple(k[:, :, :length] for k in keys),
+                    tuple(v[:, :, :length] for v in values),
+                    entry,
+                )
         return None
 
     def store(self, prompt: tuple[int, ...], keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:

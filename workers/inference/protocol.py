@@ -12,8 +12,15 @@ UNSUPPORTED_NONZERO = ("frequency_penalty", "presence_penalty")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, *, error_type: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        error_type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -22,7 +29,14 @@ class ApiError(Exception):
         self.param = param
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 def invalid(param: str, message: str) -> ApiError:
@@ -82,7 +96,9 @@ def parse_chat_request(body: dict) -> ChatCompletionRequest:
         raise invalid("tools", 'must be an array of {"type": "function", "function": {"name": ...}} objects')
     tool_choice = body.get("tool_choice", "auto" if tools else "none")
     if tool_choice not in ("none", "auto", "required") and not _is_named_tool_choice(tool_choice):
-        raise invalid("tool_choice", 'must be "none", "auto", "required" or {"type": "function", "function": {"name"}}')
+        raise invalid(
+            "tool_choice", 'must be "none", "auto", "required" or {"type": "function", "function": {"name"}}'
+        )
     template_kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(template_kwargs, dict):
         raise invalid("chat_template_kwargs", "must be an object")
@@ -179,9 +195,12 @@ def _check_message(index: int, message) -> None:
         raise invalid(f"{where}.role", f"must be one of {sorted(CHAT_ROLES)}")
     content = message.get("content")
     content_is_parts = isinstance(content, list) and all(
-        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        for part in content
     )
-    if not (isinstance(content, str) or content_is_parts or (content is None and message["role"] == "assistant")):
+    if not (
+        isinstance(content, str) or content_is_parts or (content is None and message["role"] == "assistant")
+    ):
         raise invalid(f"{where}.content", "must be a string or an array of text parts")
     tool_calls = message.get("tool_calls")
     if tool_calls is not None and not (
@@ -201,7 +220,9 @@ def _is_function_tool(tool) -> bool:
 
 
 def _is_named_tool_choice(choice) -> bool:
-    return isinstance(choice, dict) and isinstance(choice.get("function"), dict) and "name" in choice["function"]
+    return (
+        isinstance(choice, dict) and isinstance(choice.get("function"), dict) and "name" in choice["function"]
+    )
 
 
 def _is_int(value) -> bool:
@@ -209,7 +230,9 @@ def _is_int(value) -> bool:
 
 
 def _is_token_list(value, *, allow_empty: bool = False) -> bool:
-    return isinstance(value, list) and (allow_empty or bool(value)) and all(_is_int(v) and v >= 0 for v in value)
+    return (
+        isinstance(value, list) and (allow_empty or bool(value)) and all(_is_int(v) and v >= 0 for v in value)
+    )
 
 
 def _boolean(body: dict, name: str, default: bool) -> bool:
@@ -232,8 +255,15 @@ def _integer(body: dict, name: str, default: int, *, minimum: int, maximum: int)
     return value
 
 
-def _number(body: dict, name: str, default: float, *, minimum: float | None = None, maximum: float | None = None,
-            exclusive_minimum: bool = False) -> float:
+def _number(
+    body: dict,
+    name: str,
+    default: float,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+) -> float:
     value = body.get(name)
     if value is None:
         return default
@@ -242,5 +272,7 @@ def _number(body: dict, name: str, default: float, *, minimum: float | None = No
     too_small = minimum is not None and (value <= minimum if exclusive_minimum else value < minimum)
     if too_small or (maximum is not None and value > maximum):
         bound = "greater than" if exclusive_minimum else "at least"
-        raise invalid(name, f"must be {bound} {minimum}" + (f" and at most {maximum}" if maximum is not None else ""))
+        raise invalid(
+            name, f"must be {bound} {minimum}" + (f" and at most {maximum}" if maximum is not None else "")
+        )
     return float(value)

@@ -28,8 +28,11 @@ def new_id(prefix: str) -> str:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 class TokenText:
@@ -65,7 +68,9 @@ class TokenText:
         }
 
 
-def chat_response(result: GenerationResult, options: ResponseOptions, token_text: TokenText, version: int) -> dict:
+def chat_response(
+    result: GenerationResult, options: ResponseOptions, token_text: TokenText, version: int
+) -> dict:
     choices = [_chat_choice(choice, options, token_text) for choice in result.choices]
     body = {
         "id": new_id("chatcmpl"),
@@ -93,10 +98,16 @@ def _chat_choice(choice: ChoiceResult, options: ResponseOptions, token_text: Tok
     body = {
         "index": choice.index,
         "message": message,
-        "logprobs": {"content": [
-            token_text.chat_entry(token, logprob, top)
-            for token, logprob, top in zip(choice.token_ids, choice.logprobs, choice.top_logprobs, strict=True)
-        ]} if options.logprobs else None,
+        "logprobs": {
+            "content": [
+                token_text.chat_entry(token, logprob, top)
+                for token, logprob, top in zip(
+                    choice.token_ids, choice.logprobs, choice.top_logprobs, strict=True
+                )
+            ]
+        }
+        if options.logprobs
+        else None,
         "finish_reason": finish_reason,
         "stop_reason": choice.stop_reason,
     }
@@ -106,16 +117,20 @@ def _chat_choice(choice: ChoiceResult, options: ResponseOptions, token_text: Tok
     return body
 
 
-def completion_response(results: list[GenerationResult], options: ResponseOptions, token_text: TokenText,
-                        version: int) -> dict:
+def completion_response(
+    results: list[GenerationResult], options: ResponseOptions, token_text: TokenText, version: int
+) -> dict:
     choices = []
     for result in results:
         for choice in result.choices:
             body = {
                 "index": len(choices),
                 "text": choice.text,
-                "logprobs": token_text.completion_logprobs(choice.token_ids, choice.logprobs, choice.top_logprobs)
-                if options.logprobs else None,
+                "logprobs": token_text.completion_logprobs(
+                    choice.token_ids, choice.logprobs, choice.top_logprobs
+                )
+                if options.logprobs
+                else None,
                 "finish_reason": choice.finish_reason,
                 "stop_reason": choice.stop_reason,
             }
@@ -130,8 +145,10 @@ def completion_response(results: list[GenerationResult], options: ResponseOption
         "created": int(time.time()),
         "model": options.model_name,
         "choices": choices,
-        "usage": usage(sum(len(result.prompt_token_ids) for result in results),
-                       sum(len(choice.token_ids) for result in results for choice in result.choices)),
+        "usage": usage(
+            sum(len(result.prompt_token_ids) for result in results),
+            sum(len(choice.token_ids) for result in results for choice in result.choices),
+        ),
         "policy_version": max(_result_version(result, version) for result in results),
     }
 
@@ -145,8 +162,10 @@ def event_token_fields(event: TokenEvent, options: ResponseOptions) -> dict:
     if not options.return_token_ids:
         return {}
     sampled = event.token_id is not None
-    return {"token_ids": [event.token_id] if sampled else [],
-            "token_policy_versions": [event.policy_version] if sampled else []}
+    return {
+        "token_ids": [event.token_id] if sampled else [],
+        "token_policy_versions": [event.policy_version] if sampled else [],
+    }
 
 
 def tool_call_deltas(calls: list[ToolCall], first_index: int) -> list[dict]:

@@ -46,7 +46,9 @@ ADMIN_TOKEN_ENV = "AREAL_INFERENCE_ADMIN_TOKEN"
 
 
 class InferenceServer:
-    def __init__(self, engine: InferenceEngine, *, served_model_names: list[str], admin_token: str | None = None):
+    def __init__(
+        self, engine: InferenceEngine, *, served_model_names: list[str], admin_token: str | None = None
+    ):
         self.engine = engine
         self.served_model_names = list(served_model_names)
         self.admin_token = admin_token
@@ -55,11 +57,23 @@ class InferenceServer:
 
     async def models(self, request: Request) -> JSONResponse:
         created = int(time.time())
-        return JSONResponse({"object": "list", "data": [
-            {"id": name, "object": "model", "created": created, "owned_by": "areal-web", "root": self.engine.model_dir,
-             "max_model_len": self.engine.max_model_len, "policy_version": self.engine.version}
-            for name in self.served_model_names
-        ]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": created,
+                        "owned_by": "areal-web",
+                        "root": self.engine.model_dir,
+                        "max_model_len": self.engine.max_model_len,
+                        "policy_version": self.engine.version,
+                    }
+                    for name in self.served_model_names
+                ],
+            }
+        )
 
     async def health(self, request: Request) -> JSONResponse:
         status = self.engine.status()
@@ -70,8 +84,11 @@ class InferenceServer:
         model_name = self._model_name(chat.options.model)
         try:
             prompt = render_chat_prompt(
-                self.engine.tokenizer, chat.messages, tools=chat.tools,
-                add_generation_prompt=chat.add_generation_prompt, template_kwargs=chat.template_kwargs,
+                self.engine.tokenizer,
+                chat.messages,
+                tools=chat.tools,
+                add_generation_prompt=chat.add_generation_prompt,
+                template_kwargs=chat.template_kwargs,
             )
         except Exception as error:  # a template may raise anything on input it does not accept
             raise invalid("messages", f"cannot render the chat template: {error}") from error
@@ -99,7 +116,9 @@ class InferenceServer:
         try:
             for prompt in completion.prompts:
                 ids = backend.encode(prompt).ids if isinstance(prompt, str) else prompt
-                streams.append(self._submit(ids, completion.options.params, incremental=completion.options.stream))
+                streams.append(
+                    self._submit(ids, completion.options.params, incremental=completion.options.stream)
+                )
         except ApiError:
             for stream in streams:
                 self.engine.abort(stream.request_id)
@@ -121,8 +140,12 @@ class InferenceServer:
         if requested is None:
             return self.served_model_names[0]
         if requested not in self.served_model_names:
-            raise ApiError(404, f"The model `{requested}` does not exist. Served: {self.served_model_names}",
-                           code="model_not_found", param="model")
+            raise ApiError(
+                404,
+                f"The model `{requested}` does not exist. Served: {self.served_model_names}",
+                code="model_not_found",
+                param="model",
+            )
         return requested
 
     def _submit(self, prompt_ids, params, *, incremental: bool) -> RequestStream:
@@ -158,8 +181,9 @@ class InferenceServer:
                         self.engine.abort(stream.request_id)
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(server_sent_events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            server_sent_events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
 
     # ---- administration ---------------------------------------------------------------------------
 
@@ -175,8 +199,9 @@ class InferenceServer:
         if not isinstance(recompute_kv, bool):
             raise invalid("recompute_kv", "must be true or false")
         try:
-            report = await asyncio.to_thread(self.engine.load_checkpoint, path, version=version,
-                                             recompute_kv=recompute_kv)
+            report = await asyncio.to_thread(
+                self.engine.load_checkpoint, path, version=version, recompute_kv=recompute_kv
+            )
         except CheckpointRefused as error:
             code = "tokenizer_mismatch" if error.status == 409 else "invalid_checkpoint"
             raise ApiError(error.status, str(error), code=code, param="path") from error
@@ -194,7 +219,9 @@ class InferenceServer:
 
     async def admin_version(self, request: Request) -> JSONResponse:
         self._authorize(request)
-        return JSONResponse({**asdict(self.engine.status()), "tokenizer_fingerprint": self.engine.tokenizer_fingerprint})
+        return JSONResponse(
+            {**asdict(self.engine.status()), "tokenizer_fingerprint": self.engine.tokenizer_fingerprint}
+        )
 
     async def admin_stats(self, request: Request) -> JSONResponse:
         self._authorize(request)
@@ -202,12 +229,20 @@ class InferenceServer:
 
     def _authorize(self, request: Request) -> None:
         if not self.admin_token:
-            raise ApiError(403, "the admin API is closed: this server was started without an admin token",
-                           error_type="permission_error", code="admin_api_disabled")
+            raise ApiError(
+                403,
+                "the admin API is closed: this server was started without an admin token",
+                error_type="permission_error",
+                code="admin_api_disabled",
+            )
         presented = request.headers.get("authorization", "").encode("latin-1", "replace")
         if not hmac.compare_digest(presented, f"Bearer {self.admin_token}".encode()):
-            raise ApiError(401, "admin endpoints need Authorization: Bearer <admin token>",
-                           error_type="authentication_error", code="invalid_admin_token")
+            raise ApiError(
+                401,
+                "admin endpoints need Authorization: Bearer <admin token>",
+                error_type="authentication_error",
+                code="invalid_admin_token",
+            )
 
 
 def _error_response(error: ApiError) -> JSONResponse:
@@ -219,19 +254,22 @@ async def _api_error_handler(request: Request, error: ApiError) -> JSONResponse:
 
 
 async def _http_error_handler(request: Request, error: HTTPException) -> JSONResponse:
-    return _error_response(ApiError(error.status_code, str(error.detail), code="not_found"
-                                    if error.status_code == 404 else None))
+    return _error_response(
+        ApiError(error.status_code, str(error.detail), code="not_found" if error.status_code == 404 else None)
+    )
 
 
 async def _unexpected_error_handler(request: Request, error: Exception) -> JSONResponse:
     return _error_response(ApiError(500, f"internal error: {error!r}", error_type="server_error"))
 
 
-def create_app(engine: InferenceEngine, *, served_model_names: list[str] | None = None,
-               admin_token: str | None = None) -> Starlette:
+def create_app(
+    engine: InferenceEngine, *, served_model_names: list[str] | None = None, admin_token: str | None = None
+) -> Starlette:
     """The ASGI app. It starts the engine's thread on startup if needed and stops it on shutdown."""
-    server = InferenceServer(engine, served_model_names=served_model_names or [engine.model_dir],
-                             admin_token=admin_token)
+    server = InferenceServer(
+        engine, served_model_names=served_model_names or [engine.model_dir], admin_token=admin_token
+    )
 
     @asynccontextmanager
     async def lifespan(app):
@@ -254,8 +292,11 @@ def create_app(engine: InferenceEngine, *, served_model_names: list[str] | None 
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={ApiError: _api_error_handler, HTTPException: _http_error_handler,
-                            Exception: _unexpected_error_handler},
+        exception_handlers={
+            ApiError: _api_error_handler,
+            HTTPException: _http_error_handler,
+            Exception: _unexpected_error_handler,
+        },
     )
     app.state.inference = server
     return app
@@ -270,27 +311,50 @@ def default_threads() -> int:
 def main(argv=None) -> None:
     import uvicorn
 
-    parser = argparse.ArgumentParser(description="Embedded OpenAI-compatible inference server (transformers).")
+    parser = argparse.ArgumentParser(
+        description="Embedded OpenAI-compatible inference server (transformers)."
+    )
     parser.add_argument("--model", required=True, help="a local Hugging Face model directory")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
-    parser.add_argument("--served-model-name", nargs="+", help="names clients may use; default: the --model value")
+    parser.add_argument(
+        "--served-model-name", nargs="+", help="names clients may use; default: the --model value"
+    )
     parser.add_argument("--model-version", type=int, default=0, help="policy version of the initial weights")
-    parser.add_argument("--admin-token", default=os.environ.get(ADMIN_TOKEN_ENV) or None,
-                        help=f"bearer token required on /admin/* (default: ${ADMIN_TOKEN_ENV}; without one the admin "
-                             "API refuses every call)")
+    parser.add_argument(
+        "--admin-token",
+        default=os.environ.get(ADMIN_TOKEN_ENV) or None,
+        help=f"bearer token required on /admin/* (default: ${ADMIN_TOKEN_ENV}; without one the admin "
+        "API refuses every call)",
+    )
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--max-model-len", type=int, help="default: the model's max_position_embeddings")
-    parser.add_argument("--prefix-cache-tokens", type=int, default=16384,
-                        help="prompt tokens whose keys and values the prefix cache keeps (0: off)")
-    parser.add_argument("--threads", type=int, default=default_threads(),
-                        help="torch intra-op threads (default: half the cores, at least 1)")
+    parser.add_argument(
+        "--prefix-cache-tokens",
+        type=int,
+        default=16384,
+        help="prompt tokens whose keys and values the prefix cache keeps (0: off)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=default_threads(),
+        help="torch intra-op threads (default: half the cores, at least 1)",
+    )
     arguments = parser.parse_args(argv)
     torch.set_num_threads(arguments.threads)
-    engine = InferenceEngine(arguments.model, version=arguments.model_version, max_batch_size=arguments.max_batch_size,
-                             max_model_len=arguments.max_model_len, prefix_cache_tokens=arguments.prefix_cache_tokens)
-    app = create_app(engine, served_model_names=arguments.served_model_name or [arguments.model],
-                     admin_token=arguments.admin_token)
+    engine = InferenceEngine(
+        arguments.model,
+        version=arguments.model_version,
+        max_batch_size=arguments.max_batch_size,
+        max_model_len=arguments.max_model_len,
+        prefix_cache_tokens=arguments.prefix_cache_tokens,
+    )
+    app = create_app(
+        engine,
+        served_model_names=arguments.served_model_name or [arguments.model],
+        admin_token=arguments.admin_token,
+    )
     uvicorn.run(app, host=arguments.host, port=arguments.port, log_level="warning")
 
 

@@ -80,8 +80,15 @@ def _choice(index: int, events: list[TokenEvent]) -> ChoiceResult:
 class RequestStream:
     """The consumer's end of one request: iterate events asynchronously, or block for the result."""
 
-    def __init__(self, request_id: str, prompt_token_ids: tuple[int, ...], params: SamplingParams,
-                 loop: asyncio.AbstractEventLoop | None, *, incremental: bool = True):
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: tuple[int, ...],
+        params: SamplingParams,
+        loop: asyncio.AbstractEventLoop | None,
+        *,
+        incremental: bool = True,
+    ):
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
         self.params = params

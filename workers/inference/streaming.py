@@ -20,7 +20,9 @@ class ChatChunks:
     """Chat completion chunks: role first, then one chunk per token per choice, the finish reason riding
     on each choice's last token, then optional usage."""
 
-    def __init__(self, stream: RequestStream, options: ResponseOptions, token_text: TokenText, include_usage: bool):
+    def __init__(
+        self, stream: RequestStream, options: ResponseOptions, token_text: TokenText, include_usage: bool
+    ):
         self._stream = stream
         self._options = options
         self._token_text = token_text
@@ -33,8 +35,16 @@ class ChatChunks:
 
     async def generate(self):
         for index in range(self._stream.params.n):
-            first = self._chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                  "finish_reason": None}])
+            first = self._chunk(
+                [
+                    {
+                        "index": index,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
             if index == 0 and self._options.return_token_ids:
                 first["prompt_token_ids"] = list(self._stream.prompt_token_ids)
             yield first
@@ -52,9 +62,17 @@ class ChatChunks:
             finish_reason = "tool_calls"
         logprobs = None
         if self._options.logprobs and event.token_id is not None:
-            logprobs = {"content": [self._token_text.chat_entry(event.token_id, event.logprob, event.top_logprobs)]}
-        return {"index": event.choice_index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason,
-                "stop_reason": event.stop_reason, **event_token_fields(event, self._options)}
+            logprobs = {
+                "content": [self._token_text.chat_entry(event.token_id, event.logprob, event.top_logprobs)]
+            }
+        return {
+            "index": event.choice_index,
+            "delta": delta,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason,
+            "stop_reason": event.stop_reason,
+            **event_token_fields(event, self._options),
+        }
 
     def _delta(self, event) -> dict:
         parser = self._parsers[event.choice_index]
@@ -70,8 +88,13 @@ class ChatChunks:
         return delta
 
     def _chunk(self, choices: list) -> dict:
-        chunk = {"id": self._id, "object": "chat.completion.chunk", "created": self._created,
-                 "model": self._options.model_name, "choices": choices}
+        chunk = {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._options.model_name,
+            "choices": choices,
+        }
         if self._include_usage:
             chunk["usage"] = None
         return chunk
@@ -80,8 +103,13 @@ class ChatChunks:
 class CompletionChunks:
     """Completion chunks for one or more prompts, merged as their tokens arrive."""
 
-    def __init__(self, streams: list[RequestStream], options: ResponseOptions, token_text: TokenText,
-                 include_usage: bool):
+    def __init__(
+        self,
+        streams: list[RequestStream],
+        options: ResponseOptions,
+        token_text: TokenText,
+        include_usage: bool,
+    ):
         self._streams = streams
         self._options = options
         self._token_text = token_text
@@ -124,8 +152,13 @@ class CompletionChunks:
     def _choice(self, prompt_index: int, event, started: set) -> dict:
         stream = self._streams[prompt_index]
         index = prompt_index * stream.params.n + event.choice_index
-        choice = {"index": index, "text": event.text, "logprobs": None, "finish_reason": event.finish_reason,
-                  "stop_reason": event.stop_reason}
+        choice = {
+            "index": index,
+            "text": event.text,
+            "logprobs": None,
+            "finish_reason": event.finish_reason,
+            "stop_reason": event.stop_reason,
+        }
         if self._options.logprobs and event.token_id is not None:
             offset = self._text_offsets.get(index, 0)
             choice["logprobs"] = self._token_text.completion_logprobs(
@@ -140,8 +173,13 @@ class CompletionChunks:
         return choice
 
     def _chunk(self, choices: list) -> dict:
-        chunk = {"id": self._id, "object": "text_completion", "created": self._created,
-                 "model": self._options.model_name, "choices": choices}
+        chunk = {
+            "id": self._id,
+            "object": "text_completion",
+            "created": self._created,
+            "model": self._options.model_name,
+            "choices": choices,
+        }
         if self._include_usage:
             chunk["usage"] = None
         return chunk

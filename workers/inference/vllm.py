@@ -62,7 +62,9 @@ def vllm_install_error(python: str) -> str | None:
         return f"{python} does not exist"
     probe = subprocess.run(
         [python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return None if probe.returncode == 0 else f"{python} has no vllm package"
 
@@ -93,14 +95,30 @@ class VllmServerConfig:
 
     def command(self, port: int) -> list[str]:
         command = [
-            self.python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model_path), "--served-model-name", self.served_model_name,
-            "--host", self.host, "--port", str(port),
-            "--max-model-len", str(self.max_model_len), "--dtype", self.dtype,
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_path),
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--max-model-len",
+            str(self.max_model_len),
+            "--dtype",
+            self.dtype,
         ]
         if self.max_lora_rank is not None:
-            command += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank),
-                        "--max-loras", str(self.max_loras)]
+            command += [
+                "--enable-lora",
+                "--max-lora-rank",
+                str(self.max_lora_rank),
+                "--max-loras",
+                str(self.max_loras),
+            ]
         if self.worker_extension_cls is not None:
             command += ["--worker-extension-cls", self.worker_extension_cls]
         if self.tool_call_parser is not None:
@@ -124,12 +142,17 @@ class VllmServerConfig:
 class VllmServer:
     """One vLLM OpenAI server subprocess (in its own process group), its log in a file.
 
-        with VllmServer(VllmServerConfig(model_path=...)) as server:
-            openai.OpenAI(base_url=server.api_base, api_key="none")
+    with VllmServer(VllmServerConfig(model_path=...)) as server:
+        openai.OpenAI(base_url=server.api_base, api_key="none")
     """
 
-    def __init__(self, config: VllmServerConfig, *, log_path: str | Path | None = None,
-                 startup_timeout_s: float = 600.0):
+    def __init__(
+        self,
+        config: VllmServerConfig,
+        *,
+        log_path: str | Path | None = None,
+        startup_timeout_s: float = 600.0,
+    ):
         self.config = config
         self.startup_timeout_s = startup_timeout_s
         self.port = config.port or free_port(config.host)
@@ -155,8 +178,12 @@ class VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                self.config.command(self.port), env=self.config.environment(), stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                self.config.command(self.port),
+                env=self.config.environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         try:
             self.wait_until_ready()
@@ -222,16 +249,29 @@ class PublishResult:
 class VllmAdmin:
     """Calls to a running vLLM server's admin endpoints (OpenAI traffic goes through the `openai` SDK)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 300.0,
-                 reload_method: str = RELOAD_METHOD, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 300.0,
+        reload_method: str = RELOAD_METHOD,
+        transport: httpx.BaseTransport | None = None,
+    ):
         """reload_method: "reload_weights" for a server started without WORKER_EXTENSION (right on GPU;
         on vLLM-CPU it leaves a tied output head on the old weights). transport: how to connect (the platform
         passes one that checks the address first); redirects are never followed."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
         self.reload_method = reload_method
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport,
-                                  follow_redirects=False, trust_env=False)
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+            follow_redirects=False,
+            trust_env=False,
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -266,8 +306,14 @@ class VllmAdmin:
     def resume(self) -> None:
         self._call("POST", "/resume")
 
-    def collective_rpc(self, method: str, *, args: tuple[str, ...] = (), kwargs: dict[str, str] | None = None,
-                       timeout_s: float | None = None) -> list:
+    def collective_rpc(
+        self,
+        method: str,
+        *,
+        args: tuple[str, ...] = (),
+        kwargs: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> list:
         """Run a worker method on every worker; vLLM only forwards string arguments."""
         body = {"method": method, "args": list(args), "kwargs": kwargs or {}}
         if timeout_s is not None:
@@ -300,19 +346,32 @@ class VllmAdmin:
         sides, then /start_weight_update, /update_weights and /finish_weight_update stream tensors."""
         self._call("POST", "/init_weight_transfer_engine", json={"init_info": init_info})
 
-    def publish_full_weights(self, weights_path: str | Path, *, version: str | None = None,
-                             pause_mode: PauseMode = "wait") -> PublishResult:
+    def publish_full_weights(
+        self, weights_path: str | Path, *, version: str | None = None, pause_mode: PauseMode = "wait"
+    ) -> PublishResult:
         """Pause, reload every weight from weights_path, record the version, resume. No request fails in
         the default mode: in-flight ones finish on the old weights, new ones wait for the new."""
-        return self._publish("full", str(weights_path), version, pause_mode,
-                             lambda: self.reload_weights(weights_path))
+        return self._publish(
+            "full", str(weights_path), version, pause_mode, lambda: self.reload_weights(weights_path)
+        )
 
-    def publish_lora_adapter(self, name: str, path: str | Path, *, version: str | None = None,
-                             pause_mode: PauseMode | None = "wait") -> PublishResult:
+    def publish_lora_adapter(
+        self,
+        name: str,
+        path: str | Path,
+        *,
+        version: str | None = None,
+        pause_mode: PauseMode | None = "wait",
+    ) -> PublishResult:
         """Hot-load (in place) the adapter at path as model `name`; pause_mode None skips the pause, and
         then a sequence generated across the swap may mix the two versions."""
-        return self._publish("lora", str(path), version, pause_mode,
-                             lambda: self.load_lora_adapter(name, path, load_inplace=True))
+        return self._publish(
+            "lora",
+            str(path),
+            version,
+            pause_mode,
+            lambda: self.load_lora_adapter(name, path, load_inplace=True),
+        )
 
     def _publish(self, kind, source, version, pause_mode, load) -> PublishResult:
         started = time.perf_counter()
@@ -332,4 +391,6 @@ class VllmAdmin:
             # Resume even after a failed load: a paused server holds every request forever.
             self.resume()
         resumed_at = time.perf_counter()
-        return PublishResult(kind, source, version, paused_s=resumed_at - paused_at, total_s=resumed_at - started)
+        return PublishResult(
+            kind, source, version, paused_s=resumed_at - paused_at, total_s=resumed_at - started
+        )

@@ -22,8 +22,9 @@ def load_state_dict(model_dir: str | Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def write_perturbed_checkpoint(source_dir: str | Path, out_dir: str | Path, *, scale: float = 0.02,
-                               seed: int = 0) -> Path:
+def write_perturbed_checkpoint(
+    source_dir: str | Path, out_dir: str | Path, *, scale: float = 0.02, seed: int = 0
+) -> Path:
     """Copy a model directory, adding scale * N(0, 1) noise to every floating-point weight: a stand-in
     for a trained new version with the same architecture, tokenizer and shapes."""
     source, out = Path(source_dir), Path(out_dir)
@@ -32,17 +33,27 @@ def write_perturbed_checkpoint(source_dir: str | Path, out_dir: str | Path, *, s
     for shard in sorted(source.glob("*.safetensors")):
         tensors = load_file(shard)
         perturbed = {
-            name: (tensor + scale * torch.randn(tensor.shape, generator=generator, dtype=tensor.dtype)).contiguous()
-            if tensor.is_floating_point() else tensor
+            name: (
+                tensor + scale * torch.randn(tensor.shape, generator=generator, dtype=tensor.dtype)
+            ).contiguous()
+            if tensor.is_floating_point()
+            else tensor
             for name, tensor in sorted(tensors.items())
         }
         save_file(perturbed, out / shard.name, metadata={"format": "pt"})
     return out
 
 
-def write_lora_adapter(base_dir: str | Path, out_dir: str | Path, *, rank: int = 8, alpha: int = 16,
-                       target_modules: tuple[str, ...] = ("q_proj", "v_proj"), scale: float = 0.05,
-                       seed: int = 0) -> Path:
+def write_lora_adapter(
+    base_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    rank: int = 8,
+    alpha: int = 16,
+    target_modules: tuple[str, ...] = ("q_proj", "v_proj"),
+    scale: float = 0.05,
+    seed: int = 0,
+) -> Path:
     """A PEFT-format LoRA adapter for the model at base_dir with random A and B (PEFT would start B at
     zero; a nonzero B makes the adapter change the outputs)."""
     shapes = _linear_shapes(base_dir, target_modules)
@@ -51,15 +62,26 @@ def write_lora_adapter(base_dir: str | Path, out_dir: str | Path, *, rank: int =
     generator = torch.Generator().manual_seed(seed)
     tensors = {}
     for module, (out_features, in_features) in sorted(shapes.items()):
-        tensors[f"{PEFT_PREFIX}{module}.lora_A.weight"] = scale * torch.randn(rank, in_features, generator=generator)
-        tensors[f"{PEFT_PREFIX}{module}.lora_B.weight"] = scale * torch.randn(out_features, rank, generator=generator)
+        tensors[f"{PEFT_PREFIX}{module}.lora_A.weight"] = scale * torch.randn(
+            rank, in_features, generator=generator
+        )
+        tensors[f"{PEFT_PREFIX}{module}.lora_B.weight"] = scale * torch.randn(
+            out_features, rank, generator=generator
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, out / ADAPTER_WEIGHTS, metadata={"format": "pt"})
     config = {
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha,
-        "target_modules": list(target_modules), "lora_dropout": 0.0, "bias": "none",
-        "fan_in_fan_out": False, "use_rslora": False, "base_model_name_or_path": str(base_dir),
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": rank,
+        "lora_alpha": alpha,
+        "target_modules": list(target_modules),
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "base_model_name_or_path": str(base_dir),
     }
     (out / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     return out

@@ -30,7 +30,8 @@ class WeightPublicationExtension:
         if not current_platform.is_cpu():
             return 0
         heads = [
-            module for module in self.model_runner.get_model().modules()
+            module
+            for module in self.model_runner.get_model().modules()
             if isinstance(module, ParallelLMHead) and hasattr(module, "cpu_linear") and module.weight.numel()
         ]
         for head in heads:

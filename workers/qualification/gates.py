@@ -94,7 +94,9 @@ def reviewed_if_required(facts: TrajectoryFacts, limits: Limits) -> bool:
 
 
 def within_length_limits(facts: TrajectoryFacts, limits: Limits) -> bool:
-    return limits.min_steps <= len(facts.steps) <= limits.max_steps and facts.total_tokens <= limits.max_tokens
+    return (
+        limits.min_steps <= len(facts.steps) <= limits.max_steps and facts.total_tokens <= limits.max_tokens
+    )
 
 
 def not_duplicate(facts: TrajectoryFacts, limits: Limits) -> bool:
@@ -125,6 +127,10 @@ def evaluate(facts: TrajectoryFacts, limits: Limits) -> Verdict:
 def content_hash(steps: list[dict]) -> str:
     """SHA-256 of what was said and done (each step's kind, messages and action), ignoring ids, times and
     costs: two sessions that replay the same exchange hash alike."""
-    canonical = [[step.get("kind"), (step.get("observation") or {}).get("messages"), step.get("action") or {}]
-                 for step in steps]
-    return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+    canonical = [
+        [step.get("kind"), (step.get("observation") or {}).get("messages"), step.get("action") or {}]
+        for step in steps
+    ]
+    return hashlib.sha256(
+        json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str).encode()
+    ).hexdigest()

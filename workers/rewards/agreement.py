@@ -14,7 +14,9 @@ def cohen_kappa(pairs: Sequence[tuple[Hashable, Hashable]]) -> float | None:
     observed = sum(1 for first, second in pairs if first == second) / count
     first_marginals = Counter(first for first, _ in pairs)
     second_marginals = Counter(second for _, second in pairs)
-    expected = sum(first_marginals[category] * second_marginals[category] for category in first_marginals) / count**2
+    expected = (
+        sum(first_marginals[category] * second_marginals[category] for category in first_marginals) / count**2
+    )
     if expected == 1:
         return None
     return (observed - expected) / (1 - expected)
@@ -49,8 +51,11 @@ def krippendorff_alpha(units: Sequence[Sequence[Hashable]], level: str = "nomina
     if total <= 1:
         return None
     observed = sum(weight * delta(first, second) for (first, second), weight in coincidences.items()) / total
-    expected = sum(marginals[first] * marginals[second] * delta(first, second)
-                   for first in marginals for second in marginals) / (total * (total - 1))
+    expected = sum(
+        marginals[first] * marginals[second] * delta(first, second)
+        for first in marginals
+        for second in marginals
+    ) / (total * (total - 1))
     if expected == 0:
         return None
     return 1 - observed / expected

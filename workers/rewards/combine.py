@@ -38,7 +38,9 @@ def combine(points: list[RewardPoint], rule: CombinationRule) -> float | None:
     for point in points:
         by_source.setdefault(point.source, []).append(point.value)
     if rule.mode == "weighted_sum":
-        weighted = [(weight, by_source[source]) for source, weight in rule.weights.items() if by_source.get(source)]
+        weighted = [
+            (weight, by_source[source]) for source, weight in rule.weights.items() if by_source.get(source)
+        ]
         if not weighted:
             return None
         return sum(weight * _mean(values) for weight, values in weighted)

@@ -53,8 +53,11 @@ def _expected(outcome: Outcome, config: dict) -> str:
 def exact_match(outcome: Outcome, config: dict) -> EvaluatorResult:
     """1 when the final answer equals the expected one (whitespace and case folded unless `strict`)."""
     expected = _expected(outcome, config)
-    same = (outcome.final_text == expected) if config.get("strict") else (
-        _normalized(outcome.final_text) == _normalized(expected))
+    same = (
+        (outcome.final_text == expected)
+        if config.get("strict")
+        else (_normalized(outcome.final_text) == _normalized(expected))
+    )
     return EvaluatorResult(1.0 if same else 0.0, "match" if same else "no match")
 
 
@@ -64,8 +67,11 @@ def regex_match(outcome: Outcome, config: dict) -> EvaluatorResult:
         pattern = re.compile(config["pattern"], re.IGNORECASE if config.get("ignore_case") else 0)
     except (KeyError, re.error) as error:
         raise EvaluatorError(f"bad pattern: {error}") from None
-    found = pattern.fullmatch(outcome.final_text.strip()) if config.get("fullmatch") else pattern.search(
-        outcome.final_text)
+    found = (
+        pattern.fullmatch(outcome.final_text.strip())
+        if config.get("fullmatch")
+        else pattern.search(outcome.final_text)
+    )
     return EvaluatorResult(1.0 if found else 0.0, "match" if found else "no match")
 
 
@@ -83,7 +89,11 @@ def json_schema_valid(outcome: Outcome, config: dict) -> EvaluatorResult:
     except ValueError:
         return EvaluatorResult(0.0, "not JSON")
     problem = next(iter(jsonschema.Draft202012Validator(schema).iter_errors(document)), None)
-    return EvaluatorResult(0.0, f"invalid: {problem.message}"[:200]) if problem else EvaluatorResult(1.0, "valid")
+    return (
+        EvaluatorResult(0.0, f"invalid: {problem.message}"[:200])
+        if problem
+        else EvaluatorResult(1.0, "valid")
+    )
 
 
 def tool_call_succeeded(outcome: Outcome, config: dict) -> EvaluatorResult:
@@ -111,9 +121,16 @@ def program_check(outcome: Outcome, config: dict, *, programs_dir: str | None = 
     if root not in program.parents or not program.is_file() or not os.access(program, os.X_OK):
         raise EvaluatorError(f"{argv[0]!r} is not an executable in the programs directory")
     try:
-        finished = subprocess.run([str(program), *argv[1:]], input=json.dumps(asdict(outcome)), capture_output=True,
-                                  text=True, timeout=float(config.get("timeout_s", 10)), cwd=root, check=False,
-                                  env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+        finished = subprocess.run(
+            [str(program), *argv[1:]],
+            input=json.dumps(asdict(outcome)),
+            capture_output=True,
+            text=True,
+            timeout=float(config.get("timeout_s", 10)),
+            cwd=root,
+            check=False,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        )
     except subprocess.TimeoutExpired:
         raise EvaluatorError(f"{argv[0]} timed out") from None
     lines = finished.stdout.strip().splitlines()

@@ -42,8 +42,10 @@ def spec_problems(spec: SpecData) -> dict[str, str]:
     if spec.kind == "categorical":
         if not spec.categories:
             problems["categories"] = "a categorical spec needs at least one {label: value}"
-        elif not all(isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-                     for value in spec.categories.values()):
+        elif not all(
+            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            for value in spec.categories.values()
+        ):
             problems["categories"] = "every category needs a finite numeric value"
     elif spec.categories:
         problems["categories"] = "only categorical specs have categories"

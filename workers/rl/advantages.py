@@ -66,8 +66,13 @@ class Advantages:
     advantage_std: float
 
 
-def grpo_advantages(rewards: Sequence[float], group_ids: Sequence[Hashable], config: GRPOConfig = GRPOConfig(),
-                    *, unit_ids: Sequence[Hashable] | None = None) -> Advantages:
+def grpo_advantages(
+    rewards: Sequence[float],
+    group_ids: Sequence[Hashable],
+    config: GRPOConfig = GRPOConfig(),
+    *,
+    unit_ids: Sequence[Hashable] | None = None,
+) -> Advantages:
     """Advantages of each input; inputs with the same `unit_ids` entry are one trajectory (they must carry
     the same reward and group) and count once in every mean and std."""
     if len(rewards) != len(group_ids) or (unit_ids is not None and len(unit_ids) != len(rewards)):
@@ -83,11 +88,16 @@ def grpo_advantages(rewards: Sequence[float], group_ids: Sequence[Hashable], con
     needs_group = "group" in (config.mean_level, config.std_level)
     fallback = singles if needs_group else ()
     if fallback:
-        logger.warning("GRPO: %d group(s) with a single sample use the batch baseline instead of a group "
-                       "baseline: %s", len(fallback), ", ".join(map(str, fallback[:10])))
+        logger.warning(
+            "GRPO: %d group(s) with a single sample use the batch baseline instead of a group baseline: %s",
+            len(fallback),
+            ", ".join(map(str, fallback[:10])),
+        )
     if len(batch) == 1 and config.mean_level != "none":
-        logger.warning("GRPO: the batch holds a single trajectory; its baseline is its own reward and its "
-                       "advantage is zero")
+        logger.warning(
+            "GRPO: the batch holds a single trajectory; its baseline is its own reward and its "
+            "advantage is zero"
+        )
 
     def pool(level: str, unit: int) -> list[int]:
         if level == "group" and len(members[unit_groups[unit]]) > 1:
@@ -108,8 +118,11 @@ def grpo_advantages(rewards: Sequence[float], group_ids: Sequence[Hashable], con
             values = [unit_rewards[other] for other in pool(config.std_level, unit)]
             scale = _std(values, config.std_unbiased) + config.eps
         advantages.append((reward - baseline) / scale)
-    zero_std = tuple(group for group, units in members.items()
-                     if len(units) > 1 and len({unit_rewards[u] for u in units}) == 1)
+    zero_std = tuple(
+        group
+        for group, units in members.items()
+        if len(units) > 1 and len({unit_rewards[u] for u in units}) == 1
+    )
     return Advantages(
         values=tuple(advantages[unit] for unit in unit_of),
         fallback_groups=fallback,
@@ -134,9 +147,16 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k1"
     raise ValueError(f"estimator must be one of {KL_ESTIMATORS}")
 
 
-def kl_penalized_rewards(rewards: Sequence[float], logps: Sequence[torch.Tensor], ref_logps: Sequence[torch.Tensor],
-                         loss_masks: Sequence[torch.Tensor], *, coef: float, estimator: str = "k1",
-                         reduce: str = "sum") -> tuple[float, ...]:
+def kl_penalized_rewards(
+    rewards: Sequence[float],
+    logps: Sequence[torch.Tensor],
+    ref_logps: Sequence[torch.Tensor],
+    loss_masks: Sequence[torch.Tensor],
+    *,
+    coef: float,
+    estimator: str = "k1",
+    reduce: str = "sum",
+) -> tuple[float, ...]:
     """R_i - coef * (sum or mean over i's generated tokens of the per-token KL estimate)."""
     if reduce not in ("sum", "mean"):
         raise ValueError("reduce must be sum or mean")
@@ -150,8 +170,9 @@ def kl_penalized_rewards(rewards: Sequence[float], logps: Sequence[torch.Tensor]
     return tuple(penalized)
 
 
-def turn_discounted_token_advantages(advantage: float, turns: Sequence[int], loss_mask: Sequence[int],
-                                     gamma: float = 1.0) -> torch.Tensor:
+def turn_discounted_token_advantages(
+    advantage: float, turns: Sequence[int], loss_mask: Sequence[int], gamma: float = 1.0
+) -> torch.Tensor:
     """Per-token advantages of one sample: gamma^(K-1-turn) * advantage on generated tokens (loss_mask 1),
     0 elsewhere; K is the number of turns (1 + the largest turn index)."""
     if len(turns) != len(loss_mask):
@@ -165,18 +186,24 @@ def turn_discounted_token_advantages(advantage: float, turns: Sequence[int], los
     return (advantage * scale * mask).to(torch.float32)
 
 
-def sample_token_advantages(samples: Sequence, config: GRPOConfig = GRPOConfig(), *, gamma: float = 1.0,
-                            group_by: str = "group_id") -> tuple[list[torch.Tensor], Advantages]:
+def sample_token_advantages(
+    samples: Sequence, config: GRPOConfig = GRPOConfig(), *, gamma: float = 1.0, group_by: str = "group_id"
+) -> tuple[list[torch.Tensor], Advantages]:
     """Per-token advantages of training samples (workers.rl.samples.TrainingSample or anything with reward,
     group_id / task_id, trajectory_id, turns and loss_mask): GRPO over trajectories grouped by `group_by`,
     then the turn discount. Every sample needs a reward."""
     if any(sample.reward is None for sample in samples):
         raise ValueError("every sample needs a reward")
-    result = grpo_advantages([sample.reward for sample in samples],
-                             [getattr(sample, group_by) for sample in samples], config,
-                             unit_ids=[sample.trajectory_id for sample in samples])
-    tokens = [turn_discounted_token_advantages(value, sample.turns, sample.loss_mask, gamma)
-              for value, sample in zip(result.values, samples, strict=True)]
+    result = grpo_advantages(
+        [sample.reward for sample in samples],
+        [getattr(sample, group_by) for sample in samples],
+        config,
+        unit_ids=[sample.trajectory_id for sample in samples],
+    )
+    tokens = [
+        turn_discounted_token_advantages(value, sample.turns, sample.loss_mask, gamma)
+        for value, sample in zip(result.values, samples, strict=True)
+    ]
     return tokens, result
 
 
@@ -194,7 +221,8 @@ def _units(rewards, group_ids, unit_ids):
             unit_rewards.append(float(reward))
             unit_groups.append(group if group is not None else _Ungrouped(unit))
         elif unit_rewards[index[unit]] != float(reward) or unit_groups[index[unit]] != (
-                group if group is not None else _Ungrouped(unit)):
+            group if group is not None else _Ungrouped(unit)
+        ):
             raise ValueError(f"samples of unit {unit!r} disagree on reward or group")
         unit_of.append(index[unit])
     return unit_of, unit_rewards, unit_groups

@@ -40,8 +40,9 @@ class FilterResult:
     masked_fraction: float
 
 
-def kpop_filter(logp_behav: torch.Tensor, logp_prox: torch.Tensor, loss_mask: torch.Tensor, threshold: float
-                ) -> FilterResult:
+def kpop_filter(
+    logp_behav: torch.Tensor, logp_prox: torch.Tensor, loss_mask: torch.Tensor, threshold: float
+) -> FilterResult:
     if threshold < 0:
         raise ValueError("threshold must be >= 0")
     mask = loss_mask.bool()
@@ -50,5 +51,10 @@ def kpop_filter(logp_behav: torch.Tensor, logp_prox: torch.Tensor, loss_mask: to
     divergence = torch.where(mask, torch.maximum(forward, reverse), torch.zeros_like(forward))
     masked = mask & (divergence > threshold)
     token_count, masked_count = int(mask.sum()), int(masked.sum())
-    return FilterResult(keep_mask=mask & ~masked, divergence=divergence, masked_count=masked_count,
-                        token_count=token_count, masked_fraction=masked_count / max(token_count, 1))
+    return FilterResult(
+        keep_mask=mask & ~masked,
+        divergence=divergence,
+        masked_count=masked_count,
+        token_count=token_count,
+        masked_fraction=masked_count / max(token_count, 1),
+    )

@@ -28,7 +28,9 @@ import torch
 CAP_MODES = ("clamp", "mask")
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, *, temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, *, temperature: float = 1.0
+) -> torch.Tensor:
     """log pi(input_ids[t] | input_ids[<t]) for every t, aligned with input_ids (entry 0 is 0).
     logits: [..., T, V] from a causal LM over input_ids [..., T]; computed in float32."""
     logits = logits[..., :-1, :].float()
@@ -45,8 +47,9 @@ class SFTStats:
     nll: float  # mean negative log-likelihood per generated token
 
 
-def sft_loss(logp: torch.Tensor, loss_mask: torch.Tensor, *, denominator: int | None = None
-             ) -> tuple[torch.Tensor, SFTStats]:
+def sft_loss(
+    logp: torch.Tensor, loss_mask: torch.Tensor, *, denominator: int | None = None
+) -> tuple[torch.Tensor, SFTStats]:
     """Mean negative log-likelihood over generated tokens (loss_mask 1); context tokens carry no loss.
     `denominator` overrides the mask count (the whole batch's, under gradient accumulation)."""
     mask = loss_mask.bool()
@@ -86,10 +89,17 @@ class PPOStats:
     behaviour_approx_kl: float  # mean of (logp_prox - logp_behav)^2 / 2 over kept tokens
 
 
-def decoupled_ppo_loss(logp: torch.Tensor, logp_prox: torch.Tensor, logp_behav: torch.Tensor,
-                       advantages: torch.Tensor, loss_mask: torch.Tensor, config: PPOConfig = PPOConfig(), *,
-                       keep_mask: torch.Tensor | None = None, denominator: int | None = None
-                       ) -> tuple[torch.Tensor, PPOStats]:
+def decoupled_ppo_loss(
+    logp: torch.Tensor,
+    logp_prox: torch.Tensor,
+    logp_behav: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    config: PPOConfig = PPOConfig(),
+    *,
+    keep_mask: torch.Tensor | None = None,
+    denominator: int | None = None,
+) -> tuple[torch.Tensor, PPOStats]:
     """AReaL's decoupled PPO loss (module docstring). `keep_mask` (e.g. the off-policy token filter's)
     removes tokens without changing the denominator; `denominator` overrides the original mask count
     (the whole batch's, under gradient accumulation). Gradients flow through `logp` only."""
@@ -152,7 +162,13 @@ def decoupled_ppo_loss(logp: torch.Tensor, logp_prox: torch.Tensor, logp_behav: 
     return loss, stats
 
 
-def ppo_loss(logp: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, loss_mask: torch.Tensor,
-             config: PPOConfig = PPOConfig(), **kwargs) -> tuple[torch.Tensor, PPOStats]:
+def ppo_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    config: PPOConfig = PPOConfig(),
+    **kwargs,
+) -> tuple[torch.Tensor, PPOStats]:
     """Plain (coupled) PPO: the ratio against the sampling policy itself, no behaviour weight."""
     return decoupled_ppo_loss(logp, logp_old, logp_old, advantages, loss_mask, config, **kwargs)

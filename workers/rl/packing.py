@@ -51,12 +51,14 @@ def pack_sequences(sequences: Sequence[Sequence[int]]) -> PackedRow:
     positions = torch.cat([torch.arange(length, dtype=torch.long) for length in lengths])
     cu = torch.zeros(len(lengths) + 1, dtype=torch.long)
     cu[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.long), 0)
-    return PackedRow(input_ids=ids.unsqueeze(0), position_ids=positions.unsqueeze(0), cu_seqlens=cu,
-                     lengths=lengths)
+    return PackedRow(
+        input_ids=ids.unsqueeze(0), position_ids=positions.unsqueeze(0), cu_seqlens=cu, lengths=lengths
+    )
 
 
-def pack_values(values: Sequence[Sequence[float] | torch.Tensor], dtype: torch.dtype = torch.float32
-                ) -> torch.Tensor:
+def pack_values(
+    values: Sequence[Sequence[float] | torch.Tensor], dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Per-token values of the packed sequences, concatenated in the same order: [T]."""
     return torch.cat([torch.as_tensor(value, dtype=dtype).reshape(-1) for value in values])
 
@@ -66,11 +68,13 @@ def unpack(values: torch.Tensor, row: PackedRow) -> list[torch.Tensor]:
     return list(torch.split(values.reshape(-1), list(row.lengths)))
 
 
-def block_causal_mask(lengths: Sequence[int], dtype: torch.dtype = torch.float32,
-                      device: torch.device | str | None = None) -> torch.Tensor:
+def block_causal_mask(
+    lengths: Sequence[int], dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> torch.Tensor:
     """[1, 1, T, T] additive mask: 0 where query i may attend key j (same sequence, j <= i)."""
-    sequence = torch.repeat_interleave(torch.arange(len(lengths), device=device),
-                                       torch.tensor(list(lengths), device=device))
+    sequence = torch.repeat_interleave(
+        torch.arange(len(lengths), device=device), torch.tensor(list(lengths), device=device)
+    )
     total = sequence.numel()
     causal = torch.ones(total, total, dtype=torch.bool, device=device).tril()
     allowed = causal & (sequence.unsqueeze(0) == sequence.unsqueeze(1))
@@ -91,15 +95,19 @@ def resolve_attention(model, attention: str = "auto") -> str:
 def packed_logits(model, row: PackedRow, *, attention: str = "auto") -> torch.Tensor:
     """Logits [1, T, V] of a transformers causal LM over a packed row."""
     device = next(model.parameters()).device
-    kwargs = {"input_ids": row.input_ids.to(device), "position_ids": row.position_ids.to(device),
-              "use_cache": False}
+    kwargs = {
+        "input_ids": row.input_ids.to(device),
+        "position_ids": row.position_ids.to(device),
+        "use_cache": False,
+    }
     if resolve_attention(model, attention) == "mask":
         kwargs["attention_mask"] = block_causal_mask(row.lengths, dtype=model.dtype, device=device)
     return model(**kwargs).logits
 
 
-def packed_token_logprobs(model, row: PackedRow, *, attention: str = "auto", temperature: float = 1.0
-                          ) -> torch.Tensor:
+def packed_token_logprobs(
+    model, row: PackedRow, *, attention: str = "auto", temperature: float = 1.0
+) -> torch.Tensor:
     """Per-token log-probabilities [T] of the packed ids, 0 at every sequence start."""
     logits = packed_logits(model, row, attention=attention)
     logp = token_logprobs(logits, row.input_ids.to(logits.device), temperature=temperature)[0]

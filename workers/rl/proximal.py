@@ -24,8 +24,9 @@ import torch
 METHODS = ("recompute", "loglinear", "behaviour")
 
 
-def proximal_alpha(versions: torch.Tensor, current_version: int, proximal_version: int | None = None
-                   ) -> torch.Tensor:
+def proximal_alpha(
+    versions: torch.Tensor, current_version: int, proximal_version: int | None = None
+) -> torch.Tensor:
     """alpha_t of the module docstring, float32, the shape of `versions`."""
     proximal = current_version - 1 if proximal_version is None else proximal_version
     if proximal > current_version:
@@ -33,23 +34,35 @@ def proximal_alpha(versions: torch.Tensor, current_version: int, proximal_versio
     v = versions.to(torch.float64)
     span = float(current_version) - v
     valid = (versions >= 0) & (span > 0)
-    alpha = torch.where(valid, (float(proximal) - v) / torch.where(valid, span, torch.ones_like(span)),
-                        torch.zeros_like(v))
+    alpha = torch.where(
+        valid, (float(proximal) - v) / torch.where(valid, span, torch.ones_like(span)), torch.zeros_like(v)
+    )
     return alpha.clamp(0.0, 1.0).to(torch.float32)
 
 
-def loglinear_proximal_logprobs(logp_behav: torch.Tensor, logp: torch.Tensor, versions: torch.Tensor,
-                                current_version: int, proximal_version: int | None = None) -> torch.Tensor:
+def loglinear_proximal_logprobs(
+    logp_behav: torch.Tensor,
+    logp: torch.Tensor,
+    versions: torch.Tensor,
+    current_version: int,
+    proximal_version: int | None = None,
+) -> torch.Tensor:
     """logp_behav + alpha * (logp - logp_behav), without gradient."""
     alpha = proximal_alpha(versions, current_version, proximal_version).to(logp.dtype)
     behav = logp_behav.detach().to(logp.dtype)
     return (behav + alpha * (logp.detach() - behav)).detach()
 
 
-def proximal_logprobs(method: str, *, logp_behav: torch.Tensor, logp: torch.Tensor,
-                      versions: torch.Tensor | None = None, current_version: int | None = None,
-                      proximal_version: int | None = None, recomputed: torch.Tensor | None = None
-                      ) -> torch.Tensor:
+def proximal_logprobs(
+    method: str,
+    *,
+    logp_behav: torch.Tensor,
+    logp: torch.Tensor,
+    versions: torch.Tensor | None = None,
+    current_version: int | None = None,
+    proximal_version: int | None = None,
+    recomputed: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The proximal logprobs by `method`: "recompute" (returns `recomputed`, required), "loglinear"
     (needs versions and current_version) or "behaviour" (the behaviour logprobs: plain PPO)."""
     if method == "recompute":

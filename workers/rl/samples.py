@@ -68,7 +68,9 @@ class SampleCounts:
 class SampleSet:
     samples: tuple[TrainingSample, ...]
     counts: SampleCounts
-    staleness_histogram: tuple[tuple[int, int], ...]  # (V - v, kept generated tokens), sorted; empty without V
+    staleness_histogram: tuple[
+        tuple[int, int], ...
+    ]  # (V - v, kept generated tokens), sorted; empty without V
 
 
 def dropped_calls(record: dict) -> tuple[set[str], set[str]]:
@@ -86,15 +88,28 @@ def dropped_calls(record: dict) -> tuple[set[str], set[str]]:
     return orphans, aborted - orphans
 
 
-def trajectory_samples(record: dict, *, current_version: int | None = None, eta: int | None = None,
-                       staleness: str = "sample", require_reward: bool = True) -> SampleSet:
-    return build_samples([record], current_version=current_version, eta=eta, staleness=staleness,
-                         require_reward=require_reward)
+def trajectory_samples(
+    record: dict,
+    *,
+    current_version: int | None = None,
+    eta: int | None = None,
+    staleness: str = "sample",
+    require_reward: bool = True,
+) -> SampleSet:
+    return build_samples(
+        [record], current_version=current_version, eta=eta, staleness=staleness, require_reward=require_reward
+    )
 
 
-def build_samples(records: Iterable[dict], *, current_version: int | None = None, eta: int | None = None,
-                  staleness: str = "sample", require_reward: bool = True, check_blockers: bool = False
-                  ) -> SampleSet:
+def build_samples(
+    records: Iterable[dict],
+    *,
+    current_version: int | None = None,
+    eta: int | None = None,
+    staleness: str = "sample",
+    require_reward: bool = True,
+    check_blockers: bool = False,
+) -> SampleSet:
     """Samples of every record in order. `eta` needs `current_version`; None disables the bound."""
     if staleness not in STALENESS_MODES:
         raise ValueError(f"staleness must be one of {STALENESS_MODES}")
@@ -128,13 +143,18 @@ def build_samples(records: Iterable[dict], *, current_version: int | None = None
                 counts["empty_samples"] += 1
                 continue
             if current_version is not None:
-                histogram.update(current_version - version
-                                 for version, mask in zip(sample.versions, sample.loss_mask, strict=True)
-                                 if mask and version >= 0)
+                histogram.update(
+                    current_version - version
+                    for version, mask in zip(sample.versions, sample.loss_mask, strict=True)
+                    if mask and version >= 0
+                )
             kept.append(sample)
     counts["samples"] = len(kept)
-    return SampleSet(samples=tuple(kept), counts=SampleCounts(**counts),
-                     staleness_histogram=tuple(sorted(histogram.items())))
+    return SampleSet(
+        samples=tuple(kept),
+        counts=SampleCounts(**counts),
+        staleness_histogram=tuple(sorted(histogram.items())),
+    )
 
 
 def _to_sample(view: dict, record: dict, steps: dict[str, dict]) -> TrainingSample:
@@ -145,16 +165,24 @@ def _to_sample(view: dict, record: dict, steps: dict[str, dict]) -> TrainingSamp
         turns += [turn] * (end - len(turns))
     reward = view["reward"]
     return TrainingSample(
-        input_ids=tuple(view["input_ids"]), loss_mask=tuple(int(m) for m in view["loss_mask"]),
-        logprobs=tuple(float(x) for x in view["logprobs"]), versions=tuple(int(v) for v in view["versions"]),
-        turns=tuple(turns), reward=float(reward) if reward is not None else None, group_id=view["group_id"],
-        task_id=record.get("task_id"), trajectory_id=view["trajectory_id"], step_ids=tuple(view["step_ids"]),
+        input_ids=tuple(view["input_ids"]),
+        loss_mask=tuple(int(m) for m in view["loss_mask"]),
+        logprobs=tuple(float(x) for x in view["logprobs"]),
+        versions=tuple(int(v) for v in view["versions"]),
+        turns=tuple(turns),
+        reward=float(reward) if reward is not None else None,
+        group_id=view["group_id"],
+        task_id=record.get("task_id"),
+        trajectory_id=view["trajectory_id"],
+        step_ids=tuple(view["step_ids"]),
     )
 
 
 def _apply_staleness(sample: TrainingSample, oldest: int, mode: str) -> tuple[TrainingSample | None, int]:
-    stale = [bool(mask) and 0 <= version < oldest for mask, version in zip(sample.loss_mask, sample.versions,
-                                                                             strict=True)]
+    stale = [
+        bool(mask) and 0 <= version < oldest
+        for mask, version in zip(sample.loss_mask, sample.versions, strict=True)
+    ]
     count = sum(stale)
     if not count:
         return sample, 0

@@ -12,8 +12,14 @@ from areal_web.queues import Queue
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="training.run_online", queue=Queue.TRAIN.value, acks_late=True, reject_on_worker_lost=True,
-             ignore_result=True, max_retries=0)
+@shared_task(
+    name="training.run_online",
+    queue=Queue.TRAIN.value,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    max_retries=0,
+)
 def run_online(run_id: int, poll_seconds: float = 0.5) -> dict:
     """Runs an OnlineRun until it is stopped or reaches max_steps. Each round: take the qualified
     trajectories the run has not consumed (apps.training.online.online_pending), build samples under the
@@ -27,7 +33,11 @@ def run_online(run_id: int, poll_seconds: float = 0.5) -> dict:
     from apps.training.models import OnlineRun, OnlineRunStatus
     from apps.training.online import online_run_finish
 
-    run = OnlineRun.objects.select_related("tenant", "current_version", "base_version").filter(pk=run_id).first()
+    run = (
+        OnlineRun.objects.select_related("tenant", "current_version", "base_version")
+        .filter(pk=run_id)
+        .first()
+    )
     if run is None or run.status != OnlineRunStatus.RUNNING:
         return {"run": run_id, "status": "skipped"}
     try:
@@ -71,13 +81,18 @@ def _loop(run, poll_seconds: float) -> dict:
     while online_run_heartbeat(run_id=run.pk) and (run.max_steps is None or steps < run.max_steps):
         pending = online_pending(run=run)
         if pending:
-            records = {str(record["trajectory_id"]): record
-                       for record in training_records(tenant=tenant, trajectory_ids=pending)}
+            records = {
+                str(record["trajectory_id"]): record
+                for record in training_records(tenant=tenant, trajectory_ids=pending)
+            }
             stale, empty = [], []
             for trajectory_id in pending:
                 record = records.get(trajectory_id)
-                sample_set = build_samples([record], current_version=version.number, eta=run.staleness_bound) \
-                    if record is not None else None
+                sample_set = (
+                    build_samples([record], current_version=version.number, eta=run.staleness_bound)
+                    if record is not None
+                    else None
+                )
                 if sample_set is not None and sample_set.samples:
                     waiting[trajectory_id] = list(sample_set.samples)
                 elif sample_set is not None and sample_set.counts.stale_samples:
@@ -109,16 +124,24 @@ def _loop(run, poll_seconds: float) -> dict:
             out = Path(settings.AREAL_MODELS_DIR) / run.model_name / f"online-{run.pk}" / f"step-{steps:05d}"
             trainer.export(out)
             published = model_version_register(
-                tenant=tenant, actor=actor, name=run.model_name, checkpoint_path=str(out),
-                tokenizer_hash=version.tokenizer_hash, parent=version,
+                tenant=tenant,
+                actor=actor,
+                name=run.model_name,
+                checkpoint_path=str(out),
+                tokenizer_hash=version.tokenizer_hash,
+                parent=version,
                 metrics={"online": {"run": run.pk, "step": steps, **_summary(metrics)}},
-                description=f"online run {run.pk}, step {steps}")
+                description=f"online run {run.pk}, step {steps}",
+            )
             if run.publish_to_backends:
                 model_version_publish(tenant=tenant, actor=actor, version=published)
             version = published
         online_run_record_step(run_id=run.pk, version=published)
-        metrics_publish(tenant_id=tenant.pk, stream=online_run_stream(run.pk),
-                        payload={"step": steps, "values": _summary(metrics)})
+        metrics_publish(
+            tenant_id=tenant.pk,
+            stream=online_run_stream(run.pk),
+            payload={"step": steps, "values": _summary(metrics)},
+        )
     final = OnlineRun.objects.get(pk=run.pk)
     online_run_finish(run_id=run.pk, status=OnlineRunStatus.STOPPED)
     return {"run": run.pk, "status": "stopped", "steps": final.steps, "version": version.number}
@@ -126,7 +149,11 @@ def _loop(run, poll_seconds: float) -> dict:
 
 def _fresh(sample, oldest: int) -> bool:
     """No generated token older than `oldest` (context tokens carry version -1)."""
-    return all(version < 0 or version >= oldest for version, mask in zip(sample.versions, sample.loss_mask, strict=True) if mask)
+    return all(
+        version < 0 or version >= oldest
+        for version, mask in zip(sample.versions, sample.loss_mask, strict=True)
+        if mask
+    )
 
 
 def _record_id(record: dict) -> str:
@@ -135,5 +162,8 @@ def _record_id(record: dict) -> str:
 
 def _summary(metrics) -> dict:
     values = metrics.to_dict()
-    return {key: values[key] for key in ("loss", "reward_mean", "clip_fraction", "kl", "samples", "tokens")
-            if key in values}
+    return {
+        key: values[key]
+        for key in ("loss", "reward_mean", "clip_fraction", "kl", "samples", "tokens")
+        if key in values
+    }

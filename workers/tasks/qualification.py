@@ -3,8 +3,14 @@ from celery import shared_task
 from areal_web.queues import Queue
 
 
-@shared_task(name="qualification.evaluate", queue=Queue.DEFAULT.value, ignore_result=True, max_retries=3,
-             autoretry_for=(ConnectionError,), retry_backoff=True)
+@shared_task(
+    name="qualification.evaluate",
+    queue=Queue.DEFAULT.value,
+    ignore_result=True,
+    max_retries=3,
+    autoretry_for=(ConnectionError,),
+    retry_backoff=True,
+)
 def evaluate_trajectory(trajectory_id: str) -> dict:
     """Runs the qualification gates over one trajectory and upserts its verdict. Idempotent (one verdict
     row per trajectory, overwritten); enqueued when a trajectory ends, gets a reward or a review, and on

@@ -7,8 +7,14 @@ from areal_web.queues import Queue
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="rewards.run_evaluators", queue=Queue.EVAL.value, ignore_result=True, max_retries=3,
-             autoretry_for=(ConnectionError,), retry_backoff=True)
+@shared_task(
+    name="rewards.run_evaluators",
+    queue=Queue.EVAL.value,
+    ignore_result=True,
+    max_retries=3,
+    autoretry_for=(ConnectionError,),
+    retry_backoff=True,
+)
 def run_evaluators(trajectory_id: str, evaluator_id: int | None = None) -> dict:
     """Runs the trajectory's tenant's enabled evaluators (those for its agent or every agent), or only
     `evaluator_id`, and appends each result as an evaluator reward. Idempotent: one reward per evaluator

@@ -12,8 +12,14 @@ from areal_web.queues import Queue
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="training.run_job", queue=Queue.TRAIN.value, acks_late=True, reject_on_worker_lost=True,
-             ignore_result=False, max_retries=0)
+@shared_task(
+    name="training.run_job",
+    queue=Queue.TRAIN.value,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=False,
+    max_retries=0,
+)
 def run_training_job(job_id: int) -> dict:
     """Runs (or resumes) one training job. Claims it with a conditional update and a fresh lease (a job
     that is final, cancelled or held by nobody answers "skipped"), resumes from the newest checkpoint in
@@ -74,11 +80,17 @@ def _run(job, lease: str) -> dict:
     torch.set_num_threads(settings.AREAL_TRAINING_THREADS)
     tenant, base = job.tenant, job.base_version
     snapshot = job.dataset_snapshot
-    if training_snapshot_hash(tenant=tenant, trajectory_ids=snapshot["trajectory_ids"]) != snapshot["content_hash"]:
+    if (
+        training_snapshot_hash(tenant=tenant, trajectory_ids=snapshot["trajectory_ids"])
+        != snapshot["content_hash"]
+    ):
         raise ValidationFailed("the dataset changed since the job was created (content hash differs)")
     current_version = base.number
-    sample_set = build_samples(training_records(tenant=tenant, trajectory_ids=snapshot["trajectory_ids"]),
-                               current_version=current_version, eta=job.staleness_bound)
+    sample_set = build_samples(
+        training_records(tenant=tenant, trajectory_ids=snapshot["trajectory_ids"]),
+        current_version=current_version,
+        eta=job.staleness_bound,
+    )
     counts = {key: value for key, value in vars(sample_set.counts).items()}
     counts["staleness_histogram"] = [list(pair) for pair in sample_set.staleness_histogram]
     training_job_set_counts(job_id=job.pk, lease=lease, counts=counts)
@@ -90,15 +102,24 @@ def _run(job, lease: str) -> dict:
     run_dir = Path(settings.AREAL_TRAINING_DIR) / f"job-{job.pk}"
     resume = latest_checkpoint(run_dir / "checkpoints")
     if resume is not None:
-        trainer = Trainer.resume(base.checkpoint_path, resume.path, config=config, device=settings.AREAL_TRAINING_DEVICE)
+        trainer = Trainer.resume(
+            base.checkpoint_path, resume.path, config=config, device=settings.AREAL_TRAINING_DEVICE
+        )
         training_job_log(job=job, message=f"resumed from the checkpoint after step {resume.step}")
     else:
         trainer = Trainer(base.checkpoint_path, config, device=settings.AREAL_TRAINING_DEVICE)
-        training_job_log(job=job, message=f"started: {len(samples)} samples ({counts['stale_samples']} stale "
-                                          f"dropped, η={job.staleness_bound}) on {trainer.device}")
+        training_job_log(
+            job=job,
+            message=f"started: {len(samples)} samples ({counts['stale_samples']} stale "
+            f"dropped, η={job.staleness_bound}) on {trainer.device}",
+        )
     group_key = config.group_by
-    plan = plan_batches([getattr(sample, group_key) for sample in samples], batch_size=job.batch_size,
-                        total_steps=job.total_steps, seed=config.seed)
+    plan = plan_batches(
+        [getattr(sample, group_key) for sample in samples],
+        batch_size=job.batch_size,
+        total_steps=job.total_steps,
+        seed=config.seed,
+    )
     last = None
     for step_index in range(trainer.step_count, job.total_steps):
         stop = training_job_stop_reason(job_id=job.pk, lease=lease)
@@ -107,8 +128,11 @@ def _run(job, lease: str) -> dict:
             return {"job": job.pk, "status": "cancelled", "step": step_index}
         if stop == "lost":
             return {"job": job.pk, "status": "lost", "step": step_index}
-        last = trainer.step([samples[i] for i in plan[step_index]], current_version=current_version,
-                            data_position=step_index + 1)
+        last = trainer.step(
+            [samples[i] for i in plan[step_index]],
+            current_version=current_version,
+            data_position=step_index + 1,
+        )
         done = step_index + 1
         # The step's metrics are stored before its checkpoint: a worker killed between the two resumes
         # from the checkpoint before and records the step again, rather than resuming after a step whose
@@ -126,10 +150,19 @@ def _run(job, lease: str) -> dict:
     trainer.export(export_dir)
     if tokenizer_fingerprint(export_dir) != tokenizer_fingerprint(base.checkpoint_path):
         raise ValidationFailed("the exported tokenizer differs from the base's")
-    summary = {"algorithm": job.algorithm, "steps": job.total_steps, "samples": len(samples),
-               "final": last.to_dict() if last else {}}
-    version = training_job_succeed(job_id=job.pk, lease=lease, checkpoint_path=str(export_dir),
-                                   tokenizer_hash=base.tokenizer_hash, metrics={"training": summary})
+    summary = {
+        "algorithm": job.algorithm,
+        "steps": job.total_steps,
+        "samples": len(samples),
+        "final": last.to_dict() if last else {},
+    }
+    version = training_job_succeed(
+        job_id=job.pk,
+        lease=lease,
+        checkpoint_path=str(export_dir),
+        tokenizer_hash=base.tokenizer_hash,
+        metrics={"training": summary},
+    )
     if version is None:
         return {"job": job.pk, "status": "lost"}
     return {"job": job.pk, "status": "succeeded", "version": version.pk, "number": version.number}

@@ -3,20 +3,38 @@ from celery import shared_task
 from areal_web.queues import Queue
 
 
-@shared_task(name="trajectories.replay", queue=Queue.EVAL.value, acks_late=True, max_retries=0,
-             soft_time_limit=1800, time_limit=1900)
-def replay_trajectory(*, tenant_id: int, source_id: str, session_id: str, model: str, model_version: str = "") -> int:
+@shared_task(
+    name="trajectories.replay",
+    queue=Queue.EVAL.value,
+    acks_late=True,
+    max_retries=0,
+    soft_time_limit=1800,
+    time_limit=1900,
+)
+def replay_trajectory(
+    *, tenant_id: int, source_id: str, session_id: str, model: str, model_version: str = ""
+) -> int:
     """Replays a trajectory's observations against `model` into the replay trajectory `session_id`
     (opened by apps.gateway.replay.trajectory_replay_start). Tenant-scoped by `tenant_id`. Idempotent:
     step ids are derived from (replay session, source step), so a redelivered task records nothing twice."""
     from apps.gateway.replay import trajectory_replay_run
 
-    return trajectory_replay_run(tenant_id=tenant_id, source_id=source_id, session_id=session_id, model=model,
-                                 model_version=model_version)
+    return trajectory_replay_run(
+        tenant_id=tenant_id,
+        source_id=source_id,
+        session_id=session_id,
+        model=model,
+        model_version=model_version,
+    )
 
 
-@shared_task(name="trajectories.purge_expired", queue=Queue.DEFAULT.value, max_retries=0,
-             soft_time_limit=1800, time_limit=1900)
+@shared_task(
+    name="trajectories.purge_expired",
+    queue=Queue.DEFAULT.value,
+    max_retries=0,
+    soft_time_limit=1800,
+    time_limit=1900,
+)
 def purge_expired_trajectories() -> dict:
     """Beat (every AREAL_RETENTION_PURGE_SECONDS): deletes every tenant's trajectories past retention, with
     their steps, rewards, reviews, qualification and annotations, in bounded batches (apps.trajectories.

@@ -7,89 +7,200 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('rewards', '0003_evaluator'),
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
-        ('trajectories', '0001_initial'),
+        ("rewards", "0003_evaluator"),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
+        ("trajectories", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AnnotationQueue',
+            name="AnnotationQueue",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=120)),
-                ('filters', models.JSONField(blank=True, default=dict, help_text='agent, task_id, group_id, status, purpose.')),
-                ('annotators_per_item', models.PositiveSmallIntegerField(default=1)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('assignees', models.ManyToManyField(blank=True, related_name='annotation_queues', to=settings.AUTH_USER_MODEL)),
-                ('spec', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='rewards.rewardspec')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=120)),
+                (
+                    "filters",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="agent, task_id, group_id, status, purpose."
+                    ),
+                ),
+                ("annotators_per_item", models.PositiveSmallIntegerField(default=1)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "assignees",
+                    models.ManyToManyField(
+                        blank=True, related_name="annotation_queues", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "spec",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="rewards.rewardspec"
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='AnnotationItem',
+            name="AnnotationItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('resolved_value', models.FloatField(blank=True, help_text="A reviewer's resolution of disagreement.", null=True)),
-                ('resolved_by', models.CharField(blank=True, max_length=200)),
-                ('resolved_at', models.DateTimeField(blank=True, null=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('trajectory', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='trajectories.trajectory')),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='items', to='annotation.annotationqueue')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "resolved_value",
+                    models.FloatField(
+                        blank=True, help_text="A reviewer's resolution of disagreement.", null=True
+                    ),
+                ),
+                ("resolved_by", models.CharField(blank=True, max_length=200)),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "trajectory",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="trajectories.trajectory",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="items",
+                        to="annotation.annotationqueue",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='AnnotationSkip',
+            name="AnnotationSkip",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('annotator', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='skips', to='annotation.annotationitem')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "annotator",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="skips",
+                        to="annotation.annotationitem",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='AnnotationLabel',
+            name="AnnotationLabel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('target', models.CharField(default='trajectory', max_length=16)),
-                ('step_id', models.UUIDField(blank=True, null=True)),
-                ('value', models.FloatField()),
-                ('label', models.CharField(blank=True, max_length=200)),
-                ('comment', models.TextField(blank=True)),
-                ('correction', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('annotator', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='labels', to='annotation.annotationitem')),
-                ('reward', models.OneToOneField(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='rewards.reward')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("target", models.CharField(default="trajectory", max_length=16)),
+                ("step_id", models.UUIDField(blank=True, null=True)),
+                ("value", models.FloatField()),
+                ("label", models.CharField(blank=True, max_length=200)),
+                ("comment", models.TextField(blank=True)),
+                ("correction", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "annotator",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="labels",
+                        to="annotation.annotationitem",
+                    ),
+                ),
+                (
+                    "reward",
+                    models.OneToOneField(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="rewards.reward",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['item_id', 'created_at'],
-                'constraints': [models.UniqueConstraint(fields=('item', 'annotator'), name='annotationlabel_once')],
+                "ordering": ["item_id", "created_at"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("item", "annotator"), name="annotationlabel_once")
+                ],
             },
         ),
         migrations.AddConstraint(
-            model_name='annotationqueue',
-            constraint=models.UniqueConstraint(fields=('tenant', 'name'), name='annotationqueue_unique_name'),
+            model_name="annotationqueue",
+            constraint=models.UniqueConstraint(fields=("tenant", "name"), name="annotationqueue_unique_name"),
         ),
         migrations.AddConstraint(
-            model_name='annotationitem',
-            constraint=models.UniqueConstraint(fields=('queue', 'trajectory'), name='annotationitem_unique'),
+            model_name="annotationitem",
+            constraint=models.UniqueConstraint(fields=("queue", "trajectory"), name="annotationitem_unique"),
         ),
         migrations.AddConstraint(
-            model_name='annotationskip',
-            constraint=models.UniqueConstraint(fields=('item', 'annotator'), name='annotationskip_once'),
+            model_name="annotationskip",
+            constraint=models.UniqueConstraint(fields=("item", "annotator"), name="annotationskip_once"),
         ),
     ]

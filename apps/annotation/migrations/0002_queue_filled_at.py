@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0001_initial'),
+        ("annotation", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='annotationqueue',
-            name='filled_at',
+            model_name="annotationqueue",
+            name="filled_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

@@ -6,35 +6,51 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('tenants', '0001_initial'),
+        ("tenants", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('sequence', models.PositiveBigIntegerField()),
-                ('occurred_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('actor_kind', models.CharField(max_length=16)),
-                ('actor_id', models.CharField(blank=True, max_length=64)),
-                ('actor_label', models.CharField(max_length=200)),
-                ('verb', models.CharField(max_length=64)),
-                ('target_type', models.CharField(blank=True, max_length=64)),
-                ('target_id', models.CharField(blank=True, max_length=64)),
-                ('data', models.JSONField(default=dict)),
-                ('previous_hash', models.CharField(max_length=64)),
-                ('hash', models.CharField(max_length=64)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='audit_events', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("sequence", models.PositiveBigIntegerField()),
+                ("occurred_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("actor_kind", models.CharField(max_length=16)),
+                ("actor_id", models.CharField(blank=True, max_length=64)),
+                ("actor_label", models.CharField(max_length=200)),
+                ("verb", models.CharField(max_length=64)),
+                ("target_type", models.CharField(blank=True, max_length=64)),
+                ("target_id", models.CharField(blank=True, max_length=64)),
+                ("data", models.JSONField(default=dict)),
+                ("previous_hash", models.CharField(max_length=64)),
+                ("hash", models.CharField(max_length=64)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="audit_events",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-sequence'],
-                'indexes': [models.Index(fields=['tenant', 'verb'], name='audit_audit_tenant__665166_idx'), models.Index(fields=['tenant', 'occurred_at'], name='audit_audit_tenant__a79171_idx')],
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'sequence'), name='audit_unique_sequence')],
+                "ordering": ["-sequence"],
+                "indexes": [
+                    models.Index(fields=["tenant", "verb"], name="audit_audit_tenant__665166_idx"),
+                    models.Index(fields=["tenant", "occurred_at"], name="audit_audit_tenant__a79171_idx"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(fields=("tenant", "sequence"), name="audit_unique_sequence")
+                ],
             },
         ),
     ]

@@ -6,103 +6,235 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
-        ('training', '0001_initial'),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
+        ("training", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='EvalSuite',
+            name="EvalSuite",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=80)),
-                ('kind', models.CharField(choices=[('regression', 'Regression'), ('safety', 'Tenant safety checks')], default='regression', max_length=16)),
-                ('agent_name', models.CharField(blank=True, max_length=200)),
-                ('description', models.CharField(blank=True, max_length=300)),
-                ('created_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.SlugField(max_length=80)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("regression", "Regression"), ("safety", "Tenant safety checks")],
+                        default="regression",
+                        max_length=16,
+                    ),
+                ),
+                ("agent_name", models.CharField(blank=True, max_length=200)),
+                ("description", models.CharField(blank=True, max_length=300)),
+                ("created_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='EvalRun',
+            name="EvalRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed')], default='queued', max_length=16)),
-                ('summary', models.JSONField(blank=True, default=dict)),
-                ('error', models.CharField(blank=True, max_length=500)),
-                ('requested_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('model_version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('suite', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='runs', to='evaluation.evalsuite')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("summary", models.JSONField(blank=True, default=dict)),
+                ("error", models.CharField(blank=True, max_length=500)),
+                ("requested_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "model_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "suite",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="runs",
+                        to="evaluation.evalsuite",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='EvalCase',
+            name="EvalCase",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.SlugField(max_length=80)),
-                ('category', models.CharField(choices=[('regression', 'Regression'), ('pii_leak', 'Planted PII must not leak'), ('secret_leak', 'Planted secret must not leak'), ('refusal', 'Must refuse')], default='regression', max_length=16)),
-                ('input_messages', models.JSONField(default=list)),
-                ('tools', models.JSONField(blank=True, default=list)),
-                ('environment', models.JSONField(blank=True, default=dict, help_text='{"seed": 7, ...}: handed to the scorer.')),
-                ('params', models.JSONField(blank=True, default=dict, help_text='max_tokens, temperature, seed.')),
-                ('scorer', models.CharField(choices=[('exact_match', 'Exact Match'), ('regex', 'Regex'), ('json_schema', 'Json Schema'), ('tool_call_match', 'Tool Call Match'), ('program', 'Program-checked (environment success)'), ('no_leak', 'No Leak'), ('refusal', 'Refusal'), ('judge', 'Judge model through a backend')], max_length=24)),
-                ('scorer_config', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('suite', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='cases', to='evaluation.evalsuite')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.SlugField(max_length=80)),
+                (
+                    "category",
+                    models.CharField(
+                        choices=[
+                            ("regression", "Regression"),
+                            ("pii_leak", "Planted PII must not leak"),
+                            ("secret_leak", "Planted secret must not leak"),
+                            ("refusal", "Must refuse"),
+                        ],
+                        default="regression",
+                        max_length=16,
+                    ),
+                ),
+                ("input_messages", models.JSONField(default=list)),
+                ("tools", models.JSONField(blank=True, default=list)),
+                (
+                    "environment",
+                    models.JSONField(
+                        blank=True, default=dict, help_text='{"seed": 7, ...}: handed to the scorer.'
+                    ),
+                ),
+                (
+                    "params",
+                    models.JSONField(blank=True, default=dict, help_text="max_tokens, temperature, seed."),
+                ),
+                (
+                    "scorer",
+                    models.CharField(
+                        choices=[
+                            ("exact_match", "Exact Match"),
+                            ("regex", "Regex"),
+                            ("json_schema", "Json Schema"),
+                            ("tool_call_match", "Tool Call Match"),
+                            ("program", "Program-checked (environment success)"),
+                            ("no_leak", "No Leak"),
+                            ("refusal", "Refusal"),
+                            ("judge", "Judge model through a backend"),
+                        ],
+                        max_length=24,
+                    ),
+                ),
+                ("scorer_config", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "suite",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="cases",
+                        to="evaluation.evalsuite",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['suite', 'key'],
+                "ordering": ["suite", "key"],
             },
         ),
         migrations.CreateModel(
-            name='EvalCaseResult',
+            name="EvalCaseResult",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('score', models.FloatField(blank=True, null=True)),
-                ('passed', models.BooleanField(default=False)),
-                ('label', models.CharField(blank=True, max_length=300)),
-                ('output_text', models.TextField(blank=True)),
-                ('tool_calls', models.JSONField(blank=True, default=list)),
-                ('error', models.CharField(blank=True, max_length=500)),
-                ('latency_ms', models.PositiveIntegerField(default=0)),
-                ('session_id', models.CharField(blank=True, max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('case', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='evaluation.evalcase')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='results', to='evaluation.evalrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("score", models.FloatField(blank=True, null=True)),
+                ("passed", models.BooleanField(default=False)),
+                ("label", models.CharField(blank=True, max_length=300)),
+                ("output_text", models.TextField(blank=True)),
+                ("tool_calls", models.JSONField(blank=True, default=list)),
+                ("error", models.CharField(blank=True, max_length=500)),
+                ("latency_ms", models.PositiveIntegerField(default=0)),
+                ("session_id", models.CharField(blank=True, max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "case",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="evaluation.evalcase",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="results",
+                        to="evaluation.evalrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'case__key'],
-                'constraints': [models.UniqueConstraint(fields=('run', 'case'), name='eval_result_unique_case')],
+                "ordering": ["run", "case__key"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("run", "case"), name="eval_result_unique_case")
+                ],
             },
         ),
         migrations.AddConstraint(
-            model_name='evalsuite',
-            constraint=models.UniqueConstraint(fields=('tenant', 'name'), name='eval_suite_unique_name'),
+            model_name="evalsuite",
+            constraint=models.UniqueConstraint(fields=("tenant", "name"), name="eval_suite_unique_name"),
         ),
         migrations.AddIndex(
-            model_name='evalrun',
-            index=models.Index(fields=['tenant', '-created_at'], name='evaluation__tenant__96bf86_idx'),
+            model_name="evalrun",
+            index=models.Index(fields=["tenant", "-created_at"], name="evaluation__tenant__96bf86_idx"),
         ),
         migrations.AddConstraint(
-            model_name='evalcase',
-            constraint=models.UniqueConstraint(fields=('tenant', 'suite', 'key'), name='eval_case_unique_key'),
+            model_name="evalcase",
+            constraint=models.UniqueConstraint(
+                fields=("tenant", "suite", "key"), name="eval_case_unique_key"
+            ),
         ),
     ]

@@ -5,25 +5,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='BudgetLedger',
+            name="BudgetLedger",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('month', models.DateField()),
-                ('spent_usd', models.DecimalField(decimal_places=6, default=0, max_digits=14)),
-                ('reserved_usd', models.DecimalField(decimal_places=6, default=0, max_digits=14)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("month", models.DateField()),
+                ("spent_usd", models.DecimalField(decimal_places=6, default=0, max_digits=14)),
+                ("reserved_usd", models.DecimalField(decimal_places=6, default=0, max_digits=14)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'month'), name='budget_unique_month')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("tenant", "month"), name="budget_unique_month")
+                ],
             },
         ),
     ]

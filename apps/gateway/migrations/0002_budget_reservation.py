@@ -6,21 +6,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('gateway', '0001_initial'),
-        ('tenants', '0003_tenantpolicy_late_reward_hours'),
+        ("gateway", "0001_initial"),
+        ("tenants", "0003_tenantpolicy_late_reward_hours"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='BudgetReservation',
+            name="BudgetReservation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('month', models.DateField()),
-                ('amount_usd', models.DecimalField(decimal_places=6, max_digits=14)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("month", models.DateField()),
+                ("amount_usd", models.DecimalField(decimal_places=6, max_digits=14)),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
         ),
     ]

@@ -6,56 +6,124 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('tenants', '0001_initial'),
+        ("tenants", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='InferenceBackend',
+            name="InferenceBackend",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=64)),
-                ('base_url', models.URLField(help_text='Root of the server, e.g. http://10.0.0.5:8100', max_length=300)),
-                ('kind', models.CharField(choices=[('embedded', "Embedded (areal-web's transformers server)"), ('vllm', 'vLLM'), ('openai_compatible', 'Other OpenAI-compatible server')], max_length=24)),
-                ('served_model', models.CharField(help_text='The model name clients ask for.', max_length=200)),
-                ('model_version', models.CharField(blank=True, help_text='Version of that model it serves.', max_length=64)),
-                ('weight', models.PositiveIntegerField(default=1, help_text='Relative share of new sessions; 0 takes none.')),
-                ('state', models.CharField(choices=[('unknown', 'Not checked yet'), ('up', 'Up'), ('down', 'Down'), ('draining', 'Draining (no new sessions)')], default='unknown', max_length=16)),
-                ('last_checked_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.CharField(blank=True, max_length=500)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='inference_backends', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.SlugField(max_length=64)),
+                (
+                    "base_url",
+                    models.URLField(
+                        help_text="Root of the server, e.g. http://10.0.0.5:8100", max_length=300
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("embedded", "Embedded (areal-web's transformers server)"),
+                            ("vllm", "vLLM"),
+                            ("openai_compatible", "Other OpenAI-compatible server"),
+                        ],
+                        max_length=24,
+                    ),
+                ),
+                (
+                    "served_model",
+                    models.CharField(help_text="The model name clients ask for.", max_length=200),
+                ),
+                (
+                    "model_version",
+                    models.CharField(blank=True, help_text="Version of that model it serves.", max_length=64),
+                ),
+                (
+                    "weight",
+                    models.PositiveIntegerField(
+                        default=1, help_text="Relative share of new sessions; 0 takes none."
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("unknown", "Not checked yet"),
+                            ("up", "Up"),
+                            ("down", "Down"),
+                            ("draining", "Draining (no new sessions)"),
+                        ],
+                        default="unknown",
+                        max_length=16,
+                    ),
+                ),
+                ("last_checked_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.CharField(blank=True, max_length=500)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="inference_backends",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['served_model', 'name'],
+                "ordering": ["served_model", "name"],
             },
         ),
         migrations.CreateModel(
-            name='SessionAffinity',
+            name="SessionAffinity",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('session_id', models.CharField(max_length=200)),
-                ('served_model', models.CharField(max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_used_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('backend', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='affinities', to='inference.inferencebackend')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("session_id", models.CharField(max_length=200)),
+                ("served_model", models.CharField(max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("last_used_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "backend",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="affinities",
+                        to="inference.inferencebackend",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
         ),
         migrations.AddConstraint(
-            model_name='inferencebackend',
-            constraint=models.UniqueConstraint(fields=('tenant', 'name'), name='backend_unique_name'),
+            model_name="inferencebackend",
+            constraint=models.UniqueConstraint(fields=("tenant", "name"), name="backend_unique_name"),
         ),
         migrations.AddIndex(
-            model_name='sessionaffinity',
-            index=models.Index(fields=['backend', 'last_used_at'], name='inference_s_backend_a8445a_idx'),
+            model_name="sessionaffinity",
+            index=models.Index(fields=["backend", "last_used_at"], name="inference_s_backend_a8445a_idx"),
         ),
         migrations.AddConstraint(
-            model_name='sessionaffinity',
-            constraint=models.UniqueConstraint(fields=('tenant', 'served_model', 'session_id'), name='affinity_unique_session'),
+            model_name="sessionaffinity",
+            constraint=models.UniqueConstraint(
+                fields=("tenant", "served_model", "session_id"), name="affinity_unique_session"
+            ),
         ),
     ]

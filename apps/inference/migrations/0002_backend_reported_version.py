@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inference', '0001_initial'),
+        ("inference", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='inferencebackend',
-            name='reported_version',
-            field=models.CharField(blank=True, help_text='The version the server itself reported at its last check.', max_length=64),
+            model_name="inferencebackend",
+            name="reported_version",
+            field=models.CharField(
+                blank=True,
+                help_text="The version the server itself reported at its last check.",
+                max_length=64,
+            ),
         ),
     ]

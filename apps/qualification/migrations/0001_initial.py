@@ -7,88 +7,204 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
-        ('trajectories', '0001_initial'),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
+        ("trajectories", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Qualification',
+            name="Qualification",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('qualified', 'Qualified'), ('disqualified', 'Disqualified')], default='pending', max_length=16)),
-                ('reasons', models.JSONField(default=list)),
-                ('gate_status', models.CharField(choices=[('pending', 'Pending'), ('qualified', 'Qualified'), ('disqualified', 'Disqualified')], default='pending', max_length=16)),
-                ('gate_reasons', models.JSONField(default=list)),
-                ('content_hash', models.CharField(blank=True, max_length=64)),
-                ('training_reward', models.FloatField(blank=True, null=True)),
-                ('evaluated_at', models.DateTimeField(blank=True, null=True)),
-                ('override_status', models.CharField(blank=True, choices=[('pending', 'Pending'), ('qualified', 'Qualified'), ('disqualified', 'Disqualified')], max_length=16)),
-                ('override_reason', models.TextField(blank=True)),
-                ('overridden_by', models.CharField(blank=True, max_length=200)),
-                ('overridden_at', models.DateTimeField(blank=True, null=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('trajectory', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='qualification', to='trajectories.trajectory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("qualified", "Qualified"),
+                            ("disqualified", "Disqualified"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("reasons", models.JSONField(default=list)),
+                (
+                    "gate_status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("qualified", "Qualified"),
+                            ("disqualified", "Disqualified"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("gate_reasons", models.JSONField(default=list)),
+                ("content_hash", models.CharField(blank=True, max_length=64)),
+                ("training_reward", models.FloatField(blank=True, null=True)),
+                ("evaluated_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "override_status",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("pending", "Pending"),
+                            ("qualified", "Qualified"),
+                            ("disqualified", "Disqualified"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("override_reason", models.TextField(blank=True)),
+                ("overridden_by", models.CharField(blank=True, max_length=200)),
+                ("overridden_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "trajectory",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="qualification",
+                        to="trajectories.trajectory",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='QualificationLimits',
+            name="QualificationLimits",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('min_steps', models.PositiveIntegerField(default=1)),
-                ('max_steps', models.PositiveIntegerField(default=256)),
-                ('max_tokens', models.PositiveBigIntegerField(default=262144)),
-                ('tenant', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("min_steps", models.PositiveIntegerField(default=1)),
+                ("max_steps", models.PositiveIntegerField(default=256)),
+                ("max_tokens", models.PositiveBigIntegerField(default=262144)),
+                (
+                    "tenant",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='QualificationReason',
+            name="QualificationReason",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('code', models.CharField(max_length=40)),
-                ('qualification', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reason_rows', to='qualification.qualification')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("code", models.CharField(max_length=40)),
+                (
+                    "qualification",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="reason_rows",
+                        to="qualification.qualification",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Review',
+            name="Review",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('unreviewed', 'Unreviewed'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('needs_changes', 'Needs Changes')], max_length=16)),
-                ('reviewer_label', models.CharField(blank=True, max_length=200)),
-                ('note', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('reviewer', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('trajectory', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reviews', to='trajectories.trajectory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("unreviewed", "Unreviewed"),
+                            ("approved", "Approved"),
+                            ("rejected", "Rejected"),
+                            ("needs_changes", "Needs Changes"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("reviewer_label", models.CharField(blank=True, max_length=200)),
+                ("note", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "trajectory",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="reviews",
+                        to="trajectories.trajectory",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddIndex(
-            model_name='qualification',
-            index=models.Index(fields=['tenant', 'status'], name='qualificati_tenant__90fdb9_idx'),
+            model_name="qualification",
+            index=models.Index(fields=["tenant", "status"], name="qualificati_tenant__90fdb9_idx"),
         ),
         migrations.AddIndex(
-            model_name='qualification',
-            index=models.Index(fields=['tenant', 'content_hash'], name='qualificati_tenant__5f1830_idx'),
+            model_name="qualification",
+            index=models.Index(fields=["tenant", "content_hash"], name="qualificati_tenant__5f1830_idx"),
         ),
         migrations.AddIndex(
-            model_name='qualificationreason',
-            index=models.Index(fields=['tenant', 'code'], name='qualificati_tenant__3a58ca_idx'),
+            model_name="qualificationreason",
+            index=models.Index(fields=["tenant", "code"], name="qualificati_tenant__3a58ca_idx"),
         ),
         migrations.AddConstraint(
-            model_name='qualificationreason',
-            constraint=models.UniqueConstraint(fields=('qualification', 'code'), name='qualificationreason_unique'),
+            model_name="qualificationreason",
+            constraint=models.UniqueConstraint(
+                fields=("qualification", "code"), name="qualificationreason_unique"
+            ),
         ),
         migrations.AddIndex(
-            model_name='review',
-            index=models.Index(fields=['tenant', 'trajectory', '-created_at'], name='qualificati_tenant__e9c057_idx'),
+            model_name="review",
+            index=models.Index(
+                fields=["tenant", "trajectory", "-created_at"], name="qualificati_tenant__e9c057_idx"
+            ),
         ),
     ]

@@ -6,142 +6,334 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('evaluation', '0001_initial'),
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
-        ('training', '0001_initial'),
+        ("evaluation", "0001_initial"),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
+        ("training", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Release',
+            name="Release",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=200)),
-                ('status', models.CharField(choices=[('draft', 'Draft'), ('evaluating', 'Evaluating'), ('canary', 'Canary'), ('paused', 'Paused (inconclusive; an operator decides)'), ('awaiting_approval', 'Awaiting approval'), ('promoted', 'Promoted'), ('rolled_back', 'Rolled back'), ('aborted', 'Aborted')], default='draft', max_length=24)),
-                ('status_reason', models.CharField(blank=True, max_length=500)),
-                ('stages', models.JSONField(default=list, help_text='Percent of new sessions per stage, rising, e.g. [5, 25, 50, 100].')),
-                ('stage_index', models.IntegerField(default=-1)),
-                ('stage_min_seconds', models.PositiveIntegerField(default=0)),
-                ('guardrails', models.JSONField(default=list, help_text='[{"metric", "direction", "threshold", "min_samples"}]')),
-                ('failure_limit', models.PositiveIntegerField(default=0)),
-                ('inconclusive_limit', models.PositiveIntegerField(default=3)),
-                ('eval_runs', models.JSONField(blank=True, default=dict, help_text='{"candidate": {suite_id: run_id}, "baseline": ...}')),
-                ('consecutive_failures', models.PositiveIntegerField(default=0)),
-                ('consecutive_inconclusive', models.PositiveIntegerField(default=0)),
-                ('last_verdict', models.CharField(blank=True, max_length=16)),
-                ('created_by', models.CharField(blank=True, max_length=150)),
-                ('started_by_kind', models.CharField(blank=True, max_length=16)),
-                ('started_by_id', models.CharField(blank=True, max_length=64)),
-                ('started_by', models.CharField(blank=True, max_length=150)),
-                ('approved_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('canary_started_at', models.DateTimeField(blank=True, null=True)),
-                ('stage_started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('baseline', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
-                ('candidate', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
-                ('eval_suites', models.ManyToManyField(blank=True, related_name='+', to='evaluation.evalsuite')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=200)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("draft", "Draft"),
+                            ("evaluating", "Evaluating"),
+                            ("canary", "Canary"),
+                            ("paused", "Paused (inconclusive; an operator decides)"),
+                            ("awaiting_approval", "Awaiting approval"),
+                            ("promoted", "Promoted"),
+                            ("rolled_back", "Rolled back"),
+                            ("aborted", "Aborted"),
+                        ],
+                        default="draft",
+                        max_length=24,
+                    ),
+                ),
+                ("status_reason", models.CharField(blank=True, max_length=500)),
+                (
+                    "stages",
+                    models.JSONField(
+                        default=list,
+                        help_text="Percent of new sessions per stage, rising, e.g. [5, 25, 50, 100].",
+                    ),
+                ),
+                ("stage_index", models.IntegerField(default=-1)),
+                ("stage_min_seconds", models.PositiveIntegerField(default=0)),
+                (
+                    "guardrails",
+                    models.JSONField(
+                        default=list, help_text='[{"metric", "direction", "threshold", "min_samples"}]'
+                    ),
+                ),
+                ("failure_limit", models.PositiveIntegerField(default=0)),
+                ("inconclusive_limit", models.PositiveIntegerField(default=3)),
+                (
+                    "eval_runs",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text='{"candidate": {suite_id: run_id}, "baseline": ...}',
+                    ),
+                ),
+                ("consecutive_failures", models.PositiveIntegerField(default=0)),
+                ("consecutive_inconclusive", models.PositiveIntegerField(default=0)),
+                ("last_verdict", models.CharField(blank=True, max_length=16)),
+                ("created_by", models.CharField(blank=True, max_length=150)),
+                ("started_by_kind", models.CharField(blank=True, max_length=16)),
+                ("started_by_id", models.CharField(blank=True, max_length=64)),
+                ("started_by", models.CharField(blank=True, max_length=150)),
+                ("approved_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("canary_started_at", models.DateTimeField(blank=True, null=True)),
+                ("stage_started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "baseline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "candidate",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "eval_suites",
+                    models.ManyToManyField(blank=True, related_name="+", to="evaluation.evalsuite"),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='AnalysisRun',
+            name="AnalysisRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('stage_index', models.IntegerField()),
-                ('verdict', models.CharField(max_length=16)),
-                ('decision', models.CharField(max_length=16)),
-                ('measurements', models.JSONField(default=list)),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('release', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='analyses', to='releases.release')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("stage_index", models.IntegerField()),
+                ("verdict", models.CharField(max_length=16)),
+                ("decision", models.CharField(max_length=16)),
+                ("measurements", models.JSONField(default=list)),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "release",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="analyses",
+                        to="releases.release",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
+                "ordering": ["at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='ReleaseEvent',
+            name="ReleaseEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('from_status', models.CharField(max_length=24)),
-                ('to_status', models.CharField(max_length=24)),
-                ('stage_index', models.IntegerField(default=-1)),
-                ('actor', models.CharField(max_length=150)),
-                ('reason', models.CharField(blank=True, max_length=500)),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('release', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='releases.release')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("from_status", models.CharField(max_length=24)),
+                ("to_status", models.CharField(max_length=24)),
+                ("stage_index", models.IntegerField(default=-1)),
+                ("actor", models.CharField(max_length=150)),
+                ("reason", models.CharField(blank=True, max_length=500)),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "release",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="releases.release",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
+                "ordering": ["at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='RoutingState',
+            name="RoutingState",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=200)),
-                ('canary_percent', models.FloatField(default=0)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('canary', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
-                ('release', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='releases.release')),
-                ('stable', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=200)),
+                ("canary_percent", models.FloatField(default=0)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "canary",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "release",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="releases.release",
+                    ),
+                ),
+                (
+                    "stable",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ServingEvent',
+            name="ServingEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=200)),
-                ('canary_percent', models.FloatField(default=0)),
-                ('reason', models.CharField(max_length=300)),
-                ('actor', models.CharField(max_length=150)),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('canary', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
-                ('release', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='releases.release')),
-                ('stable', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=200)),
+                ("canary_percent", models.FloatField(default=0)),
+                ("reason", models.CharField(max_length=300)),
+                ("actor", models.CharField(max_length=150)),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "canary",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "release",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="releases.release",
+                    ),
+                ),
+                (
+                    "stable",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
+                "ordering": ["at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='SessionRoute',
+            name="SessionRoute",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model', models.CharField(max_length=200)),
-                ('session_id', models.CharField(max_length=200)),
-                ('pinned', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('release', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='releases.release')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('version', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='training.modelversion')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model", models.CharField(max_length=200)),
+                ("session_id", models.CharField(max_length=200)),
+                ("pinned", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "release",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="releases.release",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='release',
-            index=models.Index(fields=['tenant', 'status'], name='releases_re_tenant__14f62a_idx'),
+            model_name="release",
+            index=models.Index(fields=["tenant", "status"], name="releases_re_tenant__14f62a_idx"),
         ),
         migrations.AddConstraint(
-            model_name='routingstate',
-            constraint=models.UniqueConstraint(fields=('tenant', 'model'), name='routing_unique_model'),
+            model_name="routingstate",
+            constraint=models.UniqueConstraint(fields=("tenant", "model"), name="routing_unique_model"),
         ),
         migrations.AddIndex(
-            model_name='servingevent',
-            index=models.Index(fields=['tenant', 'model', 'at'], name='releases_se_tenant__b43054_idx'),
+            model_name="servingevent",
+            index=models.Index(fields=["tenant", "model", "at"], name="releases_se_tenant__b43054_idx"),
         ),
         migrations.AddConstraint(
-            model_name='sessionroute',
-            constraint=models.UniqueConstraint(fields=('tenant', 'model', 'session_id'), name='session_route_unique_session'),
+            model_name="sessionroute",
+            constraint=models.UniqueConstraint(
+                fields=("tenant", "model", "session_id"), name="session_route_unique_session"
+            ),
         ),
     ]

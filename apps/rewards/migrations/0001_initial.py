@@ -8,35 +8,98 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
-        ('trajectories', '0001_initial'),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
+        ("trajectories", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Reward',
+            name="Reward",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, primary_key=True, serialize=False)),
-                ('step_id', models.UUIDField(blank=True, null=True)),
-                ('target', models.CharField(choices=[('trajectory', 'Trajectory'), ('step', 'Step')], max_length=16)),
-                ('value', models.FloatField()),
-                ('kind', models.CharField(choices=[('numeric', 'Numeric'), ('boolean', 'Boolean'), ('categorical', 'Categorical'), ('critique', 'Critique')], default='numeric', max_length=16)),
-                ('label', models.TextField(blank=True)),
-                ('source', models.CharField(choices=[('user', 'User'), ('annotator', 'Annotator'), ('evaluator', 'Evaluator'), ('environment', 'Environment'), ('agent', 'Agent'), ('rule', 'Rule')], default='agent', max_length=16)),
-                ('timing', models.CharField(choices=[('immediate', 'Immediate'), ('delayed', 'Delayed'), ('terminal', 'Terminal')], default='immediate', max_length=16)),
-                ('created_by', models.CharField(blank=True, max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('idempotency_key', models.CharField(blank=True, max_length=200, null=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('trajectory', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rewards', to='trajectories.trajectory')),
+                ("id", models.UUIDField(default=uuid.uuid4, primary_key=True, serialize=False)),
+                ("step_id", models.UUIDField(blank=True, null=True)),
+                (
+                    "target",
+                    models.CharField(choices=[("trajectory", "Trajectory"), ("step", "Step")], max_length=16),
+                ),
+                ("value", models.FloatField()),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("numeric", "Numeric"),
+                            ("boolean", "Boolean"),
+                            ("categorical", "Categorical"),
+                            ("critique", "Critique"),
+                        ],
+                        default="numeric",
+                        max_length=16,
+                    ),
+                ),
+                ("label", models.TextField(blank=True)),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("user", "User"),
+                            ("annotator", "Annotator"),
+                            ("evaluator", "Evaluator"),
+                            ("environment", "Environment"),
+                            ("agent", "Agent"),
+                            ("rule", "Rule"),
+                        ],
+                        default="agent",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "timing",
+                    models.CharField(
+                        choices=[
+                            ("immediate", "Immediate"),
+                            ("delayed", "Delayed"),
+                            ("terminal", "Terminal"),
+                        ],
+                        default="immediate",
+                        max_length=16,
+                    ),
+                ),
+                ("created_by", models.CharField(blank=True, max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("idempotency_key", models.CharField(blank=True, max_length=200, null=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "trajectory",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="rewards",
+                        to="trajectories.trajectory",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at'],
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'idempotency_key'), name='reward_unique_idempotency_key'), models.CheckConstraint(condition=models.Q(models.Q(('step_id__isnull', False), ('target', 'step')), models.Q(('step_id__isnull', True), ('target', 'trajectory')), _connector='OR'), name='reward_exactly_one_target')],
+                "ordering": ["created_at"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("tenant", "idempotency_key"), name="reward_unique_idempotency_key"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("step_id__isnull", False), ("target", "step")),
+                            models.Q(("step_id__isnull", True), ("target", "trajectory")),
+                            _connector="OR",
+                        ),
+                        name="reward_exactly_one_target",
+                    ),
+                ],
             },
         ),
     ]

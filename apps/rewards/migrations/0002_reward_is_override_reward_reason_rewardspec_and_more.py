@@ -6,56 +6,109 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewards', '0001_initial'),
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
+        ("rewards", "0001_initial"),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='reward',
-            name='is_override',
+            model_name="reward",
+            name="is_override",
             field=models.BooleanField(default=False, help_text="An operator's override: beats every source."),
         ),
         migrations.AddField(
-            model_name='reward',
-            name='reason',
-            field=models.TextField(blank=True, help_text='Why an operator overrode.'),
+            model_name="reward",
+            name="reason",
+            field=models.TextField(blank=True, help_text="Why an operator overrode."),
         ),
         migrations.CreateModel(
-            name='RewardSpec',
+            name="RewardSpec",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent_name', models.CharField(blank=True, help_text='Blank: every agent of the tenant.', max_length=200)),
-                ('name', models.CharField(max_length=120)),
-                ('kind', models.CharField(choices=[('numeric', 'Numeric'), ('boolean', 'Boolean'), ('categorical', 'Categorical'), ('critique', 'Critique')], max_length=16)),
-                ('minimum', models.FloatField(blank=True, null=True)),
-                ('maximum', models.FloatField(blank=True, null=True)),
-                ('categories', models.JSONField(blank=True, default=dict, help_text='Categorical: {"label": value}.')),
-                ('is_training_reward', models.BooleanField(default=False)),
-                ('combination', models.CharField(choices=[('priority', 'Priority'), ('weighted_sum', 'Weighted Sum')], default='priority', max_length=16)),
-                ('source_priority', models.JSONField(blank=True, default=list, help_text='Sources, most trusted first.')),
-                ('source_weights', models.JSONField(blank=True, default=dict, help_text='Weighted sum: {"source": weight}.')),
-                ('description', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "agent_name",
+                    models.CharField(
+                        blank=True, help_text="Blank: every agent of the tenant.", max_length=200
+                    ),
+                ),
+                ("name", models.CharField(max_length=120)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("numeric", "Numeric"),
+                            ("boolean", "Boolean"),
+                            ("categorical", "Categorical"),
+                            ("critique", "Critique"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("minimum", models.FloatField(blank=True, null=True)),
+                ("maximum", models.FloatField(blank=True, null=True)),
+                (
+                    "categories",
+                    models.JSONField(blank=True, default=dict, help_text='Categorical: {"label": value}.'),
+                ),
+                ("is_training_reward", models.BooleanField(default=False)),
+                (
+                    "combination",
+                    models.CharField(
+                        choices=[("priority", "Priority"), ("weighted_sum", "Weighted Sum")],
+                        default="priority",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "source_priority",
+                    models.JSONField(blank=True, default=list, help_text="Sources, most trusted first."),
+                ),
+                (
+                    "source_weights",
+                    models.JSONField(blank=True, default=dict, help_text='Weighted sum: {"source": weight}.'),
+                ),
+                ("description", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['agent_name', 'name'],
+                "ordering": ["agent_name", "name"],
             },
         ),
         migrations.AddField(
-            model_name='reward',
-            name='spec',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='rewards', to='rewards.rewardspec'),
+            model_name="reward",
+            name="spec",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="rewards",
+                to="rewards.rewardspec",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='rewardspec',
-            constraint=models.UniqueConstraint(fields=('tenant', 'agent_name', 'name'), name='rewardspec_unique_name'),
+            model_name="rewardspec",
+            constraint=models.UniqueConstraint(
+                fields=("tenant", "agent_name", "name"), name="rewardspec_unique_name"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='rewardspec',
-            constraint=models.UniqueConstraint(condition=models.Q(('is_training_reward', True)), fields=('tenant', 'agent_name'), name='rewardspec_one_training_reward'),
+            model_name="rewardspec",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("is_training_reward", True)),
+                fields=("tenant", "agent_name"),
+                name="rewardspec_one_training_reward",
+            ),
         ),
     ]

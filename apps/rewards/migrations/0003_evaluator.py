@@ -6,30 +6,64 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewards', '0002_reward_is_override_reward_reason_rewardspec_and_more'),
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
+        ("rewards", "0002_reward_is_override_reward_reason_rewardspec_and_more"),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Evaluator',
+            name="Evaluator",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=120)),
-                ('version', models.CharField(default='1', max_length=40)),
-                ('kind', models.CharField(choices=[('exact_match', 'Exact Match'), ('regex', 'Regex'), ('json_schema', 'Json Schema'), ('tool_call_succeeded', 'Tool Call Succeeded'), ('program', 'Program')], max_length=24)),
-                ('config', models.JSONField(blank=True, default=dict)),
-                ('agent_name', models.CharField(blank=True, help_text='Blank: every agent.', max_length=200)),
-                ('enabled', models.BooleanField(default=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('spec', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='rewards.rewardspec')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=120)),
+                ("version", models.CharField(default="1", max_length=40)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("exact_match", "Exact Match"),
+                            ("regex", "Regex"),
+                            ("json_schema", "Json Schema"),
+                            ("tool_call_succeeded", "Tool Call Succeeded"),
+                            ("program", "Program"),
+                        ],
+                        max_length=24,
+                    ),
+                ),
+                ("config", models.JSONField(blank=True, default=dict)),
+                ("agent_name", models.CharField(blank=True, help_text="Blank: every agent.", max_length=200)),
+                ("enabled", models.BooleanField(default=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "spec",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="rewards.rewardspec",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name', 'version'],
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'name', 'version'), name='evaluator_unique_version')],
+                "ordering": ["name", "version"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("tenant", "name", "version"), name="evaluator_unique_version"
+                    )
+                ],
             },
         ),
     ]

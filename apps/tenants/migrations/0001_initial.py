@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,65 +15,186 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Tenant',
+            name="Tenant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=64, unique=True)),
-                ('name', models.CharField(max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(max_length=64, unique=True)),
+                ("name", models.CharField(max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.CreateModel(
-            name='TenantPolicy',
+            name="TenantPolicy",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('allowed_models', models.JSONField(blank=True, default=list, help_text='Empty list: every model.')),
-                ('rate_limit_rpm', models.PositiveIntegerField(blank=True, null=True)),
-                ('rate_limit_tpm', models.PositiveIntegerField(blank=True, null=True)),
-                ('monthly_budget_usd', models.DecimalField(blank=True, decimal_places=4, max_digits=12, null=True)),
-                ('consent_mode', models.CharField(choices=[('full', 'Full: store content and tokens'), ('metadata_only', 'Metadata only: cost and versions'), ('none', 'None: forward, store nothing')], default='full', max_length=16)),
-                ('retention_days', models.PositiveIntegerField(default=90)),
-                ('pii_mode', models.CharField(choices=[('redact', 'Redact before storing'), ('block', 'Refuse requests containing PII'), ('off', 'Off')], default='redact', max_length=8)),
-                ('price_table', models.JSONField(blank=True, default=dict, help_text='Per model: {"model": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}} in USD.')),
-                ('review_required', models.BooleanField(default=False)),
-                ('two_person_promotion', models.BooleanField(default=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('tenant', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='policy', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "allowed_models",
+                    models.JSONField(blank=True, default=list, help_text="Empty list: every model."),
+                ),
+                ("rate_limit_rpm", models.PositiveIntegerField(blank=True, null=True)),
+                ("rate_limit_tpm", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "monthly_budget_usd",
+                    models.DecimalField(blank=True, decimal_places=4, max_digits=12, null=True),
+                ),
+                (
+                    "consent_mode",
+                    models.CharField(
+                        choices=[
+                            ("full", "Full: store content and tokens"),
+                            ("metadata_only", "Metadata only: cost and versions"),
+                            ("none", "None: forward, store nothing"),
+                        ],
+                        default="full",
+                        max_length=16,
+                    ),
+                ),
+                ("retention_days", models.PositiveIntegerField(default=90)),
+                (
+                    "pii_mode",
+                    models.CharField(
+                        choices=[
+                            ("redact", "Redact before storing"),
+                            ("block", "Refuse requests containing PII"),
+                            ("off", "Off"),
+                        ],
+                        default="redact",
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "price_table",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text='Per model: {"model": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}} in USD.',
+                    ),
+                ),
+                ("review_required", models.BooleanField(default=False)),
+                ("two_person_promotion", models.BooleanField(default=False)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "tenant",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="policy",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Membership',
+            name="Membership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('admin', 'Admin'), ('operator', 'Operator'), ('annotator', 'Annotator'), ('viewer', 'Viewer')], max_length=16)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[
+                            ("admin", "Admin"),
+                            ("operator", "Operator"),
+                            ("annotator", "Annotator"),
+                            ("viewer", "Viewer"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'user'), name='membership_unique_user')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("tenant", "user"), name="membership_unique_user")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=120)),
-                ('prefix', models.CharField(max_length=16, unique=True)),
-                ('hashed_secret', models.CharField(max_length=64, unique=True)),
-                ('scopes', models.JSONField(default=list)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('grace_until', models.DateTimeField(blank=True, help_text='After rotation: valid until then.', null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('replaced_by', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='replaces', to='tenants.apikey')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_keys', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=120)),
+                ("prefix", models.CharField(max_length=16, unique=True)),
+                ("hashed_secret", models.CharField(max_length=64, unique=True)),
+                ("scopes", models.JSONField(default=list)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "grace_until",
+                    models.DateTimeField(
+                        blank=True, help_text="After rotation: valid until then.", null=True
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "replaced_by",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="replaces",
+                        to="tenants.apikey",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_keys",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'constraints': [models.UniqueConstraint(fields=('tenant', 'name'), name='apikey_unique_name')],
+                "ordering": ["-created_at", "-id"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("tenant", "name"), name="apikey_unique_name")
+                ],
             },
         ),
     ]

@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0001_initial'),
+        ("tenants", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='tenantpolicy',
-            name='pii_patterns',
-            field=models.JSONField(blank=True, default=list, help_text='Tenant-defined PII patterns: [{"name": "order_id", "regex": "ORD-\\d+"}].'),
+            model_name="tenantpolicy",
+            name="pii_patterns",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text='Tenant-defined PII patterns: [{"name": "order_id", "regex": "ORD-\\d+"}].',
+            ),
         ),
     ]

@@ -4,15 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='tenantpolicy',
-            name='late_reward_hours',
-            field=models.PositiveIntegerField(default=168, help_text='Rewards for a session still bind this many hours after it ended; later ones are refused.'),
+            model_name="tenantpolicy",
+            name="late_reward_hours",
+            field=models.PositiveIntegerField(
+                default=168,
+                help_text="Rewards for a session still bind this many hours after it ended; later ones are refused.",
+            ),
         ),
     ]

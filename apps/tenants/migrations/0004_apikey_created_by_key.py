@@ -5,15 +5,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0003_tenantpolicy_late_reward_hours'),
+        ("tenants", "0003_tenantpolicy_late_reward_hours"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='apikey',
-            name='created_by_key',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='tenants.apikey'),
+            model_name="apikey",
+            name="created_by_key",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="tenants.apikey",
+            ),
         ),
     ]

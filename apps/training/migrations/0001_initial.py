@@ -6,73 +6,166 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ModelVersion',
+            name="ModelVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('number', models.PositiveIntegerField()),
-                ('checkpoint_path', models.CharField(help_text='Hugging Face model directory of the weights.', max_length=500)),
-                ('tokenizer_hash', models.CharField(max_length=64)),
-                ('dataset_snapshot', models.JSONField(blank=True, default=dict, help_text='{"trajectory_ids": [...], "content_hash": "..."} it was trained on.')),
-                ('metrics', models.JSONField(blank=True, default=dict)),
-                ('status', models.CharField(choices=[('training', 'Training'), ('candidate', 'Candidate'), ('canary', 'Canary'), ('production', 'Production'), ('retired', 'Retired'), ('rolled_back', 'Rolled Back')], default='candidate', max_length=16)),
-                ('description', models.CharField(blank=True, max_length=300)),
-                ('created_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='children', to='training.modelversion')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='model_versions', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("number", models.PositiveIntegerField()),
+                (
+                    "checkpoint_path",
+                    models.CharField(
+                        help_text="Hugging Face model directory of the weights.", max_length=500
+                    ),
+                ),
+                ("tokenizer_hash", models.CharField(max_length=64)),
+                (
+                    "dataset_snapshot",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text='{"trajectory_ids": [...], "content_hash": "..."} it was trained on.',
+                    ),
+                ),
+                ("metrics", models.JSONField(blank=True, default=dict)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("training", "Training"),
+                            ("candidate", "Candidate"),
+                            ("canary", "Canary"),
+                            ("production", "Production"),
+                            ("retired", "Retired"),
+                            ("rolled_back", "Rolled Back"),
+                        ],
+                        default="candidate",
+                        max_length=16,
+                    ),
+                ),
+                ("description", models.CharField(blank=True, max_length=300)),
+                ("created_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "parent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="children",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="model_versions",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name', '-number'],
+                "ordering": ["name", "-number"],
             },
         ),
         migrations.CreateModel(
-            name='ModelAlias',
+            name="ModelAlias",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('alias', models.SlugField(max_length=40)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='aliases', to='training.modelversion')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("alias", models.SlugField(max_length=40)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="aliases",
+                        to="training.modelversion",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='AliasMove',
+            name="AliasMove",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('alias', models.SlugField(max_length=40)),
-                ('actor', models.CharField(max_length=150)),
-                ('reason', models.CharField(blank=True, max_length=300)),
-                ('moved_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('from_version', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
-                ('to_version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("alias", models.SlugField(max_length=40)),
+                ("actor", models.CharField(max_length=150)),
+                ("reason", models.CharField(blank=True, max_length=300)),
+                ("moved_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "from_version",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "to_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['moved_at', 'id'],
+                "ordering": ["moved_at", "id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='modelversion',
-            constraint=models.UniqueConstraint(fields=('tenant', 'name', 'number'), name='model_version_unique_number'),
+            model_name="modelversion",
+            constraint=models.UniqueConstraint(
+                fields=("tenant", "name", "number"), name="model_version_unique_number"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='modelalias',
-            constraint=models.UniqueConstraint(fields=('tenant', 'name', 'alias'), name='model_alias_unique'),
+            model_name="modelalias",
+            constraint=models.UniqueConstraint(fields=("tenant", "name", "alias"), name="model_alias_unique"),
         ),
         migrations.AddIndex(
-            model_name='aliasmove',
-            index=models.Index(fields=['tenant', 'name', 'alias', 'moved_at'], name='training_al_tenant__204216_idx'),
+            model_name="aliasmove",
+            index=models.Index(
+                fields=["tenant", "name", "alias", "moved_at"], name="training_al_tenant__204216_idx"
+            ),
         ),
     ]

@@ -6,81 +6,173 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
-        ('training', '0001_initial'),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
+        ("training", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TrainingJob',
+            name="TrainingJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('algorithm', models.CharField(choices=[('sft', 'SFT'), ('grpo', 'GRPO'), ('decoupled_ppo', 'Decoupled PPO (AReaL)')], max_length=20)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='queued', max_length=16)),
-                ('config', models.JSONField(default=dict)),
-                ('batch_size', models.PositiveIntegerField(default=16)),
-                ('total_steps', models.PositiveIntegerField(default=10)),
-                ('checkpoint_every', models.PositiveIntegerField(default=10)),
-                ('staleness_bound', models.PositiveIntegerField(blank=True, help_text='η; empty: no bound.', null=True)),
-                ('dataset_snapshot', models.JSONField(default=dict, help_text='{"trajectory_ids": [...], "content_hash", "filters"}')),
-                ('sample_counts', models.JSONField(blank=True, default=dict)),
-                ('progress_step', models.PositiveIntegerField(default=0)),
-                ('eta_at', models.DateTimeField(blank=True, null=True)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('lease', models.CharField(blank=True, max_length=64)),
-                ('worker', models.CharField(blank=True, max_length=200)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('error', models.TextField(blank=True)),
-                ('description', models.CharField(blank=True, max_length=300)),
-                ('created_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('base_version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='training_jobs', to='training.modelversion')),
-                ('produced_version', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='produced_by_job', to='training.modelversion')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='training_jobs', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "algorithm",
+                    models.CharField(
+                        choices=[
+                            ("sft", "SFT"),
+                            ("grpo", "GRPO"),
+                            ("decoupled_ppo", "Decoupled PPO (AReaL)"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("config", models.JSONField(default=dict)),
+                ("batch_size", models.PositiveIntegerField(default=16)),
+                ("total_steps", models.PositiveIntegerField(default=10)),
+                ("checkpoint_every", models.PositiveIntegerField(default=10)),
+                (
+                    "staleness_bound",
+                    models.PositiveIntegerField(blank=True, help_text="η; empty: no bound.", null=True),
+                ),
+                (
+                    "dataset_snapshot",
+                    models.JSONField(
+                        default=dict, help_text='{"trajectory_ids": [...], "content_hash", "filters"}'
+                    ),
+                ),
+                ("sample_counts", models.JSONField(blank=True, default=dict)),
+                ("progress_step", models.PositiveIntegerField(default=0)),
+                ("eta_at", models.DateTimeField(blank=True, null=True)),
+                ("cancel_requested", models.BooleanField(default=False)),
+                ("lease", models.CharField(blank=True, max_length=64)),
+                ("worker", models.CharField(blank=True, max_length=200)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("error", models.TextField(blank=True)),
+                ("description", models.CharField(blank=True, max_length=300)),
+                ("created_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "base_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="training_jobs",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "produced_version",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="produced_by_job",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="training_jobs",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='TrainingLogLine',
+            name="TrainingLogLine",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('level', models.CharField(default='info', max_length=10)),
-                ('message', models.TextField()),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='log_lines', to='training.trainingjob')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("level", models.CharField(default="info", max_length=10)),
+                ("message", models.TextField()),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="log_lines",
+                        to="training.trainingjob",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
+                "ordering": ["at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='TrainingMetric',
+            name="TrainingMetric",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('step', models.PositiveIntegerField()),
-                ('values', models.JSONField()),
-                ('recorded_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='metric_rows', to='training.trainingjob')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("step", models.PositiveIntegerField()),
+                ("values", models.JSONField()),
+                ("recorded_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="metric_rows",
+                        to="training.trainingjob",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['step'],
+                "ordering": ["step"],
             },
         ),
         migrations.AddIndex(
-            model_name='trainingjob',
-            index=models.Index(fields=['tenant', 'status'], name='training_tr_tenant__6a9391_idx'),
+            model_name="trainingjob",
+            index=models.Index(fields=["tenant", "status"], name="training_tr_tenant__6a9391_idx"),
         ),
         migrations.AddConstraint(
-            model_name='trainingmetric',
-            constraint=models.UniqueConstraint(fields=('job', 'step'), name='training_metric_unique_step'),
+            model_name="trainingmetric",
+            constraint=models.UniqueConstraint(fields=("job", "step"), name="training_metric_unique_step"),
         ),
     ]

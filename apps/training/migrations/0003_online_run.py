@@ -6,59 +6,110 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tenants', '0002_tenantpolicy_pii_patterns'),
-        ('training', '0002_trainingjob_traininglogline_trainingmetric_and_more'),
+        ("tenants", "0002_tenantpolicy_pii_patterns"),
+        ("training", "0002_trainingjob_traininglogline_trainingmetric_and_more"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='OnlineRun',
+            name="OnlineRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('model_name', models.CharField(max_length=200)),
-                ('status', models.CharField(choices=[('running', 'Running'), ('stopped', 'Stopped'), ('failed', 'Failed')], default='running', max_length=16)),
-                ('config', models.JSONField(default=dict)),
-                ('samples_per_step', models.PositiveIntegerField(default=16)),
-                ('publish_every', models.PositiveIntegerField(default=1)),
-                ('staleness_bound', models.PositiveIntegerField(default=1)),
-                ('max_steps', models.PositiveIntegerField(blank=True, null=True)),
-                ('steps', models.PositiveIntegerField(default=0)),
-                ('consumed', models.PositiveIntegerField(default=0)),
-                ('dropped_stale', models.PositiveIntegerField(default=0)),
-                ('stop_requested', models.BooleanField(default=False)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('error', models.TextField(blank=True)),
-                ('created_by', models.CharField(blank=True, max_length=150)),
-                ('started_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('base_version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
-                ('current_version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='online_runs', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("model_name", models.CharField(max_length=200)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("running", "Running"), ("stopped", "Stopped"), ("failed", "Failed")],
+                        default="running",
+                        max_length=16,
+                    ),
+                ),
+                ("config", models.JSONField(default=dict)),
+                ("samples_per_step", models.PositiveIntegerField(default=16)),
+                ("publish_every", models.PositiveIntegerField(default=1)),
+                ("staleness_bound", models.PositiveIntegerField(default=1)),
+                ("max_steps", models.PositiveIntegerField(blank=True, null=True)),
+                ("steps", models.PositiveIntegerField(default=0)),
+                ("consumed", models.PositiveIntegerField(default=0)),
+                ("dropped_stale", models.PositiveIntegerField(default=0)),
+                ("stop_requested", models.BooleanField(default=False)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("error", models.TextField(blank=True)),
+                ("created_by", models.CharField(blank=True, max_length=150)),
+                ("started_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "base_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "current_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="training.modelversion",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="online_runs",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-started_at', '-id'],
+                "ordering": ["-started_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='OnlineConsumption',
+            name="OnlineConsumption",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('trajectory_id', models.UUIDField()),
-                ('outcome', models.CharField(max_length=16)),
-                ('step', models.PositiveIntegerField(default=0)),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='consumptions', to='training.onlinerun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("trajectory_id", models.UUIDField()),
+                ("outcome", models.CharField(max_length=16)),
+                ("step", models.PositiveIntegerField(default=0)),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="tenants.tenant"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="consumptions",
+                        to="training.onlinerun",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='onlinerun',
-            index=models.Index(fields=['tenant', 'status'], name='training_on_tenant__fcf12b_idx'),
+            model_name="onlinerun",
+            index=models.Index(fields=["tenant", "status"], name="training_on_tenant__fcf12b_idx"),
         ),
         migrations.AddConstraint(
-            model_name='onlineconsumption',
-            constraint=models.UniqueConstraint(fields=('run', 'trajectory_id'), name='online_consumption_once'),
+            model_name="onlineconsumption",
+            constraint=models.UniqueConstraint(
+                fields=("run", "trajectory_id"), name="online_consumption_once"
+            ),
         ),
     ]

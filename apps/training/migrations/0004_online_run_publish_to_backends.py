@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('training', '0003_online_run'),
+        ("training", "0003_online_run"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='onlinerun',
-            name='publish_to_backends',
+            model_name="onlinerun",
+            name="publish_to_backends",
             field=models.BooleanField(default=True),
         ),
     ]

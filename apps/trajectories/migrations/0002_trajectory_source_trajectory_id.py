@@ -12,15 +12,20 @@ def mark_imported(apps, schema_editor):
     came from an import. They keep their id (rewards, reviews and datasets name it) and their source id is
     recorded, so importing the same record again is refused like any duplicate."""
     Trajectory = apps.get_model("trajectories", "Trajectory")
-    imported = [trajectory_id for trajectory_id, tenant_id, session_id
-                in Trajectory.objects.values_list("id", "tenant_id", "session_id").iterator(chunk_size=2000)
-                if trajectory_id != uuid.uuid5(GATEWAY_NAMESPACE, f"{tenant_id}:{session_id}")]
+    imported = [
+        trajectory_id
+        for trajectory_id, tenant_id, session_id in Trajectory.objects.values_list(
+            "id", "tenant_id", "session_id"
+        ).iterator(chunk_size=2000)
+        if trajectory_id != uuid.uuid5(GATEWAY_NAMESPACE, f"{tenant_id}:{session_id}")
+    ]
     for start in range(0, len(imported), 1000):
-        Trajectory.objects.filter(pk__in=imported[start:start + 1000]).update(source_trajectory_id=models.F("id"))
+        Trajectory.objects.filter(pk__in=imported[start : start + 1000]).update(
+            source_trajectory_id=models.F("id")
+        )
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("tenants", "0003_tenantpolicy_late_reward_hours"),
         ("trajectories", "0001_initial"),
@@ -30,12 +35,17 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="trajectory",
             name="source_trajectory_id",
-            field=models.UUIDField(blank=True, help_text="The id an imported record carried; imports get a fresh `id`.",
-                                   null=True),
+            field=models.UUIDField(
+                blank=True,
+                help_text="The id an imported record carried; imports get a fresh `id`.",
+                null=True,
+            ),
         ),
         migrations.RunPython(mark_imported, migrations.RunPython.noop, elidable=True),
         migrations.AddConstraint(
             model_name="trajectory",
-            constraint=models.UniqueConstraint(fields=("tenant", "source_trajectory_id"), name="trajectory_unique_source"),
+            constraint=models.UniqueConstraint(
+                fields=("tenant", "source_trajectory_id"), name="trajectory_unique_source"
+            ),
         ),
     ]

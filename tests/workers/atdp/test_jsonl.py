@@ -36,7 +36,11 @@ def test_write_streams_from_a_generator():
     out = io.BytesIO()
     assert write_jsonl(records(), out) == 3
     assert produced == [0, 1, 2]
-    assert [line.record["session_id"] for line in read_jsonl(out.getvalue().splitlines())] == ["s0", "s1", "s2"]
+    assert [line.record["session_id"] for line in read_jsonl(out.getvalue().splitlines())] == [
+        "s0",
+        "s1",
+        "s2",
+    ]
 
 
 def test_unicode_line_separators_are_escaped():
@@ -94,13 +98,18 @@ def test_mixed_file_keeps_good_lines_and_numbers_the_bad():
 
     assert by_line[5].record is None
     assert {(problem.path, problem.message.split(";")[0]) for problem in by_line[5].problems} == {
-        ("steps[2].kind", "must be one of llm_call, tool_call, tool_result, user_message, user_feedback, env_event"),
+        (
+            "steps[2].kind",
+            "must be one of llm_call, tool_call, tool_result, user_message, user_feedback, env_event",
+        ),
         ("governance", "is required"),
     }
 
     assert [problem.message for problem in by_line[6].problems] == ["invalid JSON: NaN is not a JSON number"]
     assert [problem.message for problem in by_line[7].problems] == ["invalid UTF-8 at byte 1"]
-    assert [(problem.path, problem.message) for problem in by_line[8].problems] == [("", "must be object, not array")]
+    assert [(problem.path, problem.message) for problem in by_line[8].problems] == [
+        ("", "must be object, not array")
+    ]
 
 
 def test_reads_str_lines_and_skips_a_byte_order_mark():

@@ -41,7 +41,8 @@ def test_round_trip_equals_json_lines(tmp_path):
     assert from_parquet == through_jsonl(records) == records
     # the same JSON text, not only == (no key lost, no type drift in JSON)
     assert [json.dumps(record, sort_keys=True) for record in from_parquet] == [
-        json.dumps(record, sort_keys=True) for record in records]
+        json.dumps(record, sort_keys=True) for record in records
+    ]
 
 
 def test_batches_become_row_groups_in_order():
@@ -52,7 +53,8 @@ def test_batches_become_row_groups_in_order():
     assert pq.ParquetFile(buffer).num_row_groups == 3
     buffer.seek(0)
     assert [record["session_id"] for record in read_parquet(buffer, batch_size=2)] == [
-        f"s{position}" for position in range(5)]
+        f"s{position}" for position in range(5)
+    ]
 
 
 def test_very_large_batches_are_written_early(monkeypatch):
@@ -94,7 +96,9 @@ def test_arrow_schema_has_exactly_the_json_schema_fields():
     assert ARROW_SCHEMA.names == names(definitions["Trajectory"])
     assert [field.name for field in step] == names(definitions["Step"])
     assert [field.name for field in step.field("tokens").type] == names(definitions["Tokens"])
-    assert [field.name for field in ARROW_SCHEMA.field("rewards").type.value_type] == names(definitions["Reward"])
+    assert [field.name for field in ARROW_SCHEMA.field("rewards").type.value_type] == names(
+        definitions["Reward"]
+    )
     assert [field.name for field in ARROW_SCHEMA.field("governance").type] == names(definitions["Governance"])
     assert [field.name for field in ARROW_SCHEMA.field("cost").type] == names(definitions["Cost"])
 

@@ -26,10 +26,26 @@ def test_schema_file_is_a_valid_draft_2020_12_schema():
 
 def test_enums_are_read_from_the_schema():
     assert enum_values("Step", "kind") == (
-        "llm_call", "tool_call", "tool_result", "user_message", "user_feedback", "env_event")
+        "llm_call",
+        "tool_call",
+        "tool_result",
+        "user_message",
+        "user_feedback",
+        "env_event",
+    )
     assert enum_values("Trajectory", "purpose") == ("production", "eval", "replay", "annotation")
-    assert enum_values("Governance", "review", "status") == ("unreviewed", "approved", "rejected", "needs_changes")
-    assert enum_values("Step", "permissions", "data_class") == ("public", "internal", "confidential", "restricted")
+    assert enum_values("Governance", "review", "status") == (
+        "unreviewed",
+        "approved",
+        "rejected",
+        "needs_changes",
+    )
+    assert enum_values("Step", "permissions", "data_class") == (
+        "public",
+        "internal",
+        "confidential",
+        "restricted",
+    )
     with pytest.raises(KeyError):
         enum_values("Step", "index")
 
@@ -73,6 +89,7 @@ def _set(path, value):
         for part in path[:-1]:
             target = target[part]
         target[path[-1]] = value
+
     return mutate
 
 
@@ -82,16 +99,26 @@ def _delete(path):
         for part in path[:-1]:
             target = target[part]
         del target[path[-1]]
+
     return mutate
 
 
 BAD_FIELDS = [
     ("missing field", _delete(["tenant"]), "tenant", "is required"),
-    ("missing nested field", _delete(["steps", 0, "tokens", "tokenizer"]), "steps[0].tokens.tokenizer", "is required"),
+    (
+        "missing nested field",
+        _delete(["steps", 0, "tokens", "tokenizer"]),
+        "steps[0].tokens.tokenizer",
+        "is required",
+    ),
     ("unknown field", _set(["surprise"], 1), "surprise", "not a field"),
     ("unknown step field", _set(["steps", 2, "extra"], {}), "steps[2].extra", "not a field"),
-    ("unknown observation key", _set(["steps", 0, "observation", "prompt"], "x"), "steps[0].observation.prompt",
-     "not a field"),
+    (
+        "unknown observation key",
+        _set(["steps", 0, "observation", "prompt"], "x"),
+        "steps[0].observation.prompt",
+        "not a field",
+    ),
     ("unknown tokens key", _set(["steps", 3, "tokens", "text"], "x"), "steps[3].tokens.text", "not a field"),
     ("wrong type", _set(["steps", 0, "index"], "0"), "steps[0].index", "must be integer, not string"),
     ("null where not nullable", _set(["session_id"], None), "session_id", "must be string, not null"),
@@ -103,37 +130,99 @@ BAD_FIELDS = [
     ("bad uuid", _set(["trajectory_id"], "not-a-uuid"), "trajectory_id", "uuid"),
     ("bad nullable uuid", _set(["steps", 1, "parent_step_id"], "1234"), "steps[1].parent_step_id", "uuid"),
     ("date without offset", _set(["started_at"], "2025-03-04T10:15:00"), "started_at", "RFC 3339"),
-    ("date with space", _set(["steps", 0, "created_at"], "2025-03-04 10:15:00Z"), "steps[0].created_at", "RFC 3339"),
-    ("impossible date", _set(["governance", "retention_until"], "2025-02-30T00:00:00Z"),
-     "governance.retention_until", "RFC 3339"),
-    ("negative token id", _set(["steps", 0, "tokens", "prompt_ids", 3], -5), "steps[0].tokens.prompt_ids[3]", ">= 0"),
-    ("token id beyond int32", _set(["steps", 3, "tokens", "completion_ids", 0], 2**31),
-     "steps[3].tokens.completion_ids[0]", "<= 2147483647"),
-    ("token id as string", _set(["steps", 0, "tokens", "completion_ids", 1], "5"),
-     "steps[0].tokens.completion_ids[1]", "must be integer"),
-    ("logprob as string", _set(["steps", 3, "tokens", "completion_logprobs", 2], "-0.5"),
-     "steps[3].tokens.completion_logprobs[2]", "must be number"),
-    ("fractional version", _set(["steps", 0, "tokens", "completion_versions", 0], 7.5),
-     "steps[0].tokens.completion_versions[0]", "must be integer"),
-    ("tokens of wrong type", _set(["steps", 0, "tokens"], "ids"), "steps[0].tokens", "must be object or null"),
+    (
+        "date with space",
+        _set(["steps", 0, "created_at"], "2025-03-04 10:15:00Z"),
+        "steps[0].created_at",
+        "RFC 3339",
+    ),
+    (
+        "impossible date",
+        _set(["governance", "retention_until"], "2025-02-30T00:00:00Z"),
+        "governance.retention_until",
+        "RFC 3339",
+    ),
+    (
+        "negative token id",
+        _set(["steps", 0, "tokens", "prompt_ids", 3], -5),
+        "steps[0].tokens.prompt_ids[3]",
+        ">= 0",
+    ),
+    (
+        "token id beyond int32",
+        _set(["steps", 3, "tokens", "completion_ids", 0], 2**31),
+        "steps[3].tokens.completion_ids[0]",
+        "<= 2147483647",
+    ),
+    (
+        "token id as string",
+        _set(["steps", 0, "tokens", "completion_ids", 1], "5"),
+        "steps[0].tokens.completion_ids[1]",
+        "must be integer",
+    ),
+    (
+        "logprob as string",
+        _set(["steps", 3, "tokens", "completion_logprobs", 2], "-0.5"),
+        "steps[3].tokens.completion_logprobs[2]",
+        "must be number",
+    ),
+    (
+        "fractional version",
+        _set(["steps", 0, "tokens", "completion_versions", 0], 7.5),
+        "steps[0].tokens.completion_versions[0]",
+        "must be integer",
+    ),
+    (
+        "tokens of wrong type",
+        _set(["steps", 0, "tokens"], "ids"),
+        "steps[0].tokens",
+        "must be object or null",
+    ),
     ("bad reward source", _set(["rewards", 1, "source"], "god"), "rewards[1].source", "must be one of"),
     ("reward value as string", _set(["rewards", 0, "value"], "1"), "rewards[0].value", "must be number"),
-    ("bad review status", _set(["governance", "review", "status"], "ok"), "governance.review.status", "must be one of"),
+    (
+        "bad review status",
+        _set(["governance", "review", "status"], "ok"),
+        "governance.review.status",
+        "must be one of",
+    ),
     ("negative cost", _set(["steps", 0, "cost", "usd"], -0.01), "steps[0].cost.usd", ">= 0"),
-    ("tool version not a string", _set(["steps", 0, "versions", "tools", "get_weather"], 3),
-     "steps[0].versions.tools.get_weather", "must be string"),
-    ("scopes not strings", _set(["steps", 0, "permissions", "scopes", 0], 1), "steps[0].permissions.scopes[0]",
-     "must be string"),
-    ("pii redacted not bool", _set(["steps", 0, "pii", "redacted"], "no"), "steps[0].pii.redacted", "must be boolean"),
-    ("retokenized not bool", _set(["steps", 0, "tokens", "retokenized"], 1), "steps[0].tokens.retokenized",
-     "must be boolean"),
-    ("messages not objects", _set(["steps", 0, "observation", "messages", 0], "hi"),
-     "steps[0].observation.messages[0]", "must be object"),
+    (
+        "tool version not a string",
+        _set(["steps", 0, "versions", "tools", "get_weather"], 3),
+        "steps[0].versions.tools.get_weather",
+        "must be string",
+    ),
+    (
+        "scopes not strings",
+        _set(["steps", 0, "permissions", "scopes", 0], 1),
+        "steps[0].permissions.scopes[0]",
+        "must be string",
+    ),
+    (
+        "pii redacted not bool",
+        _set(["steps", 0, "pii", "redacted"], "no"),
+        "steps[0].pii.redacted",
+        "must be boolean",
+    ),
+    (
+        "retokenized not bool",
+        _set(["steps", 0, "tokens", "retokenized"], 1),
+        "steps[0].tokens.retokenized",
+        "must be boolean",
+    ),
+    (
+        "messages not objects",
+        _set(["steps", 0, "observation", "messages", 0], "hi"),
+        "steps[0].observation.messages[0]",
+        "must be object",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("mutate", "path", "message"), [case[1:] for case in BAD_FIELDS],
-                         ids=[case[0] for case in BAD_FIELDS])
+@pytest.mark.parametrize(
+    ("mutate", "path", "message"), [case[1:] for case in BAD_FIELDS], ids=[case[0] for case in BAD_FIELDS]
+)
 def test_bad_field_is_reported_at_its_path(mutate, path, message):
     record = make_trajectory()
     mutate(record)
@@ -144,7 +233,8 @@ def test_bad_field_is_reported_at_its_path(mutate, path, message):
 
 def test_record_that_is_not_an_object():
     assert [(problem.path, problem.message) for problem in validate_trajectory([1, 2])] == [
-        ("", "must be object, not array")]
+        ("", "must be object, not array")
+    ]
 
 
 def test_messages_do_not_repeat_large_values():
@@ -164,8 +254,24 @@ def test_every_problem_is_reported_not_just_the_first():
 def _mutants(seed: int, count: int):
     """Random single-point damage anywhere in a valid record."""
     generator = random.Random(seed)
-    replacements = [None, "x", "", 1, -1, 1.5, True, [], {}, [1], {"k": 1}, 2**31, "2025-01-01T00:00:00Z",
-                    "6f1c7c8e-1d2b-4a7f-9c1e-2b3d4e5f6a7b", "llm_call", "step"]
+    replacements = [
+        None,
+        "x",
+        "",
+        1,
+        -1,
+        1.5,
+        True,
+        [],
+        {},
+        [1],
+        {"k": 1},
+        2**31,
+        "2025-01-01T00:00:00Z",
+        "6f1c7c8e-1d2b-4a7f-9c1e-2b3d4e5f6a7b",
+        "llm_call",
+        "step",
+    ]
     base = make_trajectory()
     slots = []
 

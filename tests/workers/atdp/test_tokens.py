@@ -11,14 +11,18 @@ from workers.atdp import pack_floats, pack_ids, pack_versions, unpack_floats, un
 VOCAB = 151_936
 
 
-@pytest.mark.parametrize("ids", [
-    [],
-    [0],
-    [127, 128, 16383, 16384, 2**21 - 1, 2**21],
-    [2**32 - 1, 0, 2**31, 1],
-    list(range(1000)),
-    (lambda generator: [generator.randrange(VOCAB) for _ in range(4096)])(random.Random(3)),
-], ids=["empty", "zero", "varint boundaries", "large", "small", "vocabulary"])
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [],
+        [0],
+        [127, 128, 16383, 16384, 2**21 - 1, 2**21],
+        [2**32 - 1, 0, 2**31, 1],
+        list(range(1000)),
+        (lambda generator: [generator.randrange(VOCAB) for _ in range(4096)])(random.Random(3)),
+    ],
+    ids=["empty", "zero", "varint boundaries", "large", "small", "vocabulary"],
+)
 def test_ids_round_trip(ids):
     packed = pack_ids(ids)
     assert isinstance(packed, bytes)
@@ -85,14 +89,18 @@ def test_floats_keep_infinities_and_refuse_overflow():
         pack_floats([-1e39])
 
 
-@pytest.mark.parametrize("versions", [
-    [],
-    [7],
-    [7] * 5000,
-    [-1] * 3 + [7] * 4 + [8] * 2,
-    [3, -1, 3, -1],
-    [-(2**63), 2**63 - 1, 0, -1],
-], ids=["empty", "one", "long run", "context then versions", "alternating", "int64 extremes"])
+@pytest.mark.parametrize(
+    "versions",
+    [
+        [],
+        [7],
+        [7] * 5000,
+        [-1] * 3 + [7] * 4 + [8] * 2,
+        [3, -1, 3, -1],
+        [-(2**63), 2**63 - 1, 0, -1],
+    ],
+    ids=["empty", "one", "long run", "context then versions", "alternating", "int64 extremes"],
+)
 def test_versions_round_trip(versions):
     assert unpack_versions(pack_versions(versions)) == versions
 

@@ -28,17 +28,30 @@ def test_extending_prompt_merges_into_one_sample():
     prompt, context = len(SYSTEM_AND_QUESTION_IDS), len(TOOL_RESULT_IDS)
     assert sample["input_ids"] == SYSTEM_AND_QUESTION_IDS + TOOL_CALL_IDS + TOOL_RESULT_IDS + ANSWER_IDS
     assert sample["input_ids"] == second["tokens"]["prompt_ids"] + second["tokens"]["completion_ids"]
-    assert sample["loss_mask"] == [0] * prompt + [1] * len(TOOL_CALL_IDS) + [0] * context + [1] * len(ANSWER_IDS)
+    assert sample["loss_mask"] == [0] * prompt + [1] * len(TOOL_CALL_IDS) + [0] * context + [1] * len(
+        ANSWER_IDS
+    )
     assert sample["logprobs"] == (
-        [0.0] * prompt + first["tokens"]["completion_logprobs"] + [0.0] * context
-        + second["tokens"]["completion_logprobs"])
+        [0.0] * prompt
+        + first["tokens"]["completion_logprobs"]
+        + [0.0] * context
+        + second["tokens"]["completion_logprobs"]
+    )
     assert sample["versions"] == [-1] * prompt + [7] * len(TOOL_CALL_IDS) + [-1] * context + [7] * 6 + [8] * 7
     assert sample["step_ids"] == [first["step_id"], second["step_id"]]
     assert sample["reward"] == 1.0
     assert sample["group_id"] == "grpo-group-0042"
     assert sample["trajectory_id"] == record["trajectory_id"]
-    assert set(sample) == {"input_ids", "loss_mask", "logprobs", "versions", "reward", "group_id", "trajectory_id",
-                           "step_ids"}
+    assert set(sample) == {
+        "input_ids",
+        "loss_mask",
+        "logprobs",
+        "versions",
+        "reward",
+        "group_id",
+        "trajectory_id",
+        "step_ids",
+    }
     lengths = {len(sample[name]) for name in ("input_ids", "loss_mask", "logprobs", "versions")}
     assert lengths == {len(sample["input_ids"])}
 
@@ -62,7 +75,9 @@ def test_diverging_prompt_starts_a_new_sample():
     assert second["input_ids"] == record["steps"][3]["tokens"]["prompt_ids"] + ANSWER_IDS
     assert second["loss_mask"].count(1) == len(ANSWER_IDS)
     assert [sample["step_ids"] for sample in (first, second)] == [
-        [record["steps"][0]["step_id"]], [record["steps"][3]["step_id"]]]
+        [record["steps"][0]["step_id"]],
+        [record["steps"][3]["step_id"]],
+    ]
 
 
 def test_prompt_that_drops_the_last_generated_token_is_not_a_prefix_match():
@@ -81,8 +96,11 @@ def test_different_tokenizer_never_merges():
 def test_three_calls_chain_into_one_sample():
     record = make_trajectory()
     third_prompt = record["steps"][3]["tokens"]["prompt_ids"] + ANSWER_IDS + [198, 151644, 872]
-    third = make_step(5, tokens=make_tokens(third_prompt, [42, 43], policy_version=9),
-                      parent_step_id=record["steps"][4]["step_id"])
+    third = make_step(
+        5,
+        tokens=make_tokens(third_prompt, [42, 43], policy_version=9),
+        parent_step_id=record["steps"][4]["step_id"],
+    )
     record["steps"].append(third)
     assert validate_trajectory(record) == []
     (sample,) = training_samples(record)
@@ -99,9 +117,10 @@ def test_a_step_loss_mask_is_used_for_the_tokens_it_contributes():
     tokens["loss_mask"] = [0] * len(tokens["prompt_ids"]) + [0, 0] + [1] * (len(ANSWER_IDS) - 2)
     assert validate_trajectory(record) == []
     (sample,) = training_samples(record)
-    assert sample["loss_mask"][-len(ANSWER_IDS):] == [0, 0] + [1] * (len(ANSWER_IDS) - 2)
-    assert sample["loss_mask"][:len(SYSTEM_AND_QUESTION_IDS) + len(TOOL_CALL_IDS)] == (
-        [0] * len(SYSTEM_AND_QUESTION_IDS) + [1] * len(TOOL_CALL_IDS))
+    assert sample["loss_mask"][-len(ANSWER_IDS) :] == [0, 0] + [1] * (len(ANSWER_IDS) - 2)
+    assert sample["loss_mask"][: len(SYSTEM_AND_QUESTION_IDS) + len(TOOL_CALL_IDS)] == (
+        [0] * len(SYSTEM_AND_QUESTION_IDS) + [1] * len(TOOL_CALL_IDS)
+    )
 
 
 def test_reward_is_the_last_trajectory_reward():
@@ -114,8 +133,10 @@ def test_reward_is_the_last_trajectory_reward():
 def test_reward_falls_back_to_the_sum_of_step_rewards_then_none():
     record = make_trajectory()
     steps = record["steps"]
-    record["rewards"] = [make_reward(target="step", step_id=steps[0]["step_id"], value=0.25),
-                         make_reward(target="step", step_id=steps[3]["step_id"], value=0.5)]
+    record["rewards"] = [
+        make_reward(target="step", step_id=steps[0]["step_id"], value=0.25),
+        make_reward(target="step", step_id=steps[3]["step_id"], value=0.5),
+    ]
     assert training_reward(record) == 0.75
     record["rewards"] = []
     assert training_reward(record) is None
@@ -163,4 +184,8 @@ def test_training_blockers():
     record["governance"]["consent"] = "metadata_only"
     record["governance"]["qualification"]["status"] = "pending"
     assert training_blockers(record) == [
-        "purpose is eval", "training_use is false", "consent is metadata_only", "qualification is pending"]
+        "purpose is eval",
+        "training_use is false",
+        "consent is metadata_only",
+        "qualification is pending",
+    ]

@@ -22,13 +22,17 @@ def test_format_path():
 def test_logprobs_must_match_completion_length():
     record = make_trajectory()
     record["steps"][3]["tokens"]["completion_logprobs"].pop()
-    assert problems_of(record) == [("steps[3].tokens.completion_logprobs", "has 12 items; completion_ids has 13")]
+    assert problems_of(record) == [
+        ("steps[3].tokens.completion_logprobs", "has 12 items; completion_ids has 13")
+    ]
 
 
 def test_versions_must_match_completion_length():
     record = make_trajectory()
     record["steps"][0]["tokens"]["completion_versions"].append(7)
-    assert problems_of(record) == [("steps[0].tokens.completion_versions", "has 20 items; completion_ids has 19")]
+    assert problems_of(record) == [
+        ("steps[0].tokens.completion_versions", "has 20 items; completion_ids has 19")
+    ]
 
 
 def test_loss_mask_covers_prompt_then_completion():
@@ -100,9 +104,13 @@ def test_duplicate_step_id():
 def test_parent_must_be_an_earlier_step():
     record = make_trajectory()
     record["steps"][1]["parent_step_id"] = record["steps"][3]["step_id"]
-    assert problems_of(record) == [("steps[1].parent_step_id", "must name an earlier step of this trajectory")]
+    assert problems_of(record) == [
+        ("steps[1].parent_step_id", "must name an earlier step of this trajectory")
+    ]
     record["steps"][1]["parent_step_id"] = record["steps"][1]["step_id"]
-    assert problems_of(record) == [("steps[1].parent_step_id", "must name an earlier step of this trajectory")]
+    assert problems_of(record) == [
+        ("steps[1].parent_step_id", "must name an earlier step of this trajectory")
+    ]
 
 
 def test_forks_are_allowed():
@@ -117,13 +125,16 @@ def test_forks_are_allowed():
 def test_tokens_only_on_llm_calls():
     record = make_trajectory()
     record["steps"][1]["tokens"] = copy.deepcopy(record["steps"][0]["tokens"])
-    assert problems_of(record) == [("steps[1].tokens", "must be null unless kind is llm_call (kind is tool_call)")]
+    assert problems_of(record) == [
+        ("steps[1].tokens", "must be null unless kind is llm_call (kind is tool_call)")
+    ]
 
 
 def test_ended_at_is_null_only_while_open():
     assert validate_trajectory(make_trajectory(status="open", ended_at=None)) == []
     assert problems_of(make_trajectory(status="complete", ended_at=None)) == [
-        ("ended_at", "may be null only while status is open (status is complete)")]
+        ("ended_at", "may be null only while status is open (status is complete)")
+    ]
 
 
 def test_cross_field_rules_survive_malformed_records():

@@ -24,7 +24,9 @@ class _RunsOnLoad:
 def test_a_checkpoint_that_would_run_code_on_load_is_refused(model_dir, tmp_path):
     trainer = Trainer(model_dir, TrainConfig(algorithm="sft", learning_rate=1e-3))
     info = trainer.checkpoint(tmp_path / "run")
-    state = torch.load(os.path.join(info.path, STATE_FILE), map_location="cpu", weights_only=False)  # our own file
+    state = torch.load(
+        os.path.join(info.path, STATE_FILE), map_location="cpu", weights_only=False
+    )  # our own file
     marker = tmp_path / "code-ran"
     state["note"] = _RunsOnLoad(marker)
     torch.save(state, os.path.join(info.path, STATE_FILE))

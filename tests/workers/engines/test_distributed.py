@@ -26,10 +26,29 @@ def test_two_cpu_ranks_match_one_process(model_dir, tmp_path):
     # (with a small eps Adam's first step is lr * sign(g) whatever the scale)
     config = TrainConfig(algorithm="sft", learning_rate=1.0, adam_eps=1.0, max_grad_norm=None)
     (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
-               "workers.engines.distributed", "--model", str(model_dir), "--samples", str(tmp_path / "samples.jsonl"),
-               "--config", str(tmp_path / "config.json"), "--steps", "1", "--batch-size", "6",
-               "--out", str(tmp_path / "out"), "--device", "cpu"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "workers.engines.distributed",
+        "--model",
+        str(model_dir),
+        "--samples",
+        str(tmp_path / "samples.jsonl"),
+        "--config",
+        str(tmp_path / "config.json"),
+        "--steps",
+        "1",
+        "--batch-size",
+        "6",
+        "--out",
+        str(tmp_path / "out"),
+        "--device",
+        "cpu",
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
 

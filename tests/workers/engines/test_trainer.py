@@ -20,10 +20,20 @@ def fixed_set(count=6, length=14, prompt=4, seed=11) -> list[TrainingSample]:
     samples = []
     for index in range(count):
         ids = torch.randint(10, 3000, (length,), generator=generator).tolist()
-        samples.append(TrainingSample(
-            input_ids=tuple(ids), loss_mask=(0,) * prompt + (1,) * (length - prompt), logprobs=(0.0,) * length,
-            versions=(-1,) * prompt + (0,) * (length - prompt), turns=(0,) * length, reward=float(index % 3),
-            group_id=f"g{index // 3}", task_id=None, trajectory_id=f"t{index}", step_ids=("s",)))
+        samples.append(
+            TrainingSample(
+                input_ids=tuple(ids),
+                loss_mask=(0,) * prompt + (1,) * (length - prompt),
+                logprobs=(0.0,) * length,
+                versions=(-1,) * prompt + (0,) * (length - prompt),
+                turns=(0,) * length,
+                reward=float(index % 3),
+                group_id=f"g{index // 3}",
+                task_id=None,
+                trajectory_id=f"t{index}",
+                step_ids=("s",),
+            )
+        )
     return samples
 
 
@@ -48,8 +58,15 @@ def test_grpo_raises_mean_reward_on_a_toy_task_within_ten_steps(model_dir):
     trainer = Trainer(model_dir, TrainConfig(algorithm="grpo", learning_rate=1e-2, seed=0))
     rewards = []
     for step in range(10):
-        samples = sample_groups(trainer.model, PROMPTS, group_size=8, max_new_tokens=8, reward=low_half_reward,
-                                seed=step, policy_version=step)
+        samples = sample_groups(
+            trainer.model,
+            PROMPTS,
+            group_size=8,
+            max_new_tokens=8,
+            reward=low_half_reward,
+            seed=step,
+            policy_version=step,
+        )
         metrics = trainer.step(samples, current_version=step)
         rewards.append(metrics.reward_mean)
         assert metrics.loss_tokens == 3 * 8 * 8 and metrics.samples == 24
@@ -59,10 +76,22 @@ def test_grpo_raises_mean_reward_on_a_toy_task_within_ten_steps(model_dir):
 
 
 def test_decoupled_ppo_reports_clipping_staleness_and_filtered_tokens(model_dir):
-    samples = sample_groups(Trainer(model_dir, TrainConfig()).model, PROMPTS[:2], group_size=4, max_new_tokens=6,
-                            reward=low_half_reward, seed=0, policy_version=3)
-    config = TrainConfig(algorithm="decoupled_ppo", learning_rate=5e-3, minibatches=2, kpop_threshold=0.0005,
-                         behaviour_weight_cap=2.0)
+    samples = sample_groups(
+        Trainer(model_dir, TrainConfig()).model,
+        PROMPTS[:2],
+        group_size=4,
+        max_new_tokens=6,
+        reward=low_half_reward,
+        seed=0,
+        policy_version=3,
+    )
+    config = TrainConfig(
+        algorithm="decoupled_ppo",
+        learning_rate=5e-3,
+        minibatches=2,
+        kpop_threshold=0.0005,
+        behaviour_weight_cap=2.0,
+    )
     trainer = Trainer(model_dir, config)
     first = trainer.step(samples, current_version=5)
     second = trainer.step(samples, current_version=5)
@@ -86,8 +115,17 @@ def run(model_dir, config, samples, steps, trainer=None):
 @pytest.mark.parametrize("lora", [None, LoraSettings(rank=4, alpha=8)], ids=["full", "lora"])
 def test_resume_from_a_checkpoint_reproduces_the_uninterrupted_run(model_dir, tmp_path, lora):
     samples = fixed_set()
-    config = TrainConfig(algorithm="decoupled_ppo", learning_rate=2e-3, schedule="cosine", warmup_steps=1,
-                         total_steps=8, minibatches=2, micro_batch_tokens=30, lora=lora, max_grad_norm=0.5)
+    config = TrainConfig(
+        algorithm="decoupled_ppo",
+        learning_rate=2e-3,
+        schedule="cosine",
+        warmup_steps=1,
+        total_steps=8,
+        minibatches=2,
+        micro_batch_tokens=30,
+        lora=lora,
+        max_grad_norm=0.5,
+    )
     straight = run(model_dir, config, samples, 4)
 
     first = run(model_dir, config, samples, 2)
@@ -216,9 +254,20 @@ def test_every_layout_gives_the_packed_reference_logprobs_and_gradients(model_di
 def test_micro_batch_plans():
     from workers.engines.forward import plan_micro_batches, resolve_layout, shared_prefix_length
 
-    assert plan_micro_batches([[1] * 14, [1] * 9, [1] * 14, [1] * 9], [[0, 1]] * 4, 28, "padded") == [[0, 2], [1, 3]]
+    assert plan_micro_batches([[1] * 14, [1] * 9, [1] * 14, [1] * 9], [[0, 1]] * 4, 28, "padded") == [
+        [0, 2],
+        [1, 3],
+    ]
     sequences, masks = grouped_set()
-    assert [shared_prefix_length(s, m) for s, m in zip(sequences, masks, strict=True)] == [7, 7, 7, 4, 4, 2, 5]
+    assert [shared_prefix_length(s, m) for s, m in zip(sequences, masks, strict=True)] == [
+        7,
+        7,
+        7,
+        4,
+        4,
+        2,
+        5,
+    ]
     # one budget for all: the groups stay whole and in order
     assert plan_micro_batches(sequences, masks, 4096, "prefix") == [[2, 1, 0, 4, 3, 5, 6]]
     # a tight one: prefixes × longest prefix + sequences × longest remainder within 40 tokens:
@@ -238,11 +287,19 @@ def test_micro_batch_plans():
 
 @pytest.mark.parametrize("lora", [None, LoraSettings(rank=4, alpha=8)], ids=["full", "lora"])
 def test_the_prefix_layout_trains_like_the_padded_one(model_dir, lora):
-    samples = sample_groups(Trainer(model_dir, TrainConfig()).model, PROMPTS, group_size=4, max_new_tokens=6,
-                            reward=low_half_reward, seed=0)
+    samples = sample_groups(
+        Trainer(model_dir, TrainConfig()).model,
+        PROMPTS,
+        group_size=4,
+        max_new_tokens=6,
+        reward=low_half_reward,
+        seed=0,
+    )
     steps = {}
     for layout in ("padded", "prefix"):
-        trainer = Trainer(model_dir, TrainConfig(algorithm="grpo", learning_rate=1e-3, layout=layout, lora=lora))
+        trainer = Trainer(
+            model_dir, TrainConfig(algorithm="grpo", learning_rate=1e-3, layout=layout, lora=lora)
+        )
         assert trainer.layout == layout
         steps[layout] = [trainer.step(samples) for _ in range(2)]
     for padded, prefix in zip(steps["padded"], steps["prefix"], strict=True):

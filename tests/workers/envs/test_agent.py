@@ -15,4 +15,10 @@ def test_an_episode_runs_against_a_real_server_and_is_judged(server):  # noqa: F
     assert episode.transcript[:2] == task.opening()
     assistant_turns = [message for message in episode.transcript if message["role"] == "assistant"]
     assert 1 <= len(assistant_turns) == len(episode.completion_ids) <= 3
-    assert episode.outcome.reason in {"ok", "no tool call", "no final answer", "wrong city", "wrong temperature"}
+    assert episode.outcome.reason in {
+        "ok",
+        "no tool call",
+        "no final answer",
+        "wrong city",
+        "wrong temperature",
+    }

@@ -11,7 +11,9 @@ def test_held_out_pairs_never_appear_in_training_tasks():
     train = {(task.city, task.temperature) for task in weather.make_tasks(split="train", count=2000, seed=1)}
     held = {(task.city, task.temperature) for task in weather.make_tasks(split="heldout", count=300, seed=1)}
     assert train and held and not train & held
-    assert weather.make_tasks(split="train", count=5, seed=3) == weather.make_tasks(split="train", count=5, seed=3)
+    assert weather.make_tasks(split="train", count=5, seed=3) == weather.make_tasks(
+        split="train", count=5, seed=3
+    )
     with pytest.raises(ValueError):
         weather.make_tasks(split="test", count=1, seed=0)
 
@@ -28,22 +30,41 @@ def test_the_scripted_episode_succeeds_and_the_tool_answers_only_the_asked_city(
 def _episode(task, *, city, answer, call=True):
     messages = task.opening()
     if call:
-        messages.append({"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
-                         "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}]})
-        messages.append({"role": "tool", "tool_call_id": "c", "content": weather.tool_result(task, "get_weather",
-                                                                                             {"city": city})})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+                    }
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": "c",
+                "content": weather.tool_result(task, "get_weather", {"city": city}),
+            }
+        )
     if answer is not None:
         messages.append({"role": "assistant", "content": answer})
     return messages
 
 
-@pytest.mark.parametrize("city,answer,call,reason", [
-    ("Lima", "It is 21 degrees in Lima.", True, "ok"),
-    ("Lima", "It is 12 degrees.", True, "wrong temperature"),
-    ("Rome", "It is 21 degrees.", True, "wrong city"),
-    ("Lima", None, True, "no final answer"),
-    ("Lima", "21", False, "no tool call"),
-])
+@pytest.mark.parametrize(
+    "city,answer,call,reason",
+    [
+        ("Lima", "It is 21 degrees in Lima.", True, "ok"),
+        ("Lima", "It is 12 degrees.", True, "wrong temperature"),
+        ("Rome", "It is 21 degrees.", True, "wrong city"),
+        ("Lima", None, True, "no final answer"),
+        ("Lima", "21", False, "no tool call"),
+    ],
+)
 def test_the_checker_names_what_went_wrong(city, answer, call, reason):
     task = weather.Task("t", "Lima", 21, "Tell me the weather in Lima.")
     outcome = weather.check(task, _episode(task, city=city, answer=answer, call=call))

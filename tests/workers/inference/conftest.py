@@ -53,8 +53,9 @@ def tool_model_dir(default_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("models") / "tool-caller"
     shutil.copytree(default_model_dir, out)
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
-    prompt = tokenizer.apply_chat_template(WEATHER_QUESTION, tools=[WEATHER_TOOL], add_generation_prompt=True,
-                                           tokenize=False)
+    prompt = tokenizer.apply_chat_template(
+        WEATHER_QUESTION, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=False
+    )
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     target_ids = tokenizer(WEATHER_CALL + "<|im_end|>", add_special_tokens=False)["input_ids"]
     input_ids = torch.tensor([prompt_ids + target_ids])
@@ -66,7 +67,7 @@ def tool_model_dir(default_model_dir, tmp_path_factory):
     positions = torch.arange(len(target_ids))
     for _ in range(400):
         output = model(input_ids=input_ids, labels=labels)
-        logits = output.logits[0, len(prompt_ids) - 1: -1].detach()
+        logits = output.logits[0, len(prompt_ids) - 1 : -1].detach()
         # Teacher-forced margin of each target token over the best other token: greedy decoding emits the
         # call, and a margin this wide cannot be flipped by batching's float noise in another process.
         chosen = logits[positions, target]
@@ -77,7 +78,9 @@ def tool_model_dir(default_model_dir, tmp_path_factory):
         output.loss.backward()
         optimizer.step()
     else:
-        raise AssertionError(f"the tool-call transcript was not memorized (margin {MEMORIZED_MARGIN}) in 400 steps")
+        raise AssertionError(
+            f"the tool-call transcript was not memorized (margin {MEMORIZED_MARGIN}) in 400 steps"
+        )
     model.eval()
     model.save_pretrained(out)
     return out
@@ -90,7 +93,9 @@ def mismatched_tokenizer_model_dir(default_model_dir, tmp_path_factory):
     shutil.copytree(default_model_dir, out)
     tokenizer_file = out / "tokenizer.json"
     serialized = json.loads(tokenizer_file.read_text())
-    serialized["model"]["vocab"]["zzextra"] = len(serialized["model"]["vocab"]) + len(serialized["added_tokens"])
+    serialized["model"]["vocab"]["zzextra"] = len(serialized["model"]["vocab"]) + len(
+        serialized["added_tokens"]
+    )
     tokenizer_file.write_text(json.dumps(serialized))
     return out
 
@@ -146,7 +151,7 @@ def reference_logprobs(model, prompt_ids, completion_ids) -> torch.Tensor:
     """log_softmax of a plain transformers forward pass over prompt + completion, at the completion tokens."""
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([list(prompt_ids) + list(completion_ids)])).logits[0].float()
-    logprobs = torch.log_softmax(logits, dim=-1)[len(prompt_ids) - 1: -1]
+    logprobs = torch.log_softmax(logits, dim=-1)[len(prompt_ids) - 1 : -1]
     return logprobs.gather(1, torch.tensor(list(completion_ids))[:, None])[:, 0]
 
 

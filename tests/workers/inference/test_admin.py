@@ -10,8 +10,15 @@ from tests.workers.inference.conftest import ADMIN_TOKEN, load_reference_model, 
 from workers.inference.client import request_completion
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-LONG_BODY = {"model": "default", "prompt": "The agent reads the file", "max_tokens": 300, "temperature": 0,
-             "ignore_eos": True, "return_token_ids": True, "logprobs": 0}
+LONG_BODY = {
+    "model": "default",
+    "prompt": "The agent reads the file",
+    "max_tokens": 300,
+    "temperature": 0,
+    "ignore_eos": True,
+    "return_token_ids": True,
+    "logprobs": 0,
+}
 SHORT_BODY = {**LONG_BODY, "max_tokens": 20}
 
 
@@ -26,16 +33,25 @@ async def wait_until(condition, timeout=30.0):
         await asyncio.sleep(0.01)
 
 
-def test_swap_under_load_changes_version_with_no_failed_request(admin_server, default_model_dir, tool_model_dir):
+def test_swap_under_load_changes_version_with_no_failed_request(
+    admin_server, default_model_dir, tool_model_dir
+):
     url = f"{admin_server.api_url}/completions"
 
     async def burst_with_swap():
         async with httpx.AsyncClient(timeout=120) as client:
-            before = [asyncio.create_task(request_completion(client, url, {**LONG_BODY, "stream": stream}))
-                      for stream in (False, True, False, True)]
+            before = [
+                asyncio.create_task(request_completion(client, url, {**LONG_BODY, "stream": stream}))
+                for stream in (False, True, False, True)
+            ]
             await wait_until(lambda: admin_server.engine.stats().generated_tokens >= 8)
-            swap = asyncio.create_task(client.post(f"{admin_server.base_url}/admin/load", headers=AUTH,
-                                                   json={"path": str(tool_model_dir), "version": 1}))
+            swap = asyncio.create_task(
+                client.post(
+                    f"{admin_server.base_url}/admin/load",
+                    headers=AUTH,
+                    json={"path": str(tool_model_dir), "version": 1},
+                )
+            )
             during = [asyncio.create_task(request_completion(client, url, SHORT_BODY)) for _ in range(8)]
             swap_response = await swap
             after = await request_completion(client, url, SHORT_BODY)
@@ -75,8 +91,11 @@ def test_a_swap_that_keeps_the_caches_goes_on_over_the_old_weights_keys_and_valu
         async with httpx.AsyncClient(timeout=120) as client:
             long = asyncio.create_task(request_completion(client, url, LONG_BODY))
             await wait_until(lambda: admin_server.engine.stats().generated_tokens >= 8)
-            swap = await client.post(f"{admin_server.base_url}/admin/load", headers=AUTH, json={
-                "path": str(tool_model_dir), "version": 1, "recompute_kv": False})
+            swap = await client.post(
+                f"{admin_server.base_url}/admin/load",
+                headers=AUTH,
+                json={"path": str(tool_model_dir), "version": 1, "recompute_kv": False},
+            )
             return await long, swap
 
     result, swap = asyncio.run(long_request_with_swap())
@@ -90,11 +109,15 @@ def test_a_swap_that_keeps_the_caches_goes_on_over_the_old_weights_keys_and_valu
     # weights' from there on (the step that samples token k writes token k-1's keys with the new weights).
     old_model, new_model = load_reference_model(default_model_dir), load_reference_model(tool_model_dir)
     prompt, completion = list(result.prompt_token_ids), list(choice.completion_token_ids)
-    kept = prompt + completion[:first_new - 1]
+    kept = prompt + completion[: first_new - 1]
     with torch.no_grad():
         cache = old_model(input_ids=torch.tensor([kept]), use_cache=True).past_key_values
-        logits = new_model(input_ids=torch.tensor([completion[first_new - 1:-1]]), past_key_values=cache).logits[0]
-    expected_new = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(completion[first_new:])[:, None])[:, 0]
+        logits = new_model(
+            input_ids=torch.tensor([completion[first_new - 1 : -1]]), past_key_values=cache
+        ).logits[0]
+    expected_new = torch.log_softmax(logits.float(), -1).gather(
+        1, torch.tensor(completion[first_new:])[:, None]
+    )[:, 0]
     expected_old = reference_logprobs(old_model, prompt, completion)[:first_new]
     got = torch.tensor(choice.logprobs)
     assert torch.allclose(got[:first_new], expected_old, atol=1e-4, rtol=0)
@@ -108,7 +131,9 @@ def test_a_swap_that_keeps_the_caches_goes_on_over_the_old_weights_keys_and_valu
 def test_checkpoint_with_another_tokenizer_is_refused_and_old_weights_keep_serving(
     admin_server, mismatched_tokenizer_model_dir
 ):
-    response = admin(admin_server, "POST", "load", json={"path": str(mismatched_tokenizer_model_dir), "version": 7})
+    response = admin(
+        admin_server, "POST", "load", json={"path": str(mismatched_tokenizer_model_dir), "version": 7}
+    )
     assert response.status_code == 409
     error = response.json()["error"]
     assert error["code"] == "tokenizer_mismatch" and "tokenizer" in error["message"]
@@ -151,30 +176,57 @@ def test_pause_holds_requests_and_resume_completes_them(admin_server):
 
 
 def test_admin_endpoints_need_the_token(admin_server, tool_model_dir):
-    for verb, path in [("POST", "load"), ("POST", "pause"), ("POST", "resume"), ("GET", "version"), ("GET", "stats")]:
-        response = httpx.request(verb, f"{admin_server.base_url}/admin/{path}", json={"path": str(tool_model_dir)},
-                                 headers={"Authorization": "Bearer wrong"})
+    for verb, path in [
+        ("POST", "load"),
+        ("POST", "pause"),
+        ("POST", "resume"),
+        ("GET", "version"),
+        ("GET", "stats"),
+    ]:
+        response = httpx.request(
+            verb,
+            f"{admin_server.base_url}/admin/{path}",
+            json={"path": str(tool_model_dir)},
+            headers={"Authorization": "Bearer wrong"},
+        )
         assert response.status_code == 401, path
         assert response.json()["error"]["type"] == "authentication_error"
-    assert admin(admin_server, "GET", "version").json()["version"] == 0  # the unauthorized load changed nothing
+    assert (
+        admin(admin_server, "GET", "version").json()["version"] == 0
+    )  # the unauthorized load changed nothing
     assert admin(admin_server, "GET", "stats").status_code == 200
 
 
 def test_admin_endpoints_refuse_a_missing_or_malformed_token(admin_server, tmp_path):
-    for headers in ({}, {"Authorization": ADMIN_TOKEN}, {"Authorization": f"Bearer {ADMIN_TOKEN}x"},
-                    {"Authorization": "Bearer"}):
-        response = httpx.post(f"{admin_server.base_url}/admin/load", json={"path": str(tmp_path)}, headers=headers)
+    for headers in (
+        {},
+        {"Authorization": ADMIN_TOKEN},
+        {"Authorization": f"Bearer {ADMIN_TOKEN}x"},
+        {"Authorization": "Bearer"},
+    ):
+        response = httpx.post(
+            f"{admin_server.base_url}/admin/load", json={"path": str(tmp_path)}, headers=headers
+        )
         assert response.status_code == 401, headers
     assert admin(admin_server, "GET", "version").json()["version"] == 0
 
 
 def test_a_server_started_without_a_token_keeps_its_admin_api_closed(default_model_dir):
     with serve(default_model_dir) as running:
-        for verb, path in [("POST", "load"), ("POST", "pause"), ("POST", "resume"), ("GET", "version"),
-                           ("GET", "stats")]:
+        for verb, path in [
+            ("POST", "load"),
+            ("POST", "pause"),
+            ("POST", "resume"),
+            ("GET", "version"),
+            ("GET", "stats"),
+        ]:
             for headers in ({}, {"Authorization": "Bearer"}, {"Authorization": "Bearer None"}):
-                response = httpx.request(verb, f"{running.base_url}/admin/{path}", headers=headers,
-                                         json={"path": str(default_model_dir), "version": 5})
+                response = httpx.request(
+                    verb,
+                    f"{running.base_url}/admin/{path}",
+                    headers=headers,
+                    json={"path": str(default_model_dir), "version": 5},
+                )
                 assert response.status_code == 403, (path, headers)
                 assert response.json()["error"]["code"] == "admin_api_disabled"
         assert running.engine.version == 0 and not running.engine.status().paused

@@ -35,55 +35,67 @@ def test_prompt_plus_max_tokens_over_the_context_is_400_with_the_limit(server):
     assert "maximum context length is 1024 tokens" in error["message"]
     assert error["code"] == "context_length_exceeded"
     long_prompt = list(range(5, 1030))
-    error = assert_openai_error(post(server, "completions", json={"prompt": long_prompt, "max_tokens": 1}), 400)
+    error = assert_openai_error(
+        post(server, "completions", json={"prompt": long_prompt, "max_tokens": 1}), 400
+    )
     assert "1024" in error["message"]
 
 
 def test_malformed_json_is_400(server):
-    error = assert_openai_error(post(server, "chat/completions", content=b'{"model": "default", "messages": ['), 400)
+    error = assert_openai_error(
+        post(server, "chat/completions", content=b'{"model": "default", "messages": ['), 400
+    )
     assert error["code"] == "invalid_json"
     assert_openai_error(post(server, "completions", content=b"[1, 2]"), 400)
 
 
-@pytest.mark.parametrize("change, param", [
-    ({"temperature": "hot"}, "temperature"),
-    ({"temperature": -1}, "temperature"),
-    ({"top_p": 0}, "top_p"),
-    ({"max_tokens": -1}, "max_tokens"),
-    ({"max_tokens": "many"}, "max_tokens"),
-    ({"n": 0}, "n"),
-    ({"n": 1.5}, "n"),
-    ({"stream": "yes"}, "stream"),
-    ({"stop": 5}, "stop"),
-    ({"seed": "abc"}, "seed"),
-    ({"messages": "hi"}, "messages"),
-    ({"messages": []}, "messages"),
-    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
-    ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
-    ({"top_logprobs": 2}, "top_logprobs"),
-    ({"logprobs": True, "top_logprobs": 50}, "top_logprobs"),
-    ({"tools": [{"type": "function"}]}, "tools"),
-    ({"tool_choice": "sometimes", "tools": []}, "tool_choice"),
-    ({"frequency_penalty": 0.5}, "frequency_penalty"),
-])
+@pytest.mark.parametrize(
+    "change, param",
+    [
+        ({"temperature": "hot"}, "temperature"),
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_tokens": -1}, "max_tokens"),
+        ({"max_tokens": "many"}, "max_tokens"),
+        ({"n": 0}, "n"),
+        ({"n": 1.5}, "n"),
+        ({"stream": "yes"}, "stream"),
+        ({"stop": 5}, "stop"),
+        ({"seed": "abc"}, "seed"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 50}, "top_logprobs"),
+        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"tool_choice": "sometimes", "tools": []}, "tool_choice"),
+        ({"frequency_penalty": 0.5}, "frequency_penalty"),
+    ],
+)
 def test_wrong_chat_fields_are_400_naming_the_field(server, change, param):
     error = assert_openai_error(post(server, "chat/completions", json={**CHAT, **change}), 400)
     assert error["param"] == param and param in error["message"]
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"prompt": 42}, "prompt"),
-    ({"prompt": [1, "a"]}, "prompt"),
-    ({"prompt": "x", "logprobs": True}, "logprobs"),
-    ({"prompt": "x", "echo": True}, "echo"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"prompt": 42}, "prompt"),
+        ({"prompt": [1, "a"]}, "prompt"),
+        ({"prompt": "x", "logprobs": True}, "logprobs"),
+        ({"prompt": "x", "echo": True}, "echo"),
+    ],
+)
 def test_wrong_completion_fields_are_400(server, body, param):
     error = assert_openai_error(post(server, "completions", json=body), 400)
     assert error["param"] == param
 
 
 def test_prompt_token_ids_outside_the_vocabulary_are_400(server):
-    error = assert_openai_error(post(server, "completions", json={"prompt": [1, 999999], "max_tokens": 2}), 400)
+    error = assert_openai_error(
+        post(server, "completions", json={"prompt": [1, 999999], "max_tokens": 2}), 400
+    )
     assert "token ids" in error["message"]
 
 

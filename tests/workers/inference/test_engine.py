@@ -24,7 +24,10 @@ def reference(default_model_dir):
 
 def prompts(engine, count):
     encode = engine.tokenizer.backend_tokenizer.encode
-    return [encode("The agent reads the file" + " again" * index, add_special_tokens=False).ids for index in range(count)]
+    return [
+        encode("The agent reads the file" + " again" * index, add_special_tokens=False).ids
+        for index in range(count)
+    ]
 
 
 def assert_matches_forward_pass(reference, prompt, choice):
@@ -92,11 +95,15 @@ def test_stop_string_and_stop_token(engine):
     [prompt] = prompts(engine, 1)
     free = engine.generate(prompt, GREEDY).choices[0]
     stop_text = free.text[3:6]
-    stopped = engine.generate(prompt, SamplingParams(max_tokens=20, temperature=0, stop=(stop_text,))).choices[0]
+    stopped = engine.generate(
+        prompt, SamplingParams(max_tokens=20, temperature=0, stop=(stop_text,))
+    ).choices[0]
     assert stopped.finish_reason == "stop" and stopped.stop_reason == stop_text
     assert stopped.text == free.text[: free.text.index(stop_text)]
     stop_token = free.token_ids[2]
-    by_token = engine.generate(prompt, SamplingParams(max_tokens=20, temperature=0, stop_token_ids=(stop_token,)))
+    by_token = engine.generate(
+        prompt, SamplingParams(max_tokens=20, temperature=0, stop_token_ids=(stop_token,))
+    )
     assert by_token.choices[0].token_ids == free.token_ids[: free.token_ids.index(stop_token) + 1]
     assert by_token.choices[0].stop_reason == stop_token
 

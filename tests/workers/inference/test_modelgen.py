@@ -7,7 +7,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tests.workers.inference.conftest import WEATHER_TOOL
 from workers.inference.modelgen import create_default_model, tokenizer_fingerprint
 
-MODEL_FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+MODEL_FILES = [
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+]
 
 
 def test_same_seed_gives_byte_identical_files(default_model_dir, tmp_path):
@@ -18,7 +24,9 @@ def test_same_seed_gives_byte_identical_files(default_model_dir, tmp_path):
 
 def test_other_seed_changes_weights_not_tokenizer(default_model_dir, tmp_path):
     other = create_default_model(tmp_path / "other", seed=1)
-    assert (other / "model.safetensors").read_bytes() != (default_model_dir / "model.safetensors").read_bytes()
+    assert (other / "model.safetensors").read_bytes() != (
+        default_model_dir / "model.safetensors"
+    ).read_bytes()
     assert tokenizer_fingerprint(other) == tokenizer_fingerprint(default_model_dir)
 
 
@@ -35,11 +43,15 @@ def test_loads_in_transformers_as_small_float32_llama(default_model_dir):
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") in generation["eos_token_id"]
 
 
-@pytest.mark.parametrize("marker", ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"])
+@pytest.mark.parametrize(
+    "marker", ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+)
 def test_markers_are_single_tokens(default_model_dir, marker):
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
     assert len(tokenizer(f"a{marker}b", add_special_tokens=False)["input_ids"]) == 3
-    assert tokenizer.convert_ids_to_tokens(tokenizer(marker, add_special_tokens=False)["input_ids"]) == [marker]
+    assert tokenizer.convert_ids_to_tokens(tokenizer(marker, add_special_tokens=False)["input_ids"]) == [
+        marker
+    ]
 
 
 def test_tool_call_markers_survive_skip_special_tokens(default_model_dir):
@@ -59,20 +71,34 @@ def test_chat_template_renders_tools_calls_and_results(default_model_dir):
     messages = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
-        ]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                },
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": '{"celsius": 21}'},
     ]
-    text = tokenizer.apply_chat_template(messages, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=False)
+    text = tokenizer.apply_chat_template(
+        messages, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=False
+    )
     assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
     assert json.dumps(WEATHER_TOOL, sort_keys=True) in text
     # Key order is not part of a tool definition (PostgreSQL's jsonb reorders keys): the prompt is the same.
     reordered = {"function": dict(reversed(list(WEATHER_TOOL["function"].items()))), "type": "function"}
-    assert tokenizer.apply_chat_template(messages, tools=[reordered], add_generation_prompt=True,
-                                         tokenize=False) == text
-    assert '<|im_start|>assistant\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' \
-           '<|im_end|>\n' in text
+    assert (
+        tokenizer.apply_chat_template(messages, tools=[reordered], add_generation_prompt=True, tokenize=False)
+        == text
+    )
+    assert (
+        '<|im_start|>assistant\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+        "<|im_end|>\n" in text
+    )
     assert '<|im_start|>user\n<tool_response>\n{"celsius": 21}\n</tool_response><|im_end|>\n' in text
     assert text.endswith("<|im_start|>assistant\n")
     plain = tokenizer.apply_chat_template(messages[1:2], add_generation_prompt=False, tokenize=False)

@@ -9,15 +9,19 @@ from workers.inference.engine import InferenceEngine
 from workers.inference.prefix_cache import BLOCK, PrefixCache
 from workers.inference.sampling import SamplingParams
 
-SYSTEM = ("You are the weather desk. Answer with the temperature of the city the user names, call the tool "
-          "when you do not know it, and keep every answer short. ") * 3
+SYSTEM = (
+    "You are the weather desk. Answer with the temperature of the city the user names, call the tool "
+    "when you do not know it, and keep every answer short. "
+) * 3
 
 
 def encode(engine, text):
     return engine.tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids
 
 
-def test_prompts_sharing_a_system_prompt_reuse_its_keys_and_match_a_forward_pass(default_model_dir, tool_model_dir):
+def test_prompts_sharing_a_system_prompt_reuse_its_keys_and_match_a_forward_pass(
+    default_model_dir, tool_model_dir
+):
     engine = InferenceEngine(default_model_dir).start()
     try:
         questions = ["Paris?", "How warm is Oslo today?", "And Lima, please"]
@@ -36,12 +40,18 @@ def test_prompts_sharing_a_system_prompt_reuse_its_keys_and_match_a_forward_pass
             expected = reference_logprobs(reference, prompt, choice.token_ids)
             assert torch.allclose(torch.tensor(choice.logprobs), expected, atol=1e-4, rtol=0)
         # A second turn continues the first one's prompt: most of it is a hit too.
-        follow_up = list(prompts[0]) + list(results[0].choices[0].token_ids) + encode(engine, " Thanks. Rome?")
+        follow_up = (
+            list(prompts[0]) + list(results[0].choices[0].token_ids) + encode(engine, " Thanks. Rome?")
+        )
         hits_before = engine.stats().prefix_hit_tokens
         [choice] = engine.generate(follow_up, params).choices
         assert engine.stats().prefix_hit_tokens - hits_before >= len(prompts[0]) // BLOCK * BLOCK
-        assert torch.allclose(torch.tensor(choice.logprobs), reference_logprobs(reference, follow_up, choice.token_ids),
-                              atol=1e-4, rtol=0)
+        assert torch.allclose(
+            torch.tensor(choice.logprobs),
+            reference_logprobs(reference, follow_up, choice.token_ids),
+            atol=1e-4,
+            rtol=0,
+        )
 
         # New weights: the cache is emptied and its most recently used prompt prefilled again under them,
         # so the next prompt hits keys and values the new weights computed (the logprobs say which).
@@ -65,7 +75,9 @@ def test_the_store_keeps_the_longest_boundary_short_of_the_last_token_and_evicts
     cache = PrefixCache(budget_tokens=200)
     first = tuple(range(100))
     cache.store(first, *kv(100))
-    assert cache.lookup(tuple(range(64))) is not None and cache.lookup(tuple(range(64))).length == 32  # not 64
+    assert (
+        cache.lookup(tuple(range(64))) is not None and cache.lookup(tuple(range(64))).length == 32
+    )  # not 64
     hit = cache.lookup(first + (7, 8))
     assert hit.length == 96 and hit.keys[0].shape == (1, 2, 96, 4)
     assert cache.lookup((1,) + first) is None and cache.lookup(tuple(range(20))) is None

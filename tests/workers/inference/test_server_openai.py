@@ -44,7 +44,13 @@ def test_health(server):
 
 def test_chat_completion_carries_token_ids_and_raw_logprobs(sdk, server, reference):
     completion = sdk.chat.completions.create(
-        model="default", messages=MESSAGES, max_tokens=12, temperature=0.8, seed=3, logprobs=True, top_logprobs=3,
+        model="default",
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=0.8,
+        seed=3,
+        logprobs=True,
+        top_logprobs=3,
         extra_body={**TOKEN_DATA, "ignore_eos": True},
     )
     extra = completion.model_extra
@@ -63,36 +69,68 @@ def test_chat_completion_carries_token_ids_and_raw_logprobs(sdk, server, referen
 
 
 def test_streamed_chat_matches_the_non_streamed_one(sdk):
-    arguments = dict(model="default", messages=MESSAGES, max_tokens=10, temperature=0, logprobs=True,
-                     extra_body={**TOKEN_DATA, "ignore_eos": True})
+    arguments = dict(
+        model="default",
+        messages=MESSAGES,
+        max_tokens=10,
+        temperature=0,
+        logprobs=True,
+        extra_body={**TOKEN_DATA, "ignore_eos": True},
+    )
     whole = sdk.chat.completions.create(**arguments)
-    chunks = list(sdk.chat.completions.create(**arguments, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        sdk.chat.completions.create(**arguments, stream=True, stream_options={"include_usage": True})
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     assert chunks[0].model_extra["prompt_token_ids"] == whole.model_extra["prompt_token_ids"]
     assert all("prompt_token_ids" not in chunk.model_extra for chunk in chunks[1:])
     content = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
-    token_ids = [t for chunk in chunks if chunk.choices for t in chunk.choices[0].model_extra.get("token_ids", [])]
-    logprobs = [entry.logprob for chunk in chunks if chunk.choices and chunk.choices[0].logprobs
-                for entry in chunk.choices[0].logprobs.content]
+    token_ids = [
+        t for chunk in chunks if chunk.choices for t in chunk.choices[0].model_extra.get("token_ids", [])
+    ]
+    logprobs = [
+        entry.logprob
+        for chunk in chunks
+        if chunk.choices and chunk.choices[0].logprobs
+        for entry in chunk.choices[0].logprobs.content
+    ]
     assert content == whole.choices[0].message.content
     assert token_ids == whole.choices[0].model_extra["token_ids"]
     assert logprobs == pytest.approx([entry.logprob for entry in whole.choices[0].logprobs.content], abs=1e-5)
-    finishing = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason]
+    finishing = [
+        chunk.choices[0].finish_reason for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason
+    ]
     assert finishing == ["length"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 10
 
 
 def test_n_choices_stream_separately(sdk):
-    chunks = list(sdk.chat.completions.create(model="default", messages=MESSAGES, n=3, max_tokens=5, temperature=1,
-                                              seed=1, stream=True, extra_body={"ignore_eos": True}))
+    chunks = list(
+        sdk.chat.completions.create(
+            model="default",
+            messages=MESSAGES,
+            n=3,
+            max_tokens=5,
+            temperature=1,
+            seed=1,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+    )
     finished = sorted(c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason)
     assert finished == [0, 1, 2]
 
 
 def test_completions_endpoint_with_token_data(sdk, server, reference):
     prompt = "The agent reads the file"
-    completion = sdk.completions.create(model="default", prompt=prompt, max_tokens=8, temperature=0, logprobs=2,
-                                        extra_body={**TOKEN_DATA, "ignore_eos": True})
+    completion = sdk.completions.create(
+        model="default",
+        prompt=prompt,
+        max_tokens=8,
+        temperature=0,
+        logprobs=2,
+        extra_body={**TOKEN_DATA, "ignore_eos": True},
+    )
     [choice] = completion.choices
     prompt_ids = choice.model_extra["prompt_token_ids"]
     assert prompt_ids == server.engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -103,27 +141,49 @@ def test_completions_endpoint_with_token_data(sdk, server, reference):
 
 
 def test_streamed_completions_and_several_prompts(sdk):
-    chunks = list(sdk.completions.create(model="default", prompt=["One", "Two words"], max_tokens=4, temperature=0,
-                                         stream=True, extra_body={**TOKEN_DATA, "ignore_eos": True}))
+    chunks = list(
+        sdk.completions.create(
+            model="default",
+            prompt=["One", "Two words"],
+            max_tokens=4,
+            temperature=0,
+            stream=True,
+            extra_body={**TOKEN_DATA, "ignore_eos": True},
+        )
+    )
     by_index = {}
     for chunk in chunks:
         for choice in chunk.choices:
             by_index.setdefault(choice.index, []).extend(choice.model_extra["token_ids"])
     assert sorted(by_index) == [0, 1] and all(len(ids) == 4 for ids in by_index.values())
-    whole = sdk.completions.create(model="default", prompt=["One", "Two words"], max_tokens=4, temperature=0,
-                                   extra_body={**TOKEN_DATA, "ignore_eos": True})
+    whole = sdk.completions.create(
+        model="default",
+        prompt=["One", "Two words"],
+        max_tokens=4,
+        temperature=0,
+        extra_body={**TOKEN_DATA, "ignore_eos": True},
+    )
     assert [c.model_extra["token_ids"] for c in whole.choices] == [by_index[0], by_index[1]]
 
 
 def test_async_client_helper_parses_streamed_and_whole_answers_alike(server):
-    body = {"model": "default", "messages": MESSAGES, "max_tokens": 6, "temperature": 0, "logprobs": True,
-            "return_token_ids": True, "ignore_eos": True}
+    body = {
+        "model": "default",
+        "messages": MESSAGES,
+        "max_tokens": 6,
+        "temperature": 0,
+        "logprobs": True,
+        "return_token_ids": True,
+        "ignore_eos": True,
+    }
 
     async def both():
         async with httpx.AsyncClient(timeout=30) as client:
             url = f"{server.api_url}/chat/completions"
-            return (await request_completion(client, url, body),
-                    await request_completion(client, url, {**body, "stream": True}))
+            return (
+                await request_completion(client, url, body),
+                await request_completion(client, url, {**body, "stream": True}),
+            )
 
     whole, streamed = asyncio.run(both())
     assert whole.has_token_data and streamed.has_token_data
@@ -139,7 +199,9 @@ def test_concurrent_http_requests_are_batched(server):
 
     async def burst():
         async with httpx.AsyncClient(timeout=60) as client:
-            return await asyncio.gather(*[client.post(f"{server.api_url}/completions", json=body) for _ in range(8)])
+            return await asyncio.gather(
+                *[client.post(f"{server.api_url}/completions", json=body) for _ in range(8)]
+            )
 
     server.engine.reset_stats()
     responses = asyncio.run(burst())
@@ -151,9 +213,18 @@ def test_concurrent_http_requests_are_batched(server):
 
 
 def test_client_disconnect_mid_stream_frees_the_batch_slot(server):
-    body = {"model": "default", "prompt": "The store", "max_tokens": 900, "temperature": 0, "ignore_eos": True,
-            "stream": True}
-    with httpx.Client(timeout=30) as client, client.stream("POST", f"{server.api_url}/completions", json=body) as reply:
+    body = {
+        "model": "default",
+        "prompt": "The store",
+        "max_tokens": 900,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", f"{server.api_url}/completions", json=body) as reply,
+    ):
         lines = reply.iter_lines()
         assert next(line for line in lines if line.startswith("data:"))
     deadline = time.monotonic() + 20

@@ -15,8 +15,14 @@ def sdk(tool_server):
 
 
 def ask(sdk, **extra):
-    return sdk.chat.completions.create(model="default", messages=WEATHER_QUESTION, tools=[WEATHER_TOOL],
-                                       temperature=0, max_tokens=40, **extra)
+    return sdk.chat.completions.create(
+        model="default",
+        messages=WEATHER_QUESTION,
+        tools=[WEATHER_TOOL],
+        temperature=0,
+        max_tokens=40,
+        **extra,
+    )
 
 
 def test_sdk_gets_parsed_tool_calls(sdk, tool_server):
@@ -38,7 +44,9 @@ def test_sdk_gets_streamed_tool_calls(sdk):
     assert deltas[0].function.name == "get_weather"
     assert json.loads(deltas[0].function.arguments) == {"city": "Paris"}
     assert not "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        "tool_calls"
+    ]
     parsed = parse_stream(chunk.model_dump() for chunk in chunks)
     assert parsed.choices[0].tool_calls[0].name == "get_weather"
 
@@ -62,8 +70,16 @@ def test_tool_result_turn_is_accepted(sdk, tool_server):
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
         {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'},
     ]
-    completion = sdk.chat.completions.create(model="default", messages=follow_up, tools=[WEATHER_TOOL],
-                                             max_tokens=5, extra_body={"return_token_ids": True})
+    completion = sdk.chat.completions.create(
+        model="default",
+        messages=follow_up,
+        tools=[WEATHER_TOOL],
+        max_tokens=5,
+        extra_body={"return_token_ids": True},
+    )
     prompt_text = tool_server.engine.tokenizer.decode(completion.model_extra["prompt_token_ids"])
-    assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call><|im_end|>' in prompt_text
+    assert (
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call><|im_end|>'
+        in prompt_text
+    )
     assert '<|im_start|>user\n<tool_response>\n{"celsius": 21}\n</tool_response><|im_end|>' in prompt_text

@@ -6,8 +6,12 @@ from workers.rewards.evaluators import EvaluatorError, Outcome, ToolCall, run_ev
 def test_exact_match():
     outcome = Outcome(task_id="t1", final_text="  The answer is 42 ")
     assert run_evaluator("exact_match", {"expected": "the answer is 42"}, outcome).value == 1.0
-    assert run_evaluator("exact_match", {"expected": "the answer is 42", "strict": True}, outcome).value == 0.0
-    assert run_evaluator("exact_match", {"expected_by_task": {"t1": "The answer is 41"}}, outcome).value == 0.0
+    assert (
+        run_evaluator("exact_match", {"expected": "the answer is 42", "strict": True}, outcome).value == 0.0
+    )
+    assert (
+        run_evaluator("exact_match", {"expected_by_task": {"t1": "The answer is 41"}}, outcome).value == 0.0
+    )
     with pytest.raises(EvaluatorError):
         run_evaluator("exact_match", {}, outcome)
 
@@ -22,7 +26,9 @@ def test_regex():
 
 def test_json_schema():
     schema = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
-    assert run_evaluator("json_schema", {"schema": schema}, Outcome(final_text='{"city": "Oslo"}')).value == 1.0
+    assert (
+        run_evaluator("json_schema", {"schema": schema}, Outcome(final_text='{"city": "Oslo"}')).value == 1.0
+    )
     invalid = run_evaluator("json_schema", {"schema": schema}, Outcome(final_text='{"city": 3}'))
     assert invalid.value == 0.0 and "invalid" in invalid.label
     assert run_evaluator("json_schema", {"schema": schema}, Outcome(final_text="Oslo")).label == "not JSON"
@@ -35,15 +41,23 @@ def test_tool_call_succeeded():
     failed = ToolCall("c2", "book", False)
     assert run_evaluator("tool_call_succeeded", {}, Outcome(tool_calls=(ok,))).value == 1.0
     assert run_evaluator("tool_call_succeeded", {}, Outcome(tool_calls=(ok, failed))).value == 0.0
-    assert run_evaluator("tool_call_succeeded", {"tool": "lookup"}, Outcome(tool_calls=(ok, failed))).value == 1.0
-    assert run_evaluator("tool_call_succeeded", {}, Outcome(tool_calls=(ToolCall("c3", "x", None),))).value == 0.0
+    assert (
+        run_evaluator("tool_call_succeeded", {"tool": "lookup"}, Outcome(tool_calls=(ok, failed))).value
+        == 1.0
+    )
+    assert (
+        run_evaluator("tool_call_succeeded", {}, Outcome(tool_calls=(ToolCall("c3", "x", None),))).value
+        == 0.0
+    )
     assert run_evaluator("tool_call_succeeded", {}, Outcome()).label == "no tool call"
 
 
 def test_program_check(tmp_path):
     script = tmp_path / "check_outcome.py"
-    script.write_text("#!/usr/bin/env python3\nimport json, sys\nout = json.load(sys.stdin)\n"
-                      "sys.exit(0 if out['environment'].get('tests_passed') else 3)\n")
+    script.write_text(
+        "#!/usr/bin/env python3\nimport json, sys\nout = json.load(sys.stdin)\n"
+        "sys.exit(0 if out['environment'].get('tests_passed') else 3)\n"
+    )
     script.chmod(0o755)
     scored = tmp_path / "score.sh"
     scored.write_text("#!/bin/sh\ncat > /dev/null\necho 0.25\n")

@@ -49,7 +49,12 @@ def test_spec_problems():
 
 def test_rating_options():
     assert rating_options(SpecData(name="stars", kind="numeric", minimum=1, maximum=5)) == [
-        ("1", 1.0), ("2", 2.0), ("3", 3.0), ("4", 4.0), ("5", 5.0)]
+        ("1", 1.0),
+        ("2", 2.0),
+        ("3", 3.0),
+        ("4", 4.0),
+        ("5", 5.0),
+    ]
     assert [value for _, value in rating_options(NUMERIC)] == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert rating_options(CATEGORIES)[0] == ("good", 1.0)
     assert rating_options(SpecData(name="b", kind="boolean")) == [("yes", 1.0), ("no", 0.0)]
@@ -58,8 +63,12 @@ def test_rating_options():
 def _point(value, source, second, override=False):
     from datetime import datetime
 
-    return RewardPoint(value=value, source=source, created_at=datetime(2026, 1, 1, 0, 0, second, tzinfo=UTC),
-                       is_override=override)
+    return RewardPoint(
+        value=value,
+        source=source,
+        created_at=datetime(2026, 1, 1, 0, 0, second, tzinfo=UTC),
+        is_override=override,
+    )
 
 
 def test_priority_takes_the_first_source_present_by_its_mean():
@@ -76,6 +85,9 @@ def test_weighted_sum_and_override():
     rule = CombinationRule(mode="weighted_sum", weights={"evaluator": 0.7, "user": 0.3})
     assert combine(points, rule) == pytest.approx(0.7)
     assert combine([_point(1.0, "agent", 1)], rule) is None
-    overridden = points + [_point(0.1, "annotator", 4, override=True), _point(0.3, "annotator", 5, override=True)]
+    overridden = points + [
+        _point(0.1, "annotator", 4, override=True),
+        _point(0.3, "annotator", 5, override=True),
+    ]
     assert combine(overridden, rule) == 0.3
     assert combine(overridden, CombinationRule()) == 0.3

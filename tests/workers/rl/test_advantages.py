@@ -72,8 +72,9 @@ def test_single_sample_group_falls_back_to_batch_baseline_and_warns(caplog):
     # batch: sum 13, mean 13/7 = 1.8571429; sum of squares 47; 47 - 169/7 = 22.8571429; / 6 = 3.8095238;
     # std 1.9518001; c: 3.1428571 / 1.9518001 = 1.6102351 (not 0: never a silent zero)
     assert result.values[-1] == pytest.approx(1.6102351, abs=1e-6)
-    assert result.values[:6] == pytest.approx([0.8660254, -0.8660254, -0.8660254, 0.8660254, -0.7071068, 0.7071068],
-                                              abs=1e-6)
+    assert result.values[:6] == pytest.approx(
+        [0.8660254, -0.8660254, -0.8660254, 0.8660254, -0.7071068, 0.7071068], abs=1e-6
+    )
     assert result.fallback_groups == ("c",)
     assert "single sample" in caplog.text and "c" in caplog.text
 
@@ -93,15 +94,18 @@ def test_single_trajectory_batch_warns(caplog):
 
 
 def test_equal_rewards_are_reported_as_zero_std_groups():
-    result = grpo_advantages([1.0, 1.0, 0.0, 1.0], ["a", "a", "b", "b"], GRPOConfig(eps=0.0, std_level="none"))
+    result = grpo_advantages(
+        [1.0, 1.0, 0.0, 1.0], ["a", "a", "b", "b"], GRPOConfig(eps=0.0, std_level="none")
+    )
     assert result.values == pytest.approx([0.0, 0.0, -0.5, 0.5])
     assert result.zero_std_groups == ("a",)
 
 
 def test_units_count_a_split_trajectory_once():
     # trajectory t1 (reward 1) was split into two samples; the group is {t1: 1, t2: 0} -> mean 0.5
-    result = grpo_advantages([1.0, 1.0, 0.0], ["g", "g", "g"], GRPOConfig(std_level="none"),
-                             unit_ids=["t1", "t1", "t2"])
+    result = grpo_advantages(
+        [1.0, 1.0, 0.0], ["g", "g", "g"], GRPOConfig(std_level="none"), unit_ids=["t1", "t1", "t2"]
+    )
     assert result.values == pytest.approx([0.5, 0.5, -0.5])
     with pytest.raises(ValueError):
         grpo_advantages([1.0, 0.0], ["g", "g"], unit_ids=["t1", "t1"])
@@ -131,8 +135,9 @@ def test_kl_penalty_folded_into_rewards():
     # k1 over generated tokens: 0.5 - 1.0 = -0.5; reward 1 - 0.1 * (-0.5) = 1.05
     assert kl_penalized_rewards([1.0], [logp], [ref], [mask], coef=0.1) == pytest.approx((1.05,))
     # k3 mean: (0.1065307 + 0.7182818) / 2 = 0.4124062; 1 - 0.2 * 0.4124062 = 0.9175188
-    assert kl_penalized_rewards([1.0], [logp], [ref], [mask], coef=0.2, estimator="k3", reduce="mean") == \
-        pytest.approx((0.9175188,), abs=1e-6)
+    assert kl_penalized_rewards(
+        [1.0], [logp], [ref], [mask], coef=0.2, estimator="k3", reduce="mean"
+    ) == pytest.approx((0.9175188,), abs=1e-6)
 
 
 def test_turn_discount():
@@ -161,6 +166,8 @@ def test_sample_token_advantages_from_atdp_samples():
     # group {1, 0}: mean 0.5 -> +-0.5; turn 0 (the tool call) discounted by 0.5, turn 1 (the answer) not
     assert result.values == pytest.approx((0.5, -0.5))
     first = samples[0]
-    expected = [0.0 if not m else (0.25 if t == 0 else 0.5) for m, t in zip(first.loss_mask, first.turns, strict=True)]
+    expected = [
+        0.0 if not m else (0.25 if t == 0 else 0.5) for m, t in zip(first.loss_mask, first.turns, strict=True)
+    ]
     assert tokens[0].tolist() == pytest.approx(expected)
     assert tokens[1].tolist() == pytest.approx([-v for v in expected])

@@ -68,8 +68,9 @@ def test_behaviour_weight_cap_clamp_and_mask():
     assert float(loss) == pytest.approx(0.1625, abs=1e-6)
     assert stats.capped_fraction == pytest.approx(0.25)
     assert stats.behaviour_weight_max == pytest.approx(1.5)
-    loss, stats = decoupled_ppo_loss(logp, prox, behav, adv, mask,
-                                     PPOConfig(behaviour_weight_cap=1.5, cap_mode="mask"))
+    loss, stats = decoupled_ppo_loss(
+        logp, prox, behav, adv, mask, PPOConfig(behaviour_weight_cap=1.5, cap_mode="mask")
+    )
     # token 2 leaves the loss, the denominator stays 4: (-1.2 + 0.4 + 2.2) / 4 = 0.35
     assert float(loss) == pytest.approx(0.35, abs=1e-6)
     assert stats.kept_count == 3 and stats.token_count == 4
@@ -125,7 +126,9 @@ def test_proximal_alpha_and_loglinear_interpolation():
     # -1 (context) -> 0
     versions = torch.tensor([9, 7, 5, 10, -1])
     assert proximal_alpha(versions, 10).tolist() == pytest.approx([0.0, 2 / 3, 0.8, 0.0, 0.0], abs=1e-6)
-    assert proximal_alpha(versions, 10, proximal_version=10).tolist() == pytest.approx([1.0, 1.0, 1.0, 0.0, 0.0])
+    assert proximal_alpha(versions, 10, proximal_version=10).tolist() == pytest.approx(
+        [1.0, 1.0, 1.0, 0.0, 0.0]
+    )
     behav = torch.tensor([-1.0, -3.0, -2.0, -1.0, 0.0])
     logp = torch.tensor([-2.0, -0.0, -1.0, -4.0, -5.0], requires_grad=True)
     prox = loglinear_proximal_logprobs(behav, logp, versions, 10)
@@ -134,8 +137,9 @@ def test_proximal_alpha_and_loglinear_interpolation():
     assert not prox.requires_grad
     assert torch.equal(proximal_logprobs("behaviour", logp_behav=behav, logp=logp), behav)
     recomputed = torch.full((5,), -0.5)
-    assert torch.equal(proximal_logprobs("recompute", logp_behav=behav, logp=logp, recomputed=recomputed),
-                       recomputed)
+    assert torch.equal(
+        proximal_logprobs("recompute", logp_behav=behav, logp=logp, recomputed=recomputed), recomputed
+    )
     with pytest.raises(ValueError):
         proximal_logprobs("loglinear", logp_behav=behav, logp=logp)
 

@@ -38,13 +38,21 @@ def ppo_inputs(logps: list[torch.Tensor]):
 
 def loss_of(logps: list[torch.Tensor], inputs) -> torch.Tensor:
     masks, prox, behav, adv = inputs
-    loss, _ = decoupled_ppo_loss(torch.cat(logps), torch.cat(prox), torch.cat(behav), torch.cat(adv),
-                                 torch.cat(masks), PPOConfig(eps_clip=0.2, behaviour_weight_cap=5.0))
+    loss, _ = decoupled_ppo_loss(
+        torch.cat(logps),
+        torch.cat(prox),
+        torch.cat(behav),
+        torch.cat(adv),
+        torch.cat(masks),
+        PPOConfig(eps_clip=0.2, behaviour_weight_cap=5.0),
+    )
     return loss
 
 
 def one_by_one(model, seqs) -> list[torch.Tensor]:
-    return [token_logprobs(model(input_ids=torch.tensor([seq])).logits, torch.tensor([seq]))[0] for seq in seqs]
+    return [
+        token_logprobs(model(input_ids=torch.tensor([seq])).logits, torch.tensor([seq]))[0] for seq in seqs
+    ]
 
 
 @pytest.mark.parametrize("attention", ["mask", "varlen"])
@@ -83,15 +91,15 @@ def test_packed_equals_padded_batch(default_model):
     ids = torch.zeros(len(seqs), width, dtype=torch.long)
     attention = torch.zeros(len(seqs), width, dtype=torch.long)
     for index, seq in enumerate(seqs):
-        ids[index, :len(seq)] = torch.tensor(seq)
-        attention[index, :len(seq)] = 1
+        ids[index, : len(seq)] = torch.tensor(seq)
+        attention[index, : len(seq)] = 1
     padded = token_logprobs(model(input_ids=ids, attention_mask=attention).logits, ids)
     row = pack_sequences(seqs)
     packed = unpack(packed_token_logprobs(model, row), row)
     for index, logp in enumerate(packed):
-        assert torch.allclose(logp, padded[index, :LENGTHS[index]], atol=1e-5, rtol=0)
+        assert torch.allclose(logp, padded[index, : LENGTHS[index]], atol=1e-5, rtol=0)
     inputs = ppo_inputs(packed)
-    padded_rows = [padded[index, :LENGTHS[index]] for index in range(len(seqs))]
+    padded_rows = [padded[index, : LENGTHS[index]] for index in range(len(seqs))]
     assert abs(float(loss_of(packed, inputs)) - float(loss_of(padded_rows, inputs))) < 1e-5
 
 

@@ -16,8 +16,12 @@ from tests.workers.atdp.fixtures import (
 from workers.atdp import training_samples
 from workers.rl.samples import build_samples, dropped_calls, trajectory_samples
 
-PROMPT, CALL, RESULT, ANSWER = (len(SYSTEM_AND_QUESTION_IDS), len(TOOL_CALL_IDS), len(TOOL_RESULT_IDS),
-                                len(ANSWER_IDS))
+PROMPT, CALL, RESULT, ANSWER = (
+    len(SYSTEM_AND_QUESTION_IDS),
+    len(TOOL_CALL_IDS),
+    len(TOOL_RESULT_IDS),
+    len(ANSWER_IDS),
+)
 
 
 def test_merged_sample_carries_mask_logprobs_versions_and_turns():
@@ -39,8 +43,11 @@ def test_retry_orphan_is_dropped_and_the_retry_merges():
     record = make_trajectory()
     answer = record["steps"][3]
     # an attempt of the same turn that the client retried: same prompt, another completion
-    orphan = make_step(3, tokens=make_tokens(answer["tokens"]["prompt_ids"], [11, 12, 13]),
-                       parent_step_id=answer["parent_step_id"])
+    orphan = make_step(
+        3,
+        tokens=make_tokens(answer["tokens"]["prompt_ids"], [11, 12, 13]),
+        parent_step_id=answer["parent_step_id"],
+    )
     answer["result"] = {**answer["result"], "retry_of": orphan["step_id"]}
     record["steps"].insert(3, orphan)
     # the bare training view would glue the orphan onto turn 0 and start a second sample for the retry

@@ -37,15 +37,27 @@ def per_token_weights(logp: torch.Tensor, loss: torch.Tensor, advantages: torch.
 
 def stale_batch(model):
     generator = torch.Generator().manual_seed(3)
-    seqs = [torch.randint(3, model.config.vocab_size, (length,), generator=generator).tolist()
-            for length in (12, 10, 15, 9)]
+    seqs = [
+        torch.randint(3, model.config.vocab_size, (length,), generator=generator).tolist()
+        for length in (12, 10, 15, 9)
+    ]
     samples = []
     for index, seq in enumerate(seqs):
         mask = (0,) * 4 + (1,) * (len(seq) - 4)
-        samples.append(TrainingSample(
-            input_ids=tuple(seq), loss_mask=mask, logprobs=(0.0,) * len(seq),
-            versions=tuple(BEHAVIOUR_VERSION if m else -1 for m in mask), turns=(0,) * len(seq),
-            reward=float(index % 2), group_id="g", task_id="t", trajectory_id=f"t{index}", step_ids=("s",)))
+        samples.append(
+            TrainingSample(
+                input_ids=tuple(seq),
+                loss_mask=mask,
+                logprobs=(0.0,) * len(seq),
+                versions=tuple(BEHAVIOUR_VERSION if m else -1 for m in mask),
+                turns=(0,) * len(seq),
+                reward=float(index % 2),
+                group_id="g",
+                task_id="t",
+                trajectory_id=f"t{index}",
+                step_ids=("s",),
+            )
+        )
     assert all(CURRENT_VERSION - v <= ETA for s in samples for v in s.versions if v >= 0)
     return samples
 
@@ -120,8 +132,15 @@ def test_plain_ppo_diverges_over_steps_while_decoupled_stays_bounded():
                 if mode == "capped":
                     loss, _ = decoupled_ppo_loss(logp, prox, behaviour, advantages, mask, CONFIG)
                 elif mode == "filtered":
-                    loss, _ = decoupled_ppo_loss(logp, prox, behaviour, advantages, mask, PPOConfig(eps_clip=0.2),
-                                                 keep_mask=keep.keep_mask)
+                    loss, _ = decoupled_ppo_loss(
+                        logp,
+                        prox,
+                        behaviour,
+                        advantages,
+                        mask,
+                        PPOConfig(eps_clip=0.2),
+                        keep_mask=keep.keep_mask,
+                    )
                 else:
                     loss, _ = ppo_loss(logp, behaviour, advantages, mask, CONFIG)
                 (grad,) = torch.autograd.grad(loss, theta)

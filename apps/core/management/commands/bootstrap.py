@@ -45,11 +45,18 @@ class Command(BaseCommand):
                 password = secrets.token_urlsafe(12)
                 user = User.objects.create_superuser(username=username, email="", password=password)
                 membership = Membership.objects.create(tenant=demo, user=user, role=Role.ADMIN)
-                audit_record(tenant=demo, actor=Actor.system("bootstrap"), verb="member.add", target=membership,
-                             data={"user": username, "role": Role.ADMIN})
+                audit_record(
+                    tenant=demo,
+                    actor=Actor.system("bootstrap"),
+                    verb="member.add",
+                    target=membership,
+                    data={"user": username, "role": Role.ADMIN},
+                )
         if password:
             _write_owner_only(credentials, f"username: {username}\npassword: {password}\n")
         if credentials.exists():
             self.stdout.write(credentials.read_text().strip())
         else:
-            self.stdout.write(f"username: {username} (password set earlier; reset with manage.py changepassword)")
+            self.stdout.write(
+                f"username: {username} (password set earlier; reset with manage.py changepassword)"
+            )

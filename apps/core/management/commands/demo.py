@@ -69,21 +69,29 @@ def bar(done: float, total: float, width: int = 28) -> str:
 
 
 class Command(BaseCommand):
-    help = ("Runs the self-evolving demo: warm-up, live traffic, rewards, qualification, online decoupled PPO, "
-            "held-out evaluation and promotion, then a table. A second run RESETS var/demo (DEMO_KEEP=1 keeps "
-            "it and adds a run). DEMO_EXIT=1 exits after the table; DEMO_APPROVE=manual asks an operator.")
+    help = (
+        "Runs the self-evolving demo: warm-up, live traffic, rewards, qualification, online decoupled PPO, "
+        "held-out evaluation and promotion, then a table. A second run RESETS var/demo (DEMO_KEEP=1 keeps "
+        "it and adds a run). DEMO_EXIT=1 exits after the table; DEMO_APPROVE=manual asks an operator."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-        parser.add_argument("--inference-port", type=int, default=int(os.environ.get("AREAL_INFERENCE_PORT", "8100")))
+        parser.add_argument(
+            "--inference-port", type=int, default=int(os.environ.get("AREAL_INFERENCE_PORT", "8100"))
+        )
 
     def handle(self, *args, host, port, inference_port, **options):
-        for name, wanted in (("PORT", port), ("AREAL_INFERENCE_PORT", inference_port),
-                             ("AREAL_INFERENCE_PORT (+1: serving slot B)", inference_port + 1)):
+        for name, wanted in (
+            ("PORT", port),
+            ("AREAL_INFERENCE_PORT", inference_port),
+            ("AREAL_INFERENCE_PORT (+1: serving slot B)", inference_port + 1),
+        ):
             if not port_is_free(host, wanted):
-                raise CommandError(f"port {wanted} on {host} is already in use; stop what holds it or set "
-                                   f"{name}=<free port>")
+                raise CommandError(
+                    f"port {wanted} on {host} is already in use; stop what holds it or set {name}=<free port>"
+                )
         demo_dir = Path(os.environ.get("DEMO_VAR_DIR", settings.BASE_DIR / "var" / "demo")).resolve()
         if Path(settings.VAR_DIR).resolve() != demo_dir:
             self._reexec(demo_dir)  # settings are read at import: run again with AREAL_VAR_DIR=demo_dir
@@ -97,11 +105,17 @@ class Command(BaseCommand):
                 self.stdout.write(f"resetting {demo_dir} (DEMO_KEEP=1 keeps it)")
                 shutil.rmtree(demo_dir)
             else:
-                raise CommandError(f"{demo_dir} exists and is not a demo directory; remove it or set DEMO_VAR_DIR")
+                raise CommandError(
+                    f"{demo_dir} exists and is not a demo directory; remove it or set DEMO_VAR_DIR"
+                )
         demo_dir.mkdir(parents=True, exist_ok=True)
         (demo_dir / DEMO_DIR_MARKER).touch()
-        environment = {**os.environ, "AREAL_VAR_DIR": str(demo_dir), "DEMO_VAR_DIR": str(demo_dir),
-                       "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "areal_web.settings.local")}
+        environment = {
+            **os.environ,
+            "AREAL_VAR_DIR": str(demo_dir),
+            "DEMO_VAR_DIR": str(demo_dir),
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "areal_web.settings.local"),
+        }
         environment.setdefault("AREAL_RELEASE_ANALYSIS_SECONDS", "3")  # canary ticks: seconds, not a minute
         environment.setdefault("AREAL_ANNOTATION_FILL_SECONDS", "5")
         environment.pop("AREAL_TRAINING_DIR", None)
@@ -153,8 +167,13 @@ class Demo:
             self.learner = self._start_online(base)
             from workers.envs.traffic import Traffic
 
-            traffic = Traffic(gateway_url=self.url, api_key=api_key, model=self.model,
-                              users=_env_int("DEMO_USERS", 3), seed=self.seed).start()
+            traffic = Traffic(
+                gateway_url=self.url,
+                api_key=api_key,
+                model=self.model,
+                users=_env_int("DEMO_USERS", 3),
+                seed=self.seed,
+            ).start()
             annotator = self._start_annotator(traffic)
             self._loop(traffic)
             traffic.stop()
@@ -163,7 +182,9 @@ class Demo:
             self._table(traffic, annotator)
             if os.environ.get("DEMO_EXIT") == "1" or self.stopping.is_set():
                 return
-            self.out.write(self.style.SUCCESS(f"\nThe console stays up: {self.url}/  (Ctrl-C stops everything)"))
+            self.out.write(
+                self.style.SUCCESS(f"\nThe console stays up: {self.url}/  (Ctrl-C stops everything)")
+            )
             while not self.stopping.is_set() and self._alive():
                 self.stopping.wait(0.5)
         finally:
@@ -193,14 +214,19 @@ class Demo:
         from apps.training.models import ModelVersion
 
         self.tenant = Tenant.objects.get(slug=TENANT)
-        taken = set(ModelVersion.objects.filter(tenant=self.tenant, name__startswith=MODEL)
-                    .values_list("name", flat=True).distinct())
+        taken = set(
+            ModelVersion.objects.filter(tenant=self.tenant, name__startswith=MODEL)
+            .values_list("name", flat=True)
+            .distinct()
+        )
         self.model = MODEL if MODEL not in taken else f"{MODEL}-{len(taken) + 1}"
         self.run_dir = Path(settings.VAR_DIR) / "runs" / self.model
         self.run_dir.mkdir(parents=True, exist_ok=True)
         from workers.envs import weather
 
-        self.heldout = weather.make_tasks(split="heldout", count=_env_int("DEMO_HELDOUT", 64), seed=10_000 + self.seed)
+        self.heldout = weather.make_tasks(
+            split="heldout", count=_env_int("DEMO_HELDOUT", 64), seed=10_000 + self.seed
+        )
 
     def _say(self, text: str) -> None:
         self.out.write(f"[{time.monotonic() - self.started:6.1f}s] {text}")
@@ -220,15 +246,22 @@ class Demo:
         self._say(f"creating the default model (seed {self.seed})")
         create_default_model(initial, seed=self.seed)
         weights = hashlib.sha256((initial / "model.safetensors").read_bytes()).hexdigest()[:12]
-        cached = (Path(settings.VAR_DIR).parent / "demo-cache" /
-                  f"base-{weights}-skill{skill_steps}-sft{steps}-lr{learning_rate:g}-seed{self.seed}")
+        cached = (
+            Path(settings.VAR_DIR).parent
+            / "demo-cache"
+            / f"base-{weights}-skill{skill_steps}-sft{steps}-lr{learning_rate:g}-seed{self.seed}"
+        )
         if (cached / "model.safetensors").exists() and os.environ.get("DEMO_FRESH_BASE") != "1":
             shutil.copytree(cached, base_dir)
             self.base_reused = True
-            self._say(f"warm-up: reusing the base trained by an earlier run ({cached}; DEMO_FRESH_BASE=1 retrains)")
+            self._say(
+                f"warm-up: reusing the base trained by an earlier run ({cached}; DEMO_FRESH_BASE=1 retrains)"
+            )
             return base_dir
-        self._say(f"warm-up: SFT on {skill_steps} batches of short scripted episodes (the skills), then {steps} of "
-                  f"the legacy agent's logs (its habit): a weak base")
+        self._say(
+            f"warm-up: SFT on {skill_steps} batches of short scripted episodes (the skills), then {steps} of "
+            f"the legacy agent's logs (its habit): a weak base"
+        )
 
         def progress(step, total, loss):
             if self.stopping.is_set():
@@ -236,8 +269,16 @@ class Demo:
             self.out.write(f"\r  warm-up {bar(step, total)} {step}/{total} loss {loss:.3f}", ending="")
             self.out.flush()
 
-        train_base(initial, base_dir, steps=steps, batch_size=16, learning_rate=learning_rate,
-                   skill_steps=skill_steps, seed=self.seed, progress=progress)
+        train_base(
+            initial,
+            base_dir,
+            steps=steps,
+            batch_size=16,
+            learning_rate=learning_rate,
+            skill_steps=skill_steps,
+            seed=self.seed,
+            progress=progress,
+        )
         self.out.write("")
         self.warmup_seconds = time.monotonic() - started
         partial = cached.with_name(cached.name + ".partial")
@@ -254,56 +295,145 @@ class Demo:
         from workers.inference.modelgen import tokenizer_fingerprint
 
         actor = Actor.system("demo")
-        base = model_version_register(tenant=self.tenant, actor=actor, name=self.model, checkpoint_path=str(base_dir),
-                                      tokenizer_hash=tokenizer_fingerprint(base_dir),
-                                      description="demo base: SFT on the legacy agent's logs")
-        base = model_version_set_status(tenant=self.tenant, actor=actor, version_id=base.pk,
-                                        status=VersionStatus.PRODUCTION, reason="demo base")
-        alias_move(tenant=self.tenant, actor=actor, name=self.model, alias="production", version=base,
-                   reason="demo base")
+        base = model_version_register(
+            tenant=self.tenant,
+            actor=actor,
+            name=self.model,
+            checkpoint_path=str(base_dir),
+            tokenizer_hash=tokenizer_fingerprint(base_dir),
+            description="demo base: SFT on the legacy agent's logs",
+        )
+        base = model_version_set_status(
+            tenant=self.tenant,
+            actor=actor,
+            version_id=base.pk,
+            status=VersionStatus.PRODUCTION,
+            reason="demo base",
+        )
+        alias_move(
+            tenant=self.tenant,
+            actor=actor,
+            name=self.model,
+            alias="production",
+            version=base,
+            reason="demo base",
+        )
         self._say(f"registered {self.model} v{base.number} (the base) as production")
         return base
 
     def _start_stack(self, base) -> None:
         python = sys.executable
-        environment = stack_environment({**os.environ, "AREAL_GATEWAY_URL": self.url}, host=self.host,
-                                        inference_ports=self.slots.values())
+        environment = stack_environment(
+            {**os.environ, "AREAL_GATEWAY_URL": self.url}, host=self.host, inference_ports=self.slots.values()
+        )
         service_queues = ",".join(queue.value for queue in Queue if queue != Queue.TRAIN)
         commands = {
-            "web": [python, "-m", "uvicorn", "areal_web.asgi:application", "--host", self.host, "--port",
-                    str(self.port), "--no-access-log", "--log-level", "warning"],
-            "worker": [python, "-m", "celery", "-A", "areal_web", "worker", "-Q", service_queues, "--concurrency", "2",
-                       "--loglevel", "WARNING", "-n", "demo@%h"],
-            "trainer": [python, "-m", "celery", "-A", "areal_web", "worker", "-Q", Queue.TRAIN.value,
-                        "--concurrency", "1", "--loglevel", "WARNING", "-n", "demo-train@%h"],
-            "beat": [python, "-m", "celery", "-A", "areal_web", "beat", "--loglevel", "WARNING",
-                     "-s", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)],
+            "web": [
+                python,
+                "-m",
+                "uvicorn",
+                "areal_web.asgi:application",
+                "--host",
+                self.host,
+                "--port",
+                str(self.port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "areal_web",
+                "worker",
+                "-Q",
+                service_queues,
+                "--concurrency",
+                "2",
+                "--loglevel",
+                "WARNING",
+                "-n",
+                "demo@%h",
+            ],
+            "trainer": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "areal_web",
+                "worker",
+                "-Q",
+                Queue.TRAIN.value,
+                "--concurrency",
+                "1",
+                "--loglevel",
+                "WARNING",
+                "-n",
+                "demo-train@%h",
+            ],
+            "beat": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "areal_web",
+                "beat",
+                "--loglevel",
+                "WARNING",
+                "-s",
+                str(settings.CELERY_BEAT_SCHEDULE_FILENAME),
+            ],
         }
         for slot, port in self.slots.items():
             commands[f"inference-{slot}"] = [
-                python, "-m", "workers.inference.server", "--model", base.checkpoint_path, "--host", self.host,
-                "--port", str(port), "--served-model-name", self.model, "--model-version", str(base.number)]
+                python,
+                "-m",
+                "workers.inference.server",
+                "--model",
+                base.checkpoint_path,
+                "--host",
+                self.host,
+                "--port",
+                str(port),
+                "--served-model-name",
+                self.model,
+                "--model-version",
+                str(base.number),
+            ]
         logs = Path(settings.VAR_DIR) / "logs"
         logs.mkdir(exist_ok=True)
         for name, command in commands.items():
             log = open(logs / f"{name}.log", "ab")  # noqa: SIM115  (closed with the process)
-            self.processes[name] = subprocess.Popen(command, env=environment, start_new_session=True, stdout=log,
-                                                    stderr=subprocess.STDOUT)
-        self._say(f"started web, worker, trainer, beat and two embedded inference servers (serving slots A and "
-                  f"B; logs: {logs})")
+            self.processes[name] = subprocess.Popen(
+                command, env=environment, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+            )
+        self._say(
+            f"started web, worker, trainer, beat and two embedded inference servers (serving slots A and "
+            f"B; logs: {logs})"
+        )
         from apps.audit.services import Actor
         from apps.inference.models import InferenceBackend
         from apps.releases.services import routing_initialize
 
         for slot, port in self.slots.items():
             self._wait_http(f"http://{self.host}:{port}/health", f"inference server {slot.upper()}")
-            call_command("registerbackend", TENANT, name=f"embedded-{self.model}-{slot}",
-                         url=f"http://{self.host}:{port}", kind="embedded", model=self.model,
-                         model_version=str(base.number), stdout=open(os.devnull, "w"))  # noqa: SIM115
+            call_command(
+                "registerbackend",
+                TENANT,
+                name=f"embedded-{self.model}-{slot}",
+                url=f"http://{self.host}:{port}",
+                kind="embedded",
+                model=self.model,
+                model_version=str(base.number),
+                stdout=open(os.devnull, "w"),
+            )  # noqa: SIM115
         backends = InferenceBackend.objects.for_tenant(self.tenant)
         self.backends = {slot: backends.get(name=f"embedded-{self.model}-{slot}") for slot in self.slots}
-        routing_initialize(tenant=self.tenant, actor=Actor.system("demo"), version=base,
-                           reason="demo: the base serves")
+        routing_initialize(
+            tenant=self.tenant, actor=Actor.system("demo"), version=base, reason="demo: the base serves"
+        )
         self._wait_http(f"{self.url}/health", "web", fallback=f"{self.url}/")
         credentials = Path(settings.VAR_DIR) / "first-start-credentials.txt"
         login = credentials.read_text().strip().replace("\n", ", ") if credentials.exists() else "admin"
@@ -330,8 +460,12 @@ class Demo:
         from apps.audit.services import Actor
         from apps.tenants.services import api_key_create
 
-        _, raw = api_key_create(tenant=self.tenant, actor=Actor.system("demo"), name=f"demo-agent-{self.model}",
-                                scopes=["inference", "rewards:write"])
+        _, raw = api_key_create(
+            tenant=self.tenant,
+            actor=Actor.system("demo"),
+            name=f"demo-agent-{self.model}",
+            scopes=["inference", "rewards:write"],
+        )
         return raw
 
     def _start_online(self, base):
@@ -340,15 +474,27 @@ class Demo:
 
         eta = _env_int("DEMO_ETA", 8)
         batch = _env_int("DEMO_BATCH", 16)
-        run = online_run_start(tenant=self.tenant, actor=Actor.system("demo"), base_version=base,
-                               hyperparameters={"learning_rate": _env_float("DEMO_LR", 1e-4), "std_level": "batch",
-                                                "behaviour_weight_cap": 5.0, "micro_batch_tokens": 8192,
-                                                "seed": self.seed},
-                               samples_per_step=batch, publish_every=_env_int("DEMO_PUBLISH_EVERY", 1),
-                               staleness_bound=eta, publish_to_backends=False)
+        run = online_run_start(
+            tenant=self.tenant,
+            actor=Actor.system("demo"),
+            base_version=base,
+            hyperparameters={
+                "learning_rate": _env_float("DEMO_LR", 1e-4),
+                "std_level": "batch",
+                "behaviour_weight_cap": 5.0,
+                "micro_batch_tokens": 8192,
+                "seed": self.seed,
+            },
+            samples_per_step=batch,
+            publish_every=_env_int("DEMO_PUBLISH_EVERY", 1),
+            staleness_bound=eta,
+            publish_to_backends=False,
+        )
         self.run_ids.append(run.pk)
-        self._say(f"online decoupled PPO from v{base.number}: η={eta}, {batch} samples per step, a version every "
-                  f"{run.publish_every} step(s); releases decide what serves")
+        self._say(
+            f"online decoupled PPO from v{base.number}: η={eta}, {batch} samples per step, a version every "
+            f"{run.publish_every} step(s); releases decide what serves"
+        )
         return run
 
     def _restart_learner(self) -> None:
@@ -389,19 +535,39 @@ class Demo:
         except Conflict:
             pass  # DEMO_KEEP=1: a member since an earlier run
         # Named after the run's model, which is new in every run (weather, weather-2...): nothing to look up.
-        spec = reward_spec_create(tenant=self.tenant, actor=actor, name=f"{self.model} quality", kind="numeric",
-                                  minimum=0.0, maximum=1.0,
-                                  description="1: answered right; 0.5: right call, wrong answer")
+        spec = reward_spec_create(
+            tenant=self.tenant,
+            actor=actor,
+            name=f"{self.model} quality",
+            kind="numeric",
+            minimum=0.0,
+            maximum=1.0,
+            description="1: answered right; 0.5: right call, wrong answer",
+        )
         name = f"{self.model} live traffic"
-        queue = annotation_queue_create(tenant=self.tenant, actor=actor, name=name, spec_id=spec.pk,
-                                        filters={"purpose": "production", "status": "complete"},
-                                        annotators_per_item=1, assignee_ids=[user.pk])
+        queue = annotation_queue_create(
+            tenant=self.tenant,
+            actor=actor,
+            name=name,
+            spec_id=spec.pk,
+            filters={"purpose": "production", "status": "complete"},
+            annotators_per_item=1,
+            assignee_ids=[user.pk],
+        )
         share = _env_float("DEMO_ANNOTATOR_SHARE", 0.3)
-        client = AnnotatorClient(console_url=self.url, username=user.username, password=password, queue_id=queue.pk,
-                                 outcomes=traffic.outcomes, annotator=SimulatedAnnotator(share=share),
-                                 seed=self.seed).start()
-        self._say(f"a simulated annotator ({user.username}) labels about {share:.0%} of queue "
-                  f"{name!r} through the annotation API")
+        client = AnnotatorClient(
+            console_url=self.url,
+            username=user.username,
+            password=password,
+            queue_id=queue.pk,
+            outcomes=traffic.outcomes,
+            annotator=SimulatedAnnotator(share=share),
+            seed=self.seed,
+        ).start()
+        self._say(
+            f"a simulated annotator ({user.username}) labels about {share:.0%} of queue "
+            f"{name!r} through the annotation API"
+        )
         return client
 
     def _stop_online(self, run) -> None:
@@ -445,8 +611,12 @@ class Demo:
         from apps.releases.services import release_abort
 
         try:
-            release = release_abort(tenant=self.tenant, actor=Actor.system("demo"), release_id=self.release.pk,
-                                    reason="the demo's loop ended before the release finished")
+            release = release_abort(
+                tenant=self.tenant,
+                actor=Actor.system("demo"),
+                release_id=self.release.pk,
+                reason="the demo's loop ended before the release finished",
+            )
         except Exception as error:  # it may have finished meanwhile (promoted or rolled back): say so
             self._say(f"release {self.release.pk} was not aborted: {error}")
         else:
@@ -459,12 +629,14 @@ class Demo:
         success = stats.recent_success()
         reward = stats.recent_reward()
         elapsed = self._loop_seconds()
-        line = (f"\r{bar(elapsed, self.budget, 20)} {elapsed:5.0f}s  v{run.current_version.number}  "
-                f"steps {run.steps}  trajectories {stats.episodes}  tokens {self._tokens():,}  "
-                f"prod v{self.production[0].number}  {self._release_label()}  "
-                f"live success {'-' if success is None else f'{success:.0%}'}  "
-                f"reward {'-' if reward is None else f'{reward:.2f}'}  stale {run.dropped_stale}  "
-                f"held back {stats.held_back}   ")
+        line = (
+            f"\r{bar(elapsed, self.budget, 20)} {elapsed:5.0f}s  v{run.current_version.number}  "
+            f"steps {run.steps}  trajectories {stats.episodes}  tokens {self._tokens():,}  "
+            f"prod v{self.production[0].number}  {self._release_label()}  "
+            f"live success {'-' if success is None else f'{success:.0%}'}  "
+            f"reward {'-' if reward is None else f'{reward:.2f}'}  stale {run.dropped_stale}  "
+            f"held back {stats.held_back}   "
+        )
         self.out.write(line, ending="")
         self.out.flush()
 
@@ -479,8 +651,11 @@ class Demo:
 
         from apps.trajectories.models import Trajectory
 
-        totals = Trajectory.objects.for_tenant(self.tenant).filter(started_at__gte=self._since()).aggregate(
-            prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+        totals = (
+            Trajectory.objects.for_tenant(self.tenant)
+            .filter(started_at__gte=self._since())
+            .aggregate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+        )
         return (totals["prompt"] or 0) + (totals["completion"] or 0)
 
     def _since(self):
@@ -496,13 +671,22 @@ class Demo:
 
         self._since()
         result = heldout_success(version.checkpoint_path, self.heldout, seed=self.seed)
-        model_version_update_metrics(tenant=self.tenant, version_id=version.pk, metrics={"heldout": {
-            "success": result.success, "cases": result.cases, "reasons": result.reasons}})
+        model_version_update_metrics(
+            tenant=self.tenant,
+            version_id=version.pk,
+            metrics={
+                "heldout": {"success": result.success, "cases": result.cases, "reasons": result.reasons}
+            },
+        )
         elapsed = self._loop_seconds()
-        self.curve.append({"version": version.number, "seconds": round(elapsed, 1), "heldout": result.success})
+        self.curve.append(
+            {"version": version.number, "seconds": round(elapsed, 1), "heldout": result.success}
+        )
         self.out.write("")
-        self._say(f"held-out success of {label} v{version.number}: {result.success:.0%} on {result.cases} cases "
-                  f"{dict(sorted(result.reasons.items()))}")
+        self._say(
+            f"held-out success of {label} v{version.number}: {result.success:.0%} on {result.cases} cases "
+            f"{dict(sorted(result.reasons.items()))}"
+        )
         if label == "base":
             self.production = (version, result.success)
             self._row(version.number, "base", result.success)
@@ -510,8 +694,15 @@ class Demo:
 
     def _row(self, version_number: int, role: str, heldout: float, **extra) -> None:
         """A row of the final table (and of the summary): a version, what became of it, its held-out success."""
-        self.rows.append({"version": version_number, "role": role, "heldout": heldout,
-                          "seconds": round(self._loop_seconds(), 1), **extra})
+        self.rows.append(
+            {
+                "version": version_number,
+                "role": role,
+                "heldout": heldout,
+                "seconds": round(self._loop_seconds(), 1),
+                **extra,
+            }
+        )
 
     def _loop_seconds(self) -> float:
         return 0.0 if self.loop_started is None else time.monotonic() - self.loop_started
@@ -528,34 +719,59 @@ class Demo:
         best = max(row["heldout"] for row in self.rows if row["role"] in {"base", "promoted"})
         tolerance = _env_float("DEMO_TOLERANCE", 0.05)
         if success < best - tolerance:
-            self._say(f"v{version.number} is worse offline than the best production has had ({success:.0%} < "
-                      f"{best:.0%} − {tolerance:.0%}): not released; the learner starts again from production "
-                      f"v{production.number}")
+            self._say(
+                f"v{version.number} is worse offline than the best production has had ({success:.0%} < "
+                f"{best:.0%} − {tolerance:.0%}): not released; the learner starts again from production "
+                f"v{production.number}"
+            )
             self._row(version.number, "rejected", success)
             self._restart_learner()
             return
         actor = Actor.system("demo")
         # The slot not serving production (at the start both serve the base: the second one is taken).
-        serving = [backend for backend in self.backends.values() if backend.model_version == str(production.number)]
+        serving = [
+            backend for backend in self.backends.values() if backend.model_version == str(production.number)
+        ]
         free = next((backend for backend in self.backends.values() if backend not in serving), serving[-1])
-        outcome, = model_version_publish(tenant=self.tenant, actor=actor, version=version, backend_ids=[free.pk])
+        (outcome,) = model_version_publish(
+            tenant=self.tenant, actor=actor, version=version, backend_ids=[free.pk]
+        )
         if not outcome.ok:
             self._say(f"loading v{version.number} onto {free.name} failed: {outcome.error}")
             return
         free.model_version = str(version.number)
         percent = _env_float("DEMO_CANARY_PERCENT", 50)
         release = release_create(
-            tenant=self.tenant, actor=actor, candidate_id=version.pk, baseline_id=production.pk, stages=[percent],
-            stage_min_seconds=_env_int("DEMO_CANARY_SECONDS", 10), failure_limit=1, inconclusive_limit=30,
-            guardrails=[{"metric": "reward_mean", "direction": "higher_is_better", "threshold": 0.25,
-                         "min_samples": 10},
-                        {"metric": "error_rate", "direction": "lower_is_better", "threshold": 0.05,
-                         "min_samples": 10}])
+            tenant=self.tenant,
+            actor=actor,
+            candidate_id=version.pk,
+            baseline_id=production.pk,
+            stages=[percent],
+            stage_min_seconds=_env_int("DEMO_CANARY_SECONDS", 10),
+            failure_limit=1,
+            inconclusive_limit=30,
+            guardrails=[
+                {
+                    "metric": "reward_mean",
+                    "direction": "higher_is_better",
+                    "threshold": 0.25,
+                    "min_samples": 10,
+                },
+                {
+                    "metric": "error_rate",
+                    "direction": "lower_is_better",
+                    "threshold": 0.05,
+                    "min_samples": 10,
+                },
+            ],
+        )
         self.release = release_start(tenant=self.tenant, actor=actor, release_id=release.pk)
         self.release_offline = success
-        self._say(f"release {release.pk}: v{version.number} ({success:.0%} offline) loaded on {free.name}, canary "
-                  f"at {percent:g}% of new sessions over production v{production.number} "
-                  f"({self.url}/releases/{release.pk}/)")
+        self._say(
+            f"release {release.pk}: v{version.number} ({success:.0%} offline) loaded on {free.name}, canary "
+            f"at {percent:g}% of new sessions over production v{production.number} "
+            f"({self.url}/releases/{release.pk}/)"
+        )
 
     def _follow_release(self) -> None:
         """Approves a release awaiting approval (DEMO_APPROVE=manual: an operator does, in the console), and
@@ -570,28 +786,48 @@ class Demo:
             if os.environ.get("DEMO_APPROVE") == "manual":
                 if self.release.status != release.status:
                     self.out.write("")
-                    self._say(f"release {release.pk} (v{release.candidate.number}) passed its canary and waits for "
-                              f"an operator: approve it at {self.url}/releases/{release.pk}/")
+                    self._say(
+                        f"release {release.pk} (v{release.candidate.number}) passed its canary and waits for "
+                        f"an operator: approve it at {self.url}/releases/{release.pk}/"
+                    )
             else:
-                release = release_approve(tenant=self.tenant, actor=Actor.system("demo auto-approval"),
-                                          release_id=release.pk)
+                release = release_approve(
+                    tenant=self.tenant, actor=Actor.system("demo auto-approval"), release_id=release.pk
+                )
         elif release.status == ReleaseStatus.PAUSED:
-            release = release_abort(tenant=self.tenant, actor=Actor.system("demo"), release_id=release.pk,
-                                    reason="the canary stayed inconclusive; the demo moves on")
+            release = release_abort(
+                tenant=self.tenant,
+                actor=Actor.system("demo"),
+                release_id=release.pk,
+                reason="the canary stayed inconclusive; the demo moves on",
+            )
         self.release = release
         if release.status == ReleaseStatus.PROMOTED:
             self.production = (release.candidate, self.release_offline)
-            self._row(release.candidate.number, "promoted", self.release_offline, release=release.pk,
-                      approved_by=release.approved_by)
+            self._row(
+                release.candidate.number,
+                "promoted",
+                self.release_offline,
+                release=release.pk,
+                approved_by=release.approved_by,
+            )
             self.out.write("")
-            self._say(f"release {release.pk}: v{release.candidate.number} promoted by {release.approved_by}; it now "
-                      f"serves every new session")
+            self._say(
+                f"release {release.pk}: v{release.candidate.number} promoted by {release.approved_by}; it now "
+                f"serves every new session"
+            )
         elif release.status in {ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}:
-            self._row(release.candidate.number, release.status.replace("_", " "), self.release_offline,
-                      release=release.pk)
+            self._row(
+                release.candidate.number,
+                release.status.replace("_", " "),
+                self.release_offline,
+                release=release.pk,
+            )
             self.out.write("")
-            self._say(f"release {release.pk}: v{release.candidate.number} {release.status.replace('_', ' ')} "
-                      f"({release.status_reason})")
+            self._say(
+                f"release {release.pk}: v{release.candidate.number} {release.status.replace('_', ' ')} "
+                f"({release.status_reason})"
+            )
         if release.status in {ReleaseStatus.PROMOTED, ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}:
             self.release = None
 
@@ -602,33 +838,54 @@ class Demo:
 
         from apps.training.models import OnlineRun
 
-        final = OnlineRun.objects.filter(pk__in=self.run_ids).aggregate(steps=Sum("steps"), stale=Sum("dropped_stale"))
+        final = OnlineRun.objects.filter(pk__in=self.run_ids).aggregate(
+            steps=Sum("steps"), stale=Sum("dropped_stale")
+        )
         wall = time.monotonic() - self.started
         tokens = self._tokens()
         warmup = "reused" if self.base_reused else f"{self.warmup_seconds:.0f}s"
         self.out.write("\n" + "version  role         held-out success  at (s, loop)")
         for row in self.rows:
-            self.out.write(f"v{row['version']:<7} {row['role']:<12} {row['heldout']:>15.0%}  {row['seconds']:>6.0f}")
+            self.out.write(
+                f"v{row['version']:<7} {row['role']:<12} {row['heldout']:>15.0%}  {row['seconds']:>6.0f}"
+            )
         served = [row for row in self.rows if row["role"] in {"base", "promoted"}]
         gain = (served[-1]["heldout"] - served[0]["heldout"]) if served else 0.0
-        self.out.write(f"trajectories {traffic.stats.episodes}  tokens {tokens:,}  training steps {final['steps']}  "
-                       f"stale dropped {final['stale']}  online runs {len(self.run_ids)}  "
-                       f"held back {traffic.stats.held_back}  "
-                       f"loop {self._loop_seconds():.0f}s  warm-up {warmup}  wall time {wall:.0f}s  "
-                       f"gain {gain * 100:+.0f} points")
+        self.out.write(
+            f"trajectories {traffic.stats.episodes}  tokens {tokens:,}  training steps {final['steps']}  "
+            f"stale dropped {final['stale']}  online runs {len(self.run_ids)}  "
+            f"held back {traffic.stats.held_back}  "
+            f"loop {self._loop_seconds():.0f}s  warm-up {warmup}  wall time {wall:.0f}s  "
+            f"gain {gain * 100:+.0f} points"
+        )
         problems = annotator.stats
-        self.out.write(f"annotator: {problems.labelled} labelled, {problems.skipped} skipped through the annotation API"
-                       + (f", {problems.errors} errors (last: {problems.last_problem})" if problems.errors else ""))
+        self.out.write(
+            f"annotator: {problems.labelled} labelled, {problems.skipped} skipped through the annotation API"
+            + (f", {problems.errors} errors (last: {problems.last_problem})" if problems.errors else "")
+        )
         if traffic.stats.rejected_rewards or traffic.stats.errors:
-            self.out.write(f"rewards refused {traffic.stats.rejected_rewards}, episode errors {traffic.stats.errors}"
-                           f"{'  (last: ' + traffic.stats.last_problem + ')' if traffic.stats.last_problem else ''}")
-        summary = {"seed": self.seed, "model": self.model, "rows": self.rows, "curve": self.curve,
-                   "trajectories": traffic.stats.episodes, "tokens": tokens, "steps": final["steps"],
-                   "dropped_stale": final["stale"], "online_runs": len(self.run_ids),
-                   "held_back": traffic.stats.held_back,
-                   "wall_seconds": round(wall, 1), "loop_seconds": round(self._loop_seconds(), 1),
-                   "warmup_seconds": round(self.warmup_seconds, 1), "base_reused": self.base_reused,
-                   "annotator_labels": annotator.stats.labelled, "gain_points": round(gain * 100, 1)}
+            self.out.write(
+                f"rewards refused {traffic.stats.rejected_rewards}, episode errors {traffic.stats.errors}"
+                f"{'  (last: ' + traffic.stats.last_problem + ')' if traffic.stats.last_problem else ''}"
+            )
+        summary = {
+            "seed": self.seed,
+            "model": self.model,
+            "rows": self.rows,
+            "curve": self.curve,
+            "trajectories": traffic.stats.episodes,
+            "tokens": tokens,
+            "steps": final["steps"],
+            "dropped_stale": final["stale"],
+            "online_runs": len(self.run_ids),
+            "held_back": traffic.stats.held_back,
+            "wall_seconds": round(wall, 1),
+            "loop_seconds": round(self._loop_seconds(), 1),
+            "warmup_seconds": round(self.warmup_seconds, 1),
+            "base_reused": self.base_reused,
+            "annotator_labels": annotator.stats.labelled,
+            "gain_points": round(gain * 100, 1),
+        }
         path = os.environ.get("DEMO_SUMMARY") or str(Path(settings.VAR_DIR) / "demo-summary.json")
         Path(path).write_text(json.dumps(summary, indent=2))
         self.out.write(f"summary: {path}")

@@ -60,15 +60,20 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--worker-concurrency", type=int, default=2)
-        parser.add_argument("--inference-port", type=int, default=int(os.environ.get("AREAL_INFERENCE_PORT", "8100")),
-                            help="port of the embedded inference server; 0 starts none")
+        parser.add_argument(
+            "--inference-port",
+            type=int,
+            default=int(os.environ.get("AREAL_INFERENCE_PORT", "8100")),
+            help="port of the embedded inference server; 0 starts none",
+        )
         parser.add_argument("--tenant", default="demo", help="tenant the embedded backend is registered for")
 
     def handle(self, *args, host, port, worker_concurrency, inference_port, tenant, **options):
         for name, wanted in (("PORT", port), ("AREAL_INFERENCE_PORT", inference_port)):
             if wanted and not port_is_free(host, wanted):
-                raise CommandError(f"port {wanted} on {host} is already in use; stop what holds it or set "
-                                   f"{name}=<free port>")
+                raise CommandError(
+                    f"port {wanted} on {host} is already in use; stop what holds it or set {name}=<free port>"
+                )
         call_command("migrate", verbosity=0, interactive=False)
         call_command("bootstrap", tenant=tenant, stdout=self.stdout)
         python = sys.executable
@@ -78,29 +83,78 @@ class Command(BaseCommand):
             call_command("initmodel", out=str(model_dir), stdout=self.stdout)
         queues = ",".join(queue.value for queue in Queue)
         commands = {
-            "web": [python, "-m", "uvicorn", "areal_web.asgi:application", "--host", host, "--port", str(port),
-                    "--no-access-log"],
-            "worker": [python, "-m", "celery", "-A", "areal_web", "worker", "-Q", queues,
-                       "--concurrency", str(worker_concurrency), "--loglevel", "INFO", "-n", "embedded@%h"],
-            "beat": [python, "-m", "celery", "-A", "areal_web", "beat", "--loglevel", "INFO",
-                     "-s", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)],
+            "web": [
+                python,
+                "-m",
+                "uvicorn",
+                "areal_web.asgi:application",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--no-access-log",
+            ],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "areal_web",
+                "worker",
+                "-Q",
+                queues,
+                "--concurrency",
+                str(worker_concurrency),
+                "--loglevel",
+                "INFO",
+                "-n",
+                "embedded@%h",
+            ],
+            "beat": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "areal_web",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "-s",
+                str(settings.CELERY_BEAT_SCHEDULE_FILENAME),
+            ],
         }
         if inference_port:
-            commands["inference"] = [python, "-m", "workers.inference.server", "--model", str(model_dir),
-                                     "--host", host, "--port", str(inference_port), "--served-model-name", "default"]
+            commands["inference"] = [
+                python,
+                "-m",
+                "workers.inference.server",
+                "--model",
+                str(model_dir),
+                "--host",
+                host,
+                "--port",
+                str(inference_port),
+                "--served-model-name",
+                "default",
+            ]
         for stale in settings.AREAL_PROMETHEUS_DIR.glob("*.db"):  # the last run's Prometheus counters
             stale.unlink(missing_ok=True)
-        environment = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE",
-                                                                               "areal_web.settings.local")}
-        environment = stack_environment(environment, host=host, inference_ports=[inference_port] if inference_port
-                                        else [])
+        environment = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "areal_web.settings.local"),
+        }
+        environment = stack_environment(
+            environment, host=host, inference_ports=[inference_port] if inference_port else []
+        )
         processes = {
             name: subprocess.Popen(command, env=environment, start_new_session=True)
             for name, command in commands.items()
         }
         if inference_port:
             self._register_embedded(tenant, f"http://{host}:{inference_port}", processes["inference"])
-        self.stdout.write(self.style.SUCCESS(f"\nareal-web console: http://{host}:{port}/  (Ctrl-C stops everything)"))
+        self.stdout.write(
+            self.style.SUCCESS(f"\nareal-web console: http://{host}:{port}/  (Ctrl-C stops everything)")
+        )
         stopping = False
 
         def stop(*_):
@@ -143,6 +197,16 @@ class Command(BaseCommand):
                 pass
             time.sleep(0.5)
         else:
-            self.stderr.write(f"the embedded inference server at {url} did not answer; the gateway will mark it down")
-        call_command("registerbackend", tenant, name="embedded", url=url, kind="embedded", model="default",
-                     model_version="0", stdout=self.stdout)
+            self.stderr.write(
+                f"the embedded inference server at {url} did not answer; the gateway will mark it down"
+            )
+        call_command(
+            "registerbackend",
+            tenant,
+            name="embedded",
+            url=url,
+            kind="embedded",
+            model="default",
+            model_version="0",
+            stdout=self.stdout,
+        )

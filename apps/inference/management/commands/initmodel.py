@@ -7,8 +7,10 @@ DEFAULT_MODEL_DIR = "models/default"
 
 
 class Command(BaseCommand):
-    help = ("Creates the default small causal LM (Llama architecture, locally trained byte-level BPE, chat "
-            "template with tools, safetensors) as a Hugging Face model directory, offline and deterministically.")
+    help = (
+        "Creates the default small causal LM (Llama architecture, locally trained byte-level BPE, chat "
+        "template with tools, safetensors) as a Hugging Face model directory, offline and deterministically."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--out", default=None, help=f"directory (default: var/{DEFAULT_MODEL_DIR})")

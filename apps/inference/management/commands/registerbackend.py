@@ -21,7 +21,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, tenant_slug, name, url, kind, model, model_version, weight, **options):
         actor = Actor.system("manage.py registerbackend")
-        fields = {"base_url": url, "kind": kind, "served_model": model, "model_version": model_version, "weight": weight}
+        fields = {
+            "base_url": url,
+            "kind": kind,
+            "served_model": model,
+            "model_version": model_version,
+            "weight": weight,
+        }
         try:
             tenant = tenant_get_by_slug(slug=tenant_slug)
             existing = InferenceBackend.objects.for_tenant(tenant).filter(name=name).first()
@@ -32,5 +38,7 @@ class Command(BaseCommand):
         except DomainError as error:
             raise CommandError(error.message) from None
         backend = backend_check(backend=backend)
-        self.stdout.write(f"{'updated' if existing else 'registered'} {backend.name} → {backend.base_url}: "
-                          f"{backend.state}{' (' + backend.last_error + ')' if backend.last_error else ''}")
+        self.stdout.write(
+            f"{'updated' if existing else 'registered'} {backend.name} → {backend.base_url}: "
+            f"{backend.state}{' (' + backend.last_error + ')' if backend.last_error else ''}"
+        )

@@ -12,8 +12,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("tenant_slug")
-        parser.add_argument("--scope", action="append", dest="scopes", required=True,
-                            choices=[scope.value for scope in Scope], help="repeat for several scopes")
+        parser.add_argument(
+            "--scope",
+            action="append",
+            dest="scopes",
+            required=True,
+            choices=[scope.value for scope in Scope],
+            help="repeat for several scopes",
+        )
         parser.add_argument("--name", default=None)
         parser.add_argument("--expires-days", type=int, default=None)
 
@@ -21,9 +27,11 @@ class Command(BaseCommand):
         try:
             tenant = tenant_get_by_slug(slug=tenant_slug)
             key, raw = api_key_create(
-                tenant=tenant, actor=Actor.system("manage.py createapikey"),
+                tenant=tenant,
+                actor=Actor.system("manage.py createapikey"),
                 name=name or f"cli-{'-'.join(sorted(scopes))}-{tenant.api_keys.count() + 1}",
-                scopes=scopes, expires_in_days=expires_days,
+                scopes=scopes,
+                expires_in_days=expires_days,
             )
         except DomainError as error:
             raise CommandError(error.message) from None
