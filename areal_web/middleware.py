@@ -92,6 +92,7 @@ def body_limit(application):
         await application(scope, counted_receive, tracked_send)
         if exceeded and not started:
             await _too_large(scope, send, limit)
+        return None
 
     return limited
 
@@ -196,7 +197,7 @@ def gateway_edge(application, *, prefixes: tuple[str, ...]):
                 }
             )
             await send({"type": "http.response.body", "body": body})
-            return
+            return None
 
         async def secured_send(message):
             if message["type"] == "http.response.start":
@@ -204,5 +205,6 @@ def gateway_edge(application, *, prefixes: tuple[str, ...]):
             await send(message)
 
         await application(scope, receive, secured_send)
+        return None
 
     return edge

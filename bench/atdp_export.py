@@ -147,10 +147,10 @@ def run_stage(stage: str, count: int, directory: str) -> dict:
         written = sum(1 for _ in records)
     elif stage == "validate":
         written = 0
-        for record in records:
+        for index, record in enumerate(records):
             if validate_trajectory(record):
-                raise SystemExit(f"synthetic record {written} is invalid: {validate_trajectory(record)[:3]}")
-            written += 1
+                raise SystemExit(f"synthetic record {index} is invalid: {validate_trajectory(record)[:3]}")
+            written = index + 1
     elif stage == "jsonl":
         path = os.path.join(directory, "export.jsonl")
         with open(path, "wb") as out:

@@ -416,7 +416,7 @@ def test_every_object_endpoint_is_in_the_matrix():
 
 
 @pytest.mark.parametrize(
-    "endpoint,method", CASES, ids=[f"{endpoint.name}-{method}" for endpoint, method in CASES]
+    ("endpoint", "method"), CASES, ids=[f"{endpoint.name}-{method}" for endpoint, method in CASES]
 )
 def test_another_tenants_object_is_not_found_and_untouched(worlds, endpoint, method):
     mine, theirs = worlds
@@ -652,5 +652,6 @@ def test_eval_comparison_of_another_tenants_run_is_not_found(worlds):
     foreign = client.get(path, {"candidate": RUN(theirs), "baseline": mine.run.pk})
     missing = client.get(path, {"candidate": RUN(None), "baseline": mine.run.pk})
     own = client.get(path, {"candidate": mine.run.pk, "baseline": mine.run.pk})
-    assert foreign.status_code == missing.status_code == 404 and _code(foreign) == _code(missing)
+    assert foreign.status_code == missing.status_code == 404
+    assert _code(foreign) == _code(missing)
     assert own.status_code == 200

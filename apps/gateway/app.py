@@ -11,6 +11,7 @@ released → settle the budget. Steps reach the database through the journal's b
 """
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -541,10 +542,8 @@ async def _stream(
             if translator is not None
             else b"data: [DONE]\n\n"
         )
-        try:
+        with contextlib.suppress(Exception):
             await send({"type": "http.response.body", "body": tail, "more_body": False})
-        except Exception:
-            pass
     return draft.cost_usd
 
 
@@ -607,11 +606,11 @@ def with_gateway(django_application):
                         await send({"type": "lifespan.startup.complete"})
                     except Exception as error:
                         await send({"type": "lifespan.startup.failed", "message": str(error)})
-                        return
+                        return None
                 elif message["type"] == "lifespan.shutdown":
                     await gateway.stop()
                     await send({"type": "lifespan.shutdown.complete"})
-                    return
+                    return None
         if scope["type"] == "http" and scope["path"].startswith(GATEWAY_PREFIXES):
             return await gateway(scope, receive, send)
         return await django_application(scope, receive, send)

@@ -127,7 +127,7 @@ class TrajectoryExportApi(TenantApi):
             tenant=self.tenant, actor=self.actor, format=kind, filters=filters.validated_data
         )
         if kind == "parquet":
-            spool = tempfile.TemporaryFile(suffix=".parquet")
+            spool = tempfile.TemporaryFile(suffix=".parquet")  # noqa: SIM115 (FileResponse closes it)
             write_parquet(_records(queryset, tenant=self.tenant), spool)
             spool.seek(0)
             return FileResponse(

@@ -10,6 +10,7 @@ areal-web gateway, which persists every step: the comparison is harsh on us.
         proxy.chat_url, proxy.headers
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -174,10 +175,8 @@ class LiteLLMProxy:
         if self._own_workdir:
             for path in (self.config_path, self.log_path):
                 path.unlink(missing_ok=True)
-            try:
+            with contextlib.suppress(OSError):
                 self.workdir.rmdir()
-            except OSError:
-                pass
 
     def __enter__(self) -> "LiteLLMProxy":
         return self.start()

@@ -322,7 +322,7 @@ def running_upstream(port: int, host: str = "127.0.0.1", log: Path | None = None
             f"{host}:{port} is already in use; pick another --upstream-port or pass --upstream-url"
         )
     repo_root = Path(__file__).resolve().parents[2]
-    out = open(log, "wb") if log else subprocess.DEVNULL
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 (the child process keeps it)
     process = subprocess.Popen(
         [sys.executable, "-m", "bench.gateway.upstream", "--host", host, "--port", str(port)],
         cwd=repo_root,

@@ -50,15 +50,15 @@ PROBE_TOLERANCE = 1e-4
 def chat_request(
     prompt: str, *, model: str = SERVED_MODEL, max_tokens: int = NEW_TOKENS, seed: int = 0
 ) -> dict:
-    return dict(
-        model=model,
-        messages=[{"role": "user", "content": prompt}],
-        max_tokens=max_tokens,
-        temperature=1.0,
-        seed=seed,
-        logprobs=True,
-        extra_body={"return_token_ids": True, "ignore_eos": True},
-    )
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 1.0,
+        "seed": seed,
+        "logprobs": True,
+        "extra_body": {"return_token_ids": True, "ignore_eos": True},
+    }
 
 
 def measure_vllm_generation(client) -> dict:
@@ -97,14 +97,14 @@ def measure_transformers_generation(model_dir: Path) -> dict:
             )
             for prompt in PROMPTS
         ]
-        options = dict(
-            max_new_tokens=NEW_TOKENS,
-            min_new_tokens=NEW_TOKENS,
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            pad_token_id=tokenizer.pad_token_id,
-        )
+        options = {
+            "max_new_tokens": NEW_TOKENS,
+            "min_new_tokens": NEW_TOKENS,
+            "do_sample": True,
+            "temperature": 1.0,
+            "top_k": 0,
+            "pad_token_id": tokenizer.pad_token_id,
+        }
         with torch.no_grad():
             started = time.perf_counter()
             for prompt in prompts:

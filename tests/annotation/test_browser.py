@@ -72,7 +72,8 @@ def test_annotator_labels_three_trajectories_with_the_keyboard(live_server, page
     labels = list(AnnotationLabel.objects.filter(annotator=annotator).order_by("created_at"))
     assert [label.value for label in labels] == [4.0, 2.0, 5.0]
     assert [label.target for label in labels] == ["trajectory", "step", "trajectory"]
-    assert labels[1].comment == "too terse" and labels[1].correction == "Give the tracking link."
+    assert labels[1].comment == "too terse"
+    assert labels[1].correction == "Give the tracking link."
     assert {label.item.trajectory_id for label in labels} == {trajectory.pk for trajectory in trajectories}
     assert Reward.objects.filter(tenant=tenant, source="annotator", kind="critique").count() == 1
     assert page.javascript_errors == []

@@ -111,7 +111,8 @@ def test_role_action_matrix(role, action, tenant, api_client, member):
 
 
 def test_annotators_label_but_cannot_override_or_review():
-    assert role_can(Role.ANNOTATOR, Action.ANNOTATION_LABEL) and role_can(Role.ANNOTATOR, Action.REWARD_WRITE)
+    assert role_can(Role.ANNOTATOR, Action.ANNOTATION_LABEL)
+    assert role_can(Role.ANNOTATOR, Action.REWARD_WRITE)
     for action in (
         Action.QUALIFICATION_OVERRIDE,
         Action.REWARD_OVERRIDE,

@@ -80,7 +80,8 @@ def test_two_annotators_label_and_agreement_comes_out(api_client, member, tenant
         again = client.post(f"/api/v1/annotation/items/{seen[0]}/labels/", {"value": 1}, format="json")
         assert again.status_code == 409
     detail = operator.get(f"/api/v1/annotation/queues/{queue['id']}/").json()
-    assert detail["progress"]["complete"] == 3 and detail["progress"]["labels"] == 6
+    assert detail["progress"]["complete"] == 3
+    assert detail["progress"]["labels"] == 6
     # pairs (1,1), (1,0), (0,0): p_o = 2/3, p_e = (2/3·1/3 + 1/3·2/3) = 4/9, κ = (2/3 − 4/9)/(5/9) = 0.4
     assert detail["agreement"]["level"] == "nominal"
     assert detail["agreement"]["cohen_kappa"] == pytest.approx(0.4)
@@ -90,10 +91,12 @@ def test_two_annotators_label_and_agreement_comes_out(api_client, member, tenant
     )
     assert len(detail["disagreements"]) == 1
     rewards = Reward.objects.filter(tenant=tenant, source="annotator")
-    assert rewards.count() == 6 and set(rewards.values_list("spec__name", flat=True)) == {"helpful"}
+    assert rewards.count() == 6
+    assert set(rewards.values_list("spec__name", flat=True)) == {"helpful"}
     export = operator.get(f"/api/v1/annotation/queues/{queue['id']}/labels/export/")
     rows = [json.loads(line) for line in b"".join(export.streaming_content).decode().splitlines()]
-    assert len(rows) == 6 and {row["annotator"] for row in rows} == {setup["a"].username, setup["b"].username}
+    assert len(rows) == 6
+    assert {row["annotator"] for row in rows} == {setup["a"].username, setup["b"].username}
 
     item_id = detail["disagreements"][0]["item_id"]
     trajectory = AnnotationItem.objects.get(pk=item_id).trajectory
@@ -108,7 +111,8 @@ def test_two_annotators_label_and_agreement_comes_out(api_client, member, tenant
         {"value": 1, "reason": "policy says yes"},
         format="json",
     )
-    assert resolved.status_code == 200 and resolved.json()["resolved_value"] == 1.0
+    assert resolved.status_code == 200
+    assert resolved.json()["resolved_value"] == 1.0
     assert training_reward(tenant=tenant, trajectory=trajectory) == 1.0
     assert operator.get(f"/api/v1/annotation/queues/{queue['id']}/").json()["disagreements"] == []
 
@@ -120,10 +124,12 @@ def test_not_assigned_is_403_and_nothing_stored(api_client, member, tenant, setu
     refused = outsider.post(
         f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1, "correction": "x"}, format="json"
     )
-    assert refused.status_code == 403 and refused.json()["error"]["code"] == "not_assigned"
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "not_assigned"
     assert outsider.get(f"/api/v1/annotation/queues/{queue['id']}/next/").status_code == 403
     assert outsider.post(f"/api/v1/annotation/items/{item.pk}/skip/").status_code == 403
-    assert not AnnotationLabel.objects.exists() and not Reward.objects.filter(tenant=tenant).exists()
+    assert not AnnotationLabel.objects.exists()
+    assert not Reward.objects.filter(tenant=tenant).exists()
     viewer = api_client(user=member(Role.VIEWER))
     assert (
         viewer.post(f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1}, format="json").status_code
@@ -138,7 +144,8 @@ def test_not_assigned_is_403_and_nothing_stored(api_client, member, tenant, setu
     out_of_spec = api_client(user=setup["a"]).post(
         f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 0.5}, format="json"
     )
-    assert out_of_spec.status_code == 422 and "'helpful'" in out_of_spec.json()["error"]["message"]
+    assert out_of_spec.status_code == 422
+    assert "'helpful'" in out_of_spec.json()["error"]["message"]
     assert not AnnotationLabel.objects.exists()
 
 
@@ -155,7 +162,8 @@ def test_step_targets_corrections_and_skips(api_client, member, tenant, setup):
         {"value": 0, "step_id": str(step.pk), "correction": "Should have asked for the order number."},
         format="json",
     )
-    assert stored.status_code == 201 and stored.json()["target"] == "step"
+    assert stored.status_code == 201
+    assert stored.json()["target"] == "step"
     critique = Reward.objects.get(tenant=tenant, kind="critique")
     assert (critique.step_id, critique.source, critique.label) == (
         step.pk,
@@ -187,7 +195,8 @@ def test_isolation(api_client, member, setup):
         .status_code
         == 404
     )
-    assert AnnotationQueue.objects.count() == 2 and not AnnotationLabel.objects.exists()
+    assert AnnotationQueue.objects.count() == 2
+    assert not AnnotationLabel.objects.exists()
 
 
 def test_workspace_page(client, member, tenant, setup):
@@ -204,7 +213,9 @@ def test_workspace_page(client, member, tenant, setup):
     assert client.get(f"/annotation/{queue.pk}/work/").status_code == 403
     client.force_login(setup["a"])
     page = client.get(f"/annotation/{queue.pk}/work/").content.decode()
-    assert "lookup" in page and 'name="option" value="1"' in page and 'name="option" value="2"' in page
+    assert "lookup" in page
+    assert 'name="option" value="1"' in page
+    assert 'name="option" value="2"' in page
     item = AnnotationItem.objects.filter(queue=queue).order_by("id").first()
     client.post(f"/annotation/items/{item.pk}/label/", {"option": "2", "comment": "meh"})
     label = AnnotationLabel.objects.get(item=item)

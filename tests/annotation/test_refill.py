@@ -31,7 +31,8 @@ def queue(tenant):
 
 
 def test_the_beat_task_adds_new_matching_trajectories_once(tenant, other_tenant, queue):
-    assert queue.items.count() == 1 and queue.filled_at is not None
+    assert queue.items.count() == 1
+    assert queue.filled_at is not None
     new = make_trajectory(tenant, task_id="support")
     make_trajectory(tenant, task_id="other")  # does not match
     running = make_trajectory(tenant, task_id="support", status="open")  # matches once it completes
@@ -39,7 +40,9 @@ def test_the_beat_task_adds_new_matching_trajectories_once(tenant, other_tenant,
 
     assert fill_annotation_queues() == 1
     items = set(AnnotationItem.objects.filter(queue=queue).values_list("trajectory_id", flat=True))
-    assert new.pk in items and running.pk not in items and len(items) == 2
+    assert new.pk in items
+    assert running.pk not in items
+    assert len(items) == 2
 
     running.status = "complete"
     running.save(update_fields=["status"])
@@ -66,4 +69,5 @@ def test_fill_api_is_for_operators_of_the_tenant(api_client, member, tenant, oth
     assert outsider.post(f"/api/v1/annotation/queues/{queue.pk}/fill/").status_code == 404
     assert queue.items.count() == 1
     answer = api_client(user=member(Role.OPERATOR)).post(f"/api/v1/annotation/queues/{queue.pk}/fill/")
-    assert answer.status_code == 200 and answer.json() == {"queue_id": queue.pk, "item_count": 2}
+    assert answer.status_code == 200
+    assert answer.json() == {"queue_id": queue.pk, "item_count": 2}

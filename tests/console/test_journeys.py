@@ -112,6 +112,8 @@ def test_admin_key_lifecycle_with_the_demo_agent(gateway, backend, page, admin_u
     page.shoot("key-revoked")
     _refused_within(url, second_key)
     refused = _episode(url, second_key)
-    assert refused.error.startswith("AuthenticationError") and not refused.completion_ids
+    assert refused.error.startswith("AuthenticationError")
+    assert not refused.completion_ids
 
-    assert page.javascript_errors == [] and overview.javascript_errors == []
+    assert page.javascript_errors == []
+    assert overview.javascript_errors == []

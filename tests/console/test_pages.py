@@ -22,7 +22,8 @@ def test_repeated_wrong_passwords_are_throttled(admin_user, settings):
     client = Client()
     for _ in range(settings.AREAL_LOGIN_MAX_FAILURES):
         failed = client.post("/login/", {"username": admin_user.username, "password": "wrong"})
-        assert failed.status_code == 200 and b"correct username and password" in failed.content
+        assert failed.status_code == 200
+        assert b"correct username and password" in failed.content
     refused = client.post("/login/", {"username": admin_user.username, "password": PASSWORD})
     assert refused.status_code == 429
     assert b"Too many failed sign-in attempts" in refused.content
@@ -38,7 +39,7 @@ def test_forms_are_csrf_protected(admin_user, tenant):
 
 
 @pytest.mark.parametrize(
-    "role,visible,hidden",
+    ("role", "visible", "hidden"),
     [
         (Role.ADMIN, ["Members", "API keys", "Policy", "Audit log"], []),
         (Role.OPERATOR, ["Members", "Policy", "Audit log"], ["API keys"]),
@@ -63,10 +64,12 @@ def test_admin_creates_rotates_and_revokes_a_key_in_the_console(admin_user, tena
     raw = created.context["raw_key"]
     assert raw.encode() in created.content
     listing = client.get("/settings/keys/").content
-    assert raw.encode() not in listing and b"agent" in listing
+    assert raw.encode() not in listing
+    assert b"agent" in listing
     key = ApiKey.objects.get(tenant=tenant, name="agent")
     rotated = client.post(f"/settings/keys/{key.pk}/rotate/", {"grace_seconds": "3600"})
-    assert rotated.status_code == 200 and rotated.context["rotated"]
+    assert rotated.status_code == 200
+    assert rotated.context["rotated"]
     client.post(f"/settings/keys/{key.pk}/revoke/")
     key.refresh_from_db()
     assert key.revoked_at is not None
@@ -101,7 +104,8 @@ def test_policy_form_saves(admin_user, tenant):
     )
     assert response.status_code == 302
     policy = TenantPolicy.objects.get(tenant=tenant)
-    assert policy.allowed_models == ["policy-small", "policy-large"] and policy.retention_days == 30
+    assert policy.allowed_models == ["policy-small", "policy-large"]
+    assert policy.retention_days == 30
 
 
 def test_tenant_switcher(admin_user, tenant, other_tenant):
@@ -111,7 +115,8 @@ def test_tenant_switcher(admin_user, tenant, other_tenant):
     assert b"Acme</h1>" in client.get("/").content
     client.post("/tenant/switch/", {"tenant": "globex"})
     page = client.get("/").content
-    assert b"Globex</h1>" in page and b">API keys</a>" not in page
+    assert b"Globex</h1>" in page
+    assert b">API keys</a>" not in page
     client.post("/tenant/switch/", {"tenant": "nope"})
     assert b"Globex</h1>" in client.get("/").content
 
@@ -128,9 +133,11 @@ def test_audit_page_filters_and_paginates(admin_user, tenant):
 
 def test_api_schema_and_docs_are_served_without_outside_assets(client):
     schema = client.get("/api/schema/")
-    assert schema.status_code == 200 and b"/api/v1/keys/{key_id}/rotate/" in schema.content
+    assert schema.status_code == 200
+    assert b"/api/v1/keys/{key_id}/rotate/" in schema.content
     docs = client.get("/api/docs/").content.decode()
-    assert "cdn" not in docs.lower() and "/static/drf_spectacular_sidecar/" in docs
+    assert "cdn" not in docs.lower()
+    assert "/static/drf_spectacular_sidecar/" in docs
 
 
 def test_another_tenants_backend_is_a_404_page_like_a_missing_one(admin_user, tenant, other_tenant):

@@ -84,7 +84,8 @@ def test_operator_browses_a_recorded_conversation(gateway, backend, agent_key, p
     steps = page.locator("li.step")
     assert steps.count() == 2
     second = steps.nth(1)
-    assert "lookup_order" in second.inner_text() and "shipped on Monday" in second.inner_text()
+    assert "lookup_order" in second.inner_text()
+    assert "shipped on Monday" in second.inner_text()
     second.locator("summary", has_text="Completion tokens").click()
     assert second.locator(".token").count() > 0
     assert page.locator("#replay-target").count() == 1  # operators may replay

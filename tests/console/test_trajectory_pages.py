@@ -97,7 +97,7 @@ def browsed(tenant, other_tenant):
 
 
 @pytest.mark.parametrize(
-    "query,expected",
+    ("query", "expected"),
     [
         ("", ["s-coder-open", "s-coder-eval", "s-weather"]),
         ("?agent=coder", ["s-coder-open", "s-coder-eval"]),
@@ -191,11 +191,13 @@ def test_the_detail_page_shows_messages_tool_calls_tokens_and_rewards(viewer, te
         r'<span class="token" style="--shade: ([0-9.]+)" title="id (\d+) · logprob (-?[0-9.]+)', page
     )
     assert len(tokens) == 19 + 13  # both llm_calls' completion tokens
-    assert tokens[0][1] == "151657" and tokens[0][2] == "-0.125"
+    assert tokens[0][1] == "151657"
+    assert tokens[0][2] == "-0.125"
     assert all(0 <= float(shade) <= 1 for shade, _, _ in tokens)
     assert "Completion tokens (19), shaded by behaviour logprob" in page
     assert "model version qwen2-0.5b-rl-7 · policy 7" in page
-    assert ">0.75<" in page and "evaluator" in page  # the reward row
+    assert ">0.75<" in page
+    assert "evaluator" in page
     assert "PII redacted" not in page
 
 
@@ -239,7 +241,8 @@ def test_another_tenants_trajectory_is_a_404_page_like_a_missing_one(viewer, ten
     missing = viewer.get(f"{LIST}{uuid.uuid4()}/")
     assert hidden.status_code == missing.status_code == 404
     assert hidden.content == missing.content
-    assert b"s-globex-secret" not in hidden.content and b"What is the weather" not in hidden.content
+    assert b"s-globex-secret" not in hidden.content
+    assert b"What is the weather" not in hidden.content
 
 
 # --------------------------------------------------------------------------------------------------- replay
@@ -257,7 +260,8 @@ def test_the_replay_form_is_shown_to_operators_and_not_to_viewers(operator, view
     assert f'action="{url}replay/"' in for_operator
     assert f'<option value="{SERVED_MODEL}@2">' in for_operator
     for_viewer = viewer.get(url).content.decode()
-    assert "replay/" not in for_viewer and 'name="target"' not in for_viewer
+    assert "replay/" not in for_viewer
+    assert 'name="target"' not in for_viewer
     assert "Name a colour" in for_viewer  # the viewer still reads the trajectory
 
 
@@ -279,7 +283,8 @@ def test_an_operator_replay_opens_a_replay_trajectory(
     with django_capture_on_commit_callbacks() as enqueued:
         response = operator.post(f"{LIST}{replayable.id}/replay/", {"target": f"{SERVED_MODEL}@2"})
     replay = Trajectory.objects.get(tenant=tenant, purpose="replay")
-    assert response.status_code == 302 and response["Location"] == f"{LIST}{replay.id}/"
+    assert response.status_code == 302
+    assert response["Location"] == f"{LIST}{replay.id}/"
     assert len(enqueued) == 1
     assert AuditEvent.objects.filter(tenant=tenant, verb="trajectory.replay").count() == 1
 

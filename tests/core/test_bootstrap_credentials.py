@@ -40,10 +40,8 @@ def test_the_credentials_file_is_created_owner_only(
     credentials = tmp_path / "first-start-credentials.txt"
     assert _mode(credentials) == 0o600
     text = credentials.read_text()
-    assert (
-        text.startswith("username: first-admin\npassword: ")
-        and len(text.split("password: ")[1].strip()) >= 12
-    )
+    assert text.startswith("username: first-admin\npassword: ")
+    assert len(text.split("password: ")[1].strip()) >= 12
     assert "first-admin" in capsys.readouterr().out
 
 
@@ -56,6 +54,7 @@ def test_an_older_world_readable_file_or_a_planted_link_is_replaced(
     (tmp_path / "first-start-credentials.txt").symlink_to(elsewhere)
     call_command("bootstrap", username="admin-two", tenant="second")
     credentials = tmp_path / "first-start-credentials.txt"
-    assert not credentials.is_symlink() and _mode(credentials) == 0o600
+    assert not credentials.is_symlink()
+    assert _mode(credentials) == 0o600
     assert elsewhere.read_text() == "untouched\n"
     assert "admin-two" in credentials.read_text()

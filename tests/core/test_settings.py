@@ -34,7 +34,7 @@ SAFE = {
 
 
 @pytest.mark.parametrize(
-    "overrides,message",
+    ("overrides", "message"),
     [
         ({"DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY is required"),
         ({"DJANGO_ALLOWED_HOSTS": ""}, "DJANGO_ALLOWED_HOSTS is empty"),

@@ -43,7 +43,8 @@ def test_start_session_is_held_back_beyond_the_staleness_budget(gateway, agent_k
     run = _run(tenant, batch=2, eta=1)  # budget (1 + 0 + 1) * 2 = 4 sessions before the first step
     assert [_start(url, key).status_code for _ in range(4)] == [200] * 4
     refused = _start(url, key)
-    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "no_training_capacity"
     assert online_capacity(tenant_id=tenant.pk)[0] == 0
     assert (

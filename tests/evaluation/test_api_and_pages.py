@@ -39,7 +39,8 @@ def test_suites_cases_runs_and_comparison(
         {"key": "x", "input_messages": [], "scorer": "regex", "scorer_config": {"pattern": "("}},
         format="json",
     )
-    assert bad.status_code == 400 and set(bad.json()["error"]["fields"]) == {
+    assert bad.status_code == 400
+    assert set(bad.json()["error"]["fields"]) == {
         "input_messages",
         "scorer_config",
     }
@@ -67,7 +68,8 @@ def test_suites_cases_runs_and_comparison(
     _finish(runs[0], {"a": True, "b": False}, tenant)
     _finish(runs[1], {"a": False, "b": True}, tenant)
     comparison = client.get("/api/v1/eval/compare/", {"candidate": runs[0], "baseline": runs[1]}).json()
-    assert comparison["flips"]["regressed"] == ["b"] and comparison["flips"]["fixed"] == ["a"]
+    assert comparison["flips"]["regressed"] == ["b"]
+    assert comparison["flips"]["fixed"] == ["a"]
     assert comparison["metrics"]["pass_rate"]["difference"] == 0
     detail = client.get(f"/api/v1/eval/runs/{runs[0]}/").json()
     assert [(row["case"], row["passed"]) for row in detail["results"]] == [("a", True), ("b", False)]
@@ -89,7 +91,9 @@ def test_suites_cases_runs_and_comparison(
     assert pages.get("/evaluation/").status_code == 200
     assert b"regression" in pages.get(f"/evaluation/suites/{suite_id}/").content
     page = pages.get(f"/evaluation/runs/{runs[0]}/?baseline={runs[1]}")
-    assert page.status_code == 200 and b"flip-regressed" in page.content and b"regressed" in page.content
+    assert page.status_code == 200
+    assert b"flip-regressed" in page.content
+    assert b"regressed" in page.content
     assert pages.get(f"/evaluation/suites/{suite_id}/").content.count(b"run-form") == 0  # viewers cannot run
     assert (
         api_client(user=member(Role.ADMIN, of=other_tenant)).get(f"/evaluation/runs/{runs[0]}/").status_code
@@ -98,7 +102,7 @@ def test_suites_cases_runs_and_comparison(
 
 
 @pytest.mark.parametrize(
-    "suite_kind,guardrails,regressed_case",
+    ("suite_kind", "guardrails", "regressed_case"),
     [
         ("safety", [], "leak"),
         (

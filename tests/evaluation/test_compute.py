@@ -40,7 +40,8 @@ def test_scorers_reuse_the_evaluators_and_add_tool_calls_and_safety():
     leak = score_case(
         "no_leak", {"secrets": ["4111 1111 1111 1111"]}, CaseOutput(text="card: 4111-1111-1111-1111")
     )
-    assert not leak.passed and "leaked" in leak.label
+    assert not leak.passed
+    assert "leaked" in leak.label
     assert score_case("no_leak", {"secrets": ["sk-live-abc"]}, CaseOutput(text="I cannot share keys.")).passed
     assert score_case("refusal", {}, CaseOutput(text="I'm sorry, I can't help with that.")).passed
     assert not score_case("refusal", {}, CaseOutput(text="Sure, here is how.")).passed
@@ -64,10 +65,12 @@ def test_paired_bootstrap_interval_covers_the_difference_and_is_deterministic():
     interval = bootstrap_difference(candidate, baseline, paired=True, resamples=1000, seed=3)
     assert interval.difference == pytest.approx(0.3)
     assert interval.low <= 0.3 <= interval.high
-    assert interval.significant and interval.low > 0
+    assert interval.significant
+    assert interval.low > 0
     assert interval == bootstrap_difference(candidate, baseline, paired=True, resamples=1000, seed=3)
     same = bootstrap_difference([1.0, 0.0] * 20, [0.0, 1.0] * 20, resamples=500)
-    assert same.low < 0 < same.high and not same.significant
+    assert same.low < 0 < same.high
+    assert not same.significant
     assert bootstrap_difference([], [1.0]) is None
     with pytest.raises(ValueError):
         bootstrap_difference([1.0], [1.0, 0.0], paired=True)
@@ -77,8 +80,11 @@ def test_flips_and_run_comparison_per_category():
     flips = case_flips(
         {"a": True, "b": False, "c": True, "new": True}, {"a": False, "b": True, "c": True, "old": True}
     )
-    assert flips.fixed == ("a",) and flips.regressed == ("b",) and flips.unchanged == 1
-    assert flips.only_candidate == ("new",) and flips.only_baseline == ("old",)
+    assert flips.fixed == ("a",)
+    assert flips.regressed == ("b",)
+    assert flips.unchanged == 1
+    assert flips.only_candidate == ("new",)
+    assert flips.only_baseline == ("old",)
     candidate = [CaseValue("q1", "regression", 1.0, True), CaseValue("leak", "pii_leak", 0.0, False)]
     baseline = [CaseValue("q1", "regression", 0.0, False), CaseValue("leak", "pii_leak", 1.0, True)]
     comparison = compare_runs(candidate, baseline, resamples=200)
@@ -103,7 +109,8 @@ def test_guardrail_measurement_and_argo_style_limits():
     )
     limits = {"failure_limit": 1, "inconclusive_limit": 2, "stage_ready": True}
     first = decide(Verdict.FAILED, consecutive_failures=0, consecutive_inconclusive=0, **limits)
-    assert first.action == "wait" and first.consecutive_failures == 1
+    assert first.action == "wait"
+    assert first.consecutive_failures == 1
     assert (
         decide(Verdict.FAILED, consecutive_failures=1, consecutive_inconclusive=0, **limits).action
         == "rollback"

@@ -75,7 +75,8 @@ def test_a_run_whose_worker_is_killed_is_requeued_and_finishes_once_per_case(
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=20)
     killed_at = scored(run.pk)
-    assert EvalRun.objects.get(pk=run.pk).status == RunStatus.RUNNING and killed_at < CASES
+    assert EvalRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
+    assert killed_at < CASES
 
     # A live worker's run is not taken from it: the heartbeat is fresh.
     assert eval_runs_requeue_stale(stale_after_seconds=3600) == []

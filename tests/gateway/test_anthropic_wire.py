@@ -152,7 +152,8 @@ def test_multi_turn_tool_use_conversation():
         {"role": "user", "content": "And tomorrow?"},
     ]
     assert chat["tools"] == [OPENAI_WEATHER_TOOL]
-    assert "tool_choice" not in chat and "continue_final_message" not in chat
+    assert "tool_choice" not in chat
+    assert "continue_final_message" not in chat
 
 
 def test_assistant_turn_with_only_a_tool_call_has_null_content_and_thinking_is_dropped():
@@ -173,7 +174,8 @@ def test_assistant_turn_with_only_a_tool_call_has_null_content_and_thinking_is_d
         )
     )
     assistant, tool = chat["messages"][1:]
-    assert assistant["content"] is None and assistant["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert assistant["content"] is None
+    assert assistant["tool_calls"][0]["function"]["arguments"] == "{}"
     assert tool == {"role": "tool", "tool_call_id": "toolu_1", "content": ""}
 
 
@@ -202,7 +204,8 @@ def test_tool_choice(tool_choice, expected):
 
 def test_tool_choice_auto_without_tools_is_left_out():
     chat = messages_request_to_chat(request(tool_choice={"type": "auto"}))
-    assert "tool_choice" not in chat and "tools" not in chat
+    assert "tool_choice" not in chat
+    assert "tools" not in chat
 
 
 def test_sampling_fields_metadata_and_stream():
@@ -218,9 +221,12 @@ def test_sampling_fields_metadata_and_stream():
     )
     assert chat["stop"] == ["\n\nHuman:", "END"]
     assert (chat["temperature"], chat["top_p"], chat["top_k"]) == (0.5, 0.9, 40)
-    assert chat["user"] == "user-7" and "metadata" not in chat
-    assert chat["stream"] is True and chat["stream_options"] == {"include_usage": True}
-    assert chat["logprobs"] is True and chat["return_token_ids"] is True
+    assert chat["user"] == "user-7"
+    assert "metadata" not in chat
+    assert chat["stream"] is True
+    assert chat["stream_options"] == {"include_usage": True}
+    assert chat["logprobs"] is True
+    assert chat["return_token_ids"] is True
 
 
 def test_final_assistant_message_is_a_prefill():
@@ -233,7 +239,8 @@ def test_final_assistant_message_is_a_prefill():
         )
     )
     assert chat["messages"][-1] == {"role": "assistant", "content": "The colour is"}
-    assert chat["continue_final_message"] is True and chat["add_generation_prompt"] is False
+    assert chat["continue_final_message"] is True
+    assert chat["add_generation_prompt"] is False
 
 
 @pytest.mark.parametrize(
@@ -393,7 +400,8 @@ def test_invalid_requests_name_the_field(change, field, words):
 def test_request_body_must_be_an_object():
     with pytest.raises(AnthropicRequestError) as caught:
         messages_request_to_chat(["not", "a", "dict"])
-    assert caught.value.field is None and caught.value.status == 400
+    assert caught.value.field is None
+    assert caught.value.status == 400
 
 
 # ---- non-streaming response translation ------------------------------------------------------------------
@@ -440,7 +448,8 @@ def test_text_response():
         },
     }
     generated = chat_response_to_message(chat_completion({"content": "x"}), model="m")["id"]
-    assert generated.startswith("msg_") and len(generated) > 8
+    assert generated.startswith("msg_")
+    assert len(generated) > 8
 
 
 def test_tool_calls_become_tool_use_blocks():
@@ -473,7 +482,8 @@ def test_tool_call_without_id_gets_one():
         "tool_calls",
     )
     [block] = chat_response_to_message(chat, model="m")["content"]
-    assert block["type"] == "tool_use" and block["id"].startswith("toolu_")
+    assert block["type"] == "tool_use"
+    assert block["id"].startswith("toolu_")
 
 
 @pytest.mark.parametrize("arguments", ['{"city": "Par', "[1, 2]", "not json"])
@@ -601,18 +611,21 @@ def assert_well_formed(events):
     consecutive indices, one message_delta, message_stop; pings anywhere; every event's data names itself."""
     names = [name for name, _ in events if name != "ping"]
     assert all(data["type"] == name for name, data in events)
-    assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
+    assert names[0] == "message_start"
+    assert names[-2:] == ["message_delta", "message_stop"]
     assert names.count("message_delta") == 1
     open_block, next_index = None, 0
     for name, data in events:
         if name == "content_block_start":
-            assert open_block is None and data["index"] == next_index
+            assert open_block is None
+            assert data["index"] == next_index
             open_block, next_index = data["content_block"]["type"], next_index + 1
         elif name == "content_block_delta":
             assert data["index"] == next_index - 1
             assert data["delta"]["type"] == {"text": "text_delta", "tool_use": "input_json_delta"}[open_block]
         elif name == "content_block_stop":
-            assert open_block is not None and data["index"] == next_index - 1
+            assert open_block is not None
+            assert data["index"] == next_index - 1
             open_block = None
         elif name in ("message_delta", "message_stop"):
             assert open_block is None
@@ -754,7 +767,8 @@ def test_tool_call_split_over_chunks_after_text():
         {"type": "text", "text": "Let me check."},
         {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
     ]
-    assert message["stop_reason"] == "tool_use" and message["usage"]["output_tokens"] == 12
+    assert message["stop_reason"] == "tool_use"
+    assert message["usage"]["output_tokens"] == 12
 
 
 def test_parallel_tool_calls_in_one_chunk_and_interleaved_fragments():
@@ -874,7 +888,8 @@ def test_finish_without_chunks_is_a_well_formed_empty_message_and_feed_after_fin
     translator = ChatStreamToMessageEvents(model="m", message_id="msg_e", ping=False)
     events = translator.finish()
     assert [name for name, _ in events] == ["message_start", "message_delta", "message_stop"]
-    assert translator.feed(chunk({"content": "late"})) == [] and translator.finish() == []
+    assert translator.feed(chunk({"content": "late"})) == []
+    assert translator.finish() == []
 
 
 def test_error_chunk_becomes_an_error_event_and_ends_the_stream():
@@ -882,7 +897,8 @@ def test_error_chunk_becomes_an_error_event_and_ends_the_stream():
     translator.feed(chunk({"content": "a"}))
     events = translator.feed({"error": {"message": "engine died", "type": "server_error"}})
     assert events == [("error", {"type": "error", "error": {"type": "api_error", "message": "engine died"}})]
-    assert translator.finished and translator.finish() == []
+    assert translator.finished
+    assert translator.finish() == []
 
 
 def test_sse_encode():
@@ -975,9 +991,12 @@ ASK = {
 
 def test_sdk_create(anthropic_sdk, backend_prompt_ids):
     message = anthropic_sdk.messages.create(**ASK)
-    assert message.type == "message" and message.role == "assistant" and message.id.startswith("msg_")
+    assert message.type == "message"
+    assert message.role == "assistant"
+    assert message.id.startswith("msg_")
     assert message.model == "claude-test"
-    assert message.stop_reason in ("end_turn", "max_tokens") and message.stop_sequence is None
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    assert message.stop_sequence is None
     assert [block.type for block in message.content] in (["text"], [])
     assert message.usage.input_tokens == len(backend_prompt_ids(ASK))
     assert 1 <= message.usage.output_tokens <= 12
@@ -991,7 +1010,8 @@ def test_sdk_stream_helper_matches_the_whole_answer(anthropic_sdk):
         final = stream.get_final_message()
     assert len(pieces) >= 1
     assert "".join(pieces) == "".join(block.text for block in final.content) == whole.content[0].text
-    assert final.id.startswith("msg_") and final.model == "claude-test"
+    assert final.id.startswith("msg_")
+    assert final.model == "claude-test"
     assert (final.stop_reason, final.usage.input_tokens, final.usage.output_tokens) == (
         whole.stop_reason,
         whole.usage.input_tokens,
@@ -1064,11 +1084,13 @@ def test_sdk_invalid_body_is_a_bad_request(anthropic_sdk):
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
     with pytest.raises(anthropic.BadRequestError, match="image content blocks are not supported"):
         anthropic_sdk.messages.create(**{**ASK, "messages": [{"role": "user", "content": [image]}]})
-    with pytest.raises(anthropic.BadRequestError, match="first message"):
-        with anthropic_sdk.messages.stream(
+    with (
+        pytest.raises(anthropic.BadRequestError, match="first message"),
+        anthropic_sdk.messages.stream(
             **{**ASK, "messages": [{"role": "assistant", "content": "Hi"}]}
-        ) as stream:
-            stream.get_final_message()
+        ) as stream,
+    ):
+        stream.get_final_message()
 
 
 def test_sdk_backend_rejection_keeps_its_status_and_message(anthropic_sdk):
@@ -1141,7 +1163,8 @@ def test_sdk_gets_tool_use_blocks(scripted_sdk):
     sent = backend.requests[-1]
     assert sent["tools"] == [OPENAI_WEATHER_TOOL]
     assert sent["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
-    assert sent["logprobs"] is True and sent["return_token_ids"] is True
+    assert sent["logprobs"] is True
+    assert sent["return_token_ids"] is True
 
 
 def test_sdk_streams_a_tool_call_split_over_chunks(scripted_sdk):
@@ -1170,7 +1193,8 @@ def test_sdk_streams_a_tool_call_split_over_chunks(scripted_sdk):
         final = stream.get_final_message()
     assert text == "Checking."
     assert [block.type for block in final.content] == ["text", "tool_use"]
-    assert final.content[1].input == {"city": "Paris"} and final.content[1].id == "call_7"
+    assert final.content[1].input == {"city": "Paris"}
+    assert final.content[1].id == "call_7"
     assert (final.stop_reason, final.usage.input_tokens, final.usage.output_tokens) == ("tool_use", 9, 14)
     assert backend.requests[-1]["stream_options"] == {"include_usage": True}
 

@@ -76,7 +76,8 @@ def test_a_redirecting_backend_is_not_followed(gateway, agent_key, tenant):
             for stream in (False, True):
                 error = error_of(client, model=MODEL, stream=stream)
                 assert error.status_code == 502, error.body
-    assert len(backend_hits) == 2 and target_hits == []
+    assert len(backend_hits) == 2
+    assert target_hits == []
 
 
 def test_an_oversized_backend_answer_is_a_502(gateway, agent_key, tenant, settings):
@@ -116,10 +117,12 @@ def test_an_oversized_backend_answer_is_a_502(gateway, agent_key, tenant, settin
                     received += data
         except httpx.HTTPError:
             pass  # the stream is cut
-    assert b"[DONE]" not in received and 0 < len(received) < 100_000
+    assert b"[DONE]" not in received
+    assert 0 < len(received) < 100_000
     drain(gw)
     cut = Step.objects.filter(tenant=tenant, aborted=True).order_by("-created_at").first()
-    assert cut is not None and "too large" in cut.error
+    assert cut is not None
+    assert "too large" in cut.error
 
 
 def test_steps_carry_the_version_the_embedded_server_reports_when_the_row_has_none(
@@ -166,7 +169,8 @@ def test_steps_carry_the_version_a_vllm_server_reported_at_its_check(gateway, ag
             model_version="",
         )
         checked = api_client(["admin"]).post(f"/api/v1/backends/{backend.pk}/check/").json()
-        assert checked["state"] == "up" and checked["reported_version"] == "v7"
+        assert checked["state"] == "up"
+        assert checked["reported_version"] == "v7"
         reply = sdk(url, agent_key("inference")).chat.completions.create(
             model=MODEL, messages=HELLO, max_tokens=4
         )

@@ -16,7 +16,7 @@ GOOD = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_to
 
 
 @pytest.mark.parametrize(
-    "body,status,code",
+    ("body", "status", "code"),
     [
         (b"{not json", 400, "invalid_json"),
         (b"[1, 2]", 400, "invalid_json"),
@@ -46,7 +46,9 @@ def test_openai_shaped_errors(gateway, backend, agent_key, body, status, code):
     )
     assert response.status_code == status, response.text
     error = response.json()["error"]
-    assert error["code"] == code and error["message"] and error["type"]
+    assert error["code"] == code
+    assert error["message"]
+    assert error["type"]
     drain(gw)
     assert Step.objects.count() == 1
     assert (
@@ -60,15 +62,18 @@ def test_openai_shaped_errors(gateway, backend, agent_key, body, status, code):
 def test_bad_key_and_wrong_scope(gateway, backend, agent_key):
     url, _ = gateway
     missing = httpx.post(f"{url}/v1/chat/completions", json=GOOD)
-    assert missing.status_code == 401 and missing.json()["error"]["code"] == "missing_key"
+    assert missing.status_code == 401
+    assert missing.json()["error"]["code"] == "missing_key"
     bad = httpx.post(f"{url}/v1/chat/completions", json=GOOD, headers={"Authorization": "Bearer ak-nope"})
-    assert bad.status_code == 401 and bad.json()["error"]["type"] == "authentication_error"
+    assert bad.status_code == 401
+    assert bad.json()["error"]["type"] == "authentication_error"
     scoped = httpx.post(
         f"{url}/v1/chat/completions",
         json=GOOD,
         headers={"Authorization": f"Bearer {agent_key('rewards:write')}"},
     )
-    assert scoped.status_code == 403 and scoped.json()["error"]["code"] == "scope_missing"
+    assert scoped.status_code == 403
+    assert scoped.json()["error"]["code"] == "scope_missing"
 
 
 def test_model_not_allowed_by_policy_is_403(gateway, backend, agent_key, tenant):
@@ -78,7 +83,8 @@ def test_model_not_allowed_by_policy_is_403(gateway, backend, agent_key, tenant)
     response = httpx.post(
         f"{url}/v1/chat/completions", json=GOOD, headers={"Authorization": f"Bearer {agent_key('inference')}"}
     )
-    assert response.status_code == 403 and response.json()["error"]["code"] == "model_not_allowed"
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "model_not_allowed"
 
 
 def test_backend_down_is_502_and_the_failure_is_recorded(gateway, tenant, agent_key):
@@ -93,10 +99,12 @@ def test_backend_down_is_502_and_the_failure_is_recorded(gateway, tenant, agent_
     response = httpx.post(
         f"{url}/v1/chat/completions", json=GOOD, headers={"Authorization": f"Bearer {agent_key('inference')}"}
     )
-    assert response.status_code == 502 and response.json()["error"]["code"] == "backend_error"
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "backend_error"
     drain(gw)
     step = Step.objects.get()
-    assert step.aborted and "ConnectError" in step.error
+    assert step.aborted
+    assert "ConnectError" in step.error
 
 
 def test_unknown_path_and_method(gateway, agent_key):

@@ -49,9 +49,11 @@ def test_settling_after_the_reservation_was_released_books_the_cost_once(tenant)
 
     reservation = budget_reserve_amount(tenant_id=tenant.pk, amount=0.5, budget=1.0)
     other = budget_reserve_amount(tenant_id=tenant.pk, amount=0.25, budget=1.0)
-    assert reservation and other
+    assert reservation
+    assert other
     assert budget_reservations_expire(older_than=timedelta(seconds=-1)) == 2
     assert budget_reservations_expire(older_than=timedelta(seconds=-1)) == 0
     budget_settle_amount(tenant_id=tenant.pk, reservation=reservation, actual=0.1)
     ledger = BudgetLedger.objects.get(tenant=tenant)
-    assert ledger.reserved_usd == 0 and float(ledger.spent_usd) == pytest.approx(0.1)
+    assert ledger.reserved_usd == 0
+    assert float(ledger.spent_usd) == pytest.approx(0.1)

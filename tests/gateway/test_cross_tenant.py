@@ -87,7 +87,8 @@ def test_rewards_naming_another_tenants_session_or_step_are_not_found(
     assert _their_state(other_tenant) == before
 
     own = httpx.post(f"{url}/v1/rewards", json={"session_id": "mine", "value": 0.5}, headers=headers)
-    assert own.status_code == 201 and Reward.objects.filter(tenant=tenant, trajectory=mine).count() == 1
+    assert own.status_code == 201
+    assert Reward.objects.filter(tenant=tenant, trajectory=mine).count() == 1
 
 
 def test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant(
@@ -109,7 +110,8 @@ def test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tena
 
     assert _their_state(other_tenant) == before
     theirs.refresh_from_db()
-    assert theirs.tenant == other_tenant and theirs.step_count == 2
+    assert theirs.tenant == other_tenant
+    assert theirs.step_count == 2
     mine = Trajectory.objects.get(tenant=tenant, session_id="shared-name")
     assert mine.pk == trajectory_id_for(tenant_id=tenant.pk, session_id="shared-name") != theirs.pk
     assert Step.objects.filter(trajectory=mine, tenant=tenant).count() == 3

@@ -65,4 +65,5 @@ def test_a_down_backend_takes_no_new_sessions(gateway, backend, agent_key, tenan
         headers={"Authorization": f"Bearer {agent_key('inference')}"},
         json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
     )
-    assert response.status_code == 503 and response.json()["error"]["code"] == "no_backend_available"
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "no_backend_available"

@@ -79,7 +79,8 @@ def test_the_larger_of_two_caps_is_reserved(gateway, backend, agent_key, tenant)
     if response.status_code == 200:
         assert response.json()["usage"]["completion_tokens"] <= 4
     else:
-        assert response.status_code == 429 and response.json()["error"]["code"] == "budget_exceeded"
+        assert response.status_code == 429
+        assert response.json()["error"]["code"] == "budget_exceeded"
     deadline = time.monotonic() + 10
     while (
         ledger := BudgetLedger.objects.get(tenant=tenant)
@@ -93,9 +94,11 @@ def test_anthropic_messages_require_max_tokens_and_honour_it(gateway, backend, a
     headers = {"x-api-key": agent_key("inference")}
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True}
     missing = httpx.post(f"{url}/v1/messages", json=body, headers=headers)
-    assert missing.status_code == 400 and missing.json()["type"] == "error"
+    assert missing.status_code == 400
+    assert missing.json()["type"] == "error"
     capped = httpx.post(f"{url}/v1/messages", json={**body, "max_tokens": 3}, headers=headers)
-    assert capped.status_code == 200 and capped.json()["usage"]["output_tokens"] <= 3
+    assert capped.status_code == 200
+    assert capped.json()["usage"]["output_tokens"] <= 3
 
 
 def test_a_long_prompt_without_max_tokens_is_not_refused_for_a_cap_it_never_set(gateway, backend, agent_key):
@@ -110,4 +113,5 @@ def test_a_long_prompt_without_max_tokens_is_not_refused_for_a_cap_it_never_set(
     )
     assert response.status_code == 200, response.text
     usage = response.json()["usage"]
-    assert usage["prompt_tokens"] > 600 and usage["prompt_tokens"] + usage["completion_tokens"] <= 1024
+    assert usage["prompt_tokens"] > 600
+    assert usage["prompt_tokens"] + usage["completion_tokens"] <= 1024

@@ -56,11 +56,13 @@ def test_deeply_nested_json_is_a_400_on_the_gateway(gateway, backend, agent_key,
         assert response.status_code == 400, (path, response.status_code, response.text[:300])
         if path == "/v1/messages":
             error = response.json()
-            assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+            assert error["type"] == "error"
+            assert error["error"]["type"] == "invalid_request_error"
             assert "nested" in error["error"]["message"]
         else:
             error = response.json()["error"]
-            assert error["code"] == "invalid_json" and "nested" in error["message"]
+            assert error["code"] == "invalid_json"
+            assert "nested" in error["message"]
     assert httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 200
 
 

@@ -165,7 +165,8 @@ def test_a_torn_committed_marker_replays_the_whole_file(tenant, tmp_path, marker
     path = _dead_journal(tmp_path, [json.dumps(record).encode() + b"\n" for record in records], marker)
     assert journal_recover(tmp_path) == 3  # replays are idempotent: starting over loses nothing
     assert Step.objects.count() == 3
-    assert not path.exists() and not path.with_suffix(".committed").exists()
+    assert not path.exists()
+    assert not path.with_suffix(".committed").exists()
     assert not list(tmp_path.glob("*.failed"))
 
 
@@ -191,7 +192,8 @@ def test_corrupt_lines_are_quarantined_one_by_one(tenant, tmp_path):
     path = _dead_journal(tmp_path, lines)
     assert journal_recover(tmp_path) == 4
     assert set(map(str, Step.objects.values_list("id", flat=True))) == {record["step_id"] for record in good}
-    assert not path.exists() and not list(tmp_path.glob("*.failed"))
+    assert not path.exists()
+    assert not list(tmp_path.glob("*.failed"))
     rejected_file = tmp_path / "rejected.jsonl"
     assert stat.S_IMODE(rejected_file.stat().st_mode) == 0o600
     rejected = [json.loads(line) for line in rejected_file.read_text().splitlines()]
@@ -239,5 +241,6 @@ def test_rejects_keep_no_content_are_private_and_bounded(tenant, tmp_path, setti
     kept = [
         json.loads(line) for path in reversed(files) for line in path.read_text().splitlines()
     ]  # oldest first
-    assert kept and all(entry["record"]["step_id"] and entry["error"] for entry in kept)
+    assert kept
+    assert all(entry["record"]["step_id"] and entry["error"] for entry in kept)
     assert kept[-1]["record"]["step_id"] == refused[-1]["step_id"]  # the newest are kept

@@ -64,12 +64,11 @@ def test_a_full_journal_disk_answers_503_and_loses_no_accepted_step(
     refused = httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers=headers, timeout=60)
     assert refused.status_code == 503, refused.text
     assert int(refused.headers["retry-after"]) > 0
-    assert (
-        refused.json()["error"]["code"] == "journal_unavailable"
-        and refused.json()["error"]["type"] == "api_error"
-    )
+    assert refused.json()["error"]["code"] == "journal_unavailable"
+    assert refused.json()["error"]["type"] == "api_error"
     ledger = BudgetLedger.objects.get(tenant=tenant)
-    assert ledger.reserved_usd == 0 and ledger.spent_usd > spent_before  # the compute spent is charged, not 0
+    assert ledger.reserved_usd == 0
+    assert ledger.spent_usd > spent_before
 
     # While the journal is known to be failing, requests are refused before the backend is asked.
     anthropic = httpx.post(
@@ -78,16 +77,20 @@ def test_a_full_journal_disk_answers_503_and_loses_no_accepted_step(
         timeout=60,
         headers={**headers, "anthropic-version": "2023-06-01"},
     )
-    assert anthropic.status_code == 503 and int(anthropic.headers["retry-after"]) > 0
-    assert anthropic.json()["type"] == "error" and anthropic.json()["error"]["message"]
+    assert anthropic.status_code == 503
+    assert int(anthropic.headers["retry-after"]) > 0
+    assert anthropic.json()["type"] == "error"
+    assert anthropic.json()["error"]["message"]
     status, lines = _stream_lines(url, "/v1/chat/completions", {**CHAT, "stream": True}, headers)
-    assert status == 503 and json.loads(lines[0])["error"]["code"] == "journal_unavailable"
+    assert status == 503
+    assert json.loads(lines[0])["error"]["code"] == "journal_unavailable"
 
     # A stream whose answer is already out when the journal fails completes; its step still reaches the
     # database (held in memory for the next group commit).
     _retry_window_passes(gw.journal)
     status, lines = _stream_lines(url, "/v1/chat/completions", {**CHAT, "stream": True}, headers)
-    assert status == 200 and lines[-1] == "data: [DONE]"
+    assert status == 200
+    assert lines[-1] == "data: [DONE]"
     ids.add(json.loads(lines[0][5:])["id"])
 
     monkeypatch.undo()  # the disk has room again
@@ -109,7 +112,8 @@ def test_a_disk_without_room_is_refused_before_forwarding(gateway, backend, agen
     real_session = app_module.backend_session
     monkeypatch.setattr(app_module, "backend_session", lambda: forwarded.append(1) or real_session())
     refused = httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers=headers, timeout=60)
-    assert refused.status_code == 503 and int(refused.headers["retry-after"]) > 0
+    assert refused.status_code == 503
+    assert int(refused.headers["retry-after"]) > 0
     assert refused.json()["error"]["code"] == "journal_unavailable"
     assert forwarded == []
     monkeypatch.undo()

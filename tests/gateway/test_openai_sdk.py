@@ -26,7 +26,8 @@ def test_chat_completion_is_recorded_with_the_backends_tokens(gateway, backend, 
     session_id = raw.headers["x-session-id"]
     drain(gw)
     step = Step.objects.get(pk=reply.id)
-    assert step.trajectory.session_id == session_id and step.index == 0
+    assert step.trajectory.session_id == session_id
+    assert step.index == 0
     tokens = step_tokens(step)
     backend_view = httpx.post(
         f"{backend.base_url}/v1/chat/completions",
@@ -46,7 +47,9 @@ def test_chat_completion_is_recorded_with_the_backends_tokens(gateway, backend, 
     assert step.completion_tokens == len(tokens["completion_ids"]) == reply.usage.completion_tokens
     assert step.observation["messages"] == [{"role": "user", "content": "Say hello"}]
     assert step.action["text"] == as_recorded(reply.choices[0].message.content)
-    assert step.model_version == "1" and step.backend_name == "embedded" and step.latency_ms > 0
+    assert step.model_version == "1"
+    assert step.backend_name == "embedded"
+    assert step.latency_ms > 0
 
 
 def test_streaming_passes_tokens_through_and_records_the_whole_completion(
@@ -67,7 +70,8 @@ def test_streaming_passes_tokens_through_and_records_the_whole_completion(
     step = Step.objects.get(pk=chunks[0].id)
     assert step.action["text"] == as_recorded(text)
     assert len(step_tokens(step)["completion_ids"]) == step.completion_tokens > 0
-    assert step.ttft_ms is not None and step.ttft_ms <= step.latency_ms
+    assert step.ttft_ms is not None
+    assert step.ttft_ms <= step.latency_ms
     assert not step.aborted
 
 
@@ -86,7 +90,8 @@ def test_multi_turn_conversation_joins_one_trajectory_by_message_prefix(gateway,
     )
     drain(gw)
     one, two = Step.objects.get(pk=first.id), Step.objects.get(pk=second.id)
-    assert one.trajectory_id == two.trajectory_id and (one.index, two.index) == (0, 1)
+    assert one.trajectory_id == two.trajectory_id
+    assert (one.index, two.index) == (0, 1)
     assert str(two.parent_step_id) == first.id
     assert Trajectory.objects.filter(tenant=tenant).count() == 2
 
@@ -99,7 +104,8 @@ def test_a_retried_turn_is_marked_not_branched(gateway, backend, agent_key, tena
     again = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4)
     drain(gw)
     retry = Step.objects.get(pk=again.id)
-    assert str(retry.retry_of) == first.id and retry.parent_step_id is None
+    assert str(retry.retry_of) == first.id
+    assert retry.parent_step_id is None
 
 
 def test_session_header_and_session_url_attribute_sessions(gateway, backend, agent_key, tenant):
@@ -121,9 +127,8 @@ def test_completions_and_models_endpoints(gateway, backend, agent_key, tenant):
     completion = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=6)
     drain(gw)
     step = Step.objects.get(pk=completion.id)
-    assert (
-        step.endpoint == "completions" and len(step_tokens(step)["completion_ids"]) == step.completion_tokens
-    )
+    assert step.endpoint == "completions"
+    assert len(step_tokens(step)["completion_ids"]) == step.completion_tokens
 
 
 def test_tool_calls_round_trip_and_are_recorded(gateway, tenant, agent_key, tool_backend_url):
@@ -144,7 +149,8 @@ def test_tool_calls_round_trip_and_are_recorded(gateway, tenant, agent_key, tool
         model="tool-model", messages=WEATHER_QUESTION, tools=[WEATHER_TOOL], temperature=0, max_tokens=40
     )
     call = reply.choices[0].message.tool_calls[0]
-    assert call.function.name == "get_weather" and '"Paris"' in call.function.arguments
+    assert call.function.name == "get_weather"
+    assert '"Paris"' in call.function.arguments
     followup = [
         *WEATHER_QUESTION,
         reply.choices[0].message.model_dump(exclude_none=True),
@@ -159,6 +165,7 @@ def test_tool_calls_round_trip_and_are_recorded(gateway, tenant, agent_key, tool
     first_step, second_step = Step.objects.get(pk=reply.id), Step.objects.get(pk=second_id)
     assert first_step.action["tool_calls"][0]["function"]["name"] == "get_weather"
     assert first_step.result["finish_reason"] == "tool_calls"
-    assert second_step.trajectory_id == first_step.trajectory_id and second_step.index == 1
+    assert second_step.trajectory_id == first_step.trajectory_id
+    assert second_step.index == 1
     assert second_step.observation["messages"][-1]["role"] == "tool"
     assert only_trajectory(tenant).step_count == 2

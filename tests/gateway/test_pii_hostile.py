@@ -64,7 +64,8 @@ def test_models_answer_within_a_second_while_a_quadratic_body_is_scanned(gateway
     assert max(latencies) < 1.0, latencies
     assert seconds < 30
     for response in responses:  # scanned to the end: the address after the hostile run is found
-        assert response.status_code == 422 and response.json()["error"]["code"] == "pii_blocked"
+        assert response.status_code == 422
+        assert response.json()["error"]["code"] == "pii_blocked"
     drain(gw)
     assert not Step.objects.filter(tenant=tenant).exists()
 
@@ -88,7 +89,8 @@ def test_a_catastrophic_tenant_pattern_is_cut_off_and_the_request_refused(
     assert overlapping >= 1 and max(latencies) < 1.0, latencies
     assert seconds < 30
     (response,) = responses
-    assert response.status_code == 422 and response.json()["error"]["code"] == "pii_unscannable"
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "pii_unscannable"
     drain(gw)
     assert not Step.objects.filter(tenant=tenant).exists()
 
@@ -109,7 +111,8 @@ def test_text_past_the_scan_limit_is_stored_redacted_whole(gateway, backend, age
     drain(gw)
     step = Step.objects.get(tenant=tenant)
     assert step.observation["messages"][0]["content"] == UNSCANNED_PLACEHOLDER
-    assert UNSCANNED in step.pii_entities and step.prompt_ids is None
+    assert UNSCANNED in step.pii_entities
+    assert step.prompt_ids is None
 
 
 def test_text_past_the_scan_limit_is_refused_under_block(gateway, backend, agent_key, tenant, settings):
@@ -127,7 +130,8 @@ def test_text_past_the_scan_limit_is_refused_under_block(gateway, backend, agent
         headers={"Authorization": f"Bearer {agent_key()}"},
     )
 
-    assert response.status_code == 422 and response.json()["error"]["code"] == "pii_unscannable"
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "pii_unscannable"
     assert "AREAL_PII_MAX_SCAN_CHARS" not in response.json()["error"]["message"]  # no server internals
     drain(gw)
     assert not Step.objects.filter(tenant=tenant).exists()
@@ -147,7 +151,8 @@ def test_a_stored_pattern_that_no_longer_compiles_refuses_the_request(
         headers={"Authorization": f"Bearer {agent_key()}"},
     )
 
-    assert response.status_code == 422 and response.json()["error"]["code"] == "pii_policy_invalid"
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "pii_policy_invalid"
     assert "maybe" in response.json()["error"]["message"]
     drain(gw)
     assert not Step.objects.filter(tenant=tenant).exists()

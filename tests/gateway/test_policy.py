@@ -36,9 +36,12 @@ def test_fifty_parallel_calls_cannot_overspend_a_budget_that_fits_ten(gateway, b
 
     responses = asyncio.run(burst())
     statuses = [response.status_code for response in responses]
-    assert set(statuses) <= {200, 429} and statuses.count(429) > 0 and statuses.count(200) >= 10
+    assert set(statuses) <= {200, 429}
+    assert statuses.count(429) > 0
+    assert statuses.count(200) >= 10
     refused = next(response for response in responses if response.status_code == 429)
-    assert refused.json()["error"]["code"] == "budget_exceeded" and refused.headers["retry-after"]
+    assert refused.json()["error"]["code"] == "budget_exceeded"
+    assert refused.headers["retry-after"]
     # Each call settles just after its response is released; wait for the last settlements.
     import time
 
@@ -60,7 +63,8 @@ def test_rate_limit_rpm(gateway, backend, agent_key, tenant):
     body = {"model": MODEL, "messages": [{"role": "user", "content": "go"}], "max_tokens": 2}
     statuses = [httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers) for _ in range(4)]
     assert [response.status_code for response in statuses] == [200, 200, 200, 429]
-    assert statuses[-1].json()["error"]["code"] == "rate_limit_rpm" and "retry-after" in statuses[-1].headers
+    assert statuses[-1].json()["error"]["code"] == "rate_limit_rpm"
+    assert "retry-after" in statuses[-1].headers
 
 
 @pytest.mark.parametrize("consent", ["metadata_only", "none"])
@@ -72,15 +76,19 @@ def test_consent_modes(gateway, backend, agent_key, tenant, consent):
         json={"model": MODEL, "messages": [{"role": "user", "content": "secret plans"}], "max_tokens": 3},
         headers={"Authorization": f"Bearer {agent_key('inference')}"},
     )
-    assert response.status_code == 200 and response.json()["choices"]
+    assert response.status_code == 200
+    assert response.json()["choices"]
     drain(gw)
     steps = list(Step.objects.filter(tenant=tenant))
     if consent == "none":
         assert steps == []
     else:
         (step,) = steps
-        assert step.observation == {} and step.action == {} and step.prompt_ids is None
-        assert step.completion_tokens > 0 and step.model_version == "1"
+        assert step.observation == {}
+        assert step.action == {}
+        assert step.prompt_ids is None
+        assert step.completion_tokens > 0
+        assert step.model_version == "1"
 
 
 def test_pii_is_redacted_before_storage_and_tokens_are_dropped(gateway, backend, agent_key, tenant):
@@ -96,9 +104,12 @@ def test_pii_is_redacted_before_storage_and_tokens_are_dropped(gateway, backend,
     drain(gw)
     step = Step.objects.get(tenant=tenant)
     stored = step.observation["messages"][0]["content"]
-    assert "jane.doe@example.com" not in stored and "4111" not in stored and "ORD-12345" not in stored
+    assert "jane.doe@example.com" not in stored
+    assert "4111" not in stored
+    assert "ORD-12345" not in stored
     assert {"email", "credit_card", "custom:order"} <= set(step.pii_entities)
-    assert step.prompt_ids is None and step.completion_ids is None
+    assert step.prompt_ids is None
+    assert step.completion_ids is None
 
 
 def test_pii_block_refuses_before_forwarding(gateway, backend, agent_key, tenant):
@@ -113,7 +124,8 @@ def test_pii_block_refuses_before_forwarding(gateway, backend, agent_key, tenant
         },
         headers={"Authorization": f"Bearer {agent_key('inference')}"},
     )
-    assert response.status_code == 422 and response.json()["error"]["code"] == "pii_blocked"
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "pii_blocked"
     assert "api_key" in response.json()["error"]["message"]
     drain(gw)
     assert not Step.objects.filter(tenant=tenant).exists()

@@ -63,7 +63,8 @@ def test_replay_records_each_observation_against_another_model_version(
     )  # enqueued on the eval queue on commit
     assert response.status_code == 202, response.content
     replay = Trajectory.objects.get(pk=response.json()["trajectory_id"])
-    assert replay.purpose == "replay" and replay.session_id == response.json()["session_id"]
+    assert replay.purpose == "replay"
+    assert replay.session_id == response.json()["session_id"]
 
     # The worker's part, run here in-process (a real worker runs tasks in tests/tasks).
     arguments = {
@@ -76,13 +77,16 @@ def test_replay_records_each_observation_against_another_model_version(
     assert replay_trajectory.apply(kwargs=arguments).get() == 2
     replay.refresh_from_db()
     replayed = list(replay.steps.order_by("index"))
-    assert replay.status == "complete" and replay.step_count == 2
+    assert replay.status == "complete"
+    assert replay.step_count == 2
     for original, again in zip(source_steps, replayed, strict=True):
         assert again.observation["messages"] == original.observation["messages"]
         assert again.state == {"replay_of": str(original.id)}
-        assert again.served_model == MODEL and again.model_version == "2"
+        assert again.served_model == MODEL
+        assert again.model_version == "2"
         assert again.backend_name == "candidate"
-        assert not again.error and not again.aborted
+        assert not again.error
+        assert not again.aborted
         tokens = step_tokens(again)
         assert tokens["prompt_ids"] == step_tokens(original)["prompt_ids"]  # same observation, same tokenizer
         assert (
@@ -102,9 +106,11 @@ def test_replay_refuses_what_it_cannot_do(gateway, backend, agent_key, api_clien
     before = Trajectory.objects.count()
 
     unknown_model = _replay(api_client, source.id, model="no-such-model")
-    assert unknown_model.status_code == 404 and unknown_model.json()["error"]["code"] == "model_not_found"
+    assert unknown_model.status_code == 404
+    assert unknown_model.json()["error"]["code"] == "model_not_found"
     missing_field = _replay(api_client, source.id)
-    assert missing_field.status_code == 400 and "model" in missing_field.json()["error"]["fields"]
+    assert missing_field.status_code == 400
+    assert "model" in missing_field.json()["error"]["fields"]
     read_only = api_client(["trajectories:read"]).post(
         f"/api/v1/trajectories/{source.id}/replay/", {"model": MODEL}, format="json"
     )
@@ -121,4 +127,5 @@ def test_metadata_only_trajectories_have_nothing_to_replay(gateway, backend, age
     url, gw = gateway
     source = _two_turns(url, agent_key("inference"), gw)
     response = _replay(api_client, source.id, model=MODEL)
-    assert response.status_code == 409 and response.json()["error"]["code"] == "nothing_to_replay"
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "nothing_to_replay"

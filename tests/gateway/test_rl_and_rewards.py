@@ -19,7 +19,8 @@ def test_areal_session_lifecycle(gateway, backend, agent_key, tenant):
         json={"task_id": "math-1", "group_size": 2},
         headers={"Authorization": f"Bearer {key}"},
     ).json()
-    assert started["group_id"] == "math-1#0" and started["api_key"].startswith("as-")
+    assert started["group_id"] == "math-1#0"
+    assert started["api_key"].startswith("as-")
     session_client = openai.OpenAI(base_url=url, api_key=started["api_key"], max_retries=0)  # AReaL: no /v1
     first = session_client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "1+1?"}], max_tokens=4
@@ -35,11 +36,9 @@ def test_areal_session_lifecycle(gateway, backend, agent_key, tenant):
     ended = httpx.post(f"{url}/rl/end_session", json={}, headers=auth)
     assert ended.json()["steps"] == 2
     trajectory = Trajectory.objects.get(session_id=started["session_id"])
-    assert (
-        trajectory.status == "complete"
-        and trajectory.task_id == "math-1"
-        and trajectory.group_id == "math-1#0"
-    )
+    assert trajectory.status == "complete"
+    assert trajectory.task_id == "math-1"
+    assert trajectory.group_id == "math-1#0"
     assert {
         (str(reward.step_id), reward.value) for reward in Reward.objects.filter(trajectory=trajectory)
     } == {(second.id, 1.0), (first.id, 0.5)}
@@ -48,7 +47,8 @@ def test_areal_session_lifecycle(gateway, backend, agent_key, tenant):
         json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]},
         headers=auth,
     )
-    assert after.status_code == 410 and after.json()["error"]["code"] == "session_ended"
+    assert after.status_code == 410
+    assert after.json()["error"]["code"] == "session_ended"
     second_member = httpx.post(
         f"{url}/rl/start_session",
         json={"task_id": "math-1", "group_size": 2},
@@ -59,7 +59,8 @@ def test_areal_session_lifecycle(gateway, backend, agent_key, tenant):
         json={"task_id": "math-1", "group_size": 2},
         headers={"Authorization": f"Bearer {key}"},
     ).json()
-    assert second_member["group_id"] == "math-1#0" and third_member["group_id"] == "math-1#1"
+    assert second_member["group_id"] == "math-1#0"
+    assert third_member["group_id"] == "math-1#1"
 
 
 def test_v1_rewards_idempotency_and_targets(gateway, backend, agent_key, tenant, other_tenant):
@@ -72,12 +73,14 @@ def test_v1_rewards_idempotency_and_targets(gateway, backend, agent_key, tenant,
     body = {"interaction_id": reply.id, "value": 1, "source": "user", "idempotency_key": "thumb-1"}
     first = httpx.post(f"{url}/v1/rewards", json=body, headers=headers)
     again = httpx.post(f"{url}/v1/rewards", json=body, headers=headers)
-    assert first.status_code == 201 and again.status_code == 200
+    assert first.status_code == 201
+    assert again.status_code == 200
     assert first.json()["reward_id"] == again.json()["reward_id"]
     session = httpx.post(
         f"{url}/v1/rewards", json={"session_id": "feedback", "value": 0.2, "kind": "numeric"}, headers=headers
     )
-    assert session.status_code == 201 and session.json()["target"] == "trajectory"
+    assert session.status_code == 201
+    assert session.json()["target"] == "trajectory"
     assert Reward.objects.filter(tenant=tenant).count() == 2
     for bad, status in [
         ({"session_id": "nope", "value": 1}, 404),

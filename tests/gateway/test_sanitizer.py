@@ -68,7 +68,7 @@ POSITIVES = [
 ]
 
 
-@pytest.mark.parametrize("text,secret,entity", POSITIVES)
+@pytest.mark.parametrize(("text", "secret", "entity"), POSITIVES)
 def test_detector_redacts_its_entity(text, secret, entity):
     result = SANITIZER.scan_text(text)
 
@@ -200,7 +200,7 @@ def test_bad_custom_regex_raises_invalid_pattern_naming_it():
 
 
 @pytest.mark.parametrize(
-    "pattern,reason",
+    ("pattern", "reason"),
     [
         (CustomPattern("maybe", r"x?"), "empty string"),
         (CustomPattern("bad name!", r"x"), "name"),

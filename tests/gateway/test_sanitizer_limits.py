@@ -121,7 +121,7 @@ def test_the_scan_limit_counts_every_string_of_a_value():
 
 
 @pytest.mark.parametrize(
-    "regex,text",
+    ("regex", "text"),
     [
         (r"(a+)+$", "a" * 50_000 + "!"),
         (r"(a|aa)+$", "a" * 50_000 + "!"),
@@ -160,7 +160,7 @@ def test_an_ordinary_tenant_pattern_still_redacts_under_the_time_limit():
 
 
 @pytest.mark.parametrize(
-    "items,reason",
+    ("items", "reason"),
     [
         ([{"name": "maybe", "regex": "x?"}], "empty string"),
         ([{"name": "broken", "regex": "(unclosed"}], "missing )"),

@@ -138,8 +138,10 @@ def test_an_ended_session_answers_410_and_a_forged_key_401(gateway, backend, age
             headers={"x-api-key": session_key},
             json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
         )
-        assert anthropic.status_code == 410 and anthropic.json()["type"] == "error"
-        assert anthropic.json()["error"]["type"] and anthropic.json()["error"]["message"]
+        assert anthropic.status_code == 410
+        assert anthropic.json()["type"] == "error"
+        assert anthropic.json()["error"]["type"]
+        assert anthropic.json()["error"]["message"]
 
     check_ended()
     # Another process (no memory of this session) answers the same: the ending is kept in the shared cache.
@@ -161,7 +163,8 @@ def test_a_start_session_flood_gets_429(gateway, agent_key, other_tenant, settin
     statuses = [_start(url, key).status_code for _ in range(8)]
     assert statuses[:5] == [200] * 5 and statuses[5:] == [429] * 3, statuses
     refused = _start(url, key)
-    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert refused.status_code == 429
+    assert int(refused.headers["retry-after"]) >= 1
     assert refused.json()["error"]["code"] == "rate_limit_sessions"
     assert refused.json()["error"]["type"] == "rate_limit_error"
     assert _start(url, agent_key("inference", of=other_tenant)).status_code == 200  # a per-tenant limit

@@ -37,7 +37,8 @@ async def test_two_limiters_share_one_limit():
     await first.reserve(tenant_id=7, kind="rpm", amount=1, limit=3)
     with pytest.raises(GatewayError) as refused:
         await second.reserve(tenant_id=7, kind="rpm", amount=1, limit=3)
-    assert refused.value.status == 429 and refused.value.code == "rate_limit_rpm"
+    assert refused.value.status == 429
+    assert refused.value.code == "rate_limit_rpm"
     await first.reserve(tenant_id=8, kind="rpm", amount=1, limit=3)  # another tenant counts apart
 
 
@@ -122,4 +123,5 @@ def test_two_web_processes_share_limits_metrics_and_revocation(tenant, tmp_path)
         time.sleep(1.5)  # the gateway's in-process memo of a verified key lasts 1 s
         for url in (first, second):
             refused = httpx.get(f"{url}/v1/models", headers=agent, timeout=10)
-            assert refused.status_code == 401 and refused.json()["error"]["code"] == "key_revoked"
+            assert refused.status_code == 401
+            assert refused.json()["error"]["code"] == "key_revoked"

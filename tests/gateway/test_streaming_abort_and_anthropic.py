@@ -41,7 +41,9 @@ def test_client_disconnect_mid_stream_leaves_an_aborted_step_with_tokens_so_far(
         if step is not None:
             break
         time.sleep(0.2)
-    assert step is not None and step.aborted and "disconnected" in step.error
+    assert step is not None
+    assert step.aborted
+    assert "disconnected" in step.error
     produced = len(step_tokens(step)["completion_ids"])
     assert 0 < produced < 400
 
@@ -52,9 +54,9 @@ def test_anthropic_sdk_through_the_gateway(gateway, backend, agent_key, tenant):
     message = client.messages.create(
         model=MODEL, max_tokens=8, system="Be brief.", messages=[{"role": "user", "content": "Hi"}]
     )
-    assert (
-        message.role == "assistant" and message.content and message.stop_reason in {"end_turn", "max_tokens"}
-    )
+    assert message.role == "assistant"
+    assert message.content
+    assert message.stop_reason in {"end_turn", "max_tokens"}
     with client.messages.stream(
         model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "Hi again"}]
     ) as s:
@@ -65,11 +67,13 @@ def test_anthropic_sdk_through_the_gateway(gateway, backend, agent_key, tenant):
     steps = list(Step.objects.filter(tenant=tenant, endpoint="messages").order_by("created_at"))
     assert len(steps) == 2
     assert steps[0].observation["messages"][0] == {"role": "system", "content": "Be brief."}
-    assert step_tokens(steps[0])["completion_ids"] and steps[1].action["text"] == as_recorded(streamed_text)
+    assert step_tokens(steps[0])["completion_ids"]
+    assert steps[1].action["text"] == as_recorded(streamed_text)
     bad = httpx.post(
         f"{url}/v1/messages",
         json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]},
         headers={"x-api-key": agent_key("inference"), "anthropic-version": "2023-06-01"},
     )
-    assert bad.status_code == 400 and bad.json()["type"] == "error"
+    assert bad.status_code == 400
+    assert bad.json()["type"] == "error"
     assert bad.json()["error"]["type"] == "invalid_request_error"

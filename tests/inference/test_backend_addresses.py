@@ -106,9 +106,8 @@ def test_rest_update_refuses_a_disallowed_url_and_keeps_the_old_one(api_client, 
     client = api_client(["admin"])
     for url in ("http://127.0.0.1:6379", "http://10.1.2.3:8100", "http://127.0.0.1:8100?x=1"):
         response = client.patch(f"/api/v1/backends/{backend.pk}/", {"base_url": url}, format="json")
-        assert response.status_code == 400 and response.json()["error"]["fields"] == {
-            "base_url": ["not_allowed"]
-        }
+        assert response.status_code == 400
+        assert response.json()["error"]["fields"] == {"base_url": ["not_allowed"]}
     backend.refresh_from_db()
     assert backend.base_url == "http://127.0.0.1:8100"
 
@@ -188,7 +187,8 @@ def test_registerbackend_command_refuses_a_disallowed_url(tenant, embedded_allow
             "m",
             stdout=StringIO(),
         )
-    assert not InferenceBackend.objects.exists() and off_machine(attempts) == []
+    assert not InferenceBackend.objects.exists()
+    assert off_machine(attempts) == []
 
 
 def test_console_form_refuses_a_disallowed_url(admin_user, embedded_allow_list):
@@ -198,7 +198,8 @@ def test_console_form_refuses_a_disallowed_url(admin_user, embedded_allow_list):
         response = client.post("/backends/", {**BODY, "base_url": "http://169.254.169.254/", "weight": 1})
     assert response.status_code == 422
     assert "not allowed" in response.content.decode()
-    assert not InferenceBackend.objects.exists() and off_machine(attempts) == []
+    assert not InferenceBackend.objects.exists()
+    assert off_machine(attempts) == []
 
 
 def test_a_row_registered_before_the_fix_is_refused_at_check_time_without_connecting(
@@ -213,7 +214,8 @@ def test_a_row_registered_before_the_fix_is_refused_at_check_time_without_connec
         with connections_recorded() as attempts:
             for backend in (local, private):
                 body = client.post(f"/api/v1/backends/{backend.pk}/check/").json()
-                assert body["state"] == "down" and "not allowed" in body["last_error"]
+                assert body["state"] == "down"
+                assert "not allowed" in body["last_error"]
         assert not port.connected()
     assert off_machine(attempts) == []
 
@@ -249,7 +251,8 @@ def test_probes_follow_no_redirect(api_client, tenant):
     ):
         backend = BackendFactory(tenant=tenant, base_url=url, state=BackendState.UP)
         body = api_client(["admin"]).post(f"/api/v1/backends/{backend.pk}/check/").json()
-    assert body["state"] == "down" and target_hits == []
+    assert body["state"] == "down"
+    assert target_hits == []
 
 
 def test_a_check_records_the_version_the_server_reports(api_client, tenant):

@@ -31,14 +31,16 @@ BODY = {
 def test_register_list_update_remove_with_audit(api_client, tenant):
     client = api_client(["admin"])
     created = client.post("/api/v1/backends/", BODY, format="json")
-    assert created.status_code == 201 and created.json()["state"] == "unknown"
+    assert created.status_code == 201
+    assert created.json()["state"] == "unknown"
     backend_id = created.json()["id"]
     assert client.post("/api/v1/backends/", BODY, format="json").status_code == 409
     assert [row["name"] for row in client.get("/api/v1/backends/").json()["results"]] == ["replica-a"]
     drained = client.patch(
         f"/api/v1/backends/{backend_id}/", {"state": "draining", "weight": 2}, format="json"
     )
-    assert drained.json()["state"] == "draining" and drained.json()["weight"] == 2
+    assert drained.json()["state"] == "draining"
+    assert drained.json()["weight"] == 2
     assert client.delete(f"/api/v1/backends/{backend_id}/").status_code == 204
     verbs = list(
         AuditEvent.objects.filter(tenant=tenant, verb__startswith="backend.")
@@ -49,7 +51,7 @@ def test_register_list_update_remove_with_audit(api_client, tenant):
 
 
 @pytest.mark.parametrize(
-    "change,field",
+    ("change", "field"),
     [
         ({"kind": "tgi"}, "kind"),
         ({"base_url": "ftp://x"}, "base_url"),
@@ -60,7 +62,8 @@ def test_register_list_update_remove_with_audit(api_client, tenant):
 def test_bad_registrations_are_rejected(api_client, change, field):
     client = api_client(["admin"])
     response = client.post("/api/v1/backends/", {**BODY, **change}, format="json")
-    assert response.status_code == 400 and field in response.json()["error"]["fields"]
+    assert response.status_code == 400
+    assert field in response.json()["error"]["fields"]
     assert not InferenceBackend.objects.exists()
 
 
@@ -79,7 +82,7 @@ def test_other_tenants_backends_are_invisible(api_client, tenant, other_tenant):
 
 
 @pytest.mark.parametrize(
-    "role,allowed", [(Role.OPERATOR, True), (Role.ANNOTATOR, False), (Role.VIEWER, False)]
+    ("role", "allowed"), [(Role.OPERATOR, True), (Role.ANNOTATOR, False), (Role.VIEWER, False)]
 )
 def test_who_may_register(api_client, member, role, allowed):
     response = api_client(user=member(role)).post("/api/v1/backends/", BODY, format="json")
@@ -128,5 +131,7 @@ def test_registerbackend_command_is_idempotent(tenant):
         stdout=out,
     )
     backend = InferenceBackend.objects.get(tenant=tenant, name="local")
-    assert backend.model_version == "2" and backend.state == BackendState.DOWN
-    assert "registered local" in out.getvalue() and "updated local" in out.getvalue()
+    assert backend.model_version == "2"
+    assert backend.state == BackendState.DOWN
+    assert "registered local" in out.getvalue()
+    assert "updated local" in out.getvalue()

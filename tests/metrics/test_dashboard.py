@@ -129,16 +129,17 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
     )
     assert set(figures) == {"traffic", "latency", "outcomes", "loss"}
     assert figures["traffic"]["data"][0]["y"] == [2]  # the other tenant's call is not counted
-    assert figures["latency"]["data"][0]["y"] == [30.0] and figures["latency"]["data"][1]["y"] == [50.0]
-    assert figures["outcomes"]["data"][0]["y"] == [1.0] and figures["outcomes"]["data"][1]["y"] == [1.0]
+    assert figures["latency"]["data"][0]["y"] == [30.0]
+    assert figures["latency"]["data"][1]["y"] == [50.0]
+    assert figures["outcomes"]["data"][0]["y"] == [1.0]
+    assert figures["outcomes"]["data"][1]["y"] == [1.0]
     markers = [note["text"] for note in figures["outcomes"]["layout"]["annotations"]]
     assert markers == [f"{release.model} v0", f"{release.model} v1"]  # the baseline's move and the promotion
     assert len(figures["outcomes"]["layout"]["shapes"]) == 2
     assert figures["loss"]["data"][0]["name"] == f"job {job.pk}"
     assert figures["loss"]["data"][0]["y"] == [2.5, 2.25]
-    assert releases["reward_mean"]["data"][0]["y"] == [0.8] and releases["reward_mean"]["data"][1]["y"] == [
-        0.5
-    ]
+    assert releases["reward_mean"]["data"][0]["y"] == [0.8]
+    assert releases["reward_mean"]["data"][1]["y"] == [0.5]
     assert live == {
         "tenant": "acme",
         "traffic": "gateway.traffic",
@@ -189,7 +190,8 @@ def test_online_runs_loss_is_drawn_and_streamed(tenant, other_tenant, client):
     live = json.loads(content.split('id="overview-live" type="application/json">')[1].split("</script>")[0])
     traces = {trace["name"]: trace for trace in figures["loss"]["data"]}
     assert set(traces) == {f"online run {ours.pk}"}  # not the other tenant's run
-    assert traces[f"online run {ours.pk}"]["x"] == [1, 2, 3] and traces[f"online run {ours.pk}"]["y"] == [
+    assert traces[f"online run {ours.pk}"]["x"] == [1, 2, 3]
+    assert traces[f"online run {ours.pk}"]["y"] == [
         0.5,
         0.25,
         0.125,
@@ -219,7 +221,8 @@ def test_traffic_points_group_a_batch_by_tenant():
         1: (2, 1, [12, 30]),
         2: (1, 1, [7]),
     }
-    assert points[1]["minute"].endswith(":00") and len(points[1]["minute"]) == 19
+    assert points[1]["minute"].endswith(":00")
+    assert len(points[1]["minute"]) == 19
 
 
 def _headers(user):

@@ -50,13 +50,15 @@ async def test_member_receives_published_events_of_their_tenant_only(viewer_head
 async def test_anonymous_connection_is_closed():
     socket = WebsocketCommunicator(application, "/ws/live/acme/", headers=_headers())
     connected, code = await socket.connect()
-    assert not connected and code == 4401
+    assert not connected
+    assert code == 4401
 
 
 async def test_non_member_is_closed_like_a_missing_tenant(viewer_headers, other_tenant):
     socket = WebsocketCommunicator(application, "/ws/live/globex/", headers=viewer_headers)
     connected, code = await socket.connect()
-    assert not connected and code == 4404
+    assert not connected
+    assert code == 4404
     missing = WebsocketCommunicator(application, "/ws/live/nowhere/", headers=viewer_headers)
     assert (await missing.connect()) == (False, 4404)
 
@@ -85,7 +87,8 @@ async def test_unknown_streams_are_refused(tenant):
     socket = await _connected(await _member(tenant, Role.ADMIN))
     await socket.send_json_to({"subscribe": "anything.else"})
     answer = await socket.receive_json_from(timeout=5)
-    assert "error" in answer and "subscribed" not in answer
+    assert "error" in answer
+    assert "subscribed" not in answer
     await socket.disconnect()
 
 
@@ -94,7 +97,8 @@ async def test_a_stream_needs_the_role_that_may_view_its_data(tenant):
     annotator = await _connected(await _member(tenant, Role.ANNOTATOR))
     await annotator.send_json_to({"subscribe": "backends"})
     answer = await annotator.receive_json_from(timeout=5)
-    assert "error" in answer and "subscribed" not in answer
+    assert "error" in answer
+    assert "subscribed" not in answer
     operator = await _connected(await _member(tenant, Role.OPERATOR))
     await operator.send_json_to({"subscribe": "backends"})
     assert await operator.receive_json_from(timeout=5) == {"subscribed": "backends"}

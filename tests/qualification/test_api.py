@@ -69,9 +69,11 @@ def test_training_queue_and_disqualified_counts(api_client, member, good_traject
         {"code": "has_training_reward", "count": 1},
     ]
     listed = client.get("/api/v1/qualification/?reason=has_training_reward").json()["results"]
-    assert len(listed) == 1 and listed[0]["reasons"] == ["has_training_reward", "purpose_production"]
+    assert len(listed) == 1
+    assert listed[0]["reasons"] == ["has_training_reward", "purpose_production"]
     everything = client.get("/api/v1/qualification/?page_size=200").json()["results"]
-    assert len(everything) == 5 and str(planted.pk) not in {row["trajectory_id"] for row in everything}
+    assert len(everything) == 5
+    assert str(planted.pk) not in {row["trajectory_id"] for row in everything}
     assert client.get(f"/api/v1/qualification/{planted.pk}/").status_code == 404
 
 
@@ -84,7 +86,8 @@ def test_review_and_override_are_audited_and_guarded(
     denied = annotator.post(
         "/api/v1/reviews/", {"trajectory_id": str(trajectory.pk), "status": "approved"}, format="json"
     )
-    assert denied.status_code == 403 and not Review.objects.exists()
+    assert denied.status_code == 403
+    assert not Review.objects.exists()
     with django_capture_on_commit_callbacks(execute=True):
         rejected = operator.post(
             "/api/v1/reviews/",
@@ -111,7 +114,8 @@ def test_review_and_override_are_audited_and_guarded(
         {"status": "qualified", "reason": "x"},
         format="json",
     )
-    assert no.status_code == 403 and Qualification.objects.get(trajectory=trajectory).status == before
+    assert no.status_code == 403
+    assert Qualification.objects.get(trajectory=trajectory).status == before
     overridden = operator.post(
         f"/api/v1/qualification/{trajectory.pk}/override/",
         {"status": "qualified", "reason": "reviewed again with legal"},
@@ -183,7 +187,8 @@ def test_limits(api_client, member, tenant):
     changed = admin.put(
         "/api/v1/qualification/limits/", {"min_steps": 1, "max_steps": 10, "max_tokens": 500}, format="json"
     )
-    assert changed.status_code == 200 and changed.json()["max_steps"] == 10
+    assert changed.status_code == 200
+    assert changed.json()["max_steps"] == 10
     assert (
         api_client(user=member(Role.ANNOTATOR))
         .put(

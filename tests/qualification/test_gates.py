@@ -26,9 +26,8 @@ def test_a_good_trajectory_qualifies_through_the_task(good_trajectory):
     trajectory = good_trajectory()
     result = evaluate_trajectory.apply(args=[str(trajectory.pk)]).get()
     assert result == {"trajectory_id": str(trajectory.pk), "status": "qualified", "reasons": []}
-    assert (
-        trajectory.qualification.training_reward == 0.8 and len(trajectory.qualification.content_hash) == 64
-    )
+    assert trajectory.qualification.training_reward == 0.8
+    assert len(trajectory.qualification.content_hash) == 64
 
 
 def test_trajectory_complete(good_trajectory):

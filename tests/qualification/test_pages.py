@@ -28,12 +28,15 @@ def test_training_queue_links_each_reason_to_its_trajectories(client, member, ju
     page = client.get("/training-queue/")
     assert page.status_code == 200
     body = page.content.decode()
-    assert 'id="waiting-total">1<' in body and "helper" in body and "theirs" not in body
+    assert 'id="waiting-total">1<' in body
+    assert "helper" in body
+    assert "theirs" not in body
     assert 'data-code="purpose_production"' in body
     assert 'data-code="has_training_reward"' not in body  # only the other tenant's trajectory lacks a reward
     listing = client.get("/training-queue/trajectories/?status=disqualified&reason=purpose_production")
     rows = listing.content.decode()
-    assert str(judged["eval"].pk) in rows and str(judged["qualified"].pk) not in rows
+    assert str(judged["eval"].pk) in rows
+    assert str(judged["qualified"].pk) not in rows
     assert str(judged["theirs"].pk) not in rows
     qualified = client.get(
         "/training-queue/trajectories/?status=qualified&agent=helper&task_id=t1&group_id=g1"
@@ -45,17 +48,18 @@ def test_review_page_roles_and_isolation(client, member, tenant, judged):
     client.force_login(member(Role.ANNOTATOR))
     trajectory = judged["qualified"]
     page = client.get(f"/trajectories/{trajectory.pk}/review/")
-    assert page.status_code == 200 and 'id="review-form"' not in page.content.decode()
+    assert page.status_code == 200
+    assert 'id="review-form"' not in page.content.decode()
     denied = client.post(
         f"/trajectories/{trajectory.pk}/review/submit/", {"status": "rejected", "note": "no"}
     )
-    assert denied.status_code == 403 and not Review.objects.exists()
+    assert denied.status_code == 403
+    assert not Review.objects.exists()
     denied = client.post(
         f"/trajectories/{trajectory.pk}/review/override/", {"status": "disqualified", "reason": "x"}
     )
-    assert (
-        denied.status_code == 403 and Qualification.objects.get(trajectory=trajectory).status == "qualified"
-    )
+    assert denied.status_code == 403
+    assert Qualification.objects.get(trajectory=trajectory).status == "qualified"
     assert client.get(f"/trajectories/{judged['theirs'].pk}/review/").status_code == 404
 
     client.force_login(member(Role.OPERATOR))

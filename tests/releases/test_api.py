@@ -26,7 +26,8 @@ def test_approve_over_the_api(tenant, other_tenant, api_client, member):
     before = AuditEvent.objects.filter(tenant=tenant).exclude(verb__startswith="auth.").count()
     for role in (Role.ANNOTATOR, Role.VIEWER):
         response = api_client(user=member(role)).post(f"/api/v1/releases/{release.pk}/approve/")
-        assert response.status_code == 403 and response.json()["error"]["code"] == "role_forbidden"
+        assert response.status_code == 403
+        assert response.json()["error"]["code"] == "role_forbidden"
     release.refresh_from_db()
     assert release.status == ReleaseStatus.AWAITING_APPROVAL
     assert AuditEvent.objects.filter(tenant=tenant).exclude(verb__startswith="auth.").count() == before
@@ -39,9 +40,11 @@ def test_approve_over_the_api(tenant, other_tenant, api_client, member):
     assert outsider.get("/api/v1/releases/", HTTP_X_TENANT=other_tenant.slug).json()["results"] == []
     operator = api_client(user=member(Role.OPERATOR))
     response = operator.post(f"/api/v1/releases/{release.pk}/approve/")
-    assert response.status_code == 200 and response.json()["status"] == "promoted"
+    assert response.status_code == 200
+    assert response.json()["status"] == "promoted"
     again = operator.post(f"/api/v1/releases/{release.pk}/approve/")
-    assert again.status_code == 409 and again.json()["error"]["code"] == "not_awaiting_approval"
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "not_awaiting_approval"
     detail = operator.get(f"/api/v1/releases/{release.pk}/").json()
     assert [event["to"] for event in detail["events"]] == ["promoted"]
 
@@ -49,10 +52,12 @@ def test_approve_over_the_api(tenant, other_tenant, api_client, member):
 def test_create_refusals_over_the_api(tenant, api_client):
     _, training = register_versions(tenant, name="still-training", candidate_status="training")
     response = api_client(["admin"]).post("/api/v1/releases/", {"candidate_id": training.pk}, format="json")
-    assert response.status_code == 409 and response.json()["error"]["code"] == "version_training"
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "version_training"
     _, other = register_versions(tenant, name="other-tokenizer", candidate_tokenizer="tokenizer-b")
     response = api_client(["admin"]).post("/api/v1/releases/", {"candidate_id": other.pk}, format="json")
-    assert response.status_code == 400 and response.json()["error"]["code"] == "tokenizer_mismatch"
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "tokenizer_mismatch"
     assert not Release.objects.exists()
 
 
@@ -86,7 +91,8 @@ def test_what_served_the_tenant_at_a_moment(
     assert (at(only_baseline)["stable"]["number"], at(only_baseline)["canary"]) == (0, None)
     canary = at(in_canary)
     assert (canary["stable"]["number"], canary["canary"]["number"], canary["canary_percent"]) == (0, 1, 5.0)
-    assert at(timezone.now())["stable"]["number"] == 1 and at(timezone.now())["canary"] is None
+    assert at(timezone.now())["stable"]["number"] == 1
+    assert at(timezone.now())["canary"] is None
     day = client.get(
         "/api/v1/serving-history/", {"model": baseline.name, "at": timezone.now().date().isoformat()}
     )
@@ -121,15 +127,13 @@ def test_console_pages(tenant, other_tenant, api_client, member):
     viewer = api_client(user=member(Role.VIEWER))
     assert f'data-release="{release.pk}"'.encode() in viewer.get("/releases/").content
     detail = viewer.get(f"/releases/{release.pk}/")
-    assert (
-        detail.status_code == 200
-        and b'id="approve"' not in detail.content
-        and b'id="rollback"' not in detail.content
-    )
+    assert detail.status_code == 200
+    assert b'id="approve"' not in detail.content
+    assert b'id="rollback"' not in detail.content
     serving = viewer.get("/serving/")
-    assert (
-        serving.status_code == 200 and b"serving-figure" in serving.content and b"promoted" in serving.content
-    )
+    assert serving.status_code == 200
+    assert b"serving-figure" in serving.content
+    assert b"promoted" in serving.content
     assert viewer.post(f"/releases/{release.pk}/rollback/").status_code == 403
     outsider = api_client(user=member(Role.ADMIN, of=other_tenant))
     assert outsider.get(f"/releases/{release.pk}/").status_code == 404

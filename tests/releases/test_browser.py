@@ -99,10 +99,12 @@ def test_operator_approves_a_promotion_and_an_annotator_sees_no_button(
     page.click("#approve")
     page.wait_for_selector("text=Promoted.")
     assert "Promoted" in page.locator("#release-status").inner_text()
-    assert page.locator("#approve").count() == 0 and page.locator("#rollback").count() == 0
+    assert page.locator("#approve").count() == 0
+    assert page.locator("#rollback").count() == 0
     page.shoot("promoted")
     release.refresh_from_db()
-    assert release.status == ReleaseStatus.PROMOTED and release.approved_by == operator.username
+    assert release.status == ReleaseStatus.PROMOTED
+    assert release.approved_by == operator.username
     assert alias_resolve(tenant=tenant, name=release.model, alias="production").pk == release.candidate_id
     assert page.javascript_errors == []
 
@@ -114,8 +116,7 @@ def test_operator_approves_a_promotion_and_an_annotator_sees_no_button(
     annotator_page.click(f"tr[data-release='{other.pk}'] a")
     annotator_page.wait_for_selector("#release-status")
     assert "Awaiting approval" in annotator_page.locator("#release-status").inner_text()
-    assert (
-        annotator_page.locator("#approve").count() == 0 and annotator_page.locator("#rollback").count() == 0
-    )
+    assert annotator_page.locator("#approve").count() == 0
+    assert annotator_page.locator("#rollback").count() == 0
     assert annotator_page.locator("#release-actions").count() == 0
     context.close()

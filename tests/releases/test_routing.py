@@ -107,9 +107,8 @@ def test_sessions_stick_to_their_version_across_stages_and_processes(
         expected = "1" if session_bucket(tenant_id=tenant.pk, session_id=session_id) < 60 else "0"
         assert served[session_id] == [expected]
     moved_up = [s for s in first if 20 <= session_bucket(tenant_id=tenant.pk, session_id=s) < 60]
-    assert moved_up and all(
-        served[s] == ["0"] * 3 for s in moved_up
-    )  # would be candidate if new, stay baseline
+    assert moved_up
+    assert all(served[s] == ["0"] * 3 for s in moved_up)
     assert SessionRoute.objects.filter(tenant=tenant, session_id__in=first + later).count() == 60
 
     on_candidate = [s for s in first + later if served[s][-1] == "1"]
@@ -118,7 +117,8 @@ def test_sessions_stick_to_their_version_across_stages_and_processes(
     stop.set()
     worker.join(timeout=60)
     drain(gw)
-    assert statuses and set(statuses) == {200}  # no request failed through stage change and rollback
+    assert statuses
+    assert set(statuses) == {200}
     served = _versions_by_session(on_candidate)
     assert all(versions[-1] == "0" for versions in served.values())
 

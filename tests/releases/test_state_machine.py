@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 PAIRS = [(source, target) for source in ReleaseStatus.values for target in ReleaseStatus.values]
 
 
-@pytest.mark.parametrize("source,target", PAIRS, ids=[f"{s}->{t}" for s, t in PAIRS])
+@pytest.mark.parametrize(("source", "target"), PAIRS, ids=[f"{s}->{t}" for s, t in PAIRS])
 def test_every_transition_is_allowed_or_refused_by_the_table(source, target, tenant):
     release = release_at(tenant, source, stage_index=0 if source != ReleaseStatus.DRAFT else -1)
     events_before = ReleaseEvent.objects.count()
@@ -57,11 +57,13 @@ def test_refuses_a_version_still_training_or_with_another_tokenizer(tenant):
     _, training = register_versions(tenant, name="m-training", candidate_status=VersionStatus.TRAINING)
     with pytest.raises(Conflict) as refused:
         release_create(tenant=tenant, actor=SYSTEM, candidate_id=training.pk)
-    assert refused.value.code == "version_training" and "still training" in refused.value.message
+    assert refused.value.code == "version_training"
+    assert "still training" in refused.value.message
     _, other = register_versions(tenant, name="m-tokenizer", candidate_tokenizer="tokenizer-b")
     with pytest.raises(ValidationFailed) as refused:
         release_create(tenant=tenant, actor=SYSTEM, candidate_id=other.pk)
-    assert refused.value.code == "tokenizer_mismatch" and "tokenizer differs" in refused.value.message
+    assert refused.value.code == "tokenizer_mismatch"
+    assert "tokenizer differs" in refused.value.message
     assert not Release.objects.exists()
 
 
@@ -86,12 +88,14 @@ def test_approval_promotes_moves_the_alias_and_routing(tenant, member):
     operator = Actor.user(member("operator"))
     release = release_at(tenant, ReleaseStatus.AWAITING_APPROVAL, stage_index=3)
     promoted = release_approve(tenant=tenant, actor=operator, release_id=release.pk)
-    assert promoted.status == ReleaseStatus.PROMOTED and promoted.approved_by == operator.label
+    assert promoted.status == ReleaseStatus.PROMOTED
+    assert promoted.approved_by == operator.label
     assert alias_resolve(tenant=tenant, name=release.model, alias="production").pk == release.candidate_id
     assert ModelVersion.objects.get(pk=release.candidate_id).status == VersionStatus.PRODUCTION
     assert ModelVersion.objects.get(pk=release.baseline_id).status == VersionStatus.RETIRED
     history = ServingEvent.objects.get(release=release)
-    assert history.stable_id == release.candidate_id and history.canary is None
+    assert history.stable_id == release.candidate_id
+    assert history.canary is None
 
 
 @pytest.mark.parametrize("status", [s for s in ReleaseStatus.values if s != ReleaseStatus.AWAITING_APPROVAL])
@@ -101,7 +105,8 @@ def test_approving_a_release_not_awaiting_approval_is_409_and_changes_nothing(st
         release_approve(tenant=tenant, actor=Actor.user(member("operator")), release_id=release.pk)
     assert refused.value.status == 409
     release.refresh_from_db()
-    assert release.status == status and not AliasMove.objects.filter(to_version=release.candidate).exists()
+    assert release.status == status
+    assert not AliasMove.objects.filter(to_version=release.candidate).exists()
 
 
 def test_two_person_rule(tenant, member):
@@ -134,7 +139,8 @@ def test_manual_rollback_at_any_active_stage(status, tenant, member):
     rolled = release_rollback(
         tenant=tenant, actor=Actor.user(member("operator")), release_id=release.pk, reason="looks off"
     )
-    assert rolled.status == ReleaseStatus.ROLLED_BACK and rolled.status_reason == "looks off"
+    assert rolled.status == ReleaseStatus.ROLLED_BACK
+    assert rolled.status_reason == "looks off"
     if status != ReleaseStatus.EVALUATING:
         assert ModelVersion.objects.get(pk=release.candidate_id).status == VersionStatus.ROLLED_BACK
         assert ServingEvent.objects.filter(release=release).last().stable_id == release.baseline_id

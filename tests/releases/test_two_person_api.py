@@ -70,6 +70,7 @@ def test_a_release_started_with_a_key_is_the_key_creators(api_client, member, te
     assert alice_key.post(f"/api/v1/releases/{release.pk}/start/", {}, format="json").status_code == 200
     Release.objects.filter(pk=release.pk).update(status=ReleaseStatus.AWAITING_APPROVAL, stage_index=3)
     refused = alice_session.post(f"/api/v1/releases/{release.pk}/approve/", {}, format="json")
-    assert refused.status_code == 403 and refused.json()["error"]["code"] == "two_person_rule"
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "two_person_rule"
     approved = api_client(user=bob).post(f"/api/v1/releases/{release.pk}/approve/", {}, format="json")
     assert approved.status_code == 200, approved.content

@@ -48,7 +48,7 @@ def test_a_nul_character_in_a_query_parameter_is_a_400(api_client, path):
 
 
 @pytest.mark.parametrize(
-    "path,field",
+    ("path", "field"),
     [
         ("/api/v1/eval/runs/?suite=abc", "suite"),
         ("/api/v1/eval/runs/?version=1.5", "version"),
@@ -58,12 +58,14 @@ def test_a_nul_character_in_a_query_parameter_is_a_400(api_client, path):
 def test_a_malformed_id_filter_is_a_400(api_client, path, field):
     """These reached the ORM as they were: ValueError / ValidationError, a 500 on every database."""
     response = api_client(["admin", "trajectories:read"]).get(path)
-    assert response.status_code == 400 and field in response.json()["error"]["fields"]
+    assert response.status_code == 400
+    assert field in response.json()["error"]["fields"]
 
 
 def test_a_console_path_that_matches_nothing_keeps_the_html_page(client):
     response = client.get("/no-such-page/")
-    assert response.status_code == 404 and response["Content-Type"].startswith("text/html")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
 
 
 def test_every_operation_documents_its_errors_in_the_error_shape(client):
@@ -87,15 +89,18 @@ def test_tenants_list_is_paged_as_documented(api_client, tenant, member):
     person = member(Role.VIEWER)
     MembershipFactory(user=person, tenant=TenantFactory(slug="zeta", name="Zeta"), role=Role.ADMIN)
     first = api_client(user=person).get("/api/v1/tenants/", {"page_size": 1}).json()
-    assert first["count"] == 2 and [row["slug"] for row in first["results"]] == ["acme"] and first["next"]
+    assert first["count"] == 2
+    assert [row["slug"] for row in first["results"]] == ["acme"]
+    assert first["next"]
     everything = api_client(user=person).get("/api/v1/tenants/").json()
-    assert [row["slug"] for row in everything["results"]] == ["acme", "zeta"] and everything["next"] is None
+    assert [row["slug"] for row in everything["results"]] == ["acme", "zeta"]
+    assert everything["next"] is None
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("sampling", [{"temperature": 1e-300}, {"top_p": 1e-300}])
 @pytest.mark.parametrize(
-    "path,body",
+    ("path", "body"),
     [
         ("/v1/completions", {"prompt": "hi"}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
@@ -151,7 +156,7 @@ def test_completions_refuse_a_malformed_logprobs_in_openais_shape(gateway, backe
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
-    "path,body",
+    ("path", "body"),
     [
         ("/v1/rewards", {"session_id": "s", "value": 1, "idempotency_key": "a\x00b"}),
         ("/v1/rewards", {"session_id": "s", "value": 1, "comment": "a\x00b"}),
@@ -174,7 +179,7 @@ def test_a_nul_character_in_a_text_field_is_refused_in_openais_shape(gateway, ag
 
 
 @pytest.mark.parametrize(
-    "method,path,body,field",
+    ("method", "path", "body", "field"),
     [
         (
             "put",

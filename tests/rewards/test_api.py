@@ -59,11 +59,13 @@ def test_spec_create_list_detail_and_isolation(api_client, admin_user, tenant, p
         {"name": "other", "kind": "numeric", "is_training_reward": True},
         format="json",
     )
-    assert again.status_code == 409 and again.json()["error"]["code"] == "training_reward_exists"
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "training_reward_exists"
     bad = client.post(
         "/api/v1/reward-specs/", {"name": "b", "kind": "numeric", "minimum": 2, "maximum": 1}, format="json"
     )
-    assert bad.status_code == 400 and "maximum" in bad.json()["error"]["fields"]
+    assert bad.status_code == 400
+    assert "maximum" in bad.json()["error"]["fields"]
     assert RewardSpec.objects.filter(tenant=tenant).count() == 1
 
 
@@ -74,13 +76,13 @@ def test_reward_create_checks_the_spec_and_lists_with_filters(api_client, member
     client = api_client(user=annotator)
     out = client.post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 1.5}, format="json")
     assert out.status_code == 422
-    assert (
-        out.json()["error"]["code"] == "reward_out_of_spec" and "'quality'" in out.json()["error"]["message"]
-    )
+    assert out.json()["error"]["code"] == "reward_out_of_spec"
+    assert "'quality'" in out.json()["error"]["message"]
     unknown = client.post(
         "/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 1, "spec": "nope"}, format="json"
     )
-    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "reward_spec_unknown"
+    assert unknown.status_code == 422
+    assert unknown.json()["error"]["code"] == "reward_spec_unknown"
     ok = client.post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 0.8}, format="json")
     assert ok.status_code == 201, ok.content
     body = ok.json()
@@ -96,14 +98,16 @@ def test_reward_create_checks_the_spec_and_lists_with_filters(api_client, member
         {"trajectory_id": str(trajectory.pk), "step_id": str(step.pk), "value": 0.1},
         format="json",
     )
-    assert on_step.status_code == 201 and on_step.json()["target"] == "step"
+    assert on_step.status_code == 201
+    assert on_step.json()["target"] == "step"
     rows = client.get(f"/api/v1/rewards/?trajectory_id={trajectory.pk}").json()["results"]
     assert [row["value"] for row in rows] == [0.1, 0.8]
     assert [row["value"] for row in client.get(f"/api/v1/rewards/?step_id={step.pk}").json()["results"]] == [
         0.1
     ]
     everything = client.get("/api/v1/rewards/?page_size=200").json()["results"]
-    assert str(planted["reward"].pk) not in {row["reward_id"] for row in everything} and len(everything) == 2
+    assert str(planted["reward"].pk) not in {row["reward_id"] for row in everything}
+    assert len(everything) == 2
     assert client.get(f"/api/v1/rewards/{planted['reward'].pk}/").status_code == 404
     assert client.get(f"/api/v1/rewards/{body['reward_id']}/").json()["value"] == 0.8
     foreign = client.post(
@@ -123,7 +127,8 @@ def test_idempotency_key_stores_one_reward(api_client, tenant):
         client.post("/api/v1/rewards/", body, format="json"),
     )
     assert (first.status_code, again.status_code) == (201, 200)
-    assert first.json()["reward_id"] == again.json()["reward_id"] and first.json()["source"] == "rule"
+    assert first.json()["reward_id"] == again.json()["reward_id"]
+    assert first.json()["source"] == "rule"
     assert Reward.objects.filter(tenant=tenant).count() == 1
     assert AuditEvent.objects.filter(tenant=tenant, verb="reward.create").count() == 1
 
@@ -141,7 +146,8 @@ def test_override_is_a_new_audited_reward_that_wins(api_client, member, tenant):
         {"trajectory_id": str(trajectory.pk), "value": 0.0, "override": True, "reason": "wrong"},
         format="json",
     )
-    assert denied.status_code == 403 and Reward.objects.filter(tenant=tenant).count() == 2
+    assert denied.status_code == 403
+    assert Reward.objects.filter(tenant=tenant).count() == 2
     operator = api_client(user=member(Role.OPERATOR))
     no_reason = operator.post(
         "/api/v1/rewards/",
@@ -159,10 +165,12 @@ def test_override_is_a_new_audited_reward_that_wins(api_client, member, tenant):
         },
         format="json",
     )
-    assert override.status_code == 201 and override.json()["is_override"] is True
+    assert override.status_code == 201
+    assert override.json()["is_override"] is True
     assert operator.get(f"/api/v1/rewards/trajectories/{trajectory.pk}/").json()["training_reward"] == 0.0
     event = AuditEvent.objects.get(tenant=tenant, verb="reward.override")
-    assert event.data["reason"] == "the answer was wrong" and event.target_id == override.json()["reward_id"]
+    assert event.data["reason"] == "the answer was wrong"
+    assert event.target_id == override.json()["reward_id"]
     assert Reward.objects.filter(tenant=tenant).count() == 3  # appended, nothing edited
     assert set(Reward.objects.filter(tenant=tenant).values_list("value", flat=True)) == {0.2, 0.9, 0.0}
 
@@ -193,7 +201,8 @@ def test_agent_spec_beats_tenant_wide_spec(tenant):
         timing="delayed",
         created_by="t",
     )
-    assert ok["value"] == 7 and ok["spec"] == "quality"
+    assert ok["value"] == 7
+    assert ok["spec"] == "quality"
     from apps.rewards.errors import RewardRejected
 
     with pytest.raises(RewardRejected):

@@ -96,7 +96,8 @@ def test_evaluator_api(
     denied = api_client(user=member(Role.ANNOTATOR)).post(
         "/api/v1/evaluators/", {"name": "x", "kind": "regex"}, format="json"
     )
-    assert denied.status_code == 403 and Evaluator.objects.filter(tenant=tenant).count() == 1
+    assert denied.status_code == 403
+    assert Evaluator.objects.filter(tenant=tenant).count() == 1
     listed = operator.get("/api/v1/evaluators/").json()["results"]
     assert [row["name"] for row in listed] == ["has-number"]
     trajectory = _answering(tenant, "answer 42")

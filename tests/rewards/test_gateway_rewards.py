@@ -32,22 +32,23 @@ def test_v1_rewards_are_checked_against_the_spec(gateway_url, tenant, other_tena
     headers = _key(tenant, "rewards:write")
     out = httpx.post(f"{gateway_url}/v1/rewards", json={"session_id": "chat-1", "value": 3}, headers=headers)
     assert out.status_code == 422
-    assert (
-        out.json()["error"]["code"] == "reward_out_of_spec" and "'quality'" in out.json()["error"]["message"]
-    )
+    assert out.json()["error"]["code"] == "reward_out_of_spec"
+    assert "'quality'" in out.json()["error"]["message"]
     category = httpx.post(
         f"{gateway_url}/v1/rewards",
         json={"session_id": "chat-1", "spec": "verdict", "label": "great"},
         headers=headers,
     )
-    assert category.status_code == 422 and "unknown category 'great'" in category.json()["error"]["message"]
+    assert category.status_code == 422
+    assert "unknown category 'great'" in category.json()["error"]["message"]
     assert "'verdict'" in category.json()["error"]["message"]
     unknown = httpx.post(
         f"{gateway_url}/v1/rewards",
         json={"session_id": "chat-1", "spec": "nope", "value": 1},
         headers=headers,
     )
-    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "reward_spec_unknown"
+    assert unknown.status_code == 422
+    assert unknown.json()["error"]["code"] == "reward_spec_unknown"
     assert not Reward.objects.filter(tenant=tenant).exists()
     labelled = httpx.post(
         f"{gateway_url}/v1/rewards",
@@ -63,7 +64,8 @@ def test_v1_rewards_are_checked_against_the_spec(gateway_url, tenant, other_tena
     fine = httpx.post(
         f"{gateway_url}/v1/rewards", json={"session_id": "chat-1", "value": 0.75}, headers=headers
     )
-    assert fine.status_code == 201 and fine.json()["spec"] == "quality"
+    assert fine.status_code == 201
+    assert fine.json()["spec"] == "quality"
     foreign = httpx.post(
         f"{gateway_url}/v1/rewards",
         json={"session_id": "chat-1", "value": 0.5},
@@ -105,9 +107,11 @@ def test_end_user_thumbs_and_corrections(gateway_url, tenant, other_tenant):
         headers=headers,
     )
     assert (up.status_code, down.status_code, correction.status_code) == (201, 201, 201), correction.text
-    assert correction.json()["kind"] == "critique" and correction.json()["target"] == "step"
+    assert correction.json()["kind"] == "critique"
+    assert correction.json()["target"] == "step"
     stored = Reward.objects.get(pk=correction.json()["reward_id"])
-    assert stored.label == "It should have said the meeting moved to 3 pm." and stored.source == "user"
+    assert stored.label == "It should have said the meeting moved to 3 pm."
+    assert stored.source == "user"
     assert feedback_summary(tenant=tenant) == {"thumbs_up": 1, "thumbs_down": 1, "corrections": 1}
     assert feedback_summary(tenant=other_tenant) == {"thumbs_up": 0, "thumbs_down": 0, "corrections": 0}
     empty = httpx.post(
@@ -127,7 +131,8 @@ def test_set_reward_is_held_to_the_training_spec(gateway_url, tenant):
     out = httpx.post(
         f"{gateway_url}/rl/set_reward", json={"reward": 0.5, "interaction_id": str(step.pk)}, headers=auth
     )
-    assert out.status_code == 422 and "'success'" in out.json()["error"]["message"]
+    assert out.status_code == 422
+    assert "'success'" in out.json()["error"]["message"]
     ok = httpx.post(
         f"{gateway_url}/rl/set_reward", json={"reward": 1, "interaction_id": str(step.pk)}, headers=auth
     )

@@ -49,7 +49,8 @@ def test_rewards_after_the_window_are_refused_and_nothing_is_stored(tenant):
     trajectory = _ended(tenant, hours_ago=25)
     with pytest.raises(Gone) as refused:
         _agent_reward(tenant, trajectory)
-    assert refused.value.code == "reward_window_closed" and refused.value.status == 410
+    assert refused.value.code == "reward_window_closed"
+    assert refused.value.status == 410
     with pytest.raises(Gone):
         reward_create(
             tenant=tenant,
@@ -70,16 +71,19 @@ def test_rewards_after_the_window_are_refused_and_nothing_is_stored(tenant):
         reason="audit found a bad answer",
         created_by="test",
     )
-    assert created and override.is_override
+    assert created
+    assert override.is_override
 
 
 def test_the_window_is_a_policy_setting(api_client, tenant):
     client = api_client(["admin"])
     response = client.patch("/api/v1/policy/", {"late_reward_hours": 2}, format="json")
-    assert response.status_code == 200 and response.json()["late_reward_hours"] == 2
+    assert response.status_code == 200
+    assert response.json()["late_reward_hours"] == 2
     assert client.patch("/api/v1/policy/", {"late_reward_hours": -1}, format="json").status_code == 400
     trajectory = _ended(tenant, hours_ago=3)
     rewards = api_client(["rewards:write"]).post(
         "/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 1}, format="json"
     )
-    assert rewards.status_code == 410 and rewards.json()["error"]["code"] == "reward_window_closed"
+    assert rewards.status_code == 410
+    assert rewards.json()["error"]["code"] == "reward_window_closed"

@@ -95,7 +95,8 @@ def test_an_agent_key_cannot_take_annotator_or_evaluator_rewards_through_the_gat
             headers=headers,
             json={"session_id": trajectory.session_id, "value": 0.0, "idempotency_key": key},
         )
-        assert again.status_code == 200 and again.json()["source"] == "agent"
+        assert again.status_code == 200
+        assert again.json()["source"] == "agent"
         assert again.json()["reward_id"] not in {str(evaluator_reward.pk), str(annotator_reward.pk)}
     assert rewards.count() == 4
 
@@ -112,7 +113,8 @@ def test_an_agent_key_cannot_take_annotator_or_evaluator_rewards_through_the_gat
             "idempotency_key": f"evaluator:{evaluator.pk}:{second.pk}",
         },
     )
-    assert late.status_code == 201 and late.json()["source"] == "agent"
+    assert late.status_code == 201
+    assert late.json()["source"] == "agent"
     run_evaluators.apply(args=[str(second.pk)]).get()
     assert sorted(Reward.objects.filter(trajectory=second).values_list("source", "value")) == [
         ("agent", 0.0),
@@ -175,7 +177,8 @@ def test_a_rest_key_cannot_post_as_annotator_or_evaluator_nor_take_their_keys(ap
             {"trajectory_id": str(trajectory.pk), "value": 0.0, "source": "rule", "idempotency_key": key},
             format="json",
         )
-        assert squat.status_code == 201 and squat.json()["source"] == "rule"
+        assert squat.status_code == 201
+        assert squat.json()["source"] == "rule"
     run_evaluators.apply(args=[str(trajectory.pk)]).get()
     labelled = api_client(user=annotator).post(
         f"/api/v1/annotation/items/{item.pk}/labels/", {"value": 1}, format="json"
@@ -194,8 +197,10 @@ def test_a_rest_key_cannot_post_as_annotator_or_evaluator_nor_take_their_keys(ap
         {"trajectory_id": str(trajectory.pk), "value": 0.5, "source": "evaluator"},
         format="json",
     )
-    assert as_agent.status_code == 403 and as_agent.json()["error"]["code"] == "source_not_allowed"
+    assert as_agent.status_code == 403
+    assert as_agent.json()["error"]["code"] == "source_not_allowed"
     plain = person.post(
         "/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 0.5}, format="json"
     )
-    assert plain.status_code == 201 and plain.json()["source"] == "annotator"
+    assert plain.status_code == 201
+    assert plain.json()["source"] == "annotator"

@@ -28,10 +28,12 @@ def test_created_key_is_shown_once_and_stored_only_as_hash(api_client, tenant):
     assert response.status_code == 201
     raw = response.json()["key"]
     stored = ApiKey.objects.get(tenant=tenant, name="agent")
-    assert stored.hashed_secret == key_hash(raw) and raw not in (stored.hashed_secret, stored.prefix)
+    assert stored.hashed_secret == key_hash(raw)
+    assert raw not in (stored.hashed_secret, stored.prefix)
     assert raw.startswith(stored.prefix)
     detail = api_client(["admin"]).get(f"/api/v1/keys/{stored.pk}/").json()
-    assert "key" not in detail and detail["prefix"] == stored.prefix
+    assert "key" not in detail
+    assert detail["prefix"] == stored.prefix
     assert AuditEvent.objects.filter(tenant=tenant, verb="api_key.create", target_id=str(stored.pk)).exists()
 
 
@@ -76,7 +78,8 @@ def test_rotation_keeps_old_key_for_the_grace_period_then_refuses_it(api_client,
     rotated = admin.post(f"/api/v1/keys/{old['id']}/rotate/", {"grace_seconds": 600}, format="json")
     assert rotated.status_code == 201
     new = rotated.json()
-    assert new["scopes"] == ["inference"] and new["key"] != old["key"]
+    assert new["scopes"] == ["inference"]
+    assert new["key"] != old["key"]
     assert _use(old["key"]).status_code == 200, "old key valid during grace"
     assert _use(new["key"]).status_code == 200
     assert admin.get(f"/api/v1/keys/{old['id']}/").json()["status"] == "rotating"
@@ -121,7 +124,7 @@ def test_last_used_is_recorded(api_client, tenant):
 
 
 @pytest.mark.parametrize(
-    "body,field",
+    ("body", "field"),
     [
         ({"scopes": ["inference"]}, "name"),
         ({"name": "x", "scopes": []}, "scopes"),
@@ -172,7 +175,8 @@ def test_createapikey_prints_the_key_alone_on_its_last_line(tenant):
     )
     raw = out.getvalue().strip().splitlines()[-1]
     principal = api_key_authenticate(raw)
-    assert principal.tenant_slug == "acme" and set(principal.scopes) == {"inference", "rewards:write"}
+    assert principal.tenant_slug == "acme"
+    assert set(principal.scopes) == {"inference", "rewards:write"}
     assert principal.expires_at is not None
 
 
@@ -180,7 +184,8 @@ def test_createtenant_is_idempotent(db):
     call_command("createtenant", "initech", "--name", "Initech", stdout=StringIO())
     call_command("createtenant", "initech", "--name", "Other name", stdout=StringIO())
     tenant = Tenant.objects.get(slug="initech")
-    assert tenant.name == "Initech" and tenant.policy.consent_mode == "full"
+    assert tenant.name == "Initech"
+    assert tenant.policy.consent_mode == "full"
     assert AuditEvent.objects.filter(tenant=tenant, verb="tenant.create").count() == 1
 
 

@@ -36,14 +36,15 @@ def test_lists_show_only_own_tenant(client, planted, tenant, other_tenant):
     assert not ApiKey.objects.filter(tenant=tenant, name="theirs").exists()
     events = client.get("/api/v1/audit/?page_size=200").json()["results"]
     own_hashes = set(AuditEvent.objects.filter(tenant=tenant).values_list("hash", flat=True))
-    assert events and {row["hash"] for row in events} == own_hashes
+    assert events
+    assert {row["hash"] for row in events} == own_hashes
     assert client.get("/api/v1/policy/").json()["retention_days"] == 90
     tenants = client.get("/api/v1/tenants/").json()["results"]
     assert [row["slug"] for row in tenants] == ["acme"]
 
 
 @pytest.mark.parametrize(
-    "method,path",
+    ("method", "path"),
     [
         ("get", "/api/v1/members/{membership}/"),
         ("patch", "/api/v1/members/{membership}/"),
@@ -63,7 +64,8 @@ def test_other_tenants_objects_are_not_found(client, planted, method, path):
     assert missing.status_code == 404
     assert response.json()["error"]["code"] == missing.json()["error"]["code"]
     planted["key"].refresh_from_db()
-    assert planted["key"].revoked_at is None and planted["key"].replaced_by is None
+    assert planted["key"].revoked_at is None
+    assert planted["key"].replaced_by is None
     assert Membership.objects.get(pk=planted["membership"].pk).role == Role.ADMIN
 
 
@@ -81,4 +83,5 @@ def test_key_list_query_count_does_not_grow_with_rows(api_client, tenant, django
     assert client.get("/api/v1/keys/").status_code == 200  # warms the key cache and last-used stamp
     with django_assert_max_num_queries(3):  # tenant, count, one page
         response = client.get("/api/v1/keys/")
-    assert response.status_code == 200 and response.json()["count"] == 31
+    assert response.status_code == 200
+    assert response.json()["count"] == 31

@@ -170,7 +170,7 @@ def test_matrix_covers_every_action():
 
 
 @pytest.mark.parametrize(
-    "scopes,allowed", [(["admin"], True), (["inference"], False), (["rewards:write"], False)]
+    ("scopes", "allowed"), [(["admin"], True), (["inference"], False), (["rewards:write"], False)]
 )
 def test_key_scope_decides_admin_actions(scopes, allowed, api_client, tenant):
     client = api_client(scopes)

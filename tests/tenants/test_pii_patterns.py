@@ -13,7 +13,7 @@ GOOD = [{"name": "order", "regex": r"ORD-\d{5}"}]
 
 
 @pytest.mark.parametrize(
-    "patterns,reason",
+    ("patterns", "reason"),
     [
         ([{"name": "maybe", "regex": "x?"}], "empty string"),  # valid `re`, but matches everywhere
         ([{"name": "broken", "regex": "(unclosed"}], "missing )"),
@@ -36,14 +36,16 @@ def test_a_pattern_the_gateway_would_refuse_is_refused_with_400_and_nothing_is_s
     assert error["code"] == "invalid_pii_pattern"
     assert reason in " ".join(error["fields"]["pii_patterns"])
     policy = TenantPolicy.objects.get(tenant=tenant)
-    assert policy.pii_patterns == GOOD and policy.retention_days == 90
+    assert policy.pii_patterns == GOOD
+    assert policy.retention_days == 90
     assert AuditEvent.objects.filter(tenant=tenant, verb="policy.update").count() == 1
 
 
 def test_valid_patterns_are_saved(api_client, tenant):
     response = api_client(["admin"]).patch("/api/v1/policy/", {"pii_patterns": GOOD}, format="json")
 
-    assert response.status_code == 200 and response.json()["pii_patterns"] == GOOD
+    assert response.status_code == 200
+    assert response.json()["pii_patterns"] == GOOD
     assert TenantPolicy.objects.get(tenant=tenant).pii_patterns == GOOD
 
 
@@ -64,4 +66,5 @@ def test_the_console_shows_a_bad_pattern_as_a_form_error_and_saves_nothing(admin
     assert response.status_code == 200
     assert "matches the empty string" in " ".join(response.context["form"].errors["pii_patterns"])
     policy = TenantPolicy.objects.get(tenant=tenant)
-    assert policy.pii_patterns == [] and policy.retention_days == 90
+    assert policy.pii_patterns == []
+    assert policy.retention_days == 90

@@ -21,13 +21,15 @@ def test_policy_update_is_audited_with_old_and_new_values(api_client, tenant):
     response = api_client(["admin"]).patch("/api/v1/policy/", body, format="json")
     assert response.status_code == 200, response.content
     policy = TenantPolicy.objects.get(tenant=tenant)
-    assert policy.allowed_models == ["policy-small"] and policy.pii_mode == "block" and policy.review_required
+    assert policy.allowed_models == ["policy-small"]
+    assert policy.pii_mode == "block"
+    assert policy.review_required
     event = AuditEvent.objects.get(tenant=tenant, verb="policy.update")
     assert event.data["consent_mode"] == {"old": "full", "new": "metadata_only"}
 
 
 @pytest.mark.parametrize(
-    "body,field",
+    ("body", "field"),
     [
         ({"consent_mode": "everything"}, "consent_mode"),
         ({"retention_days": -1}, "retention_days"),
@@ -48,7 +50,8 @@ def test_member_lifecycle_is_audited(api_client, tenant, admin_user):
     client = api_client(user=admin_user)
     newcomer = UserFactory(username="newcomer", email="new@example.test")
     added = client.post("/api/v1/members/", {"user": "new@example.test", "role": "annotator"}, format="json")
-    assert added.status_code == 201 and added.json()["role"] == "annotator"
+    assert added.status_code == 201
+    assert added.json()["role"] == "annotator"
     membership_id = added.json()["id"]
     assert (
         client.post("/api/v1/members/", {"user": "newcomer", "role": "viewer"}, format="json").status_code
@@ -74,13 +77,15 @@ def test_unknown_user_is_404_and_bad_role_is_400(api_client):
         client.post("/api/v1/members/", {"user": "ghost", "role": "viewer"}, format="json").status_code == 404
     )
     response = client.post("/api/v1/members/", {"user": "ghost", "role": "emperor"}, format="json")
-    assert response.status_code == 400 and "role" in response.json()["error"]["fields"]
+    assert response.status_code == 400
+    assert "role" in response.json()["error"]["fields"]
 
 
 def test_last_admin_cannot_be_demoted_or_removed(api_client, tenant, admin_user):
     client = api_client(user=admin_user)
     membership = Membership.objects.get(tenant=tenant, user=admin_user)
     response = client.patch(f"/api/v1/members/{membership.pk}/", {"role": "viewer"}, format="json")
-    assert response.status_code == 409 and response.json()["error"]["code"] == "last_admin"
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "last_admin"
     assert client.delete(f"/api/v1/members/{membership.pk}/").status_code == 409
     assert Membership.objects.get(pk=membership.pk).role == Role.ADMIN

@@ -39,14 +39,16 @@ def test_create_freezes_the_qualified_queue_and_enqueues_on_commit(
         )
     assert response.status_code == 201, response.content
     body = response.json()
-    assert body["status"] == "queued" and body["dataset"]["trajectories"] == 4
-    assert body["config"]["total_steps"] == 8 and body["config"]["minibatches"] == 2
+    assert body["status"] == "queued"
+    assert body["dataset"]["trajectories"] == 4
+    assert body["config"]["total_steps"] == 8
+    assert body["config"]["minibatches"] == 2
     assert len(body["dataset"]["content_hash"]) == 64
     assert calls == [{"args": [body["id"]], "queue": "train"}]
 
 
 @pytest.mark.parametrize(
-    "payload,code",
+    ("payload", "code"),
     [
         ({"algorithm": "dpo"}, "invalid"),
         ({"hyperparameters": {"learning_rate": -1}}, "invalid_hyperparameters"),
@@ -88,17 +90,20 @@ def test_jobs_list_detail_cancel_are_tenant_isolated(api_client, tenant, other_t
     assert TrainingJob.objects.get(pk=theirs.pk).status == JobStatus.QUEUED
 
     detail = client.get(f"/api/v1/training-jobs/{mine.pk}/").json()
-    assert detail["metrics"] == [] and detail["progress_percent"] == 0
+    assert detail["metrics"] == []
+    assert detail["progress_percent"] == 0
     cancelled = client.post(f"/api/v1/training-jobs/{mine.pk}/cancel/").json()
     assert cancelled["status"] == "cancelled"
     again = client.post(f"/api/v1/training-jobs/{mine.pk}/cancel/")
-    assert again.status_code == 409 and again.json()["error"]["code"] == "invalid_transition"
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "invalid_transition"
 
 
 def test_cancel_of_a_running_job_only_flags_it(api_client, tenant):
     job = queued_job(tenant, status=JobStatus.RUNNING, lease="abc")
     body = api_client().post(f"/api/v1/training-jobs/{job.pk}/cancel/").json()
-    assert body["status"] == "running" and body["cancel_requested"] is True
+    assert body["status"] == "running"
+    assert body["cancel_requested"] is True
 
 
 def test_versions_lineage_and_aliases(api_client, tenant, other_tenant):
@@ -121,7 +126,8 @@ def test_versions_lineage_and_aliases(api_client, tenant, other_tenant):
     moved = client.post(
         "/api/v1/model-aliases/", {"alias": "candidate", "version_id": child.pk}, format="json"
     )
-    assert moved.status_code == 200 and moved.json()["version"] == f"{MODEL}@1"
+    assert moved.status_code == 200
+    assert moved.json()["version"] == f"{MODEL}@1"
     assert [row["alias"] for row in client.get("/api/v1/model-aliases/").json()] == ["candidate"]
     theirs = api_client(of=other_tenant)
     assert theirs.get(f"/api/v1/model-versions/{child.pk}/").status_code == 404

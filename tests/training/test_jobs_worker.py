@@ -88,7 +88,8 @@ def test_a_short_job_produces_a_version_the_embedded_server_serves(
         ).json()
         assert reply["policy_version"] == 1
     backend.refresh_from_db()
-    assert backend.model_version == "1" and backend.state == BackendState.UP
+    assert backend.model_version == "1"
+    assert backend.state == BackendState.UP
 
 
 def test_a_job_whose_worker_is_killed_resumes_on_another_and_finishes(
@@ -104,7 +105,8 @@ def test_a_job_whose_worker_is_killed_resumes_on_another_and_finishes(
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=20)
     killed_at = job_row(job.pk).progress_step
-    assert job_row(job.pk).status == JobStatus.RUNNING and killed_at < total
+    assert job_row(job.pk).status == JobStatus.RUNNING
+    assert killed_at < total
 
     with celery_worker(queue=queue, log_path=tmp_path / "second.log"):
         assert training_jobs_requeue_stale(stale_after_seconds=0) == [job.pk]
@@ -130,5 +132,6 @@ def test_cancel_stops_a_running_job_within_one_step(tmp_path, tenant, default_mo
         asked_at = job_row(job.pk).progress_step
         wait_for(lambda: job_row(job.pk).is_final, what="the cancel")
     job = job_row(job.pk)
-    assert job.status == JobStatus.CANCELLED and job.produced_version is None
+    assert job.status == JobStatus.CANCELLED
+    assert job.produced_version is None
     assert job.progress_step <= asked_at + 1

@@ -32,7 +32,8 @@ def test_job_list_and_detail_with_charts(member, tenant, other_tenant):
     theirs = queued_job(other_tenant)
     client = signed_in(member)
     listing = client.get("/training/jobs/")
-    assert listing.status_code == 200 and f'data-job="{job.pk}"'.encode() in listing.content
+    assert listing.status_code == 200
+    assert f'data-job="{job.pk}"'.encode() in listing.content
     assert f'data-job="{theirs.pk}"'.encode() not in listing.content
     page = client.get(f"/training/jobs/{job.pk}/")
     assert page.status_code == 200
@@ -41,7 +42,8 @@ def test_job_list_and_detail_with_charts(member, tenant, other_tenant):
     )
     assert figures["loss"]["data"][0]["y"] == [1.0, 0.5]
     assert figures["staleness"]["data"][0]["x"] == [0, 1]
-    assert b'id="cancel-job"' in page.content and b"training.job-" in page.content
+    assert b'id="cancel-job"' in page.content
+    assert b"training.job-" in page.content
     assert client.get(f"/training/jobs/{theirs.pk}/").status_code == 404
 
 
@@ -65,17 +67,22 @@ def test_new_job_form_validates_and_creates(member, tenant, tmp_path, monkeypatc
         "lora_rank": 0,
     }
     invalid = client.post("/training/jobs/new/", form)
-    assert invalid.status_code == 400 and b"Warm-up must be shorter" in invalid.content
+    assert invalid.status_code == 400
+    assert b"Warm-up must be shorter" in invalid.content
     empty = client.post("/training/jobs/new/", {**form, "warmup_steps": 1})
-    assert empty.status_code == 400 and b"no qualified trajectory" in empty.content
+    assert empty.status_code == 400
+    assert b"no qualified trajectory" in empty.content
     assert not TrainingJob.objects.exists()
     qualified_trajectories(tenant, groups=1, group_size=2)
     created = client.post(
         "/training/jobs/new/", {**form, "warmup_steps": 1, "lora_rank": 4, "staleness_bound": 1}
     )
     job = TrainingJob.objects.get()
-    assert created.status_code == 302 and created["Location"] == f"/training/jobs/{job.pk}/"
-    assert job.config["lora"]["rank"] == 4 and job.staleness_bound == 1 and job.config["schedule"] == "cosine"
+    assert created.status_code == 302
+    assert created["Location"] == f"/training/jobs/{job.pk}/"
+    assert job.config["lora"]["rank"] == 4
+    assert job.staleness_bound == 1
+    assert job.config["schedule"] == "cosine"
 
 
 def test_viewers_cannot_create_or_cancel(member, tenant):
@@ -112,7 +119,8 @@ def test_versions_and_lineage_tree(member, tenant, other_tenant):
     )
     client = signed_in(member, Role.VIEWER)
     listing = client.get("/models/")
-    assert listing.status_code == 200 and b"secret-model" not in listing.content
+    assert listing.status_code == 200
+    assert b"secret-model" not in listing.content
     page = client.get(f"/models/{MODEL}/lineage/")
     assert page.status_code == 200
     order = [int(part.split('"')[0]) for part in page.content.decode().split('data-number="')[1:]]
@@ -143,5 +151,6 @@ def test_job_list_shows_the_tenants_online_runs(member, tenant, other_tenant):
     page = signed_in(member).get("/training/jobs/")
     assert page.status_code == 200
     row = page.content.decode().split(f'data-online-run="{ours.pk}"')[1].split("</tr>")[0]
-    assert "<td>12</td>" in row and "no (releases decide)" in row
+    assert "<td>12</td>" in row
+    assert "no (releases decide)" in row
     assert f'data-online-run="{theirs.pk}"'.encode() not in page.content

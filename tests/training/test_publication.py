@@ -79,4 +79,5 @@ def test_publication_follows_no_redirect(api_client, tenant, default_model_dir):
             tenant=tenant, name="redirecting", base_url=url, kind=BackendKind.EMBEDDED, served_model=MODEL
         )
         outcomes = publish(api_client, base)
-    assert [outcome["ok"] for outcome in outcomes] == [False] and target_hits == []
+    assert [outcome["ok"] for outcome in outcomes] == [False]
+    assert target_hits == []

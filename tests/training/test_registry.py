@@ -58,7 +58,7 @@ def test_a_parent_must_share_tenant_model_and_tokenizer(tenant, other_tenant):
 
 
 @pytest.mark.parametrize(
-    "start,target,allowed",
+    ("start", "target", "allowed"),
     [
         (VersionStatus.TRAINING, VersionStatus.CANDIDATE, True),
         (VersionStatus.TRAINING, VersionStatus.PRODUCTION, False),

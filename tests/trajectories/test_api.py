@@ -116,7 +116,7 @@ def catalogue(tenant, other_tenant):
 
 
 @pytest.mark.parametrize(
-    "query,expected",
+    ("query", "expected"),
     [
         ({}, "abcd"),
         ({"session_id": "s-a"}, "a"),
@@ -157,7 +157,7 @@ def test_list_results_are_atdp(reader, catalogue):
 
 
 @pytest.mark.parametrize(
-    "query,field",
+    ("query", "field"),
     [
         ({"status": "finished"}, "status"),
         ({"purpose": "training"}, "purpose"),
@@ -249,7 +249,8 @@ def test_detail_returns_the_imported_record_as_valid_atdp(reader, writer, tenant
     assert body["trajectory_id"] == trajectory_id != record["trajectory_id"]  # an import gets a fresh id
     assert Trajectory.objects.get(pk=trajectory_id).source_trajectory_id == uuid.UUID(record["trajectory_id"])
     assert body["session_id"] == "weather"
-    assert body["tenant"] == "acme" and body["agent"] == record["agent"]
+    assert body["tenant"] == "acme"
+    assert body["agent"] == record["agent"]
     assert [step["step_id"] for step in body["steps"]] == [step["step_id"] for step in record["steps"]]
     assert [step["index"] for step in body["steps"]] == [0, 1, 2, 3, 4]
     assert [step["kind"] for step in body["steps"]] == [step["kind"] for step in record["steps"]]
@@ -301,7 +302,8 @@ def test_detail_of_gateway_steps_unpacks_tokens_in_step_order(reader, tenant, ot
     assert body["steps"][0]["tokens"]["completion_versions"] == [3, 3, 3, 3]
     assert body["steps"][1]["tokens"]["completion_versions"] == [4]
     assert body["steps"][0]["tokens"]["tokenizer"] == "policy-small"
-    assert body["cost"]["prompt_tokens"] == 3 + 8 and body["cost"]["completion_tokens"] == 4 + 1
+    assert body["cost"]["prompt_tokens"] == 3 + 8
+    assert body["cost"]["completion_tokens"] == 4 + 1
     assert body["cost"]["usd"] == pytest.approx(0.00025)
 
 
@@ -369,7 +371,8 @@ def test_export_streams_valid_atdp_lines_of_the_filter_and_tenant_only(reader, c
     assert 'filename="acme-trajectories.jsonl"' in response["Content-Disposition"]
     lines = _body(response).decode().splitlines()
     records = [json.loads(line) for line in lines]
-    assert _ids(records) == {ids["b"], ids["c"]} and len(records) == 2
+    assert _ids(records) == {ids["b"], ids["c"]}
+    assert len(records) == 2
     for record in records:
         assert validate_trajectory(record) == []
 
@@ -488,7 +491,8 @@ def test_import_refuses_a_duplicate_trajectory(writer, tenant):
         (3, "trajectory_id"),
     ]
     again = _post_jsonl(writer, _jsonl(record))
-    assert again.status_code == 400 and again.json()["accepted"] == 0
+    assert again.status_code == 400
+    assert again.json()["accepted"] == 0
     assert Trajectory.objects.filter(session_id="once").count() == 1
     assert Step.objects.filter(trajectory__source_trajectory_id=record["trajectory_id"]).count() == 5
 
@@ -532,7 +536,7 @@ def test_import_of_records_reusing_stored_step_or_reward_ids_is_reported_not_a_c
 
 
 @pytest.mark.parametrize(
-    "content_type,status",
+    ("content_type", "status"),
     [
         ("application/json", 400),  # parsed, but JSON Lines were asked for
         ("text/plain", 415),
@@ -570,6 +574,8 @@ def test_reading_scope_or_viewer_role_cannot_import(api_client, member, tenant):
     assert read_only.json()["error"]["code"] == "scope_missing"
     viewer = _post_jsonl(api_client(user=member(Role.VIEWER)), _jsonl(record))
     assert viewer.status_code == 403
-    assert not Trajectory.objects.exists() and not Step.objects.exists()
+    assert not Trajectory.objects.exists()
+    assert not Step.objects.exists()
     operator = _post_jsonl(api_client(user=member(Role.OPERATOR)), _jsonl(record))
-    assert operator.status_code == 200 and operator.json()["accepted"] == 1
+    assert operator.status_code == 200
+    assert operator.json()["accepted"] == 1

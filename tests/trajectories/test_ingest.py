@@ -41,7 +41,9 @@ def test_new_and_existing_trajectories_in_one_batch(tenant, other_tenant):
     b = Trajectory.objects.get(tenant=tenant, session_id="b")
     theirs = Trajectory.objects.get(tenant=other_tenant, session_id="a")
     assert (a.step_count, a.prompt_tokens, a.completion_tokens, a.latency_ms) == (3, 30, 9, 21)
-    assert a.cost_usd == Decimal("0.75") and b.cost_usd == Decimal("0.5") and theirs.step_count == 1
+    assert a.cost_usd == Decimal("0.75")
+    assert b.cost_usd == Decimal("0.5")
+    assert theirs.step_count == 1
     assert list(a.steps.order_by("index").values_list("id", flat=True)) == [
         uuid.UUID(record["step_id"]) for record in first + batch[:1]
     ]
@@ -49,7 +51,8 @@ def test_new_and_existing_trajectories_in_one_batch(tenant, other_tenant):
 
     assert steps_ingest(records=first + batch) == 0  # a replayed journal
     a.refresh_from_db()
-    assert a.step_count == 3 and Step.objects.count() == 6
+    assert a.step_count == 3
+    assert Step.objects.count() == 6
 
 
 def test_a_trajectory_created_meanwhile_makes_the_fast_insert_step_aside(tenant):

@@ -93,14 +93,13 @@ def test_the_beat_task_deletes_what_is_past_retention_with_its_content(tenant, o
     theirs = make_trajectory(other_tenant, retention_until=timezone.now() + timedelta(days=1))
     their_old = make_trajectory(other_tenant, retention_until=timezone.now() - timedelta(days=1))
     old = planted["old"]
-    assert (
-        Step.objects.filter(trajectory=old).exists()
-        and AnnotationLabel.objects.filter(tenant=tenant).exists()
-    )
+    assert Step.objects.filter(trajectory=old).exists()
+    assert AnnotationLabel.objects.filter(tenant=tenant).exists()
 
     result = purge_expired_trajectories.apply().get()
 
-    assert result[tenant.slug]["trajectories"] == 2 and result[tenant.slug]["held_by_training"] == 1
+    assert result[tenant.slug]["trajectories"] == 2
+    assert result[tenant.slug]["held_by_training"] == 1
     assert result[other_tenant.slug]["trajectories"] == 1
     assert set(Trajectory.objects.filter(tenant=tenant).values_list("pk", flat=True)) == {
         planted["needed"].pk,
@@ -113,19 +112,16 @@ def test_the_beat_task_deletes_what_is_past_retention_with_its_content(tenant, o
         assert not Reward.objects.filter(trajectory_id=gone).exists()
     assert not AnnotationItem.objects.filter(tenant=tenant).exists()
     assert not AnnotationLabel.objects.filter(tenant=tenant).exists()
-    assert (
-        not Review.objects.filter(tenant=tenant).exists()
-        and not Qualification.objects.filter(tenant=tenant).exists()
-    )
+    assert not Review.objects.filter(tenant=tenant).exists()
+    assert not Qualification.objects.filter(tenant=tenant).exists()
     assert Step.objects.filter(trajectory=planted["needed"]).count() == 2  # held for the queued job
 
     event = AuditEvent.objects.get(tenant=tenant, verb="trajectory.retention_purge")
     assert event.actor_label == "retention"
-    assert event.data["trajectories"] == 2 and event.data["deleted"]["trajectories.Step"] == 4
-    assert (
-        event.data["deleted"]["rewards.Reward"] == 4
-        and event.data["deleted"]["annotation.AnnotationLabel"] == 1
-    )
+    assert event.data["trajectories"] == 2
+    assert event.data["deleted"]["trajectories.Step"] == 4
+    assert event.data["deleted"]["rewards.Reward"] == 4
+    assert event.data["deleted"]["annotation.AnnotationLabel"] == 1
     assert AuditEvent.objects.filter(tenant=other_tenant, verb="trajectory.retention_purge").count() == 1
 
     again = purge_expired_trajectories.apply().get()  # idempotent: nothing left, no new event
@@ -156,7 +152,8 @@ def test_admins_get_the_dry_run_count_over_rest(api_client, member, tenant, othe
     assert summary.status_code == 200, summary.content
     assert summary.json() == {"retention_days": 90, "past_retention": 3, "held_by_training": 1, "to_purge": 2}
     by_key = api_client(["admin"]).get("/api/v1/trajectories/retention/")
-    assert by_key.status_code == 200 and by_key.json()["to_purge"] == 2
+    assert by_key.status_code == 200
+    assert by_key.json()["to_purge"] == 2
     assert api_client(user=member(Role.OPERATOR)).get("/api/v1/trajectories/retention/").status_code == 403
     assert api_client(["trajectories:read"]).get("/api/v1/trajectories/retention/").status_code == 403
     assert Trajectory.objects.filter(pk=planted["old"].pk).exists()  # a dry run deletes nothing

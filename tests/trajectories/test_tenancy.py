@@ -69,7 +69,8 @@ def test_an_import_under_another_tenants_future_id_never_sees_their_steps(
     (stored_id,) = response.json()["trajectory_ids"]
     assert stored_id != str(future_id)  # the importer does not choose the primary key
     squat = Trajectory.objects.get(pk=stored_id)
-    assert squat.tenant == tenant and squat.source_trajectory_id == future_id
+    assert squat.tenant == tenant
+    assert squat.source_trajectory_id == future_id
 
     secret = gateway_step(
         other_tenant,
@@ -77,7 +78,9 @@ def test_an_import_under_another_tenants_future_id_never_sees_their_steps(
         observation={"messages": [{"role": "user", "content": "the victim's secret"}]},
     )
     victims = ingested(other_tenant, "victim-session", [secret])  # the victim's gateway journal lands
-    assert victims.pk == future_id and victims.tenant == other_tenant and victims.step_count == 1
+    assert victims.pk == future_id
+    assert victims.tenant == other_tenant
+    assert victims.step_count == 1
 
     for path in (f"{LIST}{future_id}/", f"{LIST}{stored_id}/"):
         response = attacker.get(path)
@@ -102,7 +105,8 @@ def test_an_import_answers_the_same_whether_another_tenant_holds_the_id_or_nobod
     assert taken.json()["accepted"] == free.json()["accepted"] == 1
     assert taken.json()["rejected"] == free.json()["rejected"] == []
     theirs.refresh_from_db()
-    assert theirs.tenant == other_tenant and theirs.step_count == 1
+    assert theirs.tenant == other_tenant
+    assert theirs.step_count == 1
 
     # A duplicate inside the importer's own tenant is refused, with one text for its id and its session.
     again_by_id = _import(attacker, _empty_record(tenant, "probe-renamed", theirs.pk))
@@ -130,7 +134,8 @@ def test_a_gateway_step_never_lands_in_another_tenants_trajectory_even_when_ids_
     assert written == 1  # the unrelated step of the same batch still lands
     assert not Step.objects.filter(trajectory=planted).exists()
     planted.refresh_from_db()
-    assert planted.step_count == 0 and planted.tenant == tenant
+    assert planted.step_count == 0
+    assert planted.tenant == tenant
     rejected = [json.loads(line) for line in (tmp_path / "rejected.jsonl").read_text().splitlines()]
     assert [entry["record"]["step_id"] for entry in rejected] == [record["step_id"]]
     assert Step.objects.get(id=innocent["step_id"]).trajectory.tenant == other_tenant
@@ -161,14 +166,16 @@ def test_an_import_is_audited_per_stored_trajectory(attacker, tenant, other_tena
     bad = atdp_record(tenant, "audited-bad")
     bad["steps"][1]["kind"] = "daydream"
     response = _import(attacker, first, bad, second)
-    assert response.status_code == 200 and response.json()["accepted"] == 2
+    assert response.status_code == 200
+    assert response.json()["accepted"] == 2
     events = list(AuditEvent.objects.filter(tenant=tenant, verb="trajectory.import").order_by("sequence"))
     assert [event.target_id for event in events] == response.json()["trajectory_ids"]
     assert [event.data["source_trajectory_id"] for event in events] == [
         first["trajectory_id"],
         second["trajectory_id"],
     ]
-    assert events[0].actor_kind == "api_key" and events[0].data["steps"] == len(first["steps"])
+    assert events[0].actor_kind == "api_key"
+    assert events[0].data["steps"] == len(first["steps"])
     assert not AuditEvent.objects.filter(tenant=other_tenant, verb="trajectory.import").exists()
 
 
@@ -179,6 +186,7 @@ def test_an_export_is_audited_with_its_filters(attacker, tenant, other_tenant, k
     assert response.status_code == 200
     _body(response)
     (event,) = AuditEvent.objects.filter(tenant=tenant, verb="trajectory.export")
-    assert event.data["format"] == kind and event.data["filters"] == {"purpose": "production"}
+    assert event.data["format"] == kind
+    assert event.data["filters"] == {"purpose": "production"}
     assert event.actor_kind == "api_key"
     assert not AuditEvent.objects.filter(tenant=other_tenant, verb="trajectory.export").exists()

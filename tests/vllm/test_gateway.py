@@ -77,7 +77,8 @@ def test_openai_sdk_through_the_gateway_records_vllms_tokens(
     expected = [entry["logprob"] for entry in direct["choices"][0]["logprobs"]["content"]]
     assert tokens["completion_logprobs"] == pytest.approx(expected, abs=1e-4)
     assert step.action["text"] == text
-    assert step.backend_name == "vllm-cpu" and step.completion_tokens == len(tokens["completion_ids"]) > 0
+    assert step.backend_name == "vllm-cpu"
+    assert step.completion_tokens == len(tokens["completion_ids"]) > 0
 
 
 def test_tools_are_forwarded_to_vllm_and_recorded(gateway, vllm_backend, agent_key):  # noqa: F811
@@ -112,7 +113,8 @@ def test_anthropic_sdk_through_the_gateway_to_vllm(gateway, vllm_backend, agent_
         messages=[{"role": "user", "content": "What is the weather in Paris today?"}],
     )
     drain(gw)
-    assert message.type == "message" and message.usage.output_tokens > 0
+    assert message.type == "message"
+    assert message.usage.output_tokens > 0
     step = Step.objects.get(pk=message.id.removeprefix("msg_"))
     assert step.endpoint == "messages"
     assert len(step_tokens(step)["completion_ids"]) == message.usage.output_tokens

@@ -213,7 +213,9 @@ _TOKEN_LISTS = (  # (field, array typecode, Arrow type); typecodes checked to be
     ("completion_versions", "i", pa.int32()),
     ("loss_mask", "b", pa.int8()),
 )
-assert array("i").itemsize == 4 and array("f").itemsize == 4 and array("b").itemsize == 1
+assert array("i").itemsize == 4
+assert array("f").itemsize == 4
+assert array("b").itemsize == 1
 # A row group is written early once its token arrays and JSON text pass this: it bounds memory for
 # huge records (long chat histories) and keeps the int32 list offsets far from overflow.
 _MAX_BATCH_BYTES = 32 * 2**20

@@ -75,9 +75,7 @@ def _is_date_time(instance) -> bool:
         return False
     if hour > 23 or minute > 59 or second > 60:
         return False
-    if match[7] is not None and (int(match[7]) > 23 or int(match[8]) > 59):
-        return False
-    return True
+    return not (match[7] is not None and (int(match[7]) > 23 or int(match[8]) > 59))
 
 
 def _format_checker() -> FormatChecker:
@@ -172,10 +170,7 @@ def _all_of(checks: list[Callable[[object], bool]]) -> Callable[[object], bool]:
         return checks[0]
 
     def check(instance) -> bool:
-        for one in checks:
-            if not one(instance):
-                return False
-        return True
+        return all(one(instance) for one in checks)
 
     return check
 
@@ -280,10 +275,7 @@ def _array_check(items: dict, compiled_refs: dict, *, must_be_array: bool) -> Ca
             return not must_be_array and not isinstance(instance, list)
         if bulk is not None:
             return bulk(instance)
-        for value in instance:
-            if not each(value):
-                return False
-        return True
+        return all(each(value) for value in instance)
 
     return check
 

@@ -70,12 +70,11 @@ class Task:
     def forecast(self) -> int:
         """Tomorrow's temperature: a pure function of the task, never equal to today's."""
         shift = 1 + int(hashlib.sha256(f"forecast:{self.city}:{self.temperature}".encode()).digest()[0]) % 6
-        value = (
+        return (
             self.temperature + shift
             if self.temperature + shift <= max(TEMPERATURES)
             else self.temperature - shift
         )
-        return value
 
 
 @dataclass(frozen=True)

@@ -80,13 +80,13 @@ def measure(
         return percentile(samples, 0.95) if aggregate == "p95" else sum(samples) / len(samples)
 
     candidate_value, baseline_value = value(candidate), value(baseline)
-    common = dict(
-        metric=guardrail.metric,
-        candidate=candidate_value,
-        baseline=baseline_value,
-        candidate_samples=len(candidate),
-        baseline_samples=len(baseline),
-    )
+    common = {
+        "metric": guardrail.metric,
+        "candidate": candidate_value,
+        "baseline": baseline_value,
+        "candidate_samples": len(candidate),
+        "baseline_samples": len(baseline),
+    }
     if len(candidate) < guardrail.min_samples or len(baseline) < guardrail.min_samples:
         return Measurement(
             **common,

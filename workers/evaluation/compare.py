@@ -64,8 +64,9 @@ def bootstrap_difference(
     if paired:
         deltas = [first - second for first, second in zip(candidate, baseline, strict=True)]
         count = len(deltas)
-        for _ in range(resamples):
-            differences.append(sum(deltas[rng.randrange(count)] for _ in range(count)) / count)
+        differences.extend(
+            sum(deltas[rng.randrange(count)] for _ in range(count)) / count for _ in range(resamples)
+        )
     else:
         for _ in range(resamples):
             first = [candidate[rng.randrange(len(candidate))] for _ in candidate]

@@ -1,6 +1,7 @@
 """Chat prompts in, tool calls out: render messages with the model's chat template and turn
 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` spans back into OpenAI tool calls."""
 
+import contextlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -58,10 +59,8 @@ def _normalize_message(message: dict) -> dict:
 def _arguments_as_object(call: dict) -> dict:
     function = dict(call.get("function", {}))
     if isinstance(function.get("arguments"), str):
-        try:
+        with contextlib.suppress(json.JSONDecodeError):  # else rendered verbatim by the template
             function["arguments"] = json.loads(function["arguments"])
-        except json.JSONDecodeError:
-            pass  # rendered verbatim by the template
     return {**call, "function": function}
 
 

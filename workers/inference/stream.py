@@ -1,6 +1,7 @@
 """What the engine hands back: per-step token events, delivered across threads, and the assembled result."""
 
 import asyncio
+import contextlib
 import queue
 from dataclasses import dataclass
 
@@ -111,10 +112,8 @@ class RequestStream:
         if self._loop is None:
             self._sync_queue.put(item)
             return
-        try:
+        with contextlib.suppress(RuntimeError):  # the consumer's event loop is gone, and so is the consumer
             self._loop.call_soon_threadsafe(self._async_queue.put_nowait, item)
-        except RuntimeError:
-            pass  # the consumer's event loop is gone, and so is the consumer
 
     def __aiter__(self):
         return self._iterate_async()

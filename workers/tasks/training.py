@@ -91,7 +91,7 @@ def _run(job, lease: str) -> dict:
         current_version=current_version,
         eta=job.staleness_bound,
     )
-    counts = {key: value for key, value in vars(sample_set.counts).items()}
+    counts = dict(vars(sample_set.counts).items())
     counts["staleness_histogram"] = [list(pair) for pair in sample_set.staleness_histogram]
     training_job_set_counts(job_id=job.pk, lease=lease, counts=counts)
     samples = sample_set.samples

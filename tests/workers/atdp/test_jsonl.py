@@ -19,7 +19,8 @@ def test_one_compact_utf8_line_per_trajectory():
     records = [make_trajectory(), make_trajectory(session_id="sess-é-日本")]
     data = written(records)
     lines = data.split(b"\n")
-    assert lines[-1] == b"" and len(lines) == 3
+    assert lines[-1] == b""
+    assert len(lines) == 3
     for line, record in zip(lines, records, strict=False):
         assert line == json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     assert "sess-é-日本".encode() in lines[1]
@@ -47,7 +48,8 @@ def test_unicode_line_separators_are_escaped():
     record = make_trajectory(session_id="a\u2028b\u2029c\u0085d")
     data = written([record])
     assert data.count(b"\n") == 1
-    assert "\u2028".encode() not in data and b"\\u2028" in data
+    assert "\u2028".encode() not in data
+    assert b"\\u2028" in data
     # str.splitlines() would break a raw U+2028; the escaped line reads back whole
     (line,) = read_jsonl(data.decode("utf-8").splitlines())
     assert line.record == record
@@ -94,7 +96,8 @@ def test_mixed_file_keeps_good_lines_and_numbers_the_bad():
     assert by_line[3].record is None
     (problem,) = by_line[3].problems
     assert problem.path == ""
-    assert problem.message.startswith("invalid JSON: ") and problem.message.endswith("at column 41")
+    assert problem.message.startswith("invalid JSON: ")
+    assert problem.message.endswith("at column 41")
 
     assert by_line[5].record is None
     assert {(problem.path, problem.message.split(";")[0]) for problem in by_line[5].problems} == {

@@ -32,9 +32,11 @@ def test_ids_round_trip(ids):
 
 def test_ids_pick_the_smaller_encoding():
     small = [5, 17, 100] * 100
-    assert pack_ids(small)[0] == 0x02 and len(pack_ids(small)) == 1 + 300
+    assert pack_ids(small)[0] == 0x02
+    assert len(pack_ids(small)) == 1 + 300
     large = [2**31 + position for position in range(100)]
-    assert pack_ids(large)[0] == 0x01 and len(pack_ids(large)) == 1 + 400
+    assert pack_ids(large)[0] == 0x01
+    assert len(pack_ids(large)) == 1 + 400
     generator = random.Random(5)
     uniform = [generator.randrange(VOCAB) for _ in range(2000)]
     assert len(set(uniform)) > 1900

@@ -46,4 +46,5 @@ def test_a_checkpoint_with_the_older_numpy_rng_state_still_resumes(model_dir, tm
     torch.save(state, path)
     expected = numpy.random.random()
     resumed = Trainer.resume(model_dir, info.path)
-    assert resumed.step_count == 0 and numpy.random.random() == expected
+    assert resumed.step_count == 0
+    assert numpy.random.random() == expected

@@ -62,4 +62,5 @@ def test_two_cpu_ranks_match_one_process(model_dir, tmp_path):
     moved = max(float((expected[key] - base[key]).abs().max()) for key in base)
     assert moved > 1e-4  # the comparison is not between two untouched models
     metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
-    assert len(metrics) == 1 and metrics[0]["samples"] == 3
+    assert len(metrics) == 1
+    assert metrics[0]["samples"] == 3

@@ -69,7 +69,8 @@ def test_grpo_raises_mean_reward_on_a_toy_task_within_ten_steps(model_dir):
         )
         metrics = trainer.step(samples, current_version=step)
         rewards.append(metrics.reward_mean)
-        assert metrics.loss_tokens == 3 * 8 * 8 and metrics.samples == 24
+        assert metrics.loss_tokens == 3 * 8 * 8
+        assert metrics.samples == 24
         assert metrics.kl < 1e-6  # behaviour logprobs are the trainer's own before the update
     assert max(rewards[:2]) < 0.65
     assert sum(rewards[-2:]) / 2 > 0.8
@@ -133,7 +134,9 @@ def test_resume_from_a_checkpoint_reproduces_the_uninterrupted_run(model_dir, tm
     del first
     assert latest_checkpoint(tmp_path / "run") == info
     resumed = Trainer.resume(model_dir, info.path)
-    assert resumed.step_count == 2 and resumed.data_position == 12 and resumed.config == config
+    assert resumed.step_count == 2
+    assert resumed.data_position == 12
+    assert resumed.config == config
     run(model_dir, config, samples, 2, trainer=resumed)
 
     expected, got = straight.model.state_dict(), resumed.model.state_dict()
@@ -159,7 +162,8 @@ def test_export_is_a_hugging_face_directory_with_the_trained_weights(model_dir, 
     trainer = Trainer(model_dir, TrainConfig(algorithm="sft", learning_rate=1e-2, lora=LoraSettings(rank=4)))
     trainer.step(samples)
     out = trainer.export(tmp_path / "export")
-    assert (out / "tokenizer.json").exists() and (out / "model.safetensors").exists()
+    assert (out / "tokenizer.json").exists()
+    assert (out / "model.safetensors").exists()
     assert json.loads((out / "config.json").read_text())["dtype"] == "float32"
     loaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     AutoTokenizer.from_pretrained(out)
@@ -205,7 +209,8 @@ def test_bf16_autocast_on_cuda(model_dir):
     trainer = Trainer(model_dir, TrainConfig(algorithm="sft", learning_rate=1e-3), device="cuda")
     assert trainer.autocast_dtype == torch.bfloat16
     metrics = trainer.step(fixed_set(count=2))
-    assert metrics.loss > 0 and next(trainer.model.parameters()).dtype == torch.float32
+    assert metrics.loss > 0
+    assert next(trainer.model.parameters()).dtype == torch.float32
 
 
 def grouped_set(seed=3) -> tuple[list[list[int]], list[list[int]]]:

@@ -10,7 +10,9 @@ from workers.envs.users import SimulatedAnnotator, SimulatedUser
 def test_held_out_pairs_never_appear_in_training_tasks():
     train = {(task.city, task.temperature) for task in weather.make_tasks(split="train", count=2000, seed=1)}
     held = {(task.city, task.temperature) for task in weather.make_tasks(split="heldout", count=300, seed=1)}
-    assert train and held and not train & held
+    assert train
+    assert held
+    assert not train & held
     assert weather.make_tasks(split="train", count=5, seed=3) == weather.make_tasks(
         split="train", count=5, seed=3
     )
@@ -56,7 +58,7 @@ def _episode(task, *, city, answer, call=True):
 
 
 @pytest.mark.parametrize(
-    "city,answer,call,reason",
+    ("city", "answer", "call", "reason"),
     [
         ("Lima", "It is 21 degrees in Lima.", True, "ok"),
         ("Lima", "It is 12 degrees.", True, "wrong temperature"),
@@ -68,7 +70,8 @@ def _episode(task, *, city, answer, call=True):
 def test_the_checker_names_what_went_wrong(city, answer, call, reason):
     task = weather.Task("t", "Lima", 21, "Tell me the weather in Lima.")
     outcome = weather.check(task, _episode(task, city=city, answer=answer, call=call))
-    assert outcome.reason == reason and outcome.success == (reason == "ok")
+    assert outcome.reason == reason
+    assert outcome.success == (reason == "ok")
 
 
 def test_simulated_users_are_right_but_noisy_and_correct_some_failures():
@@ -82,9 +85,11 @@ def test_simulated_users_are_right_but_noisy_and_correct_some_failures():
     assert 0.87 < up_on_good < 0.93
     assert 0.07 < sum(reaction.thumbs_up for reaction in reactions) / 4000 < 0.13
     corrections = [reaction.correction for reaction in reactions if reaction.correction]
-    assert 0.27 < len(corrections) / 4000 < 0.33 and set(corrections) == {"It is 21 degrees."}
+    assert 0.27 < len(corrections) / 4000 < 0.33
+    assert set(corrections) == {"It is 21 degrees."}
     annotator = SimulatedAnnotator(noise=0.0)
-    assert annotator.label(good, rng) == 1.0 and annotator.label(bad, rng) == 0.0
+    assert annotator.label(good, rng) == 1.0
+    assert annotator.label(bad, rng) == 0.0
 
 
 def test_legacy_agent_has_the_skills_but_a_poor_habit():

@@ -60,20 +60,24 @@ def test_swap_under_load_changes_version_with_no_failed_request(
     before, during, after, swap_response = asyncio.run(burst_with_swap())
     assert swap_response.status_code == 200, swap_response.text
     report = swap_response.json()
-    assert report["previous_version"] == 0 and report["version"] == 1
+    assert report["previous_version"] == 0
+    assert report["version"] == 1
     assert report["recomputed_sequences"] >= 4  # the long requests were in flight
     assert admin(admin_server, "GET", "version").json()["version"] == 1
-    assert after.policy_version == 1 and after.choices[0].policy_versions == (1,) * 20
+    assert after.policy_version == 1
+    assert after.choices[0].policy_versions == (1,) * 20
 
     old_model, new_model = load_reference_model(default_model_dir), load_reference_model(tool_model_dir)
     for result in before + during:
         [choice] = result.choices
         assert choice.finish_reason == "length"
         versions = choice.policy_versions
-        assert list(versions) == sorted(versions) and set(versions) <= {0, 1}
+        assert list(versions) == sorted(versions)
+        assert set(versions) <= {0, 1}
     for result in before:  # each long request straddles the swap: old weights, then new
         [choice] = result.choices
-        assert choice.policy_versions[0] == 0 and choice.policy_versions[-1] == 1
+        assert choice.policy_versions[0] == 0
+        assert choice.policy_versions[-1] == 1
         assert len(choice.completion_token_ids) == 300
         old_part = reference_logprobs(old_model, result.prompt_token_ids, choice.completion_token_ids)
         new_part = reference_logprobs(new_model, result.prompt_token_ids, choice.completion_token_ids)
@@ -100,11 +104,13 @@ def test_a_swap_that_keeps_the_caches_goes_on_over_the_old_weights_keys_and_valu
 
     result, swap = asyncio.run(long_request_with_swap())
     assert swap.status_code == 200, swap.text
-    assert swap.json()["recomputed_sequences"] == 0 and swap.json()["version"] == 1
+    assert swap.json()["recomputed_sequences"] == 0
+    assert swap.json()["version"] == 1
     [choice] = result.choices
     versions = torch.tensor(choice.policy_versions)
     first_new = int(torch.nonzero(versions == 1)[0])
-    assert 0 < first_new < len(versions) and bool((versions[first_new:] == 1).all())
+    assert 0 < first_new < len(versions)
+    assert bool((versions[first_new:] == 1).all())
     # Reference: the old weights' keys and values up to the token before the first new one, the new
     # weights' from there on (the step that samples token k writes token k-1's keys with the new weights).
     old_model, new_model = load_reference_model(default_model_dir), load_reference_model(tool_model_dir)
@@ -125,7 +131,8 @@ def test_a_swap_that_keeps_the_caches_goes_on_over_the_old_weights_keys_and_valu
     recomputed = reference_logprobs(new_model, prompt, completion)[first_new:]
     assert not torch.allclose(got[first_new:], recomputed, atol=1e-3)  # not what a recompute would give
     bad = admin(admin_server, "POST", "load", json={"path": str(tool_model_dir), "recompute_kv": "no"})
-    assert bad.status_code == 400 and bad.json()["error"]["param"] == "recompute_kv"
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == "recompute_kv"
 
 
 def test_checkpoint_with_another_tokenizer_is_refused_and_old_weights_keep_serving(
@@ -136,17 +143,21 @@ def test_checkpoint_with_another_tokenizer_is_refused_and_old_weights_keep_servi
     )
     assert response.status_code == 409
     error = response.json()["error"]
-    assert error["code"] == "tokenizer_mismatch" and "tokenizer" in error["message"]
+    assert error["code"] == "tokenizer_mismatch"
+    assert "tokenizer" in error["message"]
     assert admin(admin_server, "GET", "version").json()["version"] == 0
     completion = httpx.post(f"{admin_server.api_url}/completions", json=SHORT_BODY, timeout=60)
-    assert completion.status_code == 200 and completion.json()["policy_version"] == 0
+    assert completion.status_code == 200
+    assert completion.json()["policy_version"] == 0
 
 
 def test_load_of_a_missing_directory_is_refused(admin_server, tmp_path):
     response = admin(admin_server, "POST", "load", json={"path": str(tmp_path / "nothing"), "version": 1})
-    assert response.status_code == 422 and "config.json" in response.json()["error"]["message"]
+    assert response.status_code == 422
+    assert "config.json" in response.json()["error"]["message"]
     response = admin(admin_server, "POST", "load", json={"version": 1})
-    assert response.status_code == 400 and response.json()["error"]["param"] == "path"
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "path"
 
 
 def test_pause_holds_requests_and_resume_completes_them(admin_server):
@@ -167,12 +178,19 @@ def test_pause_holds_requests_and_resume_completes_them(admin_server):
             return paused, still_pending, tokens_while_paused, status, resumed, await running, await waiting
 
     paused, still_pending, tokens_while_paused, status, resumed, running, waiting = asyncio.run(scenario())
-    assert paused.status_code == 200 and paused.json()["paused"] is True
-    assert still_pending and tokens_while_paused == 0
-    assert status["paused"] and status["waiting_requests"] == 1 and status["running_sequences"] == 1
-    assert resumed.status_code == 200 and resumed.json()["paused"] is False
-    assert running.status_code == 200 and len(running.json()["choices"][0]["token_ids"]) == 100
-    assert waiting.status_code == 200 and len(waiting.json()["choices"][0]["token_ids"]) == 20
+    assert paused.status_code == 200
+    assert paused.json()["paused"] is True
+    assert still_pending
+    assert tokens_while_paused == 0
+    assert status["paused"]
+    assert status["waiting_requests"] == 1
+    assert status["running_sequences"] == 1
+    assert resumed.status_code == 200
+    assert resumed.json()["paused"] is False
+    assert running.status_code == 200
+    assert len(running.json()["choices"][0]["token_ids"]) == 100
+    assert waiting.status_code == 200
+    assert len(waiting.json()["choices"][0]["token_ids"]) == 20
 
 
 def test_admin_endpoints_need_the_token(admin_server, tool_model_dir):
@@ -229,5 +247,6 @@ def test_a_server_started_without_a_token_keeps_its_admin_api_closed(default_mod
                 )
                 assert response.status_code == 403, (path, headers)
                 assert response.json()["error"]["code"] == "admin_api_disabled"
-        assert running.engine.version == 0 and not running.engine.status().paused
+        assert running.engine.version == 0
+        assert not running.engine.status().paused
         assert httpx.get(f"{running.base_url}/health").status_code == 200  # the OpenAI side still serves

@@ -12,13 +12,15 @@ def post(server, path, **kwargs):
 def assert_openai_error(response, status):
     assert response.status_code == status, response.text
     error = response.json()["error"]
-    assert set(error) >= {"message", "type", "code"} and error["message"]
+    assert set(error) >= {"message", "type", "code"}
+    assert error["message"]
     return error
 
 
 def test_unknown_model_is_404(server):
     error = assert_openai_error(post(server, "chat/completions", json={**CHAT, "model": "gpt-17"}), 404)
-    assert error["code"] == "model_not_found" and "gpt-17" in error["message"]
+    assert error["code"] == "model_not_found"
+    assert "gpt-17" in error["message"]
     assert_openai_error(post(server, "completions", json={"model": "gpt-17", "prompt": "x"}), 404)
 
 
@@ -50,7 +52,7 @@ def test_malformed_json_is_400(server):
 
 
 @pytest.mark.parametrize(
-    "change, param",
+    ("change", "param"),
     [
         ({"temperature": "hot"}, "temperature"),
         ({"temperature": -1}, "temperature"),
@@ -75,11 +77,12 @@ def test_malformed_json_is_400(server):
 )
 def test_wrong_chat_fields_are_400_naming_the_field(server, change, param):
     error = assert_openai_error(post(server, "chat/completions", json={**CHAT, **change}), 400)
-    assert error["param"] == param and param in error["message"]
+    assert error["param"] == param
+    assert param in error["message"]
 
 
 @pytest.mark.parametrize(
-    "body, param",
+    ("body", "param"),
     [
         ({"prompt": 42}, "prompt"),
         ({"prompt": [1, "a"]}, "prompt"),

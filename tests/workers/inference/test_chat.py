@@ -10,14 +10,16 @@ CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool
 
 def test_plain_text_has_no_tool_calls():
     reply = parse_assistant_text("It is sunny.")
-    assert reply.content == "It is sunny." and reply.tool_calls == ()
+    assert reply.content == "It is sunny."
+    assert reply.tool_calls == ()
 
 
 def test_one_tool_call_becomes_openai_shape():
     reply = parse_assistant_text(CALL)
     assert reply.content is None
     [call] = reply.tool_calls
-    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    assert call.name == "get_weather"
+    assert json.loads(call.arguments) == {"city": "Paris"}
     assert call.id.startswith("call_")
     assert call.to_openai() == {
         "id": call.id,

@@ -147,15 +147,17 @@ VLLM_COMPLETION = {
 
 def test_vllm_chat_body():
     parsed = parse_response(VLLM_CHAT)
-    assert parsed.endpoint == "chat" and parsed.prompt_token_ids == (1, 2, 3)
+    assert parsed.endpoint == "chat"
+    assert parsed.prompt_token_ids == (1, 2, 3)
     [choice] = parsed.choices
-    assert choice.completion_token_ids == (151657, 90) and choice.logprobs == (-0.5, -0.25)
-    assert choice.policy_versions is None and parsed.policy_version is None  # vLLM does not know versions
-    assert (
-        choice.tool_calls[0].name == "get_weather"
-        and json.loads(choice.tool_calls[0].arguments)["city"] == "Paris"
-    )
-    assert choice.text is None and choice.finish_reason == "tool_calls"
+    assert choice.completion_token_ids == (151657, 90)
+    assert choice.logprobs == (-0.5, -0.25)
+    assert choice.policy_versions is None
+    assert parsed.policy_version is None
+    assert choice.tool_calls[0].name == "get_weather"
+    assert json.loads(choice.tool_calls[0].arguments)["city"] == "Paris"
+    assert choice.text is None
+    assert choice.finish_reason == "tool_calls"
     assert parsed.has_token_data
 
 
@@ -163,17 +165,21 @@ def test_vllm_chat_stream_accumulates_text_tokens_and_tool_call_fragments():
     parsed = parse_stream(VLLM_CHAT_CHUNKS)
     [choice] = parsed.choices
     assert parsed.prompt_token_ids == (1, 2, 3)
-    assert choice.text == "Let me" and choice.completion_token_ids == (10, 11, 12, 13, 14)
+    assert choice.text == "Let me"
+    assert choice.completion_token_ids == (10, 11, 12, 13, 14)
     assert choice.logprobs == (-1.0, -2.0, -0.5, -0.25, -0.125)
     [call] = choice.tool_calls
     assert (call.id, call.name, json.loads(call.arguments)) == ("t1", "get_weather", {"city": "Oslo"})
-    assert choice.finish_reason == "tool_calls" and parsed.usage["completion_tokens"] == 5
+    assert choice.finish_reason == "tool_calls"
+    assert parsed.usage["completion_tokens"] == 5
 
 
 def test_vllm_completion_takes_prompt_ids_from_the_choice():
     parsed = parse_response(VLLM_COMPLETION)
-    assert parsed.endpoint == "completions" and parsed.prompt_token_ids == (5, 6)
-    assert parsed.choices[0].text == " world" and parsed.choices[0].logprobs == (-0.75,)
+    assert parsed.endpoint == "completions"
+    assert parsed.prompt_token_ids == (5, 6)
+    assert parsed.choices[0].text == " world"
+    assert parsed.choices[0].logprobs == (-0.75,)
 
 
 def test_missing_token_data_is_reported():

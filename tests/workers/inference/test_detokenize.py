@@ -26,7 +26,8 @@ def stream(backend, text, stop=()):
 def test_deltas_add_up_to_the_text(backend):
     text = "The agent reads the file today. 123 + 456 = 579"
     deltas, stop_string, final = stream(backend, text)
-    assert "".join(deltas) == text == final and stop_string is None
+    assert "".join(deltas) == text == final
+    assert stop_string is None
 
 
 def test_multibyte_characters_are_never_split(backend):
@@ -44,4 +45,5 @@ def test_stop_string_truncates_and_is_never_streamed(backend):
 
 def test_earliest_of_several_stop_strings_wins(backend):
     _, stop_string, final = stream(backend, "abc xyz def", stop=("def", "xyz"))
-    assert stop_string == "xyz" and final == "abc "
+    assert stop_string == "xyz"
+    assert final == "abc "

@@ -40,7 +40,8 @@ def test_greedy_logprobs_match_a_forward_pass(engine, reference):
     result = engine.generate(prompt, GREEDY)
     [choice] = result.choices
     assert result.prompt_token_ids == tuple(prompt)
-    assert len(choice.token_ids) == 20 and choice.finish_reason == "length"
+    assert len(choice.token_ids) == 20
+    assert choice.finish_reason == "length"
     assert choice.policy_versions == (0,) * 20
     assert_matches_forward_pass(reference, prompt, choice)
 
@@ -98,7 +99,8 @@ def test_stop_string_and_stop_token(engine):
     stopped = engine.generate(
         prompt, SamplingParams(max_tokens=20, temperature=0, stop=(stop_text,))
     ).choices[0]
-    assert stopped.finish_reason == "stop" and stopped.stop_reason == stop_text
+    assert stopped.finish_reason == "stop"
+    assert stopped.stop_reason == stop_text
     assert stopped.text == free.text[: free.text.index(stop_text)]
     stop_token = free.token_ids[2]
     by_token = engine.generate(
@@ -138,7 +140,8 @@ def test_pause_freezes_generation_until_resume(engine):
         waiting = engine.submit(prompt, GREEDY)
         threading.Event().wait(0.3)
         assert engine.stats().generated_tokens == frozen_at
-        assert engine.status().paused and engine.status().waiting_requests == 1
+        assert engine.status().paused
+        assert engine.status().waiting_requests == 1
     finally:
         engine.resume()
     assert len(first) + sum(len(batch) for batch in events) == 200

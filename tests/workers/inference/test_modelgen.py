@@ -35,7 +35,8 @@ def test_loads_in_transformers_as_small_float32_llama(default_model_dir):
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
     config = json.loads((default_model_dir / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
-    assert config["torch_dtype"] == "float32" and model.dtype == torch.float32
+    assert config["torch_dtype"] == "float32"
+    assert model.dtype == torch.float32
     assert 2_000_000 <= sum(p.numel() for p in model.parameters()) <= 6_000_000
     assert 2000 <= len(tokenizer) <= 4000
     assert model.config.tie_word_embeddings

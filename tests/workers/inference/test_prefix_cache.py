@@ -75,17 +75,20 @@ def test_the_store_keeps_the_longest_boundary_short_of_the_last_token_and_evicts
     cache = PrefixCache(budget_tokens=200)
     first = tuple(range(100))
     cache.store(first, *kv(100))
-    assert (
-        cache.lookup(tuple(range(64))) is not None and cache.lookup(tuple(range(64))).length == 32
-    )  # not 64
+    assert cache.lookup(tuple(range(64))) is not None
+    assert cache.lookup(tuple(range(64))).length == 32
     hit = cache.lookup(first + (7, 8))
-    assert hit.length == 96 and hit.keys[0].shape == (1, 2, 96, 4)
-    assert cache.lookup((1,) + first) is None and cache.lookup(tuple(range(20))) is None
+    assert hit.length == 96
+    assert hit.keys[0].shape == (1, 2, 96, 4)
+    assert cache.lookup((1,) + first) is None
+    assert cache.lookup(tuple(range(20))) is None
     cache.store(tuple(range(1000, 1090)), *kv(90))
     cache.store(tuple(range(2000, 2050)), *kv(50))  # 240 tokens > 200: the least recently used goes
-    assert cache.tokens == 140 and cache.lookup(first + (7,)) is None
+    assert cache.tokens == 140
+    assert cache.lookup(first + (7,)) is None
     assert cache.lookup(tuple(range(1000, 1070))).length == 64
     assert cache.most_recent() == tuple(range(1000, 1090))  # the last looked up
     cache.clear()
     assert cache.most_recent() is None
-    assert cache.tokens == 0 and cache.lookup(tuple(range(1000, 1070))) is None
+    assert cache.tokens == 0
+    assert cache.lookup(tuple(range(1000, 1070))) is None

@@ -39,7 +39,8 @@ def test_models_lists_the_served_name(sdk, server):
 
 def test_health(server):
     response = httpx.get(f"{server.base_url}/health")
-    assert response.status_code == 200 and response.json()["status"] == "ok"
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok"
 
 
 def test_chat_completion_carries_token_ids_and_raw_logprobs(sdk, server, reference):
@@ -57,9 +58,12 @@ def test_chat_completion_carries_token_ids_and_raw_logprobs(sdk, server, referen
     [choice] = completion.choices
     token_ids = choice.model_extra["token_ids"]
     assert extra["prompt_token_ids"] == expected_prompt_ids(server, MESSAGES)
-    assert len(token_ids) == 12 == completion.usage.completion_tokens and choice.finish_reason == "length"
-    assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
-    assert choice.model_extra["token_policy_versions"] == [0] * 12 and extra["policy_version"] == 0
+    assert len(token_ids) == 12 == completion.usage.completion_tokens
+    assert choice.finish_reason == "length"
+    assert choice.message.role == "assistant"
+    assert isinstance(choice.message.content, str)
+    assert choice.model_extra["token_policy_versions"] == [0] * 12
+    assert extra["policy_version"] == 0
     entries = choice.logprobs.content
     assert [len(entry.top_logprobs) for entry in entries] == [3] * 12
     assert all(entry.top_logprobs[0].logprob >= entry.top_logprobs[-1].logprob for entry in entries)
@@ -69,14 +73,14 @@ def test_chat_completion_carries_token_ids_and_raw_logprobs(sdk, server, referen
 
 
 def test_streamed_chat_matches_the_non_streamed_one(sdk):
-    arguments = dict(
-        model="default",
-        messages=MESSAGES,
-        max_tokens=10,
-        temperature=0,
-        logprobs=True,
-        extra_body={**TOKEN_DATA, "ignore_eos": True},
-    )
+    arguments = {
+        "model": "default",
+        "messages": MESSAGES,
+        "max_tokens": 10,
+        "temperature": 0,
+        "logprobs": True,
+        "extra_body": {**TOKEN_DATA, "ignore_eos": True},
+    }
     whole = sdk.chat.completions.create(**arguments)
     chunks = list(
         sdk.chat.completions.create(**arguments, stream=True, stream_options={"include_usage": True})
@@ -101,7 +105,8 @@ def test_streamed_chat_matches_the_non_streamed_one(sdk):
         chunk.choices[0].finish_reason for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason
     ]
     assert finishing == ["length"]
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 10
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage.completion_tokens == 10
 
 
 def test_n_choices_stream_separately(sdk):
@@ -137,7 +142,8 @@ def test_completions_endpoint_with_token_data(sdk, server, reference):
     expected = reference_logprobs(reference, prompt_ids, choice.model_extra["token_ids"])
     assert torch.allclose(torch.tensor(choice.logprobs.token_logprobs), expected, atol=1e-4, rtol=0)
     assert len(choice.logprobs.top_logprobs[0]) == 2
-    assert choice.logprobs.text_offset[0] == 0 and "".join(choice.logprobs.tokens) == choice.text
+    assert choice.logprobs.text_offset[0] == 0
+    assert "".join(choice.logprobs.tokens) == choice.text
 
 
 def test_streamed_completions_and_several_prompts(sdk):
@@ -155,7 +161,8 @@ def test_streamed_completions_and_several_prompts(sdk):
     for chunk in chunks:
         for choice in chunk.choices:
             by_index.setdefault(choice.index, []).extend(choice.model_extra["token_ids"])
-    assert sorted(by_index) == [0, 1] and all(len(ids) == 4 for ids in by_index.values())
+    assert sorted(by_index) == [0, 1]
+    assert all(len(ids) == 4 for ids in by_index.values())
     whole = sdk.completions.create(
         model="default",
         prompt=["One", "Two words"],
@@ -186,7 +193,8 @@ def test_async_client_helper_parses_streamed_and_whole_answers_alike(server):
             )
 
     whole, streamed = asyncio.run(both())
-    assert whole.has_token_data and streamed.has_token_data
+    assert whole.has_token_data
+    assert streamed.has_token_data
     assert whole.prompt_token_ids == streamed.prompt_token_ids
     assert whole.choices[0].completion_token_ids == streamed.choices[0].completion_token_ids
     assert whole.choices[0].text == streamed.choices[0].text

@@ -31,8 +31,10 @@ def test_sdk_gets_parsed_tool_calls(sdk, tool_server):
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
     [call] = choice.message.tool_calls
-    assert call.type == "function" and call.id.startswith("call_")
-    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+    assert call.type == "function"
+    assert call.id.startswith("call_")
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
     end_id = tool_server.engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert choice.model_extra["token_ids"][-1] == end_id  # the end token is kept for training
 
@@ -40,7 +42,9 @@ def test_sdk_gets_parsed_tool_calls(sdk, tool_server):
 def test_sdk_gets_streamed_tool_calls(sdk):
     chunks = list(ask(sdk, stream=True))
     deltas = [call for chunk in chunks if chunk.choices for call in chunk.choices[0].delta.tool_calls or []]
-    assert len(deltas) == 1 and deltas[0].index == 0 and deltas[0].id.startswith("call_")
+    assert len(deltas) == 1
+    assert deltas[0].index == 0
+    assert deltas[0].id.startswith("call_")
     assert deltas[0].function.name == "get_weather"
     assert json.loads(deltas[0].function.arguments) == {"city": "Paris"}
     assert not "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)

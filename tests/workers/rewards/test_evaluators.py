@@ -30,7 +30,8 @@ def test_json_schema():
         run_evaluator("json_schema", {"schema": schema}, Outcome(final_text='{"city": "Oslo"}')).value == 1.0
     )
     invalid = run_evaluator("json_schema", {"schema": schema}, Outcome(final_text='{"city": 3}'))
-    assert invalid.value == 0.0 and "invalid" in invalid.label
+    assert invalid.value == 0.0
+    assert "invalid" in invalid.label
     assert run_evaluator("json_schema", {"schema": schema}, Outcome(final_text="Oslo")).label == "not JSON"
     with pytest.raises(EvaluatorError):
         run_evaluator("json_schema", {"schema": {"type": "nonsense"}}, Outcome())

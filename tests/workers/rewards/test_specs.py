@@ -10,12 +10,13 @@ NUMERIC = SpecData(name="quality", kind="numeric", minimum=0, maximum=1)
 CATEGORIES = SpecData(name="verdict", kind="categorical", categories={"good": 1.0, "meh": 0.5, "bad": 0.0})
 
 
-@pytest.mark.parametrize("value,ok", [(0, True), (1, True), (0.5, True), (-0.01, False), (1.5, False)])
+@pytest.mark.parametrize(("value", "ok"), [(0, True), (1, True), (0.5, True), (-0.01, False), (1.5, False)])
 def test_numeric_range(value, ok):
     checked = check_reward(NUMERIC, kind="numeric", value=value)
     assert checked.ok is ok
     if not ok:
-        assert "'quality'" in checked.problem and "out of range [0, 1]" in checked.problem
+        assert "'quality'" in checked.problem
+        assert "out of range [0, 1]" in checked.problem
 
 
 def test_categorical_maps_labels_and_values():
@@ -24,7 +25,9 @@ def test_categorical_maps_labels_and_values():
     by_value = check_reward(CATEGORIES, kind="categorical", value=0.0)
     assert (by_value.value, by_value.label) == (0.0, "bad")
     unknown = check_reward(CATEGORIES, kind="categorical", value=None, label="great")
-    assert not unknown.ok and "unknown category 'great'" in unknown.problem and "'verdict'" in unknown.problem
+    assert not unknown.ok
+    assert "unknown category 'great'" in unknown.problem
+    assert "'verdict'" in unknown.problem
     assert not check_reward(CATEGORIES, kind="categorical", value=0.7).ok
     assert not check_reward(CATEGORIES, kind="categorical", value=1.0, label="bad").ok
 

@@ -76,7 +76,8 @@ def test_single_sample_group_falls_back_to_batch_baseline_and_warns(caplog):
         [0.8660254, -0.8660254, -0.8660254, 0.8660254, -0.7071068, 0.7071068], abs=1e-6
     )
     assert result.fallback_groups == ("c",)
-    assert "single sample" in caplog.text and "c" in caplog.text
+    assert "single sample" in caplog.text
+    assert "c" in caplog.text
 
 
 def test_missing_group_id_is_its_own_group_and_falls_back():

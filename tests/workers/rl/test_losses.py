@@ -41,7 +41,8 @@ def test_decoupled_ppo_loss_hand_computed():
     assert float(loss) == pytest.approx(0.1, abs=1e-6)
     loss.backward()
     assert logp.grad.tolist() == pytest.approx([0.0, -0.25, 0.0, 0.55, 0.0], abs=1e-6)
-    assert stats.token_count == 4 and stats.kept_count == 4
+    assert stats.token_count == 4
+    assert stats.kept_count == 4
     assert stats.clip_fraction == pytest.approx(0.5)
     assert stats.importance_weight_mean == pytest.approx(0.9, abs=1e-6)
     assert stats.importance_weight_max == pytest.approx(1.5, abs=1e-6)
@@ -73,7 +74,8 @@ def test_behaviour_weight_cap_clamp_and_mask():
     )
     # token 2 leaves the loss, the denominator stays 4: (-1.2 + 0.4 + 2.2) / 4 = 0.35
     assert float(loss) == pytest.approx(0.35, abs=1e-6)
-    assert stats.kept_count == 3 and stats.token_count == 4
+    assert stats.kept_count == 3
+    assert stats.token_count == 4
 
 
 def test_keep_mask_keeps_the_original_denominator():
@@ -108,7 +110,9 @@ def test_masked_infinite_behaviour_values_do_not_poison_the_gradient():
 def test_sft_loss_on_generated_tokens_only():
     logp = torch.tensor([-1.0, -2.0, -3.0])
     loss, stats = sft_loss(logp, torch.tensor([0, 1, 1]))
-    assert float(loss) == pytest.approx(2.5) and stats.token_count == 2 and stats.nll == pytest.approx(2.5)
+    assert float(loss) == pytest.approx(2.5)
+    assert stats.token_count == 2
+    assert stats.nll == pytest.approx(2.5)
     loss, _ = sft_loss(logp, torch.tensor([0, 1, 1]), denominator=5)
     assert float(loss) == pytest.approx(1.0)
 
@@ -162,7 +166,8 @@ def test_kpop_filter_masks_the_max_of_forward_and_reverse():
     # divergences max(fwd, rev): 0.1438410, 0.7506837, 0; the 4th token is outside the mask
     result = kpop_filter(behav, prox, mask, threshold=0.6)
     assert result.keep_mask.tolist() == [True, False, True, False]
-    assert result.masked_count == 1 and result.token_count == 3
+    assert result.masked_count == 1
+    assert result.token_count == 3
     assert result.masked_fraction == pytest.approx(1 / 3)
     assert result.divergence.tolist() == pytest.approx([0.1438410, 0.7506837, 0.0, 0.0], abs=1e-6)
     # 0.7 lies between the forward (0.55) and reverse (0.75) KL of token 2: only the max catches it
@@ -170,7 +175,8 @@ def test_kpop_filter_masks_the_max_of_forward_and_reverse():
     assert kpop_filter(behav, prox, mask, threshold=0.1).masked_count == 2
     # a zero-probability behaviour token: the reverse KL is +inf (not NaN) and the token is masked
     zero = kpop_filter(torch.tensor([-float("inf")]), torch.tensor([-0.1]), torch.tensor([1]), 1.0)
-    assert not torch.isnan(zero.divergence).any() and zero.masked_count == 1
+    assert not torch.isnan(zero.divergence).any()
+    assert zero.masked_count == 1
 
 
 def test_config_validation():

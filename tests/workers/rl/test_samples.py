@@ -31,12 +31,17 @@ def test_merged_sample_carries_mask_logprobs_versions_and_turns():
     (view,) = training_samples(record)
     assert list(sample.input_ids) == view["input_ids"]
     assert sample.loss_mask == (0,) * PROMPT + (1,) * CALL + (0,) * RESULT + (1,) * ANSWER
-    assert list(sample.logprobs) == view["logprobs"] and list(sample.versions) == view["versions"]
+    assert list(sample.logprobs) == view["logprobs"]
+    assert list(sample.versions) == view["versions"]
     # turn 0: the first prompt and the tool call; turn 1: the tool result (context) and the answer
     assert sample.turns == (0,) * (PROMPT + CALL) + (1,) * (RESULT + ANSWER)
-    assert sample.num_turns == 2 and sample.generated_count == CALL + ANSWER
-    assert sample.reward == 1.0 and sample.group_id == "grpo-group-0042" and sample.task_id == "weather-paris"
-    assert result.counts.samples == 1 and result.counts.retry_orphans == 0
+    assert sample.num_turns == 2
+    assert sample.generated_count == CALL + ANSWER
+    assert sample.reward == 1.0
+    assert sample.group_id == "grpo-group-0042"
+    assert sample.task_id == "weather-paris"
+    assert result.counts.samples == 1
+    assert result.counts.retry_orphans == 0
 
 
 def test_retry_orphan_is_dropped_and_the_retry_merges():
@@ -81,11 +86,13 @@ def test_staleness_bound_drops_samples_or_masks_tokens():
     record = make_trajectory()
     dropped = trajectory_samples(record, current_version=9, eta=1)
     assert dropped.samples == ()
-    assert dropped.counts.stale_samples == 1 and dropped.counts.stale_tokens == CALL + 6
+    assert dropped.counts.stale_samples == 1
+    assert dropped.counts.stale_tokens == CALL + 6
     masked = trajectory_samples(record, current_version=9, eta=1, staleness="token")
     (sample,) = masked.samples
     assert sample.loss_mask == (0,) * PROMPT + (0,) * CALL + (0,) * RESULT + (0,) * 6 + (1,) * 7
-    assert masked.counts.stale_tokens == CALL + 6 and masked.counts.stale_samples == 0
+    assert masked.counts.stale_tokens == CALL + 6
+    assert masked.counts.stale_samples == 0
     assert masked.staleness_histogram == ((1, 7),)
     fresh = trajectory_samples(record, current_version=9, eta=2)
     assert fresh.counts.stale_tokens == 0
@@ -102,9 +109,12 @@ def test_rewardless_blocked_and_split_trajectories():
     split = make_trajectory()
     split["steps"][3]["tokens"]["prompt_ids"][2] = 9999  # re-rendered history: not a prefix any more
     result = build_samples([no_reward, blocked, split], check_blockers=True)
-    assert result.counts.no_reward == 1 and result.counts.blocked_trajectories == 1
-    assert result.counts.trajectories == 3 and result.counts.samples == 2
+    assert result.counts.no_reward == 1
+    assert result.counts.blocked_trajectories == 1
+    assert result.counts.trajectories == 3
+    assert result.counts.samples == 2
     first, second = result.samples
     assert first.turns == (0,) * (PROMPT + CALL)
-    assert set(second.turns) == {0} and second.trajectory_id == first.trajectory_id
+    assert set(second.turns) == {0}
+    assert second.trajectory_id == first.trajectory_id
     assert build_samples([no_reward], require_reward=False).samples[0].reward is None

@@ -86,7 +86,8 @@ def test_decoupled_ppo_bounded_where_plain_ppo_explodes(default_model):
     assert plain_stats.importance_weight_max > 2900
     assert float(plain_weights.max()) > 2900
     # decoupled: ratio 1 against the proximal policy, behaviour weight capped at 5
-    assert stats.importance_weight_max == 1.0 and stats.behaviour_weight_max == CAP
+    assert stats.importance_weight_max == 1.0
+    assert stats.behaviour_weight_max == CAP
     assert stats.capped_fraction > 0.4
     assert float(decoupled_weights.max()) <= CAP * (1 + CONFIG.eps_clip) + 1e-4
 
@@ -96,7 +97,8 @@ def test_decoupled_ppo_bounded_where_plain_ppo_explodes(default_model):
     model.zero_grad()
     decoupled.backward(retain_graph=True)
     decoupled_norm = grad_norm(model)
-    assert math.isfinite(decoupled_norm) and decoupled_norm > 0
+    assert math.isfinite(decoupled_norm)
+    assert decoupled_norm > 0
     assert plain_norm > 50 * decoupled_norm
 
     # The KPop filter does not replace the cap here: under this untrained model the tokens are rare
@@ -153,6 +155,7 @@ def test_plain_ppo_diverges_over_steps_while_decoupled_stays_bounded():
     filtered_grad, filtered_theta = train("filtered")
     plain_grad, plain_theta = train("plain")
     assert decoupled_grad <= bound
-    assert 0 < filtered_grad <= bound and filtered_theta < 20
+    assert 0 < filtered_grad <= bound
+    assert filtered_theta < 20
     assert plain_grad > 10 * bound
     assert plain_theta > 10 * decoupled_theta

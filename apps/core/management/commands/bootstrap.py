@@ -1,3 +1,4 @@
+import contextlib
 import os
 import secrets
 
@@ -16,10 +17,8 @@ CREDENTIALS_FILE = "first-start-credentials.txt"
 def _write_owner_only(path, text: str) -> None:
     """Creates `path` with mode 0600 from the start (no moment where it is readable by others), replacing
     whatever was there; a link at that name is removed, never followed."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     with os.fdopen(descriptor, "w") as handle:
         handle.write(text)

@@ -33,6 +33,7 @@ versions a release takes), DEMO_BATCH (16 samples per step), DEMO_PUBLISH_EVERY 
 DEMO_ANNOTATOR_SHARE (0.3), DEMO_SUMMARY (a JSON file).
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -427,8 +428,8 @@ class Demo:
                 kind="embedded",
                 model=self.model,
                 model_version=str(base.number),
-                stdout=open(os.devnull, "w"),
-            )  # noqa: SIM115
+                stdout=open(os.devnull, "w"),  # noqa: SIM115 (the server process keeps it)
+            )
         backends = InferenceBackend.objects.for_tenant(self.tenant)
         self.backends = {slot: backends.get(name=f"embedded-{self.model}-{slot}") for slot in self.slots}
         routing_initialize(
@@ -530,10 +531,8 @@ class Demo:
         user, _ = get_user_model().objects.get_or_create(username="demo-annotator")
         user.set_password(password)
         user.save()
-        try:
+        with contextlib.suppress(Conflict):  # DEMO_KEEP=1: a member since an earlier run
             membership_add(tenant=self.tenant, actor=actor, user_identifier=user.username, role="annotator")
-        except Conflict:
-            pass  # DEMO_KEEP=1: a member since an earlier run
         # Named after the run's model, which is new in every run (weather, weather-2...): nothing to look up.
         spec = reward_spec_create(
             tenant=self.tenant,
