@@ -1,10 +1,10 @@
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import TenantOwned
 
 
-class AuditEvent(models.Model):
+class AuditEvent(TenantOwned):
     """One governance act. Rows are only ever inserted; each carries the hash of its predecessor in the
     tenant's chain, so an edited, deleted or reordered row breaks verification."""
 
@@ -20,8 +20,6 @@ class AuditEvent(models.Model):
     data = models.JSONField(default=dict)
     previous_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "sequence"], name="audit_unique_sequence")]
