@@ -1,10 +1,10 @@
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import TenantOwned
+from apps.core.models import ImmutableModel, TenantOwned
 
 
-class AuditEvent(TenantOwned):
+class AuditEvent(ImmutableModel, TenantOwned):
     """One governance act. Rows are only ever inserted; each carries the hash of its predecessor in the
     tenant's chain, so an edited, deleted or reordered row breaks verification."""
 
@@ -28,11 +28,3 @@ class AuditEvent(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}#{self.sequence} {self.verb}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise RuntimeError("audit events are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise RuntimeError("audit events are append-only")

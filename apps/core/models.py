@@ -40,3 +40,49 @@ class TimestampedTenantOwned(TenantOwned):
 
     class Meta:
         abstract = True
+
+
+class ImmutableRowError(RuntimeError):
+    """A change to an append-only row. A programming error, never an answer to a request."""
+
+
+class ImmutableQuerySet(TenantQuerySet):
+    """The manager of an append-only table: rows are inserted and read, never changed or deleted in bulk.
+    `dangerously_writable()` is the one way round it."""
+
+    def update(self, **kwargs):
+        raise ImmutableRowError(f"{self.model.__name__} rows are immutable")
+
+    def bulk_update(self, objs, fields, batch_size=None):
+        raise ImmutableRowError(f"{self.model.__name__} rows are immutable")
+
+    def delete(self):
+        raise ImmutableRowError(f"{self.model.__name__} rows are immutable")
+
+    delete.queryset_only = True  # as Django's own: no `Model.objects.delete()`
+
+    def dangerously_writable(self) -> TenantQuerySet:
+        """The same rows through a queryset that may update and delete them: for a purge that must remove
+        history, and for tests that play someone editing the table behind the application's back."""
+        return TenantQuerySet(model=self.model, query=self.query.chain(), using=self._db, hints=self._hints)
+
+
+class ImmutableModel(models.Model):
+    """Append-only history: a row is inserted once; saving it again, deleting it, or updating or deleting
+    rows through the manager raises ImmutableRowError. Rows still go when a row they belong to is deleted
+    (a cascade does not go through this model or its manager)."""
+
+    objects = ImmutableQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise ImmutableRowError(f"{type(self).__name__} rows are immutable")
+        # Insert only: a new instance given an existing primary key must not overwrite that row.
+        kwargs["force_insert"] = True
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ImmutableRowError(f"{type(self).__name__} rows are immutable")

@@ -1,7 +1,7 @@
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import TenantOwned, TenantQuerySet, TimestampedTenantOwned
+from apps.core.models import ImmutableModel, TenantOwned, TimestampedTenantOwned
 
 
 class ReleaseStatus(models.TextChoices):
@@ -47,29 +47,6 @@ ACTIVE_STATUSES = (
 )
 # Statuses in which the candidate takes live traffic, so ticks measure it.
 SERVING_STATUSES = (ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL)
-
-
-class ImmutableQuerySet(TenantQuerySet):
-    def update(self, **kwargs):
-        raise TypeError(f"{self.model.__name__} rows are immutable")
-
-    def delete(self):
-        raise TypeError(f"{self.model.__name__} rows are immutable")
-
-
-class ImmutableModel(models.Model):
-    """Append-only: saving an existing row or deleting one raises (history must never change)."""
-
-    class Meta:
-        abstract = True
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None and not self._state.adding:
-            raise TypeError(f"{type(self).__name__} rows are immutable")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise TypeError(f"{type(self).__name__} rows are immutable")
 
 
 class Release(TimestampedTenantOwned):
@@ -133,8 +110,6 @@ class ReleaseEvent(ImmutableModel, TenantOwned):
     reason = models.CharField(max_length=500, blank=True)
     at = models.DateTimeField(default=timezone.now)
 
-    objects = ImmutableQuerySet.as_manager()
-
     class Meta:
         ordering = ["at", "id"]
 
@@ -151,8 +126,6 @@ class AnalysisRun(ImmutableModel, TenantOwned):
     decision = models.CharField(max_length=16)
     measurements = models.JSONField(default=list)
     at = models.DateTimeField(default=timezone.now)
-
-    objects = ImmutableQuerySet.as_manager()
 
     class Meta:
         ordering = ["at", "id"]
@@ -216,8 +189,6 @@ class ServingEvent(ImmutableModel, TenantOwned):
     reason = models.CharField(max_length=300)
     actor = models.CharField(max_length=150)
     at = models.DateTimeField(default=timezone.now)
-
-    objects = ImmutableQuerySet.as_manager()
 
     class Meta:
         ordering = ["at", "id"]

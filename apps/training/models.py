@@ -1,7 +1,7 @@
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import TenantOwned, TimestampedTenantOwned
+from apps.core.models import ImmutableModel, TenantOwned, TimestampedTenantOwned
 
 
 class VersionStatus(models.TextChoices):
@@ -83,7 +83,7 @@ class ModelAlias(TenantOwned):
         return f"{self.name}:{self.alias} → v{self.version.number}"
 
 
-class AliasMove(TenantOwned):
+class AliasMove(ImmutableModel, TenantOwned):
     """Append-only history of alias moves: which version an alias named, from when."""
 
     name = models.CharField(max_length=200)
