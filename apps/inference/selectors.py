@@ -3,7 +3,7 @@ from datetime import timedelta
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.inference.models import BackendState, InferenceBackend
 
 # A session that has not called for this long no longer counts toward its backend's load.
@@ -18,10 +18,7 @@ def backend_list(*, tenant, served_model: str | None = None):
 
 
 def backend_get(*, tenant, backend_id) -> InferenceBackend:
-    try:
-        return InferenceBackend.objects.for_tenant(tenant).get(pk=backend_id)
-    except (InferenceBackend.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such inference backend in this tenant", code="backend_not_found") from None
+    return get_in_tenant(InferenceBackend, tenant=tenant, pk=backend_id, code="backend_not_found")
 
 
 def backend_candidates(*, tenant, served_model: str, model_version: str | None = None):

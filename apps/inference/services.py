@@ -4,7 +4,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
-from apps.core.errors import Conflict, DomainError, NotFound, ValidationFailed
+from apps.core.errors import Conflict, DomainError, ValidationFailed
+from apps.core.selectors import get_in_tenant
 from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind, BackendState, InferenceBackend, SessionAffinity
 from apps.inference.selectors import backend_candidates
@@ -82,10 +83,9 @@ def backend_register(
 
 
 def _lock(*, tenant, backend_id) -> InferenceBackend:
-    try:
-        return InferenceBackend.objects.select_for_update().get(tenant=tenant, pk=backend_id)
-    except (InferenceBackend.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such inference backend in this tenant", code="backend_not_found") from None
+    return get_in_tenant(
+        InferenceBackend.objects.select_for_update(), tenant=tenant, pk=backend_id, code="backend_not_found"
+    )
 
 
 @transaction.atomic

@@ -3,7 +3,7 @@ in apps.releases.routing."""
 
 from django.db.models import Count
 
-from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.releases.models import (
     SERVING_STATUSES,
     AnalysisRun,
@@ -24,10 +24,12 @@ def release_list(*, tenant, status: str | None = None, model: str | None = None)
 
 
 def release_get(*, tenant, release_id) -> Release:
-    try:
-        return Release.objects.for_tenant(tenant).select_related("candidate", "baseline").get(pk=release_id)
-    except (Release.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such release in this tenant", code="release_not_found") from None
+    return get_in_tenant(
+        Release.objects.select_related("candidate", "baseline"),
+        tenant=tenant,
+        pk=release_id,
+        code="release_not_found",
+    )
 
 
 def release_events(*, tenant, release_id):

@@ -1,6 +1,7 @@
 """Reads for tenants, members and keys. Tenant first; another tenant's object is simply not found."""
 
 from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.tenants.models import ApiKey, Membership, Tenant
 
 
@@ -30,10 +31,13 @@ def membership_list(*, tenant):
 
 
 def membership_get(*, tenant, membership_id) -> Membership:
-    try:
-        return Membership.objects.select_related("user").get(tenant=tenant, pk=membership_id)
-    except (Membership.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such member in this tenant", code="member_not_found") from None
+    return get_in_tenant(
+        Membership.objects.select_related("user"),
+        tenant=tenant,
+        pk=membership_id,
+        code="member_not_found",
+        message="no such member in this tenant",
+    )
 
 
 def api_key_list(*, tenant, include_inactive: bool = True):
@@ -44,10 +48,9 @@ def api_key_list(*, tenant, include_inactive: bool = True):
 
 
 def api_key_get(*, tenant, key_id) -> ApiKey:
-    try:
-        return ApiKey.objects.for_tenant(tenant).get(pk=key_id)
-    except (ApiKey.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such API key in this tenant", code="api_key_not_found") from None
+    return get_in_tenant(
+        ApiKey, tenant=tenant, pk=key_id, code="api_key_not_found", message="no such API key in this tenant"
+    )
 
 
 KEY_CHAIN_LIMIT = 32  # keys made by keys made by keys...: far more than any real chain

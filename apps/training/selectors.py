@@ -4,7 +4,7 @@ from uuid import UUID
 
 from django.db.models import Count
 
-from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.qualification.models import Qualification, QualificationStatus
 from apps.rewards.selectors import training_reward as reward_training_value
 from apps.training.models import (
@@ -31,19 +31,23 @@ def model_version_list(*, tenant, name: str | None = None, status: str | None = 
 
 
 def model_version_get(*, tenant, version_id) -> ModelVersion:
-    try:
-        return ModelVersion.objects.for_tenant(tenant).select_related("parent").get(pk=version_id)
-    except (ModelVersion.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such model version in this tenant", code="model_version_not_found") from None
+    return get_in_tenant(
+        ModelVersion.objects.select_related("parent"),
+        tenant=tenant,
+        pk=version_id,
+        code="model_version_not_found",
+    )
 
 
 def model_version_by_number(*, tenant, name: str, number: int) -> ModelVersion:
-    try:
-        return ModelVersion.objects.for_tenant(tenant).get(name=name, number=number)
-    except ModelVersion.DoesNotExist:
-        raise NotFound(
-            f"no version {number} of {name!r} in this tenant", code="model_version_not_found"
-        ) from None
+    return get_in_tenant(
+        ModelVersion,
+        tenant=tenant,
+        name=name,
+        number=number,
+        code="model_version_not_found",
+        message=f"no version {number} of {name!r} in this tenant",
+    )
 
 
 def alias_resolve(*, tenant, name: str, alias: str) -> ModelVersion | None:
@@ -156,14 +160,12 @@ def training_job_list(*, tenant, status: str | None = None):
 
 
 def training_job_get(*, tenant, job_id) -> TrainingJob:
-    try:
-        return (
-            TrainingJob.objects.for_tenant(tenant)
-            .select_related("base_version", "produced_version")
-            .get(pk=job_id)
-        )
-    except (TrainingJob.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such training job in this tenant", code="training_job_not_found") from None
+    return get_in_tenant(
+        TrainingJob.objects.select_related("base_version", "produced_version"),
+        tenant=tenant,
+        pk=job_id,
+        code="training_job_not_found",
+    )
 
 
 def training_job_metrics(*, tenant, job_id) -> list[dict]:

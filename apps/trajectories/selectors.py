@@ -6,6 +6,7 @@ from django.db.models.functions import TruncMinute
 from django.http import Http404
 
 from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.rewards.models import Reward
 from apps.trajectories.models import Step, Trajectory
 
@@ -87,12 +88,13 @@ def step_list(*, tenant, trajectory=None):
 
 
 def trajectory_get(*, tenant, trajectory_id) -> Trajectory:
-    try:
-        return trajectory_with_records(
-            Trajectory.objects.for_tenant(tenant).select_related("tenant"), tenant=tenant
-        ).get(pk=trajectory_id)
-    except (Trajectory.DoesNotExist, ValueError, TypeError):
-        raise TrajectoryNotFound("no such trajectory in this tenant", code="trajectory_not_found") from None
+    return get_in_tenant(
+        trajectory_with_records(Trajectory.objects.select_related("tenant"), tenant=tenant),
+        tenant=tenant,
+        pk=trajectory_id,
+        code="trajectory_not_found",
+        error=TrajectoryNotFound,
+    )
 
 
 def trajectory_import_conflicts(*, tenant, record: dict) -> dict[str, str]:
