@@ -1,4 +1,3 @@
-import math
 import uuid
 
 from django.db.models import Avg, Count, Exists, OuterRef, Prefetch, Q, Sum
@@ -9,6 +8,7 @@ from apps.core.errors import NotFound
 from apps.core.selectors import get_in_tenant
 from apps.rewards.models import Reward
 from apps.trajectories.models import Step, Trajectory
+from workers.stats import percentile
 
 
 class TrajectoryNotFound(NotFound, Http404):
@@ -133,13 +133,6 @@ def trajectory_import_conflicts(*, tenant, record: dict) -> dict[str, str]:
 # ---- dashboard aggregates (apps.metrics) -------------------------------------------------------------------
 
 
-def _percentile(ordered: list[int], fraction: float) -> float | None:
-    """Nearest-rank percentile of an ascending list (None when empty)."""
-    if not ordered:
-        return None
-    return float(ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))])
-
-
 def step_traffic_per_minute(*, tenant, since, limit: int = 200_000) -> list[dict]:
     """Gateway calls recorded since `since`, per minute (oldest first): requests, errors, p50 and p95 latency
     in ms. Reads at most `limit` steps (the newest) so a busy tenant's page stays cheap."""
@@ -156,14 +149,14 @@ def step_traffic_per_minute(*, tenant, since, limit: int = 200_000) -> list[dict
         bucket[1][0] += bool(error)
     minutes = []
     for minute in sorted(buckets):
-        latencies, (errors,) = sorted(buckets[minute][0]), buckets[minute][1]
+        latencies, (errors,) = buckets[minute]
         minutes.append(
             {
                 "minute": minute,
                 "requests": len(latencies),
                 "errors": errors,
-                "p50_ms": _percentile(latencies, 0.5),
-                "p95_ms": _percentile(latencies, 0.95),
+                "p50_ms": percentile(latencies, 0.5),
+                "p95_ms": percentile(latencies, 0.95),
             }
         )
     return minutes

@@ -55,8 +55,8 @@ def test_traffic_per_minute_counts_errors_and_percentiles_of_the_tenant_only(ten
     rows = step_traffic_per_minute(tenant=tenant, since=minute - timedelta(hours=1))
 
     assert rows == [
-        {"minute": minute.replace(second=0), "requests": 20, "errors": 1, "p50_ms": 100.0, "p95_ms": 190.0}
-    ]
+        {"minute": minute.replace(second=0), "requests": 20, "errors": 1, "p50_ms": 105.0, "p95_ms": 190.5}
+    ]  # latencies 10..200: percentiles interpolate between the nearest ranks (workers.stats.percentile)
 
 
 @pytest.mark.django_db
@@ -129,8 +129,8 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
     )
     assert set(figures) == {"traffic", "latency", "outcomes", "loss"}
     assert figures["traffic"]["data"][0]["y"] == [2]  # the other tenant's call is not counted
-    assert figures["latency"]["data"][0]["y"] == [30.0]
-    assert figures["latency"]["data"][1]["y"] == [50.0]
+    assert figures["latency"]["data"][0]["y"] == [40.0]  # p50 of 30 and 50 ms
+    assert figures["latency"]["data"][1]["y"] == [49.0]  # p95
     assert figures["outcomes"]["data"][0]["y"] == [1.0]
     assert figures["outcomes"]["data"][1]["y"] == [1.0]
     markers = [note["text"] for note in figures["outcomes"]["layout"]["annotations"]]
