@@ -18,7 +18,7 @@ import json
 import time
 import timeit
 
-from apps.gateway.sanitizer import CustomPattern, Sanitizer
+from workers.pii import CustomPattern, Sanitizer
 
 PROSE = (
     "Thanks for the detailed report. I looked into the deployment logs and the failure happens when the "

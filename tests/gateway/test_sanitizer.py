@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from apps.gateway.sanitizer import (
+from workers.pii import (
     CustomPattern,
     InvalidPattern,
     Sanitizer,

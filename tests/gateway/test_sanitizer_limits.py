@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from apps.gateway.sanitizer import (
+from workers.pii import (
     PLACEHOLDER_TEMPLATE,
     UNSCANNED,
     CustomPattern,
