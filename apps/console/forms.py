@@ -1,11 +1,11 @@
 from django import forms
 
 from apps.core.errors import ValidationFailed
-from apps.gateway.sanitizer import InvalidPattern, patterns_from_policy
 from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind
 from apps.tenants.models import ConsentMode, PiiMode
 from apps.tenants.permissions import Role, Scope
+from workers.pii import InvalidPattern, patterns_from_policy
 
 GRACE_CHOICES = [(0, "End now"), (3600, "1 hour"), (86400, "1 day"), (7 * 86400, "7 days")]
 

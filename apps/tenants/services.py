@@ -12,11 +12,11 @@ from django.utils import timezone
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.selectors import get_in_tenant
-from apps.gateway.sanitizer import InvalidPattern, patterns_from_policy
 from apps.tenants.authentication import api_key_cache_forget
 from apps.tenants.keys import key_generate, key_hash, key_prefix
 from apps.tenants.models import ApiKey, Membership, Tenant, TenantPolicy
 from apps.tenants.permissions import Role, Scope
+from workers.pii import InvalidPattern, patterns_from_policy
 
 MAX_GRACE = timedelta(days=30)
 POLICY_FIELDS = (

@@ -243,9 +243,9 @@ AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
 # /rl/start_session calls per minute and tenant (0: no limit beyond the tenant's requests per minute).
 AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE = env_int("AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE", 1200)
 
-# The gateway's PII scan (apps/gateway/sanitizer.py): at most this many characters per scan (a request's
-# messages, a step's observation, its action) and this long in tenant patterns; what cannot be scanned
-# is refused under PII mode `block` and stored as [REDACTED:unscanned] under `redact`.
+# The gateway's PII scan (workers/pii, called by apps/gateway/recording.py): at most this many characters
+# per scan (a request's messages, a step's observation, its action) and this long in tenant patterns; what
+# cannot be scanned is refused under PII mode `block` and stored as [REDACTED:unscanned] under `redact`.
 AREAL_PII_MAX_SCAN_CHARS = env_int("AREAL_PII_MAX_SCAN_CHARS", 1024 * 1024)
 AREAL_PII_PATTERN_TIMEOUT_MS = env_int("AREAL_PII_PATTERN_TIMEOUT_MS", 250)
 

@@ -10,16 +10,13 @@ import time
 
 import pytest
 
-from apps.gateway.sanitizer import (
+from workers.pii import (
     PLACEHOLDER_TEMPLATE,
     UNSCANNED,
     CustomPattern,
-    InvalidPattern,
     Sanitizer,
     SanitizeResult,
     ScanLimits,
-    compile_patterns,
-    patterns_from_policy,
 )
 
 SIZE = 1 << 20  # 1 MiB of hostile text per case
@@ -157,36 +154,3 @@ def test_an_ordinary_tenant_pattern_still_redacts_under_the_time_limit():
     result = sanitizer.scan_text(_repeat("EMP-123456 and ", 200_000))
 
     assert result.entities == ("custom:employee",)
-
-
-@pytest.mark.parametrize(
-    ("items", "reason"),
-    [
-        ([{"name": "maybe", "regex": "x?"}], "empty string"),
-        ([{"name": "broken", "regex": "(unclosed"}], "missing )"),
-        ([{"name": "bad name!", "regex": "x"}], "name"),
-        ([{"name": "huge", "regex": "x" * 1001}], "longer than"),
-        ([{"name": "t", "regex": "T[0-9]+"}, {"name": "t", "regex": "X[0-9]+"}], "duplicate"),
-        ([{"name": "extra", "regex": "x", "flags": "i"}], "name"),
-        ([{"name": "number", "regex": 5}], "regex"),
-        (["not an object"], "name"),
-        ({"name": "x", "regex": "y"}, "list"),
-    ],
-)
-def test_policy_patterns_are_validated_by_the_sanitizer_itself(items, reason):
-    with pytest.raises(InvalidPattern) as raised:
-        patterns_from_policy(items)
-
-    assert reason in raised.value.reason
-
-
-def test_policy_patterns_become_compiled_custom_patterns():
-    patterns = patterns_from_policy([{"name": "order", "regex": r"ORD-\d{5}"}])
-
-    assert patterns == (CustomPattern("order", r"ORD-\d{5}"),)
-    assert compile_patterns(patterns)[0][0] == "custom:order"
-
-
-def test_an_invalid_stored_pattern_raises_invalid_pattern():
-    with pytest.raises(InvalidPattern):
-        Sanitizer([CustomPattern("maybe", "x?")])
