@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "apps.evaluation",
     "apps.releases",
     "apps.console",
+    "apps.demo",
 ]
 
 MIDDLEWARE = [
