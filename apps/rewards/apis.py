@@ -9,10 +9,10 @@ from apps.core.api import TenantApi
 from apps.core.errors import Forbidden, NotFound
 from apps.rewards import selectors, services
 from apps.rewards.models import Combination, EvaluatorKind, RewardKind, RewardSource, RewardTiming
+from apps.rewards.tasks import run_evaluators
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.permissions import Action
 from apps.trajectories.selectors import trajectory_list
-from workers.tasks.rewards import run_evaluators
 
 
 @extend_schema_serializer(component_name="RewardSpec")

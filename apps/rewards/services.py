@@ -436,7 +436,7 @@ def evaluators_enqueue(*, trajectory_id, tenant_id: int) -> bool:
     """Queues the tenant's enabled evaluators over an ended trajectory, on commit. False: none to run."""
     if not Evaluator.objects.filter(tenant_id=tenant_id, enabled=True).exists():
         return False
-    from workers.tasks.rewards import run_evaluators
+    from apps.rewards.tasks import run_evaluators
 
     transaction.on_commit(lambda: run_evaluators.delay(str(trajectory_id)))
     return True

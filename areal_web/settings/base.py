@@ -312,7 +312,6 @@ CELERY_BEAT_SCHEDULE["training-requeue-stale"] = {"task": "training.requeue_stal
 # Live overview (apps.metrics.dashboard): a worker publishes each tenant's reward/success point this often.
 # /metrics (Prometheus): with AREAL_METRICS_TOKEN set, scrapers send "Authorization: Bearer <token>";
 # without it, only loopback clients are answered.
-CELERY_IMPORTS += ["workers.tasks.metrics"]
 CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {
     "task": "metrics.overview_tick",
     "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10)),

@@ -7,12 +7,12 @@ from apps.audit.models import AuditEvent
 from apps.qualification.models import Qualification
 from apps.rewards.models import Evaluator, Reward
 from apps.rewards.services import evaluator_create
+from apps.rewards.tasks import run_evaluators
 from apps.tenants.permissions import Role
 from apps.trajectories.models import Step
 from apps.trajectories.services import trajectory_end
 from tests.qualification.conftest import eager_tasks  # noqa: F401  (fixture)
 from tests.rewards.factories import SYSTEM, make_trajectory
-from workers.tasks.rewards import run_evaluators
 
 pytestmark = pytest.mark.django_db
 

@@ -1,15 +1,3 @@
-"""Celery task entrypoints. Each module registers its tasks on import; add new modules here."""
+"""Celery task entrypoints still here (training and online); the others live in their app's tasks.py."""
 
-from workers.tasks import (  # noqa: F401
-    annotation,
-    audit,
-    core,
-    evaluation,
-    inference,
-    online,
-    qualification,
-    releases,
-    rewards,
-    training,
-    trajectories,
-)
+from workers.tasks import online, training  # noqa: F401
