@@ -1,10 +1,9 @@
-import logging
+"""Celery tasks of apps.rewards: evaluators over a trajectory (eval queue)."""
 
 from celery import shared_task
 
+from apps.rewards.runner import evaluators_run
 from areal_web.queues import Queue
-
-logger = logging.getLogger(__name__)
 
 
 @shared_task(
@@ -16,29 +15,8 @@ logger = logging.getLogger(__name__)
     retry_backoff=True,
 )
 def run_evaluators(trajectory_id: str, evaluator_id: int | None = None) -> dict:
-    """Runs the trajectory's tenant's enabled evaluators (those for its agent or every agent), or only
-    `evaluator_id`, and appends each result as an evaluator reward. Idempotent: one reward per evaluator
-    version and trajectory (deterministic idempotency key). An evaluator that cannot judge, or whose value
-    falls outside its spec, is logged and skipped (terminal, not retried); the others still run. Each
-    stored reward enqueues the trajectory's qualification."""
-    from apps.core.errors import DomainError
-    from apps.rewards.selectors import evaluator_list
-    from apps.rewards.services import evaluator_run
-    from apps.trajectories.models import Trajectory
-    from workers.rewards.evaluators import EvaluatorError
-
-    trajectory = Trajectory.objects.select_related("tenant").filter(pk=trajectory_id).first()
-    if trajectory is None:
-        return {"trajectory_id": trajectory_id, "missing": True}
-    evaluators = evaluator_list(tenant=trajectory.tenant, agent_name=trajectory.agent_name, enabled=True)
-    if evaluator_id is not None:
-        evaluators = evaluators.filter(pk=evaluator_id)
-    results = {}
-    for evaluator in evaluators:
-        try:
-            reward = evaluator_run(evaluator=evaluator, trajectory=trajectory)
-            results[str(evaluator)] = reward.value
-        except (EvaluatorError, DomainError) as error:
-            logger.warning("evaluator %s skipped trajectory %s: %s", evaluator, trajectory_id, error)
-            results[str(evaluator)] = f"skipped: {error}"
-    return {"trajectory_id": trajectory_id, "results": results}
+    """Runs the trajectory's tenant's enabled evaluators, or only `evaluator_id` (apps.rewards.runner).
+    Idempotent: one reward per evaluator version and trajectory. An evaluator that cannot judge is skipped
+    (terminal); a ConnectionError is retried (at most 3 times, backing off). Each stored reward enqueues the
+    trajectory's qualification."""
+    return evaluators_run(trajectory_id=trajectory_id, evaluator_id=evaluator_id)
