@@ -87,7 +87,7 @@ def online_run_start(
 
 
 def _enqueue(run_id: int) -> None:
-    from workers.tasks.online import run_online
+    from apps.training.tasks import run_online
 
     run_online.delay(run_id)
 
