@@ -30,6 +30,7 @@ from apps.training.online import (
 )
 from apps.training.publication import model_version_publish
 from apps.training.selectors import training_job_stop_reason, training_records, training_snapshot_hash
+from workers.rl import staleness
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +190,6 @@ def _learn(run, poll_seconds: float) -> dict:
     import torch
 
     from workers.engines import TrainConfig, Trainer
-    from workers.rl.samples import build_samples
 
     torch.set_num_threads(settings.AREAL_TRAINING_THREADS)
     tenant = run.tenant
@@ -197,7 +197,7 @@ def _learn(run, poll_seconds: float) -> dict:
     config = TrainConfig.from_dict(run.config)
     version = run.current_version
     trainer = Trainer(version.checkpoint_path, config, device=settings.AREAL_TRAINING_DEVICE)
-    waiting: dict[str, list] = {}  # trajectory id -> its samples, oldest first, until a step takes them
+    waiting: tuple[staleness.Waiting, ...] = ()  # queued trajectories' samples, oldest first, until a step
     steps = run.steps
     while online_run_heartbeat(run_id=run.pk) and (run.max_steps is None or steps < run.max_steps):
         pending = online_pending(run=run)
@@ -206,40 +206,32 @@ def _learn(run, poll_seconds: float) -> dict:
                 str(record["trajectory_id"]): record
                 for record in training_records(tenant=tenant, trajectory_ids=pending)
             }
-            stale, empty = [], []
-            for trajectory_id in pending:
-                record = records.get(trajectory_id)
-                sample_set = (
-                    build_samples([record], current_version=version.number, eta=run.staleness_bound)
-                    if record is not None
-                    else None
-                )
-                if sample_set is not None and sample_set.samples:
-                    waiting[trajectory_id] = list(sample_set.samples)
-                elif sample_set is not None and sample_set.counts.stale_samples:
-                    stale.append(trajectory_id)
-                else:
-                    empty.append(trajectory_id)
-            online_run_take(run=run, waiting=[t for t in pending if t in waiting], stale=stale, empty=empty)
-        if sum(len(samples) for samples in waiting.values()) < run.samples_per_step:
+            intake = staleness.classify(
+                pending, records, current_version=version.number, eta=run.staleness_bound
+            )
+            waiting += intake.waiting
+            online_run_take(
+                run=run,
+                waiting=[item.trajectory_id for item in intake.waiting],
+                stale=list(intake.stale),
+                empty=list(intake.empty),
+            )
+        if not staleness.is_ready(waiting, samples_per_step=run.samples_per_step):
             time.sleep(poll_seconds)
             continue
-        oldest = version.number - run.staleness_bound  # a publication since they arrived may have aged them
-        stale = [t for t, samples in waiting.items() if not any(_fresh(sample, oldest) for sample in samples)]
-        for trajectory_id in stale:
-            del waiting[trajectory_id]
-        batch, trained = [], []
-        for trajectory_id in list(waiting):
-            if len(batch) >= run.samples_per_step:
-                break
-            batch.extend(sample for sample in waiting.pop(trajectory_id) if _fresh(sample, oldest))
-            trained.append(trajectory_id)
-        if not batch:
-            online_run_settle(run=run, step=steps, trained=[], stale=stale)
+        batch = staleness.take_batch(
+            waiting,
+            current_version=version.number,
+            eta=run.staleness_bound,
+            samples_per_step=run.samples_per_step,
+        )
+        waiting = batch.waiting
+        if not batch.samples:
+            online_run_settle(run=run, step=steps, trained=[], stale=list(batch.stale))
             continue
-        metrics = trainer.step(batch, current_version=version.number)
+        metrics = trainer.step(list(batch.samples), current_version=version.number)
         steps += 1
-        online_run_settle(run=run, step=steps, trained=trained, stale=stale)
+        online_run_settle(run=run, step=steps, trained=list(batch.trained), stale=list(batch.stale))
         published = None
         if steps % run.publish_every == 0:
             out = Path(settings.AREAL_MODELS_DIR) / run.model_name / f"online-{run.pk}" / f"step-{steps:05d}"
@@ -266,15 +258,6 @@ def _learn(run, poll_seconds: float) -> dict:
     final = OnlineRun.objects.get(pk=run.pk)
     online_run_finish(run_id=run.pk, status=OnlineRunStatus.STOPPED)
     return {"run": run.pk, "status": "stopped", "steps": final.steps, "version": version.number}
-
-
-def _fresh(sample, oldest: int) -> bool:
-    """No generated token older than `oldest` (context tokens carry version -1)."""
-    return all(
-        version < 0 or version >= oldest
-        for version, mask in zip(sample.versions, sample.loss_mask, strict=True)
-        if mask
-    )
 
 
 def _summary(metrics) -> dict:
