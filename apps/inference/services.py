@@ -8,7 +8,7 @@ from apps.core.errors import Conflict, DomainError, ValidationFailed
 from apps.core.selectors import get_in_tenant
 from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind, BackendState, InferenceBackend, SessionAffinity
-from apps.inference.selectors import backend_candidates
+from apps.inference.selectors import backend_candidates, dangerously_backend_list_all_tenants
 from apps.metrics.publish import metrics_publish
 
 EDITABLE_FIELDS = ("base_url", "kind", "served_model", "model_version", "weight", "state")
@@ -160,6 +160,18 @@ def backend_check(*, backend: InferenceBackend) -> InferenceBackend:
     return backend_record_health(
         backend_id=backend.pk, healthy=probe.healthy, error=probe.error, reported_version=probe.version
     )
+
+
+def dangerously_backends_check_all() -> dict[int, bool]:
+    """Probes every tenant's backends (crosses tenants: only for the beat task inference.check_backends) and
+    records each result; returns {backend id: healthy} (a draining backend keeps its state). Idempotent: a
+    probe result overwrites the last; a backend removed while it was probed is left out."""
+    states = {}
+    for backend in dangerously_backend_list_all_tenants().only("id", "base_url", "kind"):
+        checked = backend_check(backend=backend)  # the address is checked against the allow-list first
+        if checked is not None:
+            states[backend.pk] = checked.last_error == ""
+    return states
 
 
 def backend_for_session(

@@ -70,6 +70,12 @@ def dangerously_analyzable_release_ids() -> list[tuple[int, int]]:
     )
 
 
+def dangerously_release_tenant(*, release_id):
+    """The tenant of a release, None for a missing one: only for the analysis task, which gets a bare id."""
+    release = Release.objects.select_related("tenant").filter(pk=release_id).first()
+    return release.tenant if release is not None else None
+
+
 def release_for_dashboard(*, tenant) -> Release | None:
     """The release a tenant overview shows: the newest one taking live traffic, else the newest one."""
     releases = release_list(tenant=tenant)

@@ -325,7 +325,7 @@ def release_start(*, tenant, actor: Actor, release_id) -> Release:
         started_by=actor.label,
         eval_runs=runs,
     )
-    from workers.tasks.releases import analyze_release
+    from apps.releases.tasks import analyze_release
 
     transaction.on_commit(lambda: analyze_release.delay(release.pk))
     return release

@@ -474,10 +474,22 @@ def evaluators_enqueue(*, trajectory_id, tenant_id: int) -> bool:
     """Queues the tenant's enabled evaluators over an ended trajectory, on commit. False: none to run."""
     if not Evaluator.objects.filter(tenant_id=tenant_id, enabled=True).exists():
         return False
-    from workers.tasks.rewards import run_evaluators
+    from apps.rewards.tasks import run_evaluators
 
     transaction.on_commit(lambda: run_evaluators.delay(str(trajectory_id)))
     return True
+
+
+def evaluator_run_enqueue(*, tenant, evaluator: Evaluator, trajectory: Trajectory) -> None:
+    """Queues one evaluator over one trajectory of `tenant` (task rewards.run_evaluators, eval queue) on
+    commit; another tenant's evaluator or trajectory answers as a missing one. A repeat is harmless: the task
+    stores one reward per evaluator version and trajectory."""
+    if evaluator.tenant_id != tenant.pk or trajectory.tenant_id != tenant.pk:
+        raise NotFound("no such evaluator or trajectory in this tenant")
+    from apps.rewards.tasks import run_evaluators
+
+    trajectory_id, evaluator_id = str(trajectory.pk), evaluator.pk
+    transaction.on_commit(lambda: run_evaluators.delay(trajectory_id, evaluator_id))
 
 
 def evaluator_run(*, evaluator: Evaluator, trajectory) -> Reward | None:

@@ -266,7 +266,7 @@ def training_job_enqueue(*, job_id: int) -> None:
     the claim refuses a job that is not queued or running."""
     from django.conf import settings
 
-    from workers.tasks.training import run_training_job
+    from apps.training.tasks import run_training_job
 
     run_training_job.apply_async(args=[job_id], queue=settings.AREAL_TRAINING_QUEUE)
 

@@ -159,7 +159,6 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_TRACK_STARTED = True
 CELERY_RESULT_EXPIRES = 3600
-CELERY_IMPORTS = ["workers.tasks"]
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
@@ -299,7 +298,7 @@ AREAL_ROUTING_CACHE_SECONDS = env_int("AREAL_ROUTING_CACHE_SECONDS", 2)
 # Plotly's browser bundle, shipped inside the plotly package, served as static/vendor/plotly/plotly.min.js.
 STATICFILES_DIRS += [("vendor/plotly", str(Path(__import__("plotly").__file__).parent / "package_data"))]
 
-# Training jobs (apps.training, workers/tasks/training.py): the queue they are sent to, where runs keep their
+# Training jobs (apps.training, apps/training/runners.py): the queue they are sent to, where runs keep their
 # checkpoints and where trained versions are exported, how long a silent running job waits before beat
 # requeues it (a killed worker), torch threads and device of a training worker ("" = cuda if present).
 AREAL_TRAINING_QUEUE = env_str("AREAL_TRAINING_QUEUE", Queue.TRAIN.value)
@@ -313,7 +312,6 @@ CELERY_BEAT_SCHEDULE["training-requeue-stale"] = {"task": "training.requeue_stal
 # Live overview (apps.metrics.dashboard): a worker publishes each tenant's reward/success point this often.
 # /metrics (Prometheus): with AREAL_METRICS_TOKEN set, scrapers send "Authorization: Bearer <token>";
 # without it, only loopback clients are answered.
-CELERY_IMPORTS += ["workers.tasks.metrics"]
 CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {
     "task": "metrics.overview_tick",
     "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10)),

@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from apps.annotation.models import AnnotationItem, AnnotationQueue
 from apps.annotation.services import annotation_queue_create
+from apps.annotation.tasks import fill_annotation_queues
 from apps.tenants.permissions import Role
 from tests.rewards.factories import SYSTEM, make_spec, make_trajectory
-from workers.tasks.annotation import fill_annotation_queues
 
 pytestmark = pytest.mark.django_db
 

@@ -9,13 +9,13 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from apps.metrics.tasks import overview_tick
 from apps.rewards.models import Reward
 from apps.tenants.permissions import Role
 from tests.metrics.test_dashboard import _subscribed
 from tests.rewards.factories import make_trajectory
 from tests.tenants.factories import MembershipFactory
 from tests.workers_support import celery_worker
-from workers.tasks.metrics import overview_tick
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

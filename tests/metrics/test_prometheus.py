@@ -95,7 +95,7 @@ def test_metrics_endpoint_reports_gateway_steps_queues_jobs_and_releases(client,
 
 @pytest.mark.django_db
 def test_queue_depth_counts_waiting_messages(client, settings):
-    from workers.tasks.core import ping
+    from apps.core.tasks import ping
 
     def depth():
         return parse(client.get("/metrics").content.decode())[1][

@@ -9,11 +9,11 @@ from django.utils import timezone
 
 from apps.qualification.models import QualificationLimits, QualificationReason
 from apps.qualification.services import qualification_evaluate, review_set
+from apps.qualification.tasks import evaluate_trajectory
 from apps.tenants.models import TenantPolicy
 from apps.trajectories.models import Step
 from tests.rewards.factories import SYSTEM
 from workers.qualification.gates import GATE_CODES, Limits, StepFacts, TrajectoryFacts, evaluate
-from workers.tasks.qualification import evaluate_trajectory
 
 pytestmark = pytest.mark.django_db
 

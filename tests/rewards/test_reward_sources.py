@@ -12,11 +12,11 @@ from apps.annotation.services import annotation_queue_create
 from apps.audit.services import Actor
 from apps.rewards.models import Reward
 from apps.rewards.services import evaluator_create
+from apps.rewards.tasks import run_evaluators
 from apps.tenants.permissions import Role
 from apps.tenants.services import api_key_create
 from apps.trajectories.models import Step, Trajectory
 from tests.rewards.factories import SYSTEM, make_spec, make_trajectory
-from workers.tasks.rewards import run_evaluators
 
 
 def _key(tenant, *scopes) -> str:

@@ -8,10 +8,10 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.audit.services import Actor
+from apps.audit.tasks import verify_chains
+from apps.core.tasks import ping
 from apps.tenants.services import policy_update
 from tests.workers_support import celery_worker
-from workers.tasks.audit import verify_chains
-from workers.tasks.core import ping
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

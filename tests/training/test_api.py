@@ -19,7 +19,7 @@ def base(tenant, tmp_path):
 def test_create_freezes_the_qualified_queue_and_enqueues_on_commit(
     api_client, tenant, base, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from workers.tasks.training import run_training_job
+    from apps.training.tasks import run_training_job
 
     qualified_trajectories(tenant, groups=2, group_size=2)
     calls = []

@@ -48,8 +48,8 @@ def test_job_list_and_detail_with_charts(member, tenant, other_tenant):
 
 
 def test_new_job_form_validates_and_creates(member, tenant, tmp_path, monkeypatch):
+    from apps.training.tasks import run_training_job
     from workers.inference.modelgen import create_default_model
-    from workers.tasks.training import run_training_job
 
     monkeypatch.setattr(run_training_job, "apply_async", lambda **kwargs: None)
     base = base_version(tenant, create_default_model(tmp_path / "model", seed=0))

@@ -19,8 +19,8 @@ from apps.tenants.permissions import Role
 from apps.training.models import JobStatus, ModelVersion, TrainingJob
 from apps.trajectories.models import Step, Trajectory
 from apps.trajectories.retention import trajectories_purge_expired
+from apps.trajectories.tasks import purge_expired_trajectories
 from tests.rewards.factories import SYSTEM, make_reward, make_spec, make_trajectory
-from workers.tasks.trajectories import purge_expired_trajectories
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,10 @@
-from celery import shared_task
+"""Celery tasks of apps.evaluation: eval runs (eval queue) and their stale-run requeue (beat)."""
 
+from celery import shared_task
+from django.conf import settings
+
+from apps.evaluation.runner import eval_run_execute
+from apps.evaluation.services import eval_runs_requeue_stale
 from areal_web.queues import Queue
 
 
@@ -16,8 +21,6 @@ def execute_eval_run(run_id: int) -> dict:
     Idempotent and resumable: claimed by a conditional update, cases already scored are skipped, each result
     is written once per (run, case); a killed worker's run is requeued by beat (evaluation.requeue_stale)
     once its heartbeat is AREAL_EVAL_STALE_SECONDS old, or taken over when the broker redelivers it."""
-    from apps.evaluation.runner import eval_run_execute
-
     return eval_run_execute(run_id=run_id)
 
 
@@ -25,8 +28,4 @@ def execute_eval_run(run_id: int) -> dict:
 def requeue_stale_eval_runs() -> list[int]:
     """Beat: requeues runs whose worker stopped reporting (AREAL_EVAL_STALE_SECONDS); see
     apps.evaluation.services.eval_runs_requeue_stale."""
-    from django.conf import settings
-
-    from apps.evaluation.services import eval_runs_requeue_stale
-
     return eval_runs_requeue_stale(stale_after_seconds=settings.AREAL_EVAL_STALE_SECONDS)

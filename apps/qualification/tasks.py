@@ -1,5 +1,8 @@
+"""Celery tasks of apps.qualification: a trajectory's gates."""
+
 from celery import shared_task
 
+from apps.qualification.services import qualification_evaluate
 from areal_web.queues import Queue
 
 
@@ -15,8 +18,6 @@ def evaluate_trajectory(trajectory_id: str) -> dict:
     """Runs the qualification gates over one trajectory and upserts its verdict. Idempotent (one verdict
     row per trajectory, overwritten); enqueued when a trajectory ends, gets a reward or a review, and on
     demand. May enqueue the same task for later identical trajectories (duplicates)."""
-    from apps.qualification.services import qualification_evaluate
-
     row = qualification_evaluate(trajectory_id=trajectory_id)
     if row is None:
         return {"trajectory_id": trajectory_id, "status": "missing"}

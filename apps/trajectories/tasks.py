@@ -1,5 +1,9 @@
+"""Celery tasks of apps.trajectories: replays (eval queue) and the retention purge (beat)."""
+
 from celery import shared_task
 
+from apps.gateway.replay import trajectory_replay_run
+from apps.trajectories.retention import dangerously_trajectories_purge_expired_all
 from areal_web.queues import Queue
 
 
@@ -17,8 +21,6 @@ def replay_trajectory(
     """Replays a trajectory's observations against `model` into the replay trajectory `session_id`
     (opened by apps.gateway.replay.trajectory_replay_start). Tenant-scoped by `tenant_id`. Idempotent:
     step ids are derived from (replay session, source step), so a redelivered task records nothing twice."""
-    from apps.gateway.replay import trajectory_replay_run
-
     return trajectory_replay_run(
         tenant_id=tenant_id,
         source_id=source_id,
@@ -40,6 +42,4 @@ def purge_expired_trajectories() -> dict:
     their steps, rewards, reviews, qualification and annotations, in bounded batches (apps.trajectories.
     retention). Idempotent: a repeat or a concurrent run finds nothing left to delete; one audit event per
     tenant per run. Returns {tenant slug: counts}."""
-    from apps.trajectories.retention import dangerously_trajectories_purge_expired_all
-
     return dangerously_trajectories_purge_expired_all()

@@ -1,32 +1,24 @@
+"""Running a trajectory's evaluators on a worker (the task rewards.run_evaluators): each result appended as
+a reward through services.evaluator_run; an evaluator that cannot judge is logged and skipped, the others
+still run."""
+
 import logging
 
-from celery import shared_task
-
-from areal_web.queues import Queue
+from apps.core.errors import DomainError
+from apps.rewards.selectors import evaluator_list
+from apps.rewards.services import evaluator_run
+from apps.trajectories.models import Trajectory
+from workers.rewards.evaluators import EvaluatorError
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(
-    name="rewards.run_evaluators",
-    queue=Queue.EVAL.value,
-    ignore_result=True,
-    max_retries=3,
-    autoretry_for=(ConnectionError,),
-    retry_backoff=True,
-)
-def run_evaluators(trajectory_id: str, evaluator_id: int | None = None) -> dict:
+def evaluators_run(*, trajectory_id: str, evaluator_id: int | None = None) -> dict:
     """Runs the trajectory's tenant's enabled evaluators (those for its agent or every agent), or only
-    `evaluator_id`, and appends each result as an evaluator reward. Idempotent: one reward per evaluator
-    version and trajectory (deterministic idempotency key). An evaluator that cannot judge, or whose value
-    falls outside its spec, is logged and skipped (terminal, not retried); the others still run. Each
-    stored reward enqueues the trajectory's qualification."""
-    from apps.core.errors import DomainError
-    from apps.rewards.selectors import evaluator_list
-    from apps.rewards.services import evaluator_run
-    from apps.trajectories.models import Trajectory
-    from workers.rewards.evaluators import EvaluatorError
-
+    `evaluator_id`, and appends each result as an evaluator reward. Tenant-scoped by the trajectory.
+    Idempotent: one reward per evaluator version and trajectory (deterministic idempotency key). An
+    evaluator that cannot judge, or whose value falls outside its spec, is logged and skipped (terminal,
+    not retried). Each stored reward enqueues the trajectory's qualification."""
     trajectory = Trajectory.objects.select_related("tenant").filter(pk=trajectory_id).first()
     if trajectory is None:
         return {"trajectory_id": trajectory_id, "missing": True}
