@@ -11,14 +11,15 @@ from apps.tenants.permissions import Role
 from apps.trajectories.models import Step
 from apps.trajectories.services import trajectory_end
 from tests.qualification.conftest import eager_tasks  # noqa: F401  (fixture)
-from tests.rewards.factories import SYSTEM, make_trajectory
+from tests.rewards.factories import SYSTEM
+from tests.trajectories.factories import TrajectoryFactory
 from workers.tasks.rewards import run_evaluators
 
 pytestmark = pytest.mark.django_db
 
 
 def _answering(tenant, text, **fields):
-    trajectory = make_trajectory(tenant, steps=2, **fields)
+    trajectory = TrajectoryFactory(tenant=tenant, steps=2, **fields)
     Step.objects.filter(trajectory=trajectory, index=1).update(
         action={"text": text},
         observation={
@@ -84,7 +85,7 @@ def test_evaluator_api(
     theirs = evaluator_create(
         tenant=other_tenant, actor=SYSTEM, name="theirs", kind="regex", config={"pattern": "."}
     )
-    their_trajectory = make_trajectory(other_tenant)
+    their_trajectory = TrajectoryFactory(tenant=other_tenant)
     operator = api_client(user=member(Role.OPERATOR))
     created = operator.post(
         "/api/v1/evaluators/",

@@ -19,7 +19,7 @@ from apps.tenants.permissions import Role
 from apps.training.models import JobStatus, ModelVersion, TrainingJob
 from apps.trajectories.models import Step, Trajectory
 from apps.trajectories.retention import trajectories_purge_expired
-from tests.rewards.factories import SYSTEM, make_reward, make_spec
+from tests.rewards.factories import SYSTEM, RewardFactory, make_spec
 from tests.trajectories.factories import TrajectoryFactory
 from workers.tasks.trajectories import purge_expired_trajectories
 
@@ -34,11 +34,9 @@ def _planted(tenant, member):
     old = TrajectoryFactory(
         tenant=tenant, task_id="old", text="a secret prompt", retention_until=now - timedelta(hours=1)
     )
-    make_reward(old, source="user", value=1.0)
-    Reward.objects.create(
-        tenant=tenant,
+    RewardFactory(trajectory=old, source="user", value=1.0)
+    RewardFactory(
         trajectory=old,
-        target="trajectory",
         value=0.0,
         kind="critique",
         label="it should have said the secret",
