@@ -19,6 +19,7 @@ from apps.tenants.permissions import Role
 from apps.training.models import JobStatus, ModelVersion, TrainingJob
 from apps.trajectories.models import Step, Trajectory
 from apps.trajectories.retention import trajectories_purge_expired
+from tests.qualification.factories import QualificationFactory, ReviewFactory
 from tests.rewards.factories import SYSTEM, RewardFactory, make_spec
 from tests.trajectories.factories import TrajectoryFactory
 from workers.tasks.trajectories import purge_expired_trajectories
@@ -62,8 +63,8 @@ def _planted(tenant, member):
         comment="about the secret",
         correction="a better secret",
     )
-    Review.objects.create(tenant=tenant, trajectory=old, status="approved", note="looked at the secret")
-    Qualification.objects.create(tenant=tenant, trajectory=old, content_hash="h")
+    ReviewFactory(trajectory=old, status="approved", note="looked at the secret")
+    QualificationFactory(trajectory=old, content_hash="h")
     undated = TrajectoryFactory(tenant=tenant, started_at=now - timedelta(days=91))
     needed = TrajectoryFactory(tenant=tenant, retention_until=now - timedelta(days=1))
     fresh = TrajectoryFactory(tenant=tenant, retention_until=now + timedelta(days=30))
