@@ -16,11 +16,12 @@ from apps.audit.services import Actor
 from apps.qualification.models import Qualification, Review
 from apps.rewards.models import Reward
 from apps.tenants.permissions import Role
-from apps.training.models import JobStatus, ModelVersion, TrainingJob
+from apps.training.models import JobStatus, TrainingJob
 from apps.trajectories.models import Step, Trajectory
 from apps.trajectories.retention import trajectories_purge_expired
 from tests.qualification.factories import QualificationFactory, ReviewFactory
 from tests.rewards.factories import SYSTEM, RewardFactory, make_spec
+from tests.training.factories import TrainingJobFactory
 from tests.trajectories.factories import TrajectoryFactory
 from workers.tasks.trajectories import purge_expired_trajectories
 
@@ -69,13 +70,9 @@ def _planted(tenant, member):
     needed = TrajectoryFactory(tenant=tenant, retention_until=now - timedelta(days=1))
     fresh = TrajectoryFactory(tenant=tenant, retention_until=now + timedelta(days=30))
     recent_undated = TrajectoryFactory(tenant=tenant, started_at=now - timedelta(days=10))
-    base = ModelVersion.objects.create(
-        tenant=tenant, name="m", number=0, checkpoint_path="/m/0", tokenizer_hash="t", status="production"
-    )
-    TrainingJob.objects.create(
+    TrainingJobFactory(
         tenant=tenant,
         algorithm="sft",
-        base_version=base,
         status=JobStatus.QUEUED,
         dataset_snapshot={"trajectory_ids": [str(needed.pk), str(fresh.pk)]},
     )
