@@ -12,7 +12,7 @@ import pytest
 from apps.metrics.traffic import gateway_steps_recorded
 from apps.releases.models import ReleaseStatus
 from tests.metrics.exposition import parse
-from tests.releases.helpers import release_row
+from tests.releases.factories import ReleaseFactory
 from tests.training.helpers import queued_job
 from tests.trajectories.builders import gateway_step, ingested
 
@@ -63,7 +63,7 @@ def test_metrics_endpoint_reports_gateway_steps_queues_jobs_and_releases(client,
     )
     queued_job(tenant)
     queued_job(tenant, status="running")
-    release_row(tenant, ReleaseStatus.CANARY)
+    ReleaseFactory(tenant=tenant, status=ReleaseStatus.CANARY)
 
     response = client.get("/metrics")
 

@@ -92,9 +92,9 @@ def _request(action, client, context):
     if action is Action.RELEASE_VIEW:
         return client.get("/api/v1/releases/")
     if action is Action.RELEASE_MANAGE:
-        from tests.releases.helpers import release_row
+        from tests.releases.factories import ReleaseFactory
 
-        draft = release_row(tenant)
+        draft = ReleaseFactory(tenant=tenant)
         draft.delete()
         return client.post(
             "/api/v1/releases/",
@@ -102,13 +102,15 @@ def _request(action, client, context):
             format="json",
         )
     if action is Action.RELEASE_APPROVE:
-        from tests.releases.helpers import release_row
+        from tests.releases.factories import ReleaseFactory
 
-        return client.post(f"/api/v1/releases/{release_row(tenant, 'awaiting_approval').pk}/approve/")
+        awaiting = ReleaseFactory(tenant=tenant, status="awaiting_approval")
+        return client.post(f"/api/v1/releases/{awaiting.pk}/approve/")
     if action is Action.RELEASE_ROLLBACK:
-        from tests.releases.helpers import release_row
+        from tests.releases.factories import ReleaseFactory
 
-        return client.post(f"/api/v1/releases/{release_row(tenant, 'canary').pk}/rollback/")
+        canary = ReleaseFactory(tenant=tenant, status="canary")
+        return client.post(f"/api/v1/releases/{canary.pk}/rollback/")
     if action is Action.SERVING_VIEW:
         return client.get("/api/v1/serving-history/")
     if action is Action.TRAINING_VIEW:
