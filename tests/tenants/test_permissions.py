@@ -116,23 +116,23 @@ def _request(action, client, context):
     if action is Action.TRAINING_VIEW:
         return client.get("/api/v1/training-jobs/")
     if action is Action.TRAINING_MANAGE:
-        from tests.training.helpers import queued_job
+        from tests.training.factories import TrainingJobFactory
 
-        return client.post(f"/api/v1/training-jobs/{queued_job(tenant).pk}/cancel/")
+        return client.post(f"/api/v1/training-jobs/{TrainingJobFactory(tenant=tenant).pk}/cancel/")
     if action is Action.MODEL_VERSION_VIEW:
-        from tests.training.helpers import queued_job
+        from tests.training.factories import ModelVersionFactory
 
-        return client.get(f"/api/v1/model-versions/{queued_job(tenant).base_version_id}/lineage/")
+        return client.get(f"/api/v1/model-versions/{ModelVersionFactory(tenant=tenant).pk}/lineage/")
     if action is Action.MODEL_VERSION_PUBLISH:
-        from tests.training.helpers import queued_job
+        from tests.training.factories import ModelVersionFactory
 
-        return client.post(f"/api/v1/model-versions/{queued_job(tenant).base_version_id}/publish/")
+        return client.post(f"/api/v1/model-versions/{ModelVersionFactory(tenant=tenant).pk}/publish/")
     if action is Action.MODEL_ALIAS_MANAGE:
-        from tests.training.helpers import queued_job
+        from tests.training.factories import ModelVersionFactory
 
         return client.post(
             "/api/v1/model-aliases/",
-            {"alias": "candidate", "version_id": queued_job(tenant).base_version_id},
+            {"alias": "candidate", "version_id": ModelVersionFactory(tenant=tenant).pk},
             format="json",
         )
     raise AssertionError(f"no request for {action}")
