@@ -78,30 +78,3 @@ def qualified_trajectories(tenant, *, groups=3, group_size=4, prompt=6, completi
             QualificationFactory(trajectory=trajectory, qualified=True, training_reward=value)
             made.append(trajectory)
     return made
-
-
-def queued_job(tenant, *, base=None, **fields):
-    """A queued job row over a one-trajectory snapshot (no worker involved)."""
-    import uuid
-
-    from apps.training.models import ModelVersion, TrainingJob
-
-    base = (
-        base
-        or ModelVersion.objects.filter(tenant=tenant).first()
-        or ModelVersion.objects.create(
-            tenant=tenant,
-            name=MODEL,
-            number=0,
-            checkpoint_path="/models/base",
-            tokenizer_hash="tok",
-            status=VersionStatus.PRODUCTION,
-        )
-    )  # no audit event: the role matrix compares audit counts
-    defaults = {
-        "algorithm": "grpo",
-        "config": {"algorithm": "grpo"},
-        "total_steps": 5,
-        "dataset_snapshot": {"trajectory_ids": [str(uuid.uuid4())], "content_hash": "h", "filters": {}},
-    }
-    return TrainingJob.objects.create(tenant=tenant, base_version=base, **{**defaults, **fields})
