@@ -13,13 +13,14 @@ from apps.tenants.permissions import Role
 from apps.trajectories.models import Step
 from apps.trajectories.services import trajectory_end
 from tests.qualification.conftest import eager_tasks  # noqa: F401  (fixture)
-from tests.rewards.factories import SYSTEM, make_trajectory
+from tests.rewards.factories import SYSTEM
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def _answering(tenant, text, **fields):
-    trajectory = make_trajectory(tenant, steps=2, **fields)
+    trajectory = TrajectoryFactory(tenant=tenant, steps=2, **fields)
     Step.objects.filter(trajectory=trajectory, index=1).update(
         action={"text": text},
         observation={
@@ -85,7 +86,7 @@ def test_evaluator_api(
     theirs = evaluator_create(
         tenant=other_tenant, actor=SYSTEM, name="theirs", kind="regex", config={"pattern": "."}
     )
-    their_trajectory = make_trajectory(other_tenant)
+    their_trajectory = TrajectoryFactory(tenant=other_tenant)
     operator = api_client(user=member(Role.OPERATOR))
     created = operator.post(
         "/api/v1/evaluators/",
@@ -136,7 +137,7 @@ def test_running_an_evaluator_is_enqueued_on_commit_within_the_tenant(
         tenant=tenant, actor=SYSTEM, name="digits", kind="regex", config={"pattern": "."}
     )
     trajectory = _answering(tenant, "answer 42")
-    theirs = make_trajectory(other_tenant)
+    theirs = TrajectoryFactory(tenant=other_tenant)
     sent = []
     monkeypatch.setattr(run_evaluators, "delay", lambda *args: sent.append(args))
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
