@@ -9,8 +9,8 @@ from django.views.decorators.http import require_POST
 from apps.audit.selectors import audit_event_list
 from apps.console import forms
 from apps.console.access import console_page
+from apps.console.pages import PAGE_SIZE, console_action, query_without_page
 from apps.core.api import TENANT_SESSION_KEY
-from apps.core.errors import DomainError
 from apps.core.login_throttle import ThrottledAuthenticationForm, login_throttled
 from apps.inference import selectors as inference_selectors
 from apps.inference import services as inference_services
@@ -21,8 +21,6 @@ from apps.tenants.permissions import Action, role_can
 from apps.trajectories import selectors as trajectory_selectors
 from apps.trajectories.retention import retention_summary
 from apps.trajectories.serialize import step_to_atdp
-
-PAGE_SIZE = 50
 
 
 def login_view(request):
@@ -73,16 +71,6 @@ def home(request):
     return render(request, "console/home.html", context)
 
 
-def _act(request, action):
-    """Runs a service call; turns a domain error into a message on the next page. A view acting on an object
-    named in its path looks the object up first (outside `_act`), so another tenant's answers 404."""
-    try:
-        return action()
-    except DomainError as error:
-        messages.error(request, error.message)
-        return None
-
-
 @console_page(Action.MEMBER_VIEW)
 def members(request):
     can_manage = role_can(request.membership.role, Action.MEMBER_MANAGE)
@@ -91,7 +79,7 @@ def members(request):
         if not can_manage:
             return render(request, "console/forbidden.html", {"action": Action.MEMBER_MANAGE}, status=403)
         if form.is_valid():
-            added = _act(
+            added = console_action(
                 request,
                 lambda: services.membership_add(
                     tenant=request.tenant,
@@ -120,7 +108,7 @@ def members(request):
 def member_role(request, membership_id):
     selectors.membership_get(tenant=request.tenant, membership_id=membership_id)  # another tenant's: 404
     form = forms.MemberRoleForm(request.POST)
-    if form.is_valid() and _act(
+    if form.is_valid() and console_action(
         request,
         lambda: services.membership_change_role(
             tenant=request.tenant,
@@ -137,11 +125,13 @@ def member_role(request, membership_id):
 @console_page(Action.MEMBER_MANAGE)
 def member_remove(request, membership_id):
     selectors.membership_get(tenant=request.tenant, membership_id=membership_id)  # another tenant's: 404
-    try:
-        services.membership_remove(tenant=request.tenant, actor=request.actor, membership_id=membership_id)
-        messages.success(request, "Member removed.")
-    except DomainError as error:
-        messages.error(request, error.message)
+    console_action(
+        request,
+        lambda: services.membership_remove(
+            tenant=request.tenant, actor=request.actor, membership_id=membership_id
+        ),
+        success="Member removed.",
+    )
     return redirect("console:members")
 
 
@@ -153,7 +143,7 @@ def keys(request):
         and role_can(request.membership.role, Action.API_KEY_MANAGE)
         and form.is_valid()
     ):
-        created = _act(
+        created = console_action(
             request,
             lambda: services.api_key_create(
                 tenant=request.tenant, actor=request.actor, created_by=request.user, **form.cleaned_data
@@ -184,7 +174,7 @@ def keys(request):
 @console_page(Action.API_KEY_MANAGE)
 def key_revoke(request, key_id):
     selectors.api_key_get(tenant=request.tenant, key_id=key_id)  # another tenant's: 404
-    key = _act(
+    key = console_action(
         request, lambda: services.api_key_revoke(tenant=request.tenant, actor=request.actor, key_id=key_id)
     )
     if key:
@@ -200,7 +190,7 @@ def key_rotate(request, key_id):
     if not form.is_valid():
         messages.error(request, "Choose how long the old key stays valid.")
         return redirect("console:keys")
-    rotated = _act(
+    rotated = console_action(
         request,
         lambda: services.api_key_rotate(
             tenant=request.tenant,
@@ -226,7 +216,7 @@ def policy(request):
     if request.method == "POST":
         if not can_edit:
             return render(request, "console/forbidden.html", {"action": Action.POLICY_EDIT}, status=403)
-        if form.is_valid() and _act(
+        if form.is_valid() and console_action(
             request,
             lambda: services.policy_update(
                 tenant=request.tenant, actor=request.actor, changes=form.cleaned_data
@@ -251,9 +241,9 @@ def audit(request):
     page = Paginator(audit_event_list(tenant=request.tenant, **filters), PAGE_SIZE).get_page(
         request.GET.get("page")
     )
-    query = request.GET.copy()
-    query.pop("page", None)
-    return render(request, "console/audit.html", {"form": form, "page": page, "query": query.urlencode()})
+    return render(
+        request, "console/audit.html", {"form": form, "page": page, "query": query_without_page(request)}
+    )
 
 
 @console_page(Action.BACKEND_VIEW)
@@ -264,7 +254,7 @@ def backends(request):
         if not can_manage:
             return render(request, "console/forbidden.html", {"action": Action.BACKEND_MANAGE}, status=403)
         if form.is_valid():
-            backend = _act(
+            backend = console_action(
                 request,
                 lambda: inference_services.backend_register(
                     tenant=request.tenant, actor=request.actor, **form.cleaned_data
@@ -304,7 +294,7 @@ def backend_drain(request, backend_id):
     inference_selectors.backend_get(tenant=request.tenant, backend_id=backend_id)  # another tenant's: 404
     draining = request.POST.get("drain") == "1"
     state = BackendState.DRAINING if draining else BackendState.UNKNOWN
-    if _act(
+    if console_action(
         request,
         lambda: inference_services.backend_update(
             tenant=request.tenant, actor=request.actor, backend_id=backend_id, changes={"state": state}
@@ -330,10 +320,10 @@ def trajectories(request):
         reward_mean=Avg("rewards__value")
     )
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
     return render(
-        request, "console/trajectories.html", {"form": form, "page": page, "query": query.urlencode()}
+        request,
+        "console/trajectories.html",
+        {"form": form, "page": page, "query": query_without_page(request)},
     )
 
 
@@ -396,7 +386,7 @@ def trajectory_replay(request, trajectory_id):
         tenant=request.tenant, trajectory_id=trajectory_id
     )  # another tenant's: 404
     model, _, model_version = request.POST.get("target", "").partition("@")
-    replay = _act(
+    replay = console_action(
         request,
         lambda: trajectory_replay_start(
             tenant=request.tenant,
