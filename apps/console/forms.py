@@ -5,13 +5,6 @@ from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind
 
 
-class AuditFilterForm(forms.Form):
-    verb = forms.CharField(required=False, max_length=64)
-    actor = forms.CharField(required=False, max_length=200)
-    since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-
-
 class BackendRegisterForm(forms.Form):
     name = forms.SlugField(max_length=64)
     base_url = forms.URLField(

@@ -69,18 +69,6 @@ def home(request):
     return render(request, "console/home.html", context)
 
 
-@console_page(Action.AUDIT_VIEW)
-def audit(request):
-    form = forms.AuditFilterForm(request.GET or None)
-    filters = {key: value for key, value in form.cleaned_data.items() if value} if form.is_valid() else {}
-    page = Paginator(audit_event_list(tenant=request.tenant, **filters), PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
-    return render(
-        request, "console/audit.html", {"form": form, "page": page, "query": query_without_page(request)}
-    )
-
-
 @console_page(Action.BACKEND_VIEW)
 def backends(request):
     can_manage = role_can(request.membership.role, Action.BACKEND_MANAGE)
