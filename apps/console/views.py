@@ -12,8 +12,6 @@ from apps.console.pages import PAGE_SIZE, console_action, query_without_page
 from apps.core.api import TENANT_SESSION_KEY
 from apps.core.login_throttle import ThrottledAuthenticationForm, login_throttled
 from apps.inference import selectors as inference_selectors
-from apps.inference import services as inference_services
-from apps.inference.models import BackendState
 from apps.metrics.dashboard import overview_context
 from apps.tenants import selectors
 from apps.tenants.permissions import Action, role_can
@@ -67,66 +65,6 @@ def home(request):
         context["recent_events"] = audit_event_list(tenant=request.tenant)[:8]
     context.update(overview_context(tenant=request.tenant))  # live charts: apps/metrics/dashboard.py
     return render(request, "console/home.html", context)
-
-
-@console_page(Action.BACKEND_VIEW)
-def backends(request):
-    can_manage = role_can(request.membership.role, Action.BACKEND_MANAGE)
-    form = forms.BackendRegisterForm(request.POST or None)
-    if request.method == "POST":
-        if not can_manage:
-            return render(request, "console/forbidden.html", {"action": Action.BACKEND_MANAGE}, status=403)
-        if form.is_valid():
-            backend = console_action(
-                request,
-                lambda: inference_services.backend_register(
-                    tenant=request.tenant, actor=request.actor, **form.cleaned_data
-                ),
-            )
-            if backend:
-                backend = inference_services.backend_check(backend=backend)
-                messages.success(request, f"Registered {backend.name}: {backend.state}.")
-                return redirect("console:backends")
-    return render(
-        request,
-        "console/backends.html",
-        {
-            "backends": inference_selectors.backend_list(tenant=request.tenant),
-            "form": form,
-            "can_manage": can_manage,
-        },
-        status=422 if request.method == "POST" else 200,
-    )
-
-
-@require_POST
-@console_page(Action.BACKEND_MANAGE)
-def backend_check(request, backend_id):
-    backend = inference_selectors.backend_get(tenant=request.tenant, backend_id=backend_id)
-    backend = inference_services.backend_check(backend=backend)
-    messages.success(
-        request,
-        f"{backend.name} is {backend.state}{': ' + backend.last_error if backend.last_error else ''}.",
-    )
-    return redirect("console:backends")
-
-
-@require_POST
-@console_page(Action.BACKEND_MANAGE)
-def backend_drain(request, backend_id):
-    inference_selectors.backend_get(tenant=request.tenant, backend_id=backend_id)  # another tenant's: 404
-    draining = request.POST.get("drain") == "1"
-    state = BackendState.DRAINING if draining else BackendState.UNKNOWN
-    if console_action(
-        request,
-        lambda: inference_services.backend_update(
-            tenant=request.tenant, actor=request.actor, backend_id=backend_id, changes={"state": state}
-        ),
-    ):
-        messages.success(
-            request, "Draining: no new sessions." if draining else "Back in rotation after the next check."
-        )
-    return redirect("console:backends")
 
 
 @console_page(Action.TRAJECTORY_VIEW)
