@@ -1,3 +1,5 @@
+"""The trajectory browser's filter form."""
+
 from django import forms
 
 
