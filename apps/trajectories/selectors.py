@@ -128,7 +128,7 @@ def trajectory_import_conflicts(*, tenant, record: dict) -> dict[str, str]:
     return conflicts
 
 
-# ---- dashboard aggregates (apps.metrics) -------------------------------------------------------------------
+# ---- overview aggregates (apps.console.dashboard, apps.metrics.outcomes) -----------------------------------
 
 
 def _percentile(ordered: list[int], fraction: float) -> float | None:
