@@ -41,7 +41,7 @@ def logout_view(request):
 @console_page(Action.TENANT_VIEW)
 def tenant_switch(request):
     slug = request.POST.get("tenant", "")
-    if request.user.memberships.filter(tenant__slug=slug).exists():
+    if selectors.membership_for_user(user=request.user, tenant_slug=slug) is not None:
         request.session[TENANT_SESSION_KEY] = slug
     else:
         messages.error(request, "You are not a member of that tenant.")
