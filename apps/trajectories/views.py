@@ -16,17 +16,13 @@ from apps.trajectories.serialize import step_to_atdp
 
 @console_page(Action.TRAJECTORY_VIEW)
 def trajectories(request):
-    from django.db.models import Avg
-
     form = forms.TrajectoryFilterForm(request.GET or None)
     filters = (
         {key: value for key, value in form.cleaned_data.items() if value not in (None, "")}
         if form.is_valid()
         else {}
     )
-    rows = selectors.trajectory_list(tenant=request.tenant, **filters).annotate(
-        reward_mean=Avg("rewards__value")
-    )
+    rows = selectors.trajectory_list_with_reward_mean(tenant=request.tenant, **filters)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,
