@@ -21,12 +21,11 @@ def backends(request):
         if form.is_valid():
             backend = console_action(
                 request,
-                lambda: services.backend_register(
+                lambda: services.backend_register_and_check(
                     tenant=request.tenant, actor=request.actor, **form.cleaned_data
                 ),
             )
             if backend:
-                backend = services.backend_check(backend=backend)
                 messages.success(request, f"Registered {backend.name}: {backend.state}.")
                 return redirect("console:backends")
     return render(
