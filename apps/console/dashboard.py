@@ -153,9 +153,7 @@ def loss_figure(series: list[tuple[str, list[dict]]]) -> dict:
 def overview_context(*, tenant) -> dict:
     """Everything the overview page draws and listens to, read through the owning apps' selectors."""
     since = timezone.now() - WINDOW
-    markers = version_markers(
-        training.alias_history(tenant=tenant, alias="production").filter(moved_at__gte=since)
-    )
+    markers = version_markers(training.alias_history(tenant=tenant, alias="production", since=since))
     jobs = list(training.training_job_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
     runs = list(online.online_run_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
     series = [(f"job {job.pk}", training.training_job_metrics(tenant=tenant, job_id=job.pk)) for job in jobs]

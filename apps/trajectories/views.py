@@ -62,13 +62,7 @@ def trajectory_detail(request, trajectory_id):
         steps.append(record)
     replay_targets = []
     if role_can(request.membership.role, Action.TRAJECTORY_REPLAY):
-        replay_targets = sorted(
-            set(
-                inference_selectors.backend_list(tenant=request.tenant).values_list(
-                    "served_model", "model_version"
-                )
-            )
-        )
+        replay_targets = inference_selectors.backend_model_versions(tenant=request.tenant)
     return render(
         request,
         "console/trajectory_detail.html",
