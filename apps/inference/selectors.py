@@ -44,6 +44,12 @@ def served_models(*, tenant) -> list[str]:
     )
 
 
+def backend_model_versions(*, tenant) -> list[tuple[str, str]]:
+    """Every (served model, model version) pair among the tenant's backends, sorted, whatever their state:
+    what a trajectory can be replayed against."""
+    return sorted(set(backend_list(tenant=tenant).values_list("served_model", "model_version")))
+
+
 def dangerously_backend_list_all_tenants():
     """Every tenant's backends: only for the system health check, never for a request."""
     return InferenceBackend.objects.all()

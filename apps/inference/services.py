@@ -174,6 +174,14 @@ def dangerously_backends_check_all() -> dict[int, bool]:
     return states
 
 
+def backend_register_and_check(*, tenant, actor: Actor, **fields) -> InferenceBackend:
+    """Registers a replica (`backend_register`: audited, its own transaction; raises its domain errors) and
+    probes it at once, so whoever registered it sees its state. Call it outside any transaction: the probe
+    runs after the registration committed."""
+    backend = backend_register(tenant=tenant, actor=actor, **fields)
+    return backend_check(backend=backend)
+
+
 def backend_for_session(
     *, tenant, served_model: str, session_id: str, model_version: str | None = None
 ) -> InferenceBackend:

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from apps.metrics import dashboard
+from apps.metrics import outcomes
 from areal_web.queues import Queue
 
 
@@ -11,4 +11,4 @@ def overview_tick() -> int:
     """Beat (every AREAL_OVERVIEW_TICK_SECONDS): publishes each tenant's current-minute reward and success
     point to its overview page. Idempotent: a repeated tick sends the same minute's point again, which the page
     replaces in place."""
-    return dashboard.overview_tick()
+    return outcomes.overview_tick()

@@ -1,5 +1,7 @@
 """Reads for tenants, members and keys. Tenant first; another tenant's object is simply not found."""
 
+from django.db.models import F
+
 from apps.core.errors import NotFound
 from apps.core.selectors import get_in_tenant
 from apps.tenants.models import ApiKey, Membership, Tenant
@@ -17,7 +19,21 @@ def tenant_list_all():
 
 
 def tenant_list_for_user(*, user):
-    return Tenant.objects.filter(memberships__user=user).order_by("slug")
+    """The tenants a person is a member of, by slug, each with `role`: theirs there (one join: a person holds
+    one membership per tenant). Scoped to the person, not to a tenant: the tenant switcher and `GET tenants/`."""
+    return (
+        Tenant.objects.filter(memberships__user=user).annotate(role=F("memberships__role")).order_by("slug")
+    )
+
+
+def membership_for_user(*, user, tenant_slug: str) -> Membership | None:
+    """The person's membership (with its tenant) in the tenant of that slug; None when they have none there."""
+    return Membership.objects.filter(user=user, tenant__slug=tenant_slug).select_related("tenant").first()
+
+
+def membership_first_for_user(*, user) -> Membership | None:
+    """The person's first membership (with its tenant) by tenant slug; None when they belong to no tenant."""
+    return Membership.objects.filter(user=user).select_related("tenant").order_by("tenant__slug").first()
 
 
 def membership_for(*, tenant, user) -> Membership | None:

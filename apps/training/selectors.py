@@ -60,12 +60,15 @@ def alias_list(*, tenant, name: str | None = None):
     return rows.filter(name=name) if name else rows
 
 
-def alias_history(*, tenant, name: str | None = None, alias: str | None = None):
+def alias_history(*, tenant, name: str | None = None, alias: str | None = None, since=None):
+    """The tenant's alias moves, oldest first (of one model `name`, one `alias`, from `since` when given)."""
     moves = AliasMove.objects.filter(tenant=tenant).select_related("from_version", "to_version")
     if name:
         moves = moves.filter(name=name)
     if alias:
         moves = moves.filter(alias=alias)
+    if since is not None:
+        moves = moves.filter(moved_at__gte=since)
     return moves.order_by("moved_at", "id")
 
 

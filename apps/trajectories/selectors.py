@@ -68,6 +68,12 @@ def trajectory_list(
     return trajectories.order_by("-started_at", "-id")
 
 
+def trajectory_list_with_reward_mean(*, tenant, **filters):
+    """`trajectory_list` (same filters), each row with `reward_mean`: the mean of its rewards (None without one),
+    for the console's browser."""
+    return trajectory_list(tenant=tenant, **filters).annotate(reward_mean=Avg("rewards__value"))
+
+
 def trajectory_with_records(queryset, *, tenant):
     """The queryset (of `tenant`'s trajectories) with steps (in order) and rewards prefetched, for ATDP
     serialization. Steps and rewards are read by tenant too, not by trajectory id alone: a row of another
@@ -130,7 +136,7 @@ def trajectory_import_conflicts(*, tenant, record: dict) -> dict[str, str]:
     return conflicts
 
 
-# ---- dashboard aggregates (apps.metrics) -------------------------------------------------------------------
+# ---- overview aggregates (apps.console.dashboard, apps.metrics.outcomes) -----------------------------------
 
 
 def step_traffic_per_minute(*, tenant, since, limit: int = 200_000) -> list[dict]:

@@ -309,7 +309,7 @@ AREAL_TRAINING_THREADS = env_int("AREAL_TRAINING_THREADS", 2)
 AREAL_TRAINING_DEVICE = env_str("AREAL_TRAINING_DEVICE", "") or None
 CELERY_BEAT_SCHEDULE["training-requeue-stale"] = {"task": "training.requeue_stale", "schedule": 60.0}
 
-# Live overview (apps.metrics.dashboard): a worker publishes each tenant's reward/success point this often.
+# Live overview (apps.metrics.outcomes): a worker publishes each tenant's reward/success point this often.
 # /metrics (Prometheus): with AREAL_METRICS_TOKEN set, scrapers send "Authorization: Bearer <token>";
 # without it, only loopback clients are answered.
 CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {

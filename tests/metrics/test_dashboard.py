@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.audit.services import Actor
-from apps.metrics.dashboard import overview_tick
+from apps.metrics.outcomes import overview_tick
 from apps.metrics.traffic import gateway_steps_recorded, traffic_points
 from apps.releases.models import AnalysisRun, ReleaseStatus
 from apps.tenants.permissions import Role

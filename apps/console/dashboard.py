@@ -1,23 +1,23 @@
-"""The tenant overview: server-side Plotly figures from the owning apps' selectors (handed to the page with
-json_script), the streams the page listens to, and the outcome points a worker publishes.
+"""The tenant overview (the console's home page): server-side Plotly figures from the owning apps' selectors
+(handed to the page with json_script) and the streams the page listens to.
 
 Charts and the live streams that extend them:
 - traffic (requests per minute) and latency (p50/p95 per minute): "gateway.traffic", one point per flushed
   gateway batch (apps.metrics.traffic);
 - outcomes (reward mean and success rate per minute, production-alias moves marked): "overview.outcomes",
-  published by the `metrics.overview_tick` task on a worker;
+  published by the `metrics.overview_tick` task on a worker (apps.metrics.outcomes);
 - loss per training job and online run: "training.jobs" announces both, "training.job-<id>" and
   "training.online-<id>" carry their steps;
 - canary vs baseline: "release-<id>" of the release shown (apps.releases.figures).
 """
 
 import json
-from datetime import UTC, timedelta
+from datetime import timedelta
 
 import plotly.graph_objects as go
 from django.utils import timezone
 
-from apps.metrics.publish import OUTCOMES_STREAM, TRAFFIC_STREAM, metrics_publish
+from apps.metrics.publish import OUTCOMES_STREAM, TRAFFIC_STREAM, chart_time
 from apps.releases import selectors as releases
 from apps.releases.figures import release_figures
 from apps.releases.services import release_stream
@@ -30,11 +30,6 @@ from apps.trajectories import selectors as trajectories
 WINDOW = timedelta(hours=3)
 JOBS_SHOWN = 5
 LAYOUT = {"height": 280, "margin": {"l": 50, "r": 50, "t": 40, "b": 30}, "legend": {"orientation": "h"}}
-
-
-def chart_time(moment) -> str:
-    """Charts use naive UTC strings: Plotly ignores time zones, and live points use the same form."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _figure(figure: go.Figure) -> dict:
@@ -158,9 +153,7 @@ def loss_figure(series: list[tuple[str, list[dict]]]) -> dict:
 def overview_context(*, tenant) -> dict:
     """Everything the overview page draws and listens to, read through the owning apps' selectors."""
     since = timezone.now() - WINDOW
-    markers = version_markers(
-        training.alias_history(tenant=tenant, alias="production").filter(moved_at__gte=since)
-    )
+    markers = version_markers(training.alias_history(tenant=tenant, alias="production", since=since))
     jobs = list(training.training_job_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
     runs = list(online.online_run_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
     series = [(f"job {job.pk}", training.training_job_metrics(tenant=tenant, job_id=job.pk)) for job in jobs]
@@ -198,31 +191,3 @@ def overview_context(*, tenant) -> dict:
         "overview_release": release,
         "overview_jobs": jobs,
     }
-
-
-def outcomes_publish(*, tenant) -> dict | None:
-    """Publishes the tenant's current-minute outcome point (None when no reward arrived this minute)."""
-    now = timezone.now()
-    minutes = trajectories.reward_outcomes_per_minute(
-        tenant=tenant, since=now.replace(second=0, microsecond=0)
-    )
-    if not minutes:
-        return None
-    row = minutes[-1]
-    payload = {
-        "minute": chart_time(row["minute"]),
-        "reward_mean": row["reward_mean"],
-        "success_rate": row["success_rate"],
-        "rewards": row["rewards"],
-        "sent_at": now.timestamp(),
-    }
-    metrics_publish(tenant_id=tenant.pk, stream=OUTCOMES_STREAM, payload=payload)
-    return payload
-
-
-def overview_tick() -> int:
-    """Every tenant's current-minute outcome point, published; returns how many were sent. Cross-tenant by
-    design (a beat task), each tenant's point to its own stream."""
-    from apps.tenants.selectors import tenant_list_all
-
-    return sum(outcomes_publish(tenant=tenant) is not None for tenant in tenant_list_all())

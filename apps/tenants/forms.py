@@ -1,8 +1,7 @@
+"""The console's forms for members, API keys and the policy; the services validate again."""
+
 from django import forms
 
-from apps.core.errors import ValidationFailed
-from apps.inference.egress import backend_url_validate
-from apps.inference.models import BackendKind
 from apps.tenants.models import ConsentMode, PiiMode
 from apps.tenants.permissions import Role, Scope
 from workers.pii import InvalidPattern, patterns_from_policy
@@ -79,58 +78,3 @@ class PolicyForm(forms.Form):
         if cleaned.get("late_reward_hours") is None:
             cleaned.pop("late_reward_hours", None)  # left empty: keep the current window
         return cleaned
-
-
-class AuditFilterForm(forms.Form):
-    verb = forms.CharField(required=False, max_length=64)
-    actor = forms.CharField(required=False, max_length=200)
-    since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-
-
-class BackendRegisterForm(forms.Form):
-    name = forms.SlugField(max_length=64)
-    base_url = forms.URLField(
-        max_length=300,
-        assume_scheme="http",
-        label="Base URL",
-        help_text="Server root, e.g. http://127.0.0.1:8100",
-    )
-    kind = forms.ChoiceField(choices=BackendKind.choices)
-    served_model = forms.CharField(max_length=200, label="Served model name")
-    model_version = forms.CharField(max_length=64, required=False)
-    weight = forms.IntegerField(min_value=0, max_value=1000, initial=1)
-
-    def clean_base_url(self):
-        try:  # the same check as the service's (egress.py), shown beside the field
-            return backend_url_validate(self.cleaned_data["base_url"])
-        except ValidationFailed as error:
-            raise forms.ValidationError(error.message, code="not_allowed") from None
-
-
-class TrajectoryFilterForm(forms.Form):
-    session_id = forms.CharField(required=False, max_length=200)
-    agent = forms.CharField(required=False, max_length=200)
-    task_id = forms.CharField(required=False, max_length=200)
-    status = forms.ChoiceField(
-        required=False,
-        choices=[("", "any"), ("open", "open"), ("complete", "complete"), ("aborted", "aborted")],
-    )
-    purpose = forms.ChoiceField(
-        required=False,
-        choices=[
-            ("", "any"),
-            ("production", "production"),
-            ("eval", "eval"),
-            ("replay", "replay"),
-            ("annotation", "annotation"),
-        ],
-    )
-    reward_min = forms.FloatField(required=False)
-    reward_max = forms.FloatField(required=False)
-    started_after = forms.DateTimeField(
-        required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
-    )
-    started_before = forms.DateTimeField(
-        required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
-    )
