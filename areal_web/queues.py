@@ -8,3 +8,26 @@ class Queue(StrEnum):
     INGEST = "ingest"
     EVAL = "eval"
     TRAIN = "train"
+
+
+# Every task's queue, by task name: Celery routes each task by this table (settings.CELERY_TASK_ROUTES), so
+# the queue a task runs on is spelled here only. A caller may still pick another queue per call
+# (`apply_async(queue=...)`, e.g. the eval queue a tenant's settings name).
+TASK_QUEUES: dict[str, Queue] = {
+    "annotation.fill_queues": Queue.DEFAULT,
+    "audit.verify_chains": Queue.DEFAULT,
+    "core.ping": Queue.DEFAULT,
+    "evaluation.execute_run": Queue.EVAL,
+    "evaluation.requeue_stale": Queue.DEFAULT,
+    "inference.check_backends": Queue.DEFAULT,
+    "metrics.overview_tick": Queue.DEFAULT,
+    "qualification.evaluate": Queue.DEFAULT,
+    "releases.analyze": Queue.DEFAULT,
+    "releases.analyze_all": Queue.DEFAULT,
+    "rewards.run_evaluators": Queue.EVAL,
+    "training.requeue_stale": Queue.DEFAULT,
+    "training.run_job": Queue.TRAIN,
+    "training.run_online": Queue.TRAIN,
+    "trajectories.purge_expired": Queue.DEFAULT,
+    "trajectories.replay": Queue.EVAL,
+}

@@ -5,12 +5,10 @@ from django.conf import settings
 
 from apps.evaluation.runner import eval_run_execute
 from apps.evaluation.services import eval_runs_requeue_stale
-from areal_web.queues import Queue
 
 
 @shared_task(
     name="evaluation.execute_run",
-    queue=Queue.EVAL.value,
     acks_late=True,
     max_retries=0,
     soft_time_limit=3600,
@@ -24,7 +22,7 @@ def execute_eval_run(run_id: int) -> dict:
     return eval_run_execute(run_id=run_id)
 
 
-@shared_task(name="evaluation.requeue_stale", queue=Queue.DEFAULT.value, ignore_result=True)
+@shared_task(name="evaluation.requeue_stale", ignore_result=True)
 def requeue_stale_eval_runs() -> list[int]:
     """Beat: requeues runs whose worker stopped reporting (AREAL_EVAL_STALE_SECONDS); see
     apps.evaluation.services.eval_runs_requeue_stale."""

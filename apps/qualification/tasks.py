@@ -3,12 +3,10 @@
 from celery import shared_task
 
 from apps.qualification.services import qualification_evaluate
-from areal_web.queues import Queue
 
 
 @shared_task(
     name="qualification.evaluate",
-    queue=Queue.DEFAULT.value,
     ignore_result=True,
     max_retries=3,
     autoretry_for=(ConnectionError,),

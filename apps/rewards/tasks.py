@@ -3,12 +3,10 @@
 from celery import shared_task
 
 from apps.rewards.runner import evaluators_run
-from areal_web.queues import Queue
 
 
 @shared_task(
     name="rewards.run_evaluators",
-    queue=Queue.EVAL.value,
     ignore_result=True,
     max_retries=3,
     autoretry_for=(ConnectionError,),

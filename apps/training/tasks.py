@@ -6,12 +6,10 @@ from django.conf import settings
 
 from apps.training.runners import online_run_execute, training_job_execute
 from apps.training.services import training_jobs_requeue_stale
-from areal_web.queues import Queue
 
 
 @shared_task(
     name="training.run_job",
-    queue=Queue.TRAIN.value,
     acks_late=True,
     reject_on_worker_lost=True,
     ignore_result=False,
@@ -25,7 +23,7 @@ def run_training_job(job_id: int) -> dict:
     return training_job_execute(job_id=job_id)
 
 
-@shared_task(name="training.requeue_stale", queue=Queue.DEFAULT.value, ignore_result=True)
+@shared_task(name="training.requeue_stale", ignore_result=True)
 def requeue_stale_training_jobs() -> list[int]:
     """Beat: requeues jobs whose worker stopped reporting (AREAL_TRAINING_STALE_SECONDS)."""
     return training_jobs_requeue_stale(stale_after_seconds=settings.AREAL_TRAINING_STALE_SECONDS)
@@ -33,7 +31,6 @@ def requeue_stale_training_jobs() -> list[int]:
 
 @shared_task(
     name="training.run_online",
-    queue=Queue.TRAIN.value,
     acks_late=True,
     reject_on_worker_lost=True,
     ignore_result=True,

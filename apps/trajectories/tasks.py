@@ -4,12 +4,10 @@ from celery import shared_task
 
 from apps.gateway.replay import trajectory_replay_run
 from apps.trajectories.retention import dangerously_trajectories_purge_expired_all
-from areal_web.queues import Queue
 
 
 @shared_task(
     name="trajectories.replay",
-    queue=Queue.EVAL.value,
     acks_late=True,
     max_retries=0,
     soft_time_limit=1800,
@@ -32,7 +30,6 @@ def replay_trajectory(
 
 @shared_task(
     name="trajectories.purge_expired",
-    queue=Queue.DEFAULT.value,
     max_retries=0,
     soft_time_limit=1800,
     time_limit=1900,

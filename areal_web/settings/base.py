@@ -19,7 +19,7 @@ from areal_web.env import (
     generated_secret,
     parse_database_url,
 )
-from areal_web.queues import Queue
+from areal_web.queues import TASK_QUEUES, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(env_str("AREAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -154,6 +154,7 @@ else:
     }
 
 CELERY_TASK_DEFAULT_QUEUE = Queue.DEFAULT.value
+CELERY_TASK_ROUTES = {name: {"queue": queue.value} for name, queue in TASK_QUEUES.items()}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
