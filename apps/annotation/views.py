@@ -7,6 +7,7 @@ from django.views.decorators.http import require_POST
 
 from apps.annotation import selectors, services
 from apps.console.access import console_page
+from apps.console.pages import console_action
 from apps.core.errors import DomainError, NotFound
 from apps.rewards.selectors import spec_data
 from apps.tenants.permissions import Action, role_can
@@ -107,8 +108,9 @@ def label_submit(request, item_id):
     if value is None:
         messages.error(request, "Choose a rating (number keys) before submitting.")
         return redirect("console:annotation-workspace", queue_id=item.queue_id)
-    try:
-        services.annotation_label_submit(
+    console_action(
+        request,
+        lambda: services.annotation_label_submit(
             tenant=request.tenant,
             actor=request.actor,
             user=request.user,
@@ -118,10 +120,9 @@ def label_submit(request, item_id):
             step_id=request.POST.get("step_id") or None,
             comment=request.POST.get("comment", ""),
             correction=request.POST.get("correction", ""),
-        )
-        messages.success(request, "Label saved.")
-    except DomainError as error:
-        messages.error(request, error.message)
+        ),
+        success="Label saved.",
+    )
     return redirect("console:annotation-workspace", queue_id=item.queue_id)
 
 
@@ -149,16 +150,16 @@ def item_resolve(request, item_id):
     except NotFound as error:
         raise Http404(error.message) from None
     value, label = _option(item.queue, request.POST.get("option", ""))
-    try:
-        services.annotation_resolve(
+    console_action(
+        request,
+        lambda: services.annotation_resolve(
             tenant=request.tenant,
             actor=request.actor,
             item_id=item.pk,
             value=value,
             label=label,
             reason=request.POST.get("reason", ""),
-        )
-        messages.success(request, "Disagreement resolved.")
-    except DomainError as error:
-        messages.error(request, error.message)
+        ),
+        success="Disagreement resolved.",
+    )
     return redirect("console:annotation-queue", queue_id=item.queue_id)

@@ -18,9 +18,8 @@ from apps.audit.services import Actor
 from apps.core.errors import Forbidden, NotFound, ValidationFailed
 from apps.core.pagination import PagePagination
 from apps.tenants.authentication import KeyPrincipal
-from apps.tenants.models import Tenant
 from apps.tenants.permissions import PERMISSIONS, Action, role_can, scopes_can
-from apps.tenants.selectors import membership_first_for_user, membership_for_user
+from apps.tenants.selectors import membership_first_for_user, membership_for_user, tenant_get
 
 TENANT_SESSION_KEY = "tenant_slug"
 # The widest values an input may carry into a PostgreSQL `integer` / `bigint` column (PositiveIntegerField,
@@ -100,7 +99,7 @@ class TenantApi(APIView):
             self.http_method_not_allowed(request)
         principal = request.user
         if isinstance(principal, KeyPrincipal):
-            self.tenant = Tenant.objects.get(pk=principal.tenant_id)
+            self.tenant = tenant_get(tenant_id=principal.tenant_id)
             self.membership = None
             self.actor = Actor.api_key(principal)
             if not scopes_can(principal.scopes, action):

@@ -17,12 +17,14 @@ def eval_case_list(*, tenant, suite_id):
     return EvalCase.objects.for_tenant(tenant).filter(suite_id=suite_id).order_by("key")
 
 
-def eval_run_list(*, tenant, suite_id=None, version_id=None):
+def eval_run_list(*, tenant, suite_id=None, version_id=None, excluding_run_id=None):
     runs = EvalRun.objects.for_tenant(tenant).select_related("suite", "model_version")
     if suite_id:
         runs = runs.filter(suite_id=suite_id)
     if version_id:
         runs = runs.filter(model_version_id=version_id)
+    if excluding_run_id:
+        runs = runs.exclude(pk=excluding_run_id)
     return runs.order_by("-created_at", "-id")
 
 

@@ -6,7 +6,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from apps.console.access import console_page
-from apps.core.errors import DomainError
+from apps.console.pages import console_action
 from apps.evaluation import selectors, services
 from apps.evaluation.apis import comparison_data
 from apps.tenants.permissions import Action, role_can
@@ -45,15 +45,16 @@ def suite_detail(request, suite_id):
 @console_page(Action.EVAL_MANAGE)
 def run_start(request, suite_id):
     selectors.eval_suite_get(tenant=request.tenant, suite_id=suite_id)  # another tenant's: 404, not a message
-    try:
-        run = services.eval_run_start(
+    run = console_action(
+        request,
+        lambda: services.eval_run_start(
             tenant=request.tenant,
             actor=request.actor,
             suite_id=suite_id,
             version_id=request.POST.get("version_id"),
-        )
-    except DomainError as error:
-        messages.error(request, error.message)
+        ),
+    )
+    if run is None:
         return redirect("console:eval-suite", suite_id=suite_id)
     messages.success(request, f"Run {run.pk} queued on the eval workers.")
     return redirect("console:eval-run", run_id=run.pk)
@@ -66,8 +67,8 @@ def run_detail(request, run_id):
     context = {
         "run": run,
         "results": results,
-        "other_runs": selectors.eval_run_list(tenant=request.tenant, suite_id=run.suite_id).exclude(
-            pk=run.pk
+        "other_runs": selectors.eval_run_list(
+            tenant=request.tenant, suite_id=run.suite_id, excluding_run_id=run.pk
         ),
     }
     baseline_id = request.GET.get("baseline")

@@ -21,6 +21,11 @@ def backend_get(*, tenant, backend_id) -> InferenceBackend:
     return get_in_tenant(InferenceBackend, tenant=tenant, pk=backend_id, code="backend_not_found")
 
 
+def backend_by_name(*, tenant, name: str) -> InferenceBackend | None:
+    """The tenant's backend of that name (names are unique per tenant), or None."""
+    return InferenceBackend.objects.for_tenant(tenant).filter(name=name).first()
+
+
 def backend_candidates(*, tenant, served_model: str, model_version: str | None = None):
     """Healthy backends that may take a new session, annotated with their active-session load."""
     since = timezone.now() - ACTIVE_SESSION_WINDOW

@@ -8,8 +8,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from apps.metrics.publish import STREAM_NAME, stream_group
-from apps.tenants.models import Membership
 from apps.tenants.permissions import Action, role_can
+from apps.tenants.selectors import membership_role_of_active_user
 
 logger = logging.getLogger(__name__)
 TENANT_SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
@@ -61,13 +61,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     @database_sync_to_async
     def _membership(self, user, *, slug=None):
         """(tenant id, role) of the user's membership, or None (also for an inactive user)."""
-        memberships = Membership.objects.filter(user_id=user.pk, user__is_active=True)
-        memberships = (
-            memberships.filter(tenant__slug=slug)
-            if slug is not None
-            else memberships.filter(tenant_id=self.tenant_id)
-        )
-        return memberships.values_list("tenant_id", "role").first()
+        if slug is not None:
+            return membership_role_of_active_user(user_id=user.pk, tenant_slug=slug)
+        return membership_role_of_active_user(user_id=user.pk, tenant_id=self.tenant_id)
 
     @database_sync_to_async
     def _signed_in(self) -> bool:

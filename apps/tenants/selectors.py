@@ -14,6 +14,11 @@ def tenant_get_by_slug(*, slug: str) -> Tenant:
         raise NotFound(f"no tenant with slug {slug!r}", code="tenant_not_found") from None
 
 
+def tenant_get(*, tenant_id: int) -> Tenant:
+    """The tenant an authenticated API key belongs to (the key's row names it, so it exists)."""
+    return Tenant.objects.get(pk=tenant_id)
+
+
 def tenant_list_all():
     return Tenant.objects.order_by("slug")
 
@@ -34,6 +39,25 @@ def membership_for_user(*, user, tenant_slug: str) -> Membership | None:
 def membership_first_for_user(*, user) -> Membership | None:
     """The person's first membership (with its tenant) by tenant slug; None when they belong to no tenant."""
     return Membership.objects.filter(user=user).select_related("tenant").order_by("tenant__slug").first()
+
+
+def membership_list_for_user(*, user):
+    """Every membership of the person, with its tenant, in tenant order (the sign-in audit writes one event
+    per tenant, locking chains in a fixed order)."""
+    return Membership.objects.filter(user_id=user.pk).select_related("tenant").order_by("tenant_id")
+
+
+def membership_role_of_active_user(
+    *, user_id: int, tenant_slug=None, tenant_id=None
+) -> tuple[int, str] | None:
+    """(tenant id, role) of an active person's membership in the tenant named by slug, else by id; None when
+    they have none there or are inactive (the live pages' WebSocket checks, at connect and every recheck)."""
+    memberships = Membership.objects.filter(user_id=user_id, user__is_active=True)
+    if tenant_slug is not None:
+        memberships = memberships.filter(tenant__slug=tenant_slug)
+    else:
+        memberships = memberships.filter(tenant_id=tenant_id)
+    return memberships.values_list("tenant_id", "role").first()
 
 
 def membership_for(*, tenant, user) -> Membership | None:

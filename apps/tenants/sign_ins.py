@@ -15,7 +15,7 @@ from django.dispatch import receiver
 
 from apps.audit.services import Actor, audit_record
 from apps.core.login_throttle import client_address
-from apps.tenants.models import Membership
+from apps.tenants.selectors import membership_list_for_user
 
 logger = logging.getLogger(__name__)
 VERBS = ("auth.sign_in", "auth.sign_in_failed", "auth.sign_out")
@@ -29,9 +29,7 @@ def _address(request) -> str:
 def sign_in_audit(*, user, verb: str, address: str, path: str = "") -> int:
     """Records `verb` (one of VERBS) in the audit chain of every tenant `user` belongs to; returns how many."""
     assert verb in VERBS, verb
-    memberships = list(
-        Membership.objects.filter(user_id=user.pk).select_related("tenant").order_by("tenant_id")
-    )
+    memberships = list(membership_list_for_user(user=user))
     actor = Actor.user(user) if verb != "auth.sign_in_failed" else Actor.system("sign-in")
     for membership in memberships:
         audit_record(

@@ -2,7 +2,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.audit.services import Actor
 from apps.core.errors import DomainError
-from apps.inference.models import BackendKind, InferenceBackend
+from apps.inference.models import BackendKind
+from apps.inference.selectors import backend_by_name
 from apps.inference.services import backend_check, backend_register, backend_update
 from apps.tenants.selectors import tenant_get_by_slug
 
@@ -30,7 +31,7 @@ class Command(BaseCommand):
         }
         try:
             tenant = tenant_get_by_slug(slug=tenant_slug)
-            existing = InferenceBackend.objects.for_tenant(tenant).filter(name=name).first()
+            existing = backend_by_name(tenant=tenant, name=name)
             if existing:
                 backend = backend_update(tenant=tenant, actor=actor, backend_id=existing.pk, changes=fields)
             else:
