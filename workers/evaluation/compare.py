@@ -60,7 +60,7 @@ def bootstrap_difference(
         raise ValueError("paired samples need equal lengths")
     rng = random.Random(seed)
     observed = _mean(candidate) - _mean(baseline)
-    differences = []
+    differences: list[float] = []
     if paired:
         deltas = [first - second for first, second in zip(candidate, baseline, strict=True)]
         count = len(deltas)
@@ -126,21 +126,25 @@ def compare_runs(
         if not members:
             continue
         prefix = f"{category}." if category else ""
-        metrics[f"{prefix}pass_rate"] = bootstrap_difference(
+        pass_rate = bootstrap_difference(
             [float(first.passed) for first, _ in members],
             [float(second.passed) for _, second in members],
             paired=True,
             resamples=resamples,
             seed=seed,
         )
+        assert pass_rate is not None  # members is not empty, so neither arm is
+        metrics[f"{prefix}pass_rate"] = pass_rate
         if not category:
-            metrics["score"] = bootstrap_difference(
+            score = bootstrap_difference(
                 [first.score for first, _ in members],
                 [second.score for _, second in members],
                 paired=True,
                 resamples=resamples,
                 seed=seed,
             )
+            assert score is not None  # members is not empty, so neither arm is
+            metrics["score"] = score
     flips = case_flips(
         {value.key: value.passed for value in candidate}, {value.key: value.passed for value in baseline}
     )

@@ -107,7 +107,8 @@ def _loop(run, poll_seconds: float) -> dict:
         stale = [t for t, samples in waiting.items() if not any(_fresh(sample, oldest) for sample in samples)]
         for trajectory_id in stale:
             del waiting[trajectory_id]
-        batch, trained = [], []
+        batch: list = []
+        trained: list[str] = []
         for trajectory_id in list(waiting):
             if len(batch) >= run.samples_per_step:
                 break
