@@ -7,20 +7,21 @@ from django.db.models import Count, Q
 from apps.core.errors import NotFound
 from apps.rewards.errors import RewardRejected
 from apps.rewards.models import Evaluator, Reward, RewardKind, RewardSource, RewardSpec
+from apps.tenants.models import Tenant
 from apps.trajectories.models import Step
 from workers.rewards.combine import DEFAULT_PRIORITY, CombinationRule, RewardPoint, combine
 from workers.rewards.evaluators import Outcome, ToolCall
 from workers.rewards.specs import SpecData
 
 
-def reward_spec_list(*, tenant, agent_name: str | None = None):
+def reward_spec_list(*, tenant: Tenant, agent_name: str | None = None):
     specs = RewardSpec.objects.for_tenant(tenant)
     if agent_name is not None:
         specs = specs.filter(agent_name__in=[agent_name, ""])
     return specs.order_by("agent_name", "name")
 
 
-def reward_spec_get(*, tenant, spec_id) -> RewardSpec:
+def reward_spec_get(*, tenant: Tenant, spec_id) -> RewardSpec:
     try:
         return RewardSpec.objects.for_tenant(tenant).get(pk=spec_id)
     except (RewardSpec.DoesNotExist, ValueError, TypeError):
@@ -65,7 +66,7 @@ def combination_rule(spec: RewardSpec | None) -> CombinationRule:
 
 def reward_list(
     *,
-    tenant,
+    tenant: Tenant,
     trajectory_id=None,
     step_id=None,
     source=None,
@@ -94,14 +95,14 @@ def reward_list(
     return rewards.order_by("-created_at", "-id")
 
 
-def reward_get(*, tenant, reward_id) -> Reward:
+def reward_get(*, tenant: Tenant, reward_id) -> Reward:
     try:
         return Reward.objects.for_tenant(tenant).select_related("spec").get(pk=reward_id)
     except (Reward.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such reward in this tenant", code="reward_not_found") from None
 
 
-def training_reward(*, tenant, trajectory) -> float | None:
+def training_reward(*, tenant: Tenant, trajectory) -> float | None:
     """The trajectory's training reward by its agent's training spec and that spec's combination rule.
     Without a training spec: every non-critique reward, annotator over user over evaluator over the rest."""
     spec = reward_spec_for(tenant_id=tenant.pk, agent_name=trajectory.agent_name)
@@ -116,7 +117,7 @@ def training_reward(*, tenant, trajectory) -> float | None:
     return combine(points, combination_rule(spec))
 
 
-def feedback_summary(*, tenant, trajectory_id=None) -> dict:
+def feedback_summary(*, tenant: Tenant, trajectory_id=None) -> dict:
     """End-user signals: thumbs up and down (boolean rewards from users) and corrections (critiques)."""
     rewards = Reward.objects.for_tenant(tenant).filter(source=RewardSource.USER)
     if trajectory_id:
@@ -128,7 +129,7 @@ def feedback_summary(*, tenant, trajectory_id=None) -> dict:
     )
 
 
-def evaluator_list(*, tenant, agent_name: str | None = None, enabled: bool | None = None):
+def evaluator_list(*, tenant: Tenant, agent_name: str | None = None, enabled: bool | None = None):
     evaluators = Evaluator.objects.for_tenant(tenant).select_related("spec")
     if agent_name is not None:
         evaluators = evaluators.filter(agent_name__in=[agent_name, ""])
@@ -137,7 +138,7 @@ def evaluator_list(*, tenant, agent_name: str | None = None, enabled: bool | Non
     return evaluators.order_by("name", "version")
 
 
-def evaluator_get(*, tenant, evaluator_id) -> Evaluator:
+def evaluator_get(*, tenant: Tenant, evaluator_id) -> Evaluator:
     try:
         return Evaluator.objects.for_tenant(tenant).select_related("spec").get(pk=evaluator_id)
     except (Evaluator.DoesNotExist, ValueError, TypeError):
@@ -163,7 +164,8 @@ def trajectory_outcome(*, trajectory) -> Outcome:
     )
     calls: dict[str, str] = {}
     results: dict[str, bool] = {}
-    final_text, environment = "", {}
+    final_text = ""
+    environment: dict = {}
     for step in steps:
         action, result = step["action"] or {}, step["result"] or {}
         for message in (step["observation"] or {}).get("messages") or []:
