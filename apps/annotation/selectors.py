@@ -7,24 +7,25 @@ from django.db.models import Count, Exists, OuterRef
 
 from apps.annotation.models import AnnotationItem, AnnotationLabel, AnnotationQueue, AnnotationSkip
 from apps.core.errors import NotFound
+from apps.tenants.models import Tenant
 from workers.rewards.agreement import cohen_kappa, krippendorff_alpha
 
 
-def annotation_queue_list(*, tenant, assigned_to=None):
+def annotation_queue_list(*, tenant: Tenant, assigned_to=None):
     queues = AnnotationQueue.objects.for_tenant(tenant).select_related("spec")
     if assigned_to is not None:
         queues = queues.filter(assignees=assigned_to)
     return queues.annotate(item_count=Count("items", distinct=True)).order_by("name")
 
 
-def annotation_queue_get(*, tenant, queue_id) -> AnnotationQueue:
+def annotation_queue_get(*, tenant: Tenant, queue_id) -> AnnotationQueue:
     try:
         return AnnotationQueue.objects.for_tenant(tenant).select_related("spec").get(pk=queue_id)
     except (AnnotationQueue.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such annotation queue in this tenant", code="annotation_queue_not_found") from None
 
 
-def annotation_item_get(*, tenant, item_id) -> AnnotationItem:
+def annotation_item_get(*, tenant: Tenant, item_id) -> AnnotationItem:
     try:
         return (
             AnnotationItem.objects.for_tenant(tenant)
