@@ -2,25 +2,26 @@
 
 from apps.core.errors import NotFound
 from apps.evaluation.models import EvalCase, EvalCaseResult, EvalRun, EvalSuite
+from apps.tenants.models import Tenant
 from workers.evaluation.compare import CaseValue, Comparison, compare_runs
 
 
-def eval_suite_list(*, tenant):
+def eval_suite_list(*, tenant: Tenant):
     return EvalSuite.objects.for_tenant(tenant).order_by("name")
 
 
-def eval_suite_get(*, tenant, suite_id) -> EvalSuite:
+def eval_suite_get(*, tenant: Tenant, suite_id) -> EvalSuite:
     try:
         return EvalSuite.objects.for_tenant(tenant).get(pk=suite_id)
     except (EvalSuite.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such eval suite in this tenant", code="eval_suite_not_found") from None
 
 
-def eval_case_list(*, tenant, suite_id):
+def eval_case_list(*, tenant: Tenant, suite_id):
     return EvalCase.objects.for_tenant(tenant).filter(suite_id=suite_id).order_by("key")
 
 
-def eval_run_list(*, tenant, suite_id=None, version_id=None):
+def eval_run_list(*, tenant: Tenant, suite_id=None, version_id=None):
     runs = EvalRun.objects.for_tenant(tenant).select_related("suite", "model_version")
     if suite_id:
         runs = runs.filter(suite_id=suite_id)
@@ -29,14 +30,14 @@ def eval_run_list(*, tenant, suite_id=None, version_id=None):
     return runs.order_by("-created_at", "-id")
 
 
-def eval_run_get(*, tenant, run_id) -> EvalRun:
+def eval_run_get(*, tenant: Tenant, run_id) -> EvalRun:
     try:
         return EvalRun.objects.for_tenant(tenant).select_related("suite", "model_version").get(pk=run_id)
     except (EvalRun.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such eval run in this tenant", code="eval_run_not_found") from None
 
 
-def eval_results(*, tenant, run_id):
+def eval_results(*, tenant: Tenant, run_id):
     return (
         EvalCaseResult.objects.for_tenant(tenant)
         .filter(run_id=run_id)
@@ -45,11 +46,11 @@ def eval_results(*, tenant, run_id):
     )
 
 
-def eval_run_statuses(*, tenant, run_ids) -> dict[int, str]:
+def eval_run_statuses(*, tenant: Tenant, run_ids) -> dict[int, str]:
     return dict(EvalRun.objects.for_tenant(tenant).filter(pk__in=run_ids).values_list("pk", "status"))
 
 
-def eval_run_case_values(*, tenant, run_id) -> list[CaseValue]:
+def eval_run_case_values(*, tenant: Tenant, run_id) -> list[CaseValue]:
     """Per-case values of a run for comparison; a case that errored counts as failed with score 0."""
     return [
         CaseValue(key=key, category=category, score=score if score is not None else 0.0, passed=passed)
@@ -59,7 +60,9 @@ def eval_run_case_values(*, tenant, run_id) -> list[CaseValue]:
     ]
 
 
-def eval_comparison(*, tenant, candidate_run_id, baseline_run_id) -> tuple[EvalRun, EvalRun, Comparison]:
+def eval_comparison(
+    *, tenant: Tenant, candidate_run_id, baseline_run_id
+) -> tuple[EvalRun, EvalRun, Comparison]:
     """Candidate vs baseline over the cases both scored: metric differences with paired bootstrap intervals
     and the cases that flipped. Both runs must be of this tenant (404 otherwise)."""
     candidate = eval_run_get(tenant=tenant, run_id=candidate_run_id)
