@@ -5,26 +5,27 @@ from django.utils import timezone
 
 from apps.core.errors import NotFound
 from apps.inference.models import BackendState, InferenceBackend
+from apps.tenants.models import Tenant
 
 # A session that has not called for this long no longer counts toward its backend's load.
 ACTIVE_SESSION_WINDOW = timedelta(minutes=10)
 
 
-def backend_list(*, tenant, served_model: str | None = None):
+def backend_list(*, tenant: Tenant, served_model: str | None = None):
     backends = InferenceBackend.objects.for_tenant(tenant)
     if served_model:
         backends = backends.filter(served_model=served_model)
     return backends
 
 
-def backend_get(*, tenant, backend_id) -> InferenceBackend:
+def backend_get(*, tenant: Tenant, backend_id) -> InferenceBackend:
     try:
         return InferenceBackend.objects.for_tenant(tenant).get(pk=backend_id)
     except (InferenceBackend.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such inference backend in this tenant", code="backend_not_found") from None
 
 
-def backend_candidates(*, tenant, served_model: str, model_version: str | None = None):
+def backend_candidates(*, tenant: Tenant, served_model: str, model_version: str | None = None):
     """Healthy backends that may take a new session, annotated with their active-session load."""
     since = timezone.now() - ACTIVE_SESSION_WINDOW
     backends = InferenceBackend.objects.for_tenant(tenant).filter(
@@ -37,7 +38,7 @@ def backend_candidates(*, tenant, served_model: str, model_version: str | None =
     )
 
 
-def served_models(*, tenant) -> list[str]:
+def served_models(*, tenant: Tenant) -> list[str]:
     return sorted(
         set(
             InferenceBackend.objects.for_tenant(tenant)

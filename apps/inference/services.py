@@ -9,6 +9,7 @@ from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind, BackendState, InferenceBackend, SessionAffinity
 from apps.inference.selectors import backend_candidates
 from apps.metrics.publish import metrics_publish
+from apps.tenants.models import Tenant
 
 EDITABLE_FIELDS = ("base_url", "kind", "served_model", "model_version", "weight", "state")
 
@@ -38,7 +39,7 @@ def _validate(fields: dict) -> None:
 @transaction.atomic
 def backend_register(
     *,
-    tenant,
+    tenant: Tenant,
     actor: Actor,
     name: str,
     base_url: str,
@@ -81,7 +82,7 @@ def backend_register(
     return backend
 
 
-def _lock(*, tenant, backend_id) -> InferenceBackend:
+def _lock(*, tenant: Tenant, backend_id) -> InferenceBackend:
     try:
         return InferenceBackend.objects.select_for_update().get(tenant=tenant, pk=backend_id)
     except (InferenceBackend.DoesNotExist, ValueError, TypeError):
@@ -89,7 +90,7 @@ def _lock(*, tenant, backend_id) -> InferenceBackend:
 
 
 @transaction.atomic
-def backend_update(*, tenant, actor: Actor, backend_id, changes: dict) -> InferenceBackend:
+def backend_update(*, tenant: Tenant, actor: Actor, backend_id, changes: dict) -> InferenceBackend:
     """Changes address, model, version, weight or state (`draining` takes no new sessions)."""
     unknown = set(changes) - set(EDITABLE_FIELDS)
     if unknown:
@@ -110,7 +111,7 @@ def backend_update(*, tenant, actor: Actor, backend_id, changes: dict) -> Infere
 
 
 @transaction.atomic
-def backend_remove(*, tenant, actor: Actor, backend_id) -> None:
+def backend_remove(*, tenant: Tenant, actor: Actor, backend_id) -> None:
     backend = _lock(tenant=tenant, backend_id=backend_id)
     audit_record(
         tenant=tenant,
@@ -151,9 +152,9 @@ def backend_record_health(
     return backend
 
 
-def backend_check(*, backend: InferenceBackend) -> InferenceBackend:
+def backend_check(*, backend: InferenceBackend) -> InferenceBackend | None:
     """Probes the backend now (its address checked first, see egress.py) and records the result. The probe runs
-    outside any transaction; the record is its own."""
+    outside any transaction; the record is its own. None: the backend was deleted meanwhile."""
     from apps.inference.health import backend_probe
 
     probe = backend_probe(base_url=backend.base_url, kind=backend.kind)
@@ -163,7 +164,7 @@ def backend_check(*, backend: InferenceBackend) -> InferenceBackend:
 
 
 def backend_for_session(
-    *, tenant, served_model: str, session_id: str, model_version: str | None = None
+    *, tenant: Tenant, served_model: str, session_id: str, model_version: str | None = None
 ) -> InferenceBackend:
     """Routes a session: its pinned backend while that stays up (and serves the asked version);
     otherwise the healthy replica with the fewest active sessions per unit of weight, and pins it.
