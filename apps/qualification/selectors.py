@@ -12,23 +12,24 @@ from apps.qualification.models import (
     ReviewStatus,
 )
 from apps.rewards.selectors import training_reward
+from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory
 from workers.atdp.tokens import unpack_floats, unpack_ids, unpack_versions
 from workers.qualification.gates import Limits, StepFacts, TrajectoryFacts, content_hash
 
 
-def trajectory_for_qualification(*, tenant, trajectory_id) -> Trajectory:
+def trajectory_for_qualification(*, tenant: Tenant, trajectory_id) -> Trajectory:
     try:
         return Trajectory.objects.for_tenant(tenant).select_related("tenant").get(pk=trajectory_id)
     except (Trajectory.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such trajectory in this tenant", code="trajectory_not_found") from None
 
 
-def review_current(*, tenant, trajectory_id) -> Review | None:
+def review_current(*, tenant: Tenant, trajectory_id) -> Review | None:
     return Review.objects.for_tenant(tenant).filter(trajectory_id=trajectory_id).first()
 
 
-def review_list(*, tenant, trajectory_id=None, status=None):
+def review_list(*, tenant: Tenant, trajectory_id=None, status=None):
     reviews = Review.objects.for_tenant(tenant)
     if trajectory_id:
         reviews = reviews.filter(trajectory_id=trajectory_id)
@@ -37,11 +38,11 @@ def review_list(*, tenant, trajectory_id=None, status=None):
     return reviews.order_by("-created_at", "-id")
 
 
-def qualification_get(*, tenant, trajectory_id) -> Qualification | None:
+def qualification_get(*, tenant: Tenant, trajectory_id) -> Qualification | None:
     return Qualification.objects.for_tenant(tenant).filter(trajectory_id=trajectory_id).first()
 
 
-def qualification_limits(*, tenant) -> Limits:
+def qualification_limits(*, tenant: Tenant) -> Limits:
     row = QualificationLimits.objects.filter(tenant=tenant).first()
     if row is None:
         return Limits()
@@ -124,7 +125,7 @@ def trajectory_facts(*, trajectory) -> tuple[TrajectoryFacts, str]:
     return facts, digest
 
 
-def training_queue(*, tenant) -> list[dict]:
+def training_queue(*, tenant: Tenant) -> list[dict]:
     """Qualified trajectories waiting, counted by agent, task and group (largest first)."""
     rows = (
         Qualification.objects.for_tenant(tenant)
@@ -144,7 +145,7 @@ def training_queue(*, tenant) -> list[dict]:
     ]
 
 
-def disqualified_counts(*, tenant) -> list[dict]:
+def disqualified_counts(*, tenant: Tenant) -> list[dict]:
     """Disqualified trajectories by reason code (one trajectory counts under each of its codes)."""
     rows = (
         QualificationReason.objects.for_tenant(tenant)
@@ -156,7 +157,7 @@ def disqualified_counts(*, tenant) -> list[dict]:
     return [{"code": row["code"], "count": row["count"]} for row in rows]
 
 
-def qualification_list(*, tenant, status=None, reason=None, agent=None, task_id=None, group_id=None):
+def qualification_list(*, tenant: Tenant, status=None, reason=None, agent=None, task_id=None, group_id=None):
     """Verdicts with their trajectories, newest trajectory first; `reason` filters by effective code."""
     rows = Qualification.objects.for_tenant(tenant).select_related("trajectory")
     if status:
