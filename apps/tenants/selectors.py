@@ -19,31 +19,31 @@ def tenant_list_for_user(*, user):
     return Tenant.objects.filter(memberships__user=user).order_by("slug")
 
 
-def membership_for(*, tenant, user) -> Membership | None:
+def membership_for(*, tenant: Tenant, user) -> Membership | None:
     if user is None or not user.is_authenticated:
         return None
     return Membership.objects.filter(tenant=tenant, user=user).first()
 
 
-def membership_list(*, tenant):
+def membership_list(*, tenant: Tenant):
     return Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
 
 
-def membership_get(*, tenant, membership_id) -> Membership:
+def membership_get(*, tenant: Tenant, membership_id) -> Membership:
     try:
         return Membership.objects.select_related("user").get(tenant=tenant, pk=membership_id)
     except (Membership.DoesNotExist, ValueError, TypeError):
         raise NotFound("no such member in this tenant", code="member_not_found") from None
 
 
-def api_key_list(*, tenant, include_inactive: bool = True):
+def api_key_list(*, tenant: Tenant, include_inactive: bool = True):
     keys = ApiKey.objects.for_tenant(tenant)
     if not include_inactive:
         keys = keys.filter(revoked_at__isnull=True)
     return keys
 
 
-def api_key_get(*, tenant, key_id) -> ApiKey:
+def api_key_get(*, tenant: Tenant, key_id) -> ApiKey:
     try:
         return ApiKey.objects.for_tenant(tenant).get(pk=key_id)
     except (ApiKey.DoesNotExist, ValueError, TypeError):
@@ -53,7 +53,7 @@ def api_key_get(*, tenant, key_id) -> ApiKey:
 KEY_CHAIN_LIMIT = 32  # keys made by keys made by keys...: far more than any real chain
 
 
-def person_behind(*, tenant, actor_kind: str, actor_id: str) -> int | None:
+def person_behind(*, tenant: Tenant, actor_kind: str, actor_id: str) -> int | None:
     """The id of the person who acts through a principal: a user is themself; an API key is the person who
     created it, or, for a key made or rotated through the API by another key, that key's person (followed
     up the chain). None: no person is recorded (a key from the CLI or the system, or its creator deleted)."""
@@ -61,7 +61,8 @@ def person_behind(*, tenant, actor_kind: str, actor_id: str) -> int | None:
         return int(actor_id) if actor_id else None
     if actor_kind != "api_key" or not actor_id:
         return None
-    key_id, seen = int(actor_id), set()
+    key_id: int | None = int(actor_id)
+    seen: set[int] = set()
     while key_id is not None and key_id not in seen and len(seen) < KEY_CHAIN_LIMIT:
         seen.add(key_id)
         row = (
