@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from apps.audit.services import audit_record
+from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory, TrajectoryStatus, trajectory_id_for
 from workers.atdp.tokens import pack_floats, pack_ids, pack_versions
 
@@ -49,7 +50,12 @@ class StepRefused(IntegrityError):
 def _moment(value) -> datetime:
     if isinstance(value, datetime):
         return value
-    return parse_datetime(value) if value else timezone.now()
+    if not value:
+        return timezone.now()
+    moment = parse_datetime(value)
+    if moment is None:  # records are validated (ATDP date-time) or written by the gateway: never
+        raise ValueError(f"not a date-time: {value!r}")
+    return moment
 
 
 def _step_row(record: dict, *, trajectory_id, index: int) -> Step:
@@ -188,7 +194,7 @@ def steps_ingest(*, records: list[dict]) -> int:
         if missing:  # the session is taken by a trajectory under another id (an imported one)
             raise StepRefused(f"the session of trajectory {missing[0]} is stored under another id")
     created = set(new_ids)
-    rows = []
+    rows: list[Step] = []
     for trajectory_id, batch in by_trajectory.items():
         start = 0 if trajectory_id in created else existing[trajectory_id]
         rows.extend(
@@ -206,7 +212,7 @@ def steps_ingest(*, records: list[dict]) -> int:
 @transaction.atomic
 def trajectory_open(
     *,
-    tenant,
+    tenant: Tenant,
     session_id: str,
     task_id: str = "",
     group_id: str = "",
@@ -232,7 +238,7 @@ def trajectory_open(
 
 
 @transaction.atomic
-def trajectory_end(*, tenant, trajectory_id, status: str = TrajectoryStatus.COMPLETE) -> Trajectory:
+def trajectory_end(*, tenant: Tenant, trajectory_id, status: str = TrajectoryStatus.COMPLETE) -> Trajectory:
     trajectory = Trajectory.objects.select_for_update().get(tenant=tenant, pk=trajectory_id)
     if trajectory.status == TrajectoryStatus.OPEN:
         trajectory.status = status
@@ -241,7 +247,7 @@ def trajectory_end(*, tenant, trajectory_id, status: str = TrajectoryStatus.COMP
     return trajectory
 
 
-def _step_from_atdp(*, tenant, trajectory_id, step: dict) -> Step:
+def _step_from_atdp(*, tenant: Tenant, trajectory_id, step: dict) -> Step:
     tokens = step.get("tokens") or {}
     cost = step.get("cost") or {}
     versions = step.get("versions") or {}
@@ -279,7 +285,7 @@ def _step_from_atdp(*, tenant, trajectory_id, step: dict) -> Step:
 
 
 @transaction.atomic
-def trajectory_import(*, tenant, record: dict, actor) -> Trajectory:
+def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
     """Stores one validated ATDP trajectory logged by an agent itself (SDK mode), audited as
     `trajectory.import`. The record's tenant must be this tenant.
 
@@ -366,7 +372,7 @@ def trajectory_import(*, tenant, record: dict, actor) -> Trajectory:
 
 
 @transaction.atomic
-def trajectory_export_record(*, tenant, actor, format: str, filters: dict) -> None:
+def trajectory_export_record(*, tenant: Tenant, actor, format: str, filters: dict) -> None:
     """Audits an export (`trajectory.export`) of this tenant's trajectories: its format and filters. Called
     before the stream starts, so an export that fails midway is still on record."""
     audit_record(
