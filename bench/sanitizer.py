@@ -1,4 +1,4 @@
-"""Micro-benchmark of the gateway sanitizer: CPU microseconds per message, best of several repeats
+"""Micro-benchmark of the PII sanitizer (workers/pii): CPU microseconds per message, best of several repeats
 (process CPU time rather than wall time, so that other work on a shared machine disturbs it less).
 
     .venv/bin/python -m bench.sanitizer [--repeats 7] [--seconds 0.2] [--hostile-chars 65536]
@@ -7,7 +7,7 @@ Cases: clean prose (the common case, which the prefilters should make cheap), cl
 that are not PII (dates, prices, versions, ids: the prefilters pass and the digit detectors run), a
 PII-heavy message, a four-message chat with a tool call through `scan_messages`, and hostile texts built
 to make a detector backtrack or rescan (each detector must stay linear: see
-tests/gateway/test_sanitizer_limits.py). The last column divides each time by a baseline printed first:
+tests/workers/pii/test_sanitizer_limits.py). The last column divides each time by a baseline printed first:
 one plain Python pass over the same text (a per-character generator), so the figures compare across
 machines and loads.
 """
@@ -18,7 +18,7 @@ import json
 import time
 import timeit
 
-from apps.gateway.sanitizer import CustomPattern, Sanitizer
+from workers.pii import CustomPattern, Sanitizer
 
 PROSE = (
     "Thanks for the detailed report. I looked into the deployment logs and the failure happens when the "

@@ -30,7 +30,6 @@ from apps.audit.services import Actor
 from apps.evaluation.services import eval_case_create, eval_run_start, eval_suite_create
 from apps.qualification.services import qualification_evaluate
 from apps.releases.services import release_create
-from apps.rewards.models import Evaluator
 from apps.rewards.services import reward_create
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import Role
@@ -38,9 +37,10 @@ from apps.tenants.services import api_key_create
 from apps.trajectories.models import Step
 from tests.inference.factories import BackendFactory
 from tests.releases.helpers import register_versions
-from tests.rewards.factories import make_spec, make_trajectory
+from tests.rewards.factories import EvaluatorFactory, make_spec
 from tests.tenants.factories import MembershipFactory, TenantFactory
-from tests.training.helpers import queued_job
+from tests.training.factories import TrainingJobFactory
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -270,8 +270,8 @@ def _build_world(slug: str, port: int) -> World:
     )
     spec = make_spec(tenant, name="quality")
     labels = make_spec(tenant, name="helpful", kind="boolean", is_training_reward=False)
-    trajectory = make_trajectory(tenant, task_id="support", agent_name="helper")
-    make_trajectory(tenant, task_id="support", agent_name="helper", text="second")
+    trajectory = TrajectoryFactory(tenant=tenant, task_id="support", agent_name="helper")
+    TrajectoryFactory(tenant=tenant, task_id="support", agent_name="helper", text="second")
     reward, _ = reward_create(
         tenant=tenant,
         actor=SYSTEM,
@@ -281,9 +281,7 @@ def _build_world(slug: str, port: int) -> World:
         created_by="matrix",
     )
     qualification_evaluate(trajectory_id=trajectory.pk)
-    evaluator = Evaluator.objects.create(
-        tenant=tenant, name="exact", kind="exact_match", config={"expected": "x"}
-    )
+    evaluator = EvaluatorFactory(tenant=tenant, name="exact", kind="exact_match", config={"expected": "x"})
     queue = annotation_queue_create(
         tenant=tenant,
         actor=SYSTEM,
@@ -307,7 +305,7 @@ def _build_world(slug: str, port: int) -> World:
     )
     run = eval_run_start(tenant=tenant, actor=SYSTEM, suite_id=suite.pk, version_id=candidate.pk)
     release = release_create(tenant=tenant, actor=SYSTEM, candidate_id=candidate.pk)
-    job = queued_job(tenant, base=baseline)
+    job = TrainingJobFactory(tenant=tenant, base_version=baseline)
     step = Step.objects.filter(trajectory=item.trajectory).order_by("index").first()
     # A model of the same name in both tenants, with no release: another tenant's version of it would be
     # an acceptable baseline or candidate if tenancy were ignored.

@@ -1,15 +1,13 @@
 from django.conf import settings
 from django.db import models
-from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import TenantOwned, TimestampedTenantOwned
 
 
-class AnnotationQueue(models.Model):
+class AnnotationQueue(TimestampedTenantOwned):
     """A filter over trajectories, the reward spec to label, how many annotators label each item (for
     agreement) and who is assigned."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=120)
     spec = models.ForeignKey("rewards.RewardSpec", on_delete=models.PROTECT, related_name="+")
     filters = models.JSONField(
@@ -17,12 +15,9 @@ class AnnotationQueue(models.Model):
     )
     annotators_per_item = models.PositiveSmallIntegerField(default=1)
     assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="annotation_queues", blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
     # When the queue last took in matching trajectories; a refill looks at trajectories started since (less
     # FILL_OVERLAP, for those that were still running and did not match yet).
     filled_at = models.DateTimeField(null=True, blank=True)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="annotationqueue_unique_name")]
@@ -32,8 +27,7 @@ class AnnotationQueue(models.Model):
         return self.name
 
 
-class AnnotationItem(models.Model):
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+class AnnotationItem(TenantOwned):
     queue = models.ForeignKey(AnnotationQueue, on_delete=models.CASCADE, related_name="items")
     trajectory = models.ForeignKey("trajectories.Trajectory", on_delete=models.CASCADE, related_name="+")
     resolved_value = models.FloatField(
@@ -41,8 +35,6 @@ class AnnotationItem(models.Model):
     )
     resolved_by = models.CharField(max_length=200, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["queue", "trajectory"], name="annotationitem_unique")]
@@ -52,11 +44,10 @@ class AnnotationItem(models.Model):
         return f"{self.queue_id}/{self.trajectory_id}"
 
 
-class AnnotationLabel(models.Model):
+class AnnotationLabel(TimestampedTenantOwned):
     """One annotator's label on one item (at most one each: an item is never shown twice to one annotator).
     The value is also appended as an annotator reward (`reward`); a correction as a critique reward."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     item = models.ForeignKey(AnnotationItem, on_delete=models.CASCADE, related_name="labels")
     annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     target = models.CharField(max_length=16, default="trajectory")
@@ -66,9 +57,6 @@ class AnnotationLabel(models.Model):
     comment = models.TextField(blank=True)
     correction = models.TextField(blank=True)
     reward = models.OneToOneField("rewards.Reward", null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="annotationlabel_once")]
@@ -78,13 +66,9 @@ class AnnotationLabel(models.Model):
         return f"{self.value} by {self.annotator_id} on {self.item_id}"
 
 
-class AnnotationSkip(models.Model):
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+class AnnotationSkip(TimestampedTenantOwned):
     item = models.ForeignKey(AnnotationItem, on_delete=models.CASCADE, related_name="skips")
     annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="annotationskip_once")]

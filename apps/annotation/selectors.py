@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from django.db.models import Count, Exists, OuterRef
 
 from apps.annotation.models import AnnotationItem, AnnotationLabel, AnnotationQueue, AnnotationSkip
-from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.tenants.models import Tenant
 from workers.rewards.agreement import cohen_kappa, krippendorff_alpha
 
@@ -19,21 +19,21 @@ def annotation_queue_list(*, tenant: Tenant, assigned_to=None):
 
 
 def annotation_queue_get(*, tenant: Tenant, queue_id) -> AnnotationQueue:
-    try:
-        return AnnotationQueue.objects.for_tenant(tenant).select_related("spec").get(pk=queue_id)
-    except (AnnotationQueue.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such annotation queue in this tenant", code="annotation_queue_not_found") from None
+    return get_in_tenant(
+        AnnotationQueue.objects.select_related("spec"),
+        tenant=tenant,
+        pk=queue_id,
+        code="annotation_queue_not_found",
+    )
 
 
 def annotation_item_get(*, tenant: Tenant, item_id) -> AnnotationItem:
-    try:
-        return (
-            AnnotationItem.objects.for_tenant(tenant)
-            .select_related("queue__spec", "trajectory")
-            .get(pk=item_id)
-        )
-    except (AnnotationItem.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such annotation item in this tenant", code="annotation_item_not_found") from None
+    return get_in_tenant(
+        AnnotationItem.objects.select_related("queue__spec", "trajectory"),
+        tenant=tenant,
+        pk=item_id,
+        code="annotation_item_not_found",
+    )
 
 
 def is_assigned(*, queue, user) -> bool:

@@ -1,10 +1,10 @@
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import ImmutableModel, TenantOwned
 
 
-class AuditEvent(models.Model):
+class AuditEvent(ImmutableModel, TenantOwned):
     """One governance act. Rows are only ever inserted; each carries the hash of its predecessor in the
     tenant's chain, so an edited, deleted or reordered row breaks verification."""
 
@@ -21,8 +21,6 @@ class AuditEvent(models.Model):
     previous_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
 
-    objects = TenantQuerySet.as_manager()
-
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "sequence"], name="audit_unique_sequence")]
         indexes = [models.Index(fields=["tenant", "verb"]), models.Index(fields=["tenant", "occurred_at"])]
@@ -30,11 +28,3 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}#{self.sequence} {self.verb}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise RuntimeError("audit events are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise RuntimeError("audit events are append-only")

@@ -1,4 +1,5 @@
 from apps.tenants.permissions import Action, role_can
+from apps.tenants.selectors import tenant_list_for_user
 
 NAVIGATION = [
     ("Overview", "console:home", Action.TENANT_VIEW),
@@ -29,7 +30,5 @@ def console(request):
         "navigation": [
             (label, url) for label, url, action in NAVIGATION if role_can(membership.role, action)
         ],
-        "switchable_tenants": [
-            m.tenant for m in request.user.memberships.select_related("tenant").order_by("tenant__slug")
-        ],
+        "switchable_tenants": list(tenant_list_for_user(user=request.user)),
     }

@@ -1,12 +1,17 @@
-"""The base class of every tenant-scoped REST view.
+"""The base classes of every REST view.
 
 `TenantApi.initial` authenticates, resolves the tenant (from the API key, or for a signed-in person
 from the `X-Tenant` header, the console's current tenant, or their only membership), and checks the
 action declared for the HTTP method against the role × action table. Subclasses cannot override
 `initial` or `get_queryset`, so none can skip the tenant; a deliberate bypass must be named
 `dangerously_*`.
+
+`UserApi` is the one deliberate exception, named as such: views scoped to the caller rather than to a
+tenant (the tenants a person may act in). It resolves no tenant; its reads go through selectors that take
+the user, and its subclasses cannot override `initial` or `get_queryset` either.
 """
 
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.views import APIView
 
 from apps.audit.services import Actor
@@ -15,6 +20,7 @@ from apps.core.pagination import PagePagination
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.models import Tenant
 from apps.tenants.permissions import PERMISSIONS, Action, role_can, scopes_can
+from apps.tenants.selectors import membership_first_for_user, membership_for_user
 
 TENANT_SESSION_KEY = "tenant_slug"
 # The widest values an input may carry into a PostgreSQL `integer` / `bigint` column (PositiveIntegerField,
@@ -26,16 +32,43 @@ BIG_INTEGER_COLUMN_MAX = 2**63 - 1
 def tenant_resolve_for_user(*, request, user):
     """Returns (tenant, membership) for a signed-in person, or raises NotFound."""
     slug = request.headers.get("X-Tenant") or request.session.get(TENANT_SESSION_KEY)
-    memberships = user.memberships.select_related("tenant")
     if slug:
-        membership = memberships.filter(tenant__slug=slug).first()
+        membership = membership_for_user(user=user, tenant_slug=slug)
         if membership is None:
             raise NotFound(f"no tenant {slug!r} among yours", code="tenant_not_found")
         return membership.tenant, membership
-    membership = memberships.order_by("tenant__slug").first()
+    membership = membership_first_for_user(user=user)
     if membership is None:
         raise NotFound("you are not a member of any tenant", code="tenant_not_found")
     return membership.tenant, membership
+
+
+def _refuse_scope_bypass(cls, *, scope: str) -> None:
+    for name in ("initial", "get_queryset"):
+        if name in cls.__dict__:
+            raise TypeError(f"{cls.__name__} overrides {name}, which would bypass {scope}")
+
+
+def _paginated(view, rows, serializer_class):
+    paginator = view.pagination_class()
+    page = paginator.paginate_queryset(rows, view.request, view=view)
+    return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
+
+class UserApi(APIView):
+    """The base of a REST view scoped to the signed-in caller, not to one tenant: it lists what the caller
+    may act in, so there is no tenant to resolve. Its reads take the user (`tenant_list_for_user(user=)`) or,
+    for an API key, only the key's own tenant; a view reading a tenant's data belongs on `TenantApi`."""
+
+    permission_classes = [IsAuthenticated]
+    pagination_class = PagePagination
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _refuse_scope_bypass(cls, scope="the caller's scope")
+
+    def paginated(self, rows, serializer_class):
+        return _paginated(self, rows, serializer_class)
 
 
 class TenantApi(APIView):
@@ -44,9 +77,7 @@ class TenantApi(APIView):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        for name in ("initial", "get_queryset"):
-            if name in cls.__dict__:
-                raise TypeError(f"{cls.__name__} overrides {name}, which would bypass tenant resolution")
+        _refuse_scope_bypass(cls, scope="tenant resolution")
         unknown = set(cls.actions) - {"GET", "POST", "PUT", "PATCH", "DELETE"}
         if unknown:
             raise TypeError(f"{cls.__name__}.actions names unknown methods {unknown}")
@@ -89,6 +120,4 @@ class TenantApi(APIView):
         return scopes_can(self.request.user.scopes, action)
 
     def paginated(self, queryset, serializer_class):
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(queryset, self.request, view=self)
-        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+        return _paginated(self, queryset, serializer_class)

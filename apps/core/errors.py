@@ -1,7 +1,9 @@
 """Domain errors with stable codes, and the one handler that renders every API error.
 
 Every API error has the shape {"error": {"code", "message", "type", "fields"?}}: the code is stable
-for programs, the message is for people, fields maps a field name to its problems.
+for programs, the message is for people, fields maps a field name to its problems. The type follows the
+HTTP status (apps.core.error_types, the table the gateway's error shapes use too) unless an error names its
+own.
 """
 
 import logging
@@ -14,13 +16,15 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from apps.core.error_types import error_type
+
 logger = logging.getLogger(__name__)
 
 
 class DomainError(Exception):
     status = 400
     code = "invalid"
-    type = "invalid_request_error"
+    type: str | None = None  # None: the status's type (apps.core.error_types); set only to differ from it
 
     def __init__(self, message: str, *, code: str | None = None, fields: dict | None = None):
         super().__init__(message)
@@ -38,25 +42,21 @@ class ValidationFailed(DomainError):
 class NotFound(DomainError):
     status = 404
     code = "not_found"
-    type = "not_found_error"
 
 
 class Forbidden(DomainError):
     status = 403
     code = "forbidden"
-    type = "permission_error"
 
 
 class Conflict(DomainError):
     status = 409
     code = "conflict"
-    type = "conflict_error"
 
 
 class Gone(DomainError):
     status = 410
     code = "gone"
-    type = "invalid_request_error"
 
 
 def error_body(*, code: str, message: str, type: str, fields: dict | None = None) -> dict:
@@ -64,18 +64,6 @@ def error_body(*, code: str, message: str, type: str, fields: dict | None = None
     if fields:
         error["fields"] = fields
     return {"error": error}
-
-
-_DRF_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    409: "conflict_error",
-    415: "invalid_request_error",
-    429: "rate_limit_error",
-}
 
 
 def _flatten_detail(detail) -> str:
@@ -95,11 +83,13 @@ def api_exception_handler(exc, context):
         body = error_body(
             code="database_unavailable",
             message="the database is unavailable; retry shortly",
-            type="api_error",
+            type=error_type(503),
         )
         return Response(body, status=503, headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)})
     if isinstance(exc, DomainError):
-        body = error_body(code=exc.code, message=exc.message, type=exc.type, fields=exc.fields)
+        body = error_body(
+            code=exc.code, message=exc.message, type=exc.type or error_type(exc.status), fields=exc.fields
+        )
         return Response(body, status=exc.status)
     if isinstance(exc, Http404):
         exc = drf.NotFound()
@@ -114,7 +104,7 @@ def api_exception_handler(exc, context):
         body = error_body(
             code="invalid",
             message="The request body is invalid: " + _flatten_detail(detail),
-            type="invalid_request_error",
+            type=error_type(400),
             fields=detail,
         )
     else:
@@ -122,9 +112,7 @@ def api_exception_handler(exc, context):
         detail = getattr(exc, "detail", str(exc))
         if hasattr(detail, "code") and detail.code:
             code = detail.code
-        body = error_body(
-            code=code, message=_flatten_detail(detail), type=_DRF_TYPES.get(status, "api_error")
-        )
+        body = error_body(code=code, message=_flatten_detail(detail), type=error_type(status))
     response.data = body
     return response
 
@@ -132,7 +120,7 @@ def api_exception_handler(exc, context):
 def server_error(request):
     """Django's 500: the API's error shape under /api/ (a client parsing JSON never gets an HTML page)."""
     if request.path.startswith("/api/"):
-        body = error_body(code="internal_error", message="internal server error", type="api_error")
+        body = error_body(code="internal_error", message="internal server error", type=error_type(500))
         return JsonResponse(body, status=500)
     return defaults.server_error(request)
 
@@ -141,6 +129,6 @@ def page_not_found(request, exception):
     """Django's 404 (no URL pattern matched, e.g. a non-numeric id): the API's error shape under /api/, so an
     API client never gets an HTML page; the default page elsewhere."""
     if request.path.startswith("/api/"):
-        body = error_body(code="not_found", message=f"no endpoint {request.path}", type="not_found_error")
+        body = error_body(code="not_found", message=f"no endpoint {request.path}", type=error_type(404))
         return JsonResponse(body, status=404)
     return defaults.page_not_found(request, exception)

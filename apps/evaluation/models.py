@@ -1,7 +1,6 @@
 from django.db import models
-from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import TimestampedTenantOwned
 
 
 class SuiteKind(models.TextChoices):
@@ -27,19 +26,15 @@ class Scorer(models.TextChoices):
     JUDGE = "judge", "Judge model through a backend"
 
 
-class EvalSuite(models.Model):
+class EvalSuite(TimestampedTenantOwned):
     """A named set of cases for one tenant (and optionally one agent): a regression suite or the tenant's
     safety checks."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     name = models.SlugField(max_length=80)
     kind = models.CharField(max_length=16, choices=SuiteKind.choices, default=SuiteKind.REGRESSION)
     agent_name = models.CharField(max_length=200, blank=True)
     description = models.CharField(max_length=300, blank=True)
     created_by = models.CharField(max_length=150, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="eval_suite_unique_name")]
@@ -49,11 +44,10 @@ class EvalSuite(models.Model):
         return self.name
 
 
-class EvalCase(models.Model):
+class EvalCase(TimestampedTenantOwned):
     """One probe: input messages (or an environment seed that the scorer's program checks), sampling
     parameters, and a scorer with its configuration."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     suite = models.ForeignKey(EvalSuite, on_delete=models.CASCADE, related_name="cases")
     key = models.SlugField(max_length=80)
     category = models.CharField(max_length=16, choices=CaseCategory.choices, default=CaseCategory.REGRESSION)
@@ -65,9 +59,6 @@ class EvalCase(models.Model):
     params = models.JSONField(default=dict, blank=True, help_text="max_tokens, temperature, seed.")
     scorer = models.CharField(max_length=24, choices=Scorer.choices)
     scorer_config = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -94,22 +85,18 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
-class EvalRun(models.Model):
+class EvalRun(TimestampedTenantOwned):
     """A suite executed against one model version through the gateway (purpose `eval`)."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     suite = models.ForeignKey(EvalSuite, on_delete=models.PROTECT, related_name="runs")
     model_version = models.ForeignKey("training.ModelVersion", on_delete=models.PROTECT, related_name="+")
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     summary = models.JSONField(default=dict, blank=True)
     error = models.CharField(max_length=500, blank=True)
     requested_by = models.CharField(max_length=150, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -119,10 +106,9 @@ class EvalRun(models.Model):
         return f"run {self.pk} of {self.suite_id} on {self.model_version_id}"
 
 
-class EvalCaseResult(models.Model):
+class EvalCaseResult(TimestampedTenantOwned):
     """One case's outcome in one run; written once per (run, case), so a resumed run skips it."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="results")
     case = models.ForeignKey(EvalCase, on_delete=models.PROTECT, related_name="+")
     score = models.FloatField(null=True, blank=True)
@@ -133,9 +119,6 @@ class EvalCaseResult(models.Model):
     error = models.CharField(max_length=500, blank=True)
     latency_ms = models.PositiveIntegerField(default=0)
     session_id = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "case"], name="eval_result_unique_case")]

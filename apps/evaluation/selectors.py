@@ -1,6 +1,6 @@
 """Reads of eval suites, cases, runs and results; tenant first."""
 
-from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.evaluation.models import EvalCase, EvalCaseResult, EvalRun, EvalSuite
 from apps.tenants.models import Tenant
 from workers.evaluation.compare import CaseValue, Comparison, compare_runs
@@ -11,10 +11,7 @@ def eval_suite_list(*, tenant: Tenant):
 
 
 def eval_suite_get(*, tenant: Tenant, suite_id) -> EvalSuite:
-    try:
-        return EvalSuite.objects.for_tenant(tenant).get(pk=suite_id)
-    except (EvalSuite.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such eval suite in this tenant", code="eval_suite_not_found") from None
+    return get_in_tenant(EvalSuite, tenant=tenant, pk=suite_id, code="eval_suite_not_found")
 
 
 def eval_case_list(*, tenant: Tenant, suite_id):
@@ -31,10 +28,12 @@ def eval_run_list(*, tenant: Tenant, suite_id=None, version_id=None):
 
 
 def eval_run_get(*, tenant: Tenant, run_id) -> EvalRun:
-    try:
-        return EvalRun.objects.for_tenant(tenant).select_related("suite", "model_version").get(pk=run_id)
-    except (EvalRun.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such eval run in this tenant", code="eval_run_not_found") from None
+    return get_in_tenant(
+        EvalRun.objects.select_related("suite", "model_version"),
+        tenant=tenant,
+        pk=run_id,
+        code="eval_run_not_found",
+    )
 
 
 def eval_results(*, tenant: Tenant, run_id):

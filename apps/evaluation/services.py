@@ -147,7 +147,7 @@ def eval_run_enqueue(*, run_id: int) -> None:
     claim refuses a run that is final or held by a live worker."""
     from django.conf import settings
 
-    from workers.tasks.evaluation import execute_eval_run
+    from apps.evaluation.tasks import execute_eval_run
 
     execute_eval_run.apply_async(args=[run_id], queue=settings.AREAL_EVAL_QUEUE)
 

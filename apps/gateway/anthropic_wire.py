@@ -30,6 +30,8 @@ any valid tool call -> `tool_use`, a stop string reported by the backend (vLLM's
 import json
 import uuid
 
+from apps.core.error_types import anthropic_error_type
+
 TEXT_JOIN = "\n"
 TOOL_ERROR_PREFIX = "Error: "
 
@@ -43,17 +45,6 @@ ERROR_TYPES = (
     "api_error",
     "overloaded_error",
 )
-_ERROR_TYPE_BY_STATUS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    503: "overloaded_error",
-    529: "overloaded_error",
-}
 _DROPPED_BLOCK_TYPES = {"thinking", "redacted_thinking"}
 _UNSUPPORTED_BLOCK_TYPES = {"image", "document"}
 _TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -76,9 +67,7 @@ class AnthropicRequestError(ValueError):
 def anthropic_error(status: int, message: str, *, error_type: str | None = None) -> dict:
     """An Anthropic-shaped error body; the type follows the HTTP status unless given."""
     if error_type is None:
-        error_type = _ERROR_TYPE_BY_STATUS.get(status)
-        if error_type is None:
-            error_type = "api_error" if status >= 500 else "invalid_request_error"
+        error_type = anthropic_error_type(status)
     return {"type": "error", "error": {"type": error_type, "message": message}}
 
 

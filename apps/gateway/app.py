@@ -7,14 +7,13 @@ and AReaL's un-prefixed /chat/completions. Everything else goes to Django (conso
 Per request: authenticate (cached) → parse and validate → policy (scope, model, PII block, rate
 limits, budget reservation) → attribute the session → route to a backend (session-affine) → forward
 with token ids and logprobs → stream or return the answer → journal the step before the response is
-released → settle the budget. Steps reach the database through the journal's batched flusher.
+released → settle the budget (a generation request's handling is generation.py). Steps reach the database
+through the journal's batched flusher.
 """
 
 import asyncio
-import contextlib
 import json
 import logging
-import time
 import uuid
 from pathlib import Path
 
@@ -23,32 +22,22 @@ from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from apps.core.errors import DATABASE_RETRY_AFTER_SECONDS, DomainError
-from apps.gateway import anthropic_wire, caps, validation
+from apps.gateway import validation
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
-from apps.gateway.forward import (
-    JSON_CONTENT,
-    BackendResponseTooLarge,
-    backend_session,
-    backend_session_close,
-    backend_url,
-    encode,
-    read_capped,
-)
+from apps.gateway.forward import backend_session_close
+from apps.gateway.generation import JSON_HEADERS, handle_chat, handle_completions, handle_messages
 from apps.gateway.journal import Journal, journal_recover
-from apps.gateway.policy import WindowCounter, budget_reserve, budget_settle, policy_for
+from apps.gateway.policy import WindowCounter, policy_for
 from apps.gateway.principals import authenticate
-from apps.gateway.recording import StepDraft, journal_check, record_step
 from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
 from apps.gateway.routing import candidates_for, fresh_session_version, remember_fresh_route, routes_flush
-from apps.gateway.sessions import SessionIndex, extend_hash, prefix_hashes
+from apps.gateway.sessions import SessionIndex, prefix_hashes
 
 logger = logging.getLogger(__name__)
 
 GATEWAY_PREFIXES = ("/v1/", "/rl/", "/s/", "/chat/completions", "/completions")
 MAX_BODY_BYTES = settings.AREAL_GATEWAY_MAX_BODY_BYTES
-JSON_HEADERS = [(b"content-type", b"application/json")]
-SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
 class Gateway:
@@ -284,269 +273,6 @@ class Gateway:
         return backend
 
 
-# OpenAI-compatible generation ------------------------------------------------------------------------
-
-
-def _estimate_prompt_tokens(body: dict) -> int:
-    return max(1, len(json.dumps(body.get("messages") or body.get("prompt") or "")) // 3)
-
-
-async def handle_generation(
-    gateway: Gateway, scope, receive, send, headers, session_from_path, *, endpoint: str
-):
-    started = time.perf_counter()
-    principal, _ = await gateway.authorize(headers, "inference")
-    body = await gateway.read_json(receive)
-    anthropic = endpoint == "messages"
-    if anthropic:
-        try:
-            chat_body = anthropic_wire.messages_request_to_chat(body)
-        except anthropic_wire.AnthropicRequestError as error:
-            raise GatewayError(
-                400, str(error), "invalid_request", field=getattr(error, "field", None)
-            ) from None
-        validation.validate_chat(chat_body)
-        client_model = body.get("model")
-    else:
-        (validation.validate_chat if endpoint == "chat" else validation.validate_completion)(body)
-        chat_body = body
-        client_model = body["model"]
-    model = chat_body["model"]
-    policy = await policy_for(principal.tenant_id)
-    if not policy.allows(model):
-        raise GatewayError(403, f"the model {model!r} is not allowed for this tenant", "model_not_allowed")
-    messages = chat_body.get("messages") if endpoint != "completions" else None
-    draft = StepDraft.begin(
-        principal=principal, policy=policy, endpoint=endpoint, request=chat_body, headers=headers
-    )
-    await draft.sanitize_request()  # raises 422 under PII mode `block`; off the event loop when large
-    journal_check(gateway, draft)  # 503 before forwarding when the step could not be journalled
-    max_tokens = caps.reserved_cap(chat_body)  # per choice; forwarded as the cap (apps/gateway/caps.py)
-    estimated_prompt = _estimate_prompt_tokens(chat_body)
-    n = chat_body.get("n", 1)
-    await gateway.counters.reserve(
-        tenant_id=principal.tenant_id, kind="rpm", amount=1, limit=policy.rate_limit_rpm
-    )
-    await gateway.counters.reserve(
-        tenant_id=principal.tenant_id,
-        kind="tpm",
-        amount=estimated_prompt + max_tokens * n,
-        limit=policy.rate_limit_tpm,
-    )
-    reserved = await budget_reserve(policy, policy.price(model, estimated_prompt, max_tokens * n))
-    actual_cost = 0.0
-    try:
-        session_id, hashes, minted = gateway.attribute_session(
-            principal, headers, session_from_path, messages
-        )
-        state = gateway.sessions.get(principal.tenant_id, session_id)
-        if state.ended:
-            raise GatewayError(410, f"session {session_id} has ended", "session_ended")
-        backend = await gateway.route(principal, model, state, minted=minted)
-        draft.attach(session=state, prompt_hash=hashes[-1] if hashes else None, backend=backend)
-        forward_body = dict(chat_body)
-        await caps.apply_cap(forward_body, reserved=max_tokens, backend=backend)
-        forward_body["return_token_ids"] = True
-        if endpoint == "completions":
-            forward_body["logprobs"] = max(int(chat_body.get("logprobs") or 0), 0)
-        else:
-            forward_body["logprobs"] = True
-        if forward_body.get("stream"):
-            forward_body["stream_options"] = {"include_usage": True}
-        path = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
-        url = backend_url(backend.base_url, path)  # refused before any connection unless allowed (egress.py)
-        if chat_body.get("stream"):
-            actual_cost = await _stream(
-                gateway, receive, send, draft, url, forward_body, started, anthropic, client_model
-            )
-        else:
-            actual_cost = await _unary(
-                gateway, send, draft, url, forward_body, started, anthropic, client_model
-            )
-        if messages is not None and draft.reply_message is not None and draft.recorded:
-            conversation = extend_hash(hashes[-1] if hashes else None, draft.reply_message)
-            gateway.sessions.remember_conversation(
-                principal.tenant_id, principal.key_prefix, conversation, session_id
-            )
-    finally:
-        await budget_settle(policy, reserved, actual_cost or draft.cost_usd)  # a 503'd answer's compute too
-
-
-async def _backend_failure(gateway, draft, error_status: int, message: str, code: str | None = None):
-    draft.fail(message)
-    record_step(gateway, draft)
-    code = code or ("backend_timeout" if error_status == 504 else "backend_error")
-    return GatewayError(error_status, message, code)
-
-
-def _redirect_refused(status: int) -> str:
-    return f"the inference backend answered a redirect ({status}), which the gateway does not follow"
-
-
-def _transport_failure(error) -> str:
-    import aiohttp
-
-    if isinstance(error, aiohttp.ClientConnectorError):
-        return "could not connect to the inference backend (ConnectError)"
-    return f"the inference backend failed: {type(error).__name__}"
-
-
-async def _unary(gateway, send, draft, url, forward_body, started, anthropic, client_model) -> float:
-    import aiohttp
-
-    try:
-        async with backend_session().post(
-            url, data=encode(forward_body), headers=JSON_CONTENT, allow_redirects=False
-        ) as response:
-            status, raw = response.status, await read_capped(response)
-    except TimeoutError:
-        raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
-    except aiohttp.ClientError as error:
-        raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
-    except BackendResponseTooLarge as error:
-        raise await _backend_failure(gateway, draft, 502, str(error), "backend_response_too_large") from None
-    if 300 <= status < 400:
-        raise await _backend_failure(gateway, draft, 502, _redirect_refused(status))
-    if status >= 400:
-        text = raw.decode("utf-8", "replace")
-        try:
-            detail = json.loads(raw).get("error", {}).get("message") or text
-        except (ValueError, AttributeError):
-            detail = text
-        if status < 500:
-            raise GatewayError(
-                status if status in {400, 404, 413, 422} else 400,
-                f"the backend refused the request: {detail}",
-                "backend_rejected",
-            )
-        raise await _backend_failure(
-            gateway, draft, 502, f"the inference backend answered {status}: {detail[:200]}"
-        )
-    try:
-        payload = json.loads(raw)
-    except ValueError:
-        raise await _backend_failure(
-            gateway, draft, 502, "the inference backend answered with malformed JSON"
-        ) from None
-    draft.complete_unary(payload, latency_ms=(time.perf_counter() - started) * 1000)
-    payload["id"] = draft.response_id()
-    await draft.sanitize_response()
-    record_step(gateway, draft)
-    if anthropic:
-        payload = anthropic_wire.chat_response_to_message(payload, model=client_model)
-        payload["id"] = draft.response_id(anthropic=True)
-    data = json.dumps(payload, separators=(",", ":")).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": JSON_HEADERS + [(b"x-session-id", draft.session_id.encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
-    return draft.cost_usd
-
-
-async def _watch_disconnect(receive, flag: asyncio.Event):
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            flag.set()
-            return
-
-
-async def _stream(
-    gateway, receive, send, draft, url, forward_body, started, anthropic, client_model
-) -> float:
-    import aiohttp
-
-    disconnected = asyncio.Event()
-    watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, disconnected))
-    translator = (
-        anthropic_wire.ChatStreamToMessageEvents(
-            model=client_model, message_id=draft.response_id(anthropic=True)
-        )
-        if anthropic
-        else None
-    )
-    headers_sent = False
-    try:
-        async with backend_session().post(
-            url, data=encode(forward_body), headers=JSON_CONTENT, allow_redirects=False
-        ) as response:
-            if 300 <= response.status < 400:
-                raise await _backend_failure(gateway, draft, 502, _redirect_refused(response.status))
-            if response.status >= 400:
-                detail = (await response.content.read(4096)).decode("utf-8", "replace")[:300]
-                if response.status < 500:
-                    raise GatewayError(400, f"the backend refused the request: {detail}", "backend_rejected")
-                raise await _backend_failure(
-                    gateway, draft, 502, f"the inference backend answered {response.status}: {detail}"
-                )
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": SSE_HEADERS + [(b"x-session-id", draft.session_id.encode())],
-                }
-            )
-            headers_sent = True
-            received, limit = 0, settings.AREAL_GATEWAY_MAX_RESPONSE_BYTES
-            async for raw_line in response.content:  # one SSE line at a time
-                received += len(raw_line)
-                if received > limit:
-                    draft.abort(str(BackendResponseTooLarge(limit)))
-                    break
-                line = raw_line.decode("utf-8", "replace").rstrip("\r\n")
-                if disconnected.is_set():
-                    draft.abort("client disconnected mid-stream")
-                    break
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                chunk = json.loads(data)
-                draft.add_chunk(chunk, elapsed_ms=(time.perf_counter() - started) * 1000)
-                chunk["id"] = draft.response_id()
-                if translator is not None:
-                    out = b"".join(
-                        anthropic_wire.sse_encode(event, body) for event, body in translator.feed(chunk)
-                    )
-                elif chunk.get("choices") or "usage" in chunk:
-                    out = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
-                else:
-                    out = b""
-                if out:
-                    try:
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
-                    except Exception:
-                        draft.abort("client disconnected mid-stream")
-                        break
-    except TimeoutError:
-        if not headers_sent:
-            raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
-        draft.abort("the inference backend timed out mid-stream")
-    except aiohttp.ClientError as error:
-        if not headers_sent:
-            raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
-        draft.abort(f"{_transport_failure(error)} mid-stream")
-    finally:
-        watcher.cancel()
-    draft.finish_stream(latency_ms=(time.perf_counter() - started) * 1000)
-    await draft.sanitize_response()
-    record_step(gateway, draft, delivered=True)  # journalled before the final bytes are released
-    if not draft.aborted:
-        tail = (
-            b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())
-            if translator is not None
-            else b"data: [DONE]\n\n"
-        )
-        with contextlib.suppress(Exception):
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
-    return draft.cost_usd
-
-
 async def handle_models(gateway, scope, receive, send, headers, session_from_path):
     principal, _ = await gateway.authorize(headers, "inference")
 
@@ -565,18 +291,6 @@ async def handle_models(gateway, scope, receive, send, headers, session_from_pat
     ]
     await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
     await send({"type": "http.response.body", "body": json.dumps({"object": "list", "data": data}).encode()})
-
-
-async def handle_chat(gateway, *args):
-    await handle_generation(gateway, *args, endpoint="chat")
-
-
-async def handle_completions(gateway, *args):
-    await handle_generation(gateway, *args, endpoint="completions")
-
-
-async def handle_messages(gateway, *args):
-    await handle_generation(gateway, *args, endpoint="messages")
 
 
 ROUTES = {

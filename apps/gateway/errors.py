@@ -2,20 +2,7 @@
 
 import json
 
-_OPENAI_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "conflict_error",
-    410: "invalid_request_error",
-    413: "invalid_request_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-    502: "api_error",
-    503: "api_error",
-    504: "api_error",
-}
+from apps.core.error_types import error_type
 
 
 class GatewayError(Exception):
@@ -42,7 +29,7 @@ class GatewayError(Exception):
             {
                 "error": {
                     "message": self.message,
-                    "type": _OPENAI_TYPES.get(self.status, "api_error"),
+                    "type": error_type(self.status),
                     "code": self.code,
                     "param": self.field,
                 }

@@ -49,7 +49,7 @@ def policy_load(tenant_id: int) -> PolicySnapshot:
     from apps.tenants.models import TenantPolicy
 
     policy = TenantPolicy.objects.get(tenant_id=tenant_id)
-    from apps.gateway.sanitizer import CustomPattern
+    from workers.pii import CustomPattern
 
     patterns = tuple(CustomPattern(name=item["name"], regex=item["regex"]) for item in policy.pii_patterns)
     return PolicySnapshot(

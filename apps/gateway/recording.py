@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from apps.gateway.errors import GatewayError
 from apps.gateway.journal import JournalUnavailable
-from apps.gateway.sanitizer import UNSCANNED, InvalidPattern, ScanLimits, sanitizer_for
 from workers.inference.client import parse_response, parse_stream
+from workers.pii import UNSCANNED, InvalidPattern, ScanLimits, sanitizer_for
 
 PURPOSES = {"production", "eval", "replay", "annotation"}
 PARAM_FIELDS = (

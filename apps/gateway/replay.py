@@ -52,7 +52,7 @@ def trajectory_replay_start(
     from apps.inference.selectors import backend_list
     from apps.trajectories.selectors import trajectory_get
     from apps.trajectories.services import trajectory_open
-    from workers.tasks.trajectories import replay_trajectory
+    from apps.trajectories.tasks import replay_trajectory
 
     source = trajectory_get(tenant=tenant, trajectory_id=trajectory_id)
     steps = _replayable_steps(source)

@@ -46,27 +46,15 @@ def _text(body: dict, name: str, *, required: bool = False, limit: int = 200) ->
 
 
 def _open_session(principal, task_id: str, group_size: int | None) -> tuple[str, str]:
-    from django.db import transaction
+    from apps.trajectories.services import trajectory_open_rl_session
 
-    from apps.tenants.models import Tenant
-    from apps.trajectories.models import Trajectory
-    from apps.trajectories.services import trajectory_open
-
-    with transaction.atomic():
-        tenant = Tenant.objects.select_for_update().get(pk=principal.tenant_id)
-        group_id = ""
-        if group_size:
-            started = Trajectory.objects.for_tenant(tenant).filter(task_id=task_id).count()
-            group_id = f"{task_id}#{started // group_size}"
-        session_id = "rl-" + uuid.uuid4().hex
-        trajectory_open(
-            tenant=tenant,
-            session_id=session_id,
-            task_id=task_id,
-            group_id=group_id,
-            api_key_prefix=principal.key_prefix,
-        )
-    return session_id, group_id
+    trajectory = trajectory_open_rl_session(
+        tenant_id=principal.tenant_id,
+        task_id=task_id,
+        group_size=group_size,
+        api_key_prefix=principal.key_prefix,
+    )
+    return trajectory.session_id, trajectory.group_id
 
 
 def _training_capacity(tenant_id) -> int | None:

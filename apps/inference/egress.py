@@ -41,7 +41,6 @@ class BackendAddressRefused(DomainError):
 
     status = 502
     code = "backend_address_refused"
-    type = "api_error"
 
 
 @dataclass(frozen=True)

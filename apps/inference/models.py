@@ -1,7 +1,7 @@
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import TimestampedTenantOwned
 
 
 class BackendKind(models.TextChoices):
@@ -17,7 +17,7 @@ class BackendState(models.TextChoices):
     DRAINING = "draining", "Draining (no new sessions)"
 
 
-class InferenceBackend(models.Model):
+class InferenceBackend(TimestampedTenantOwned):
     """One OpenAI-compatible server replica that serves a model (at a version) for a tenant."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="inference_backends")
@@ -33,9 +33,6 @@ class InferenceBackend(models.Model):
     state = models.CharField(max_length=16, choices=BackendState.choices, default=BackendState.UNKNOWN)
     last_checked_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="backend_unique_name")]
@@ -45,14 +42,12 @@ class InferenceBackend(models.Model):
         return f"{self.name} ({self.base_url})"
 
 
-class SessionAffinity(models.Model):
+class SessionAffinity(TimestampedTenantOwned):
     """Which backend a session is pinned to, so multi-turn context and prefix caches stay on one replica."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     session_id = models.CharField(max_length=200)
     served_model = models.CharField(max_length=200)
     backend = models.ForeignKey(InferenceBackend, on_delete=models.CASCADE, related_name="affinities")
-    created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -3,7 +3,7 @@ from datetime import timedelta
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.inference.models import BackendState, InferenceBackend
 from apps.tenants.models import Tenant
 
@@ -19,10 +19,7 @@ def backend_list(*, tenant: Tenant, served_model: str | None = None):
 
 
 def backend_get(*, tenant: Tenant, backend_id) -> InferenceBackend:
-    try:
-        return InferenceBackend.objects.for_tenant(tenant).get(pk=backend_id)
-    except (InferenceBackend.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such inference backend in this tenant", code="backend_not_found") from None
+    return get_in_tenant(InferenceBackend, tenant=tenant, pk=backend_id, code="backend_not_found")
 
 
 def backend_candidates(*, tenant: Tenant, served_model: str, model_version: str | None = None):
@@ -46,6 +43,12 @@ def served_models(*, tenant: Tenant) -> list[str]:
             .values_list("served_model", flat=True)
         )
     )
+
+
+def backend_model_versions(*, tenant: Tenant) -> list[tuple[str, str]]:
+    """Every (served model, model version) pair among the tenant's backends, sorted, whatever their state:
+    what a trajectory can be replayed against."""
+    return sorted(set(backend_list(tenant=tenant).values_list("served_model", "model_version")))
 
 
 def dangerously_backend_list_all_tenants():

@@ -4,10 +4,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
-from apps.core.errors import Conflict, DomainError, NotFound, ValidationFailed
+from apps.core.errors import Conflict, DomainError, ValidationFailed
+from apps.core.selectors import get_in_tenant
 from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind, BackendState, InferenceBackend, SessionAffinity
-from apps.inference.selectors import backend_candidates
+from apps.inference.selectors import backend_candidates, dangerously_backend_list_all_tenants
 from apps.metrics.publish import metrics_publish
 from apps.tenants.models import Tenant
 
@@ -83,10 +84,9 @@ def backend_register(
 
 
 def _lock(*, tenant: Tenant, backend_id) -> InferenceBackend:
-    try:
-        return InferenceBackend.objects.select_for_update().get(tenant=tenant, pk=backend_id)
-    except (InferenceBackend.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such inference backend in this tenant", code="backend_not_found") from None
+    return get_in_tenant(
+        InferenceBackend.objects.select_for_update(), tenant=tenant, pk=backend_id, code="backend_not_found"
+    )
 
 
 @transaction.atomic
@@ -161,6 +161,26 @@ def backend_check(*, backend: InferenceBackend) -> InferenceBackend | None:
     return backend_record_health(
         backend_id=backend.pk, healthy=probe.healthy, error=probe.error, reported_version=probe.version
     )
+
+
+def dangerously_backends_check_all() -> dict[int, bool]:
+    """Probes every tenant's backends (crosses tenants: only for the beat task inference.check_backends) and
+    records each result; returns {backend id: healthy} (a draining backend keeps its state). Idempotent: a
+    probe result overwrites the last; a backend removed while it was probed is left out."""
+    states = {}
+    for backend in dangerously_backend_list_all_tenants().only("id", "base_url", "kind"):
+        checked = backend_check(backend=backend)  # the address is checked against the allow-list first
+        if checked is not None:
+            states[backend.pk] = checked.last_error == ""
+    return states
+
+
+def backend_register_and_check(*, tenant: Tenant, actor: Actor, **fields) -> InferenceBackend | None:
+    """Registers a replica (`backend_register`: audited, its own transaction; raises its domain errors) and
+    probes it at once, so whoever registered it sees its state. Call it outside any transaction: the probe
+    runs after the registration committed. None: the backend was deleted before the probe was recorded."""
+    backend = backend_register(tenant=tenant, actor=actor, **fields)
+    return backend_check(backend=backend)
 
 
 def backend_for_session(

@@ -2,6 +2,7 @@
 
 import asyncio
 import re
+from datetime import UTC
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -14,6 +15,11 @@ TRAFFIC_STREAM = "gateway.traffic"
 OUTCOMES_STREAM = "overview.outcomes"
 
 _pending_sends: set[asyncio.Task] = set()
+
+
+def chart_time(moment) -> str:
+    """Charts use naive UTC strings: Plotly ignores time zones, and live points use the same form."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def stream_group(*, tenant_id: int, stream: str) -> str:

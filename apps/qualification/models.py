@@ -1,8 +1,7 @@
 from django.conf import settings
 from django.db import models
-from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import TenantOwned, TimestampedTenantOwned
 
 
 class ReviewStatus(models.TextChoices):
@@ -18,10 +17,9 @@ class QualificationStatus(models.TextChoices):
     DISQUALIFIED = "disqualified"
 
 
-class Review(models.Model):
+class Review(TimestampedTenantOwned):
     """A reviewer's verdict on a trajectory. Appended, never edited: the newest is the current one."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     trajectory = models.ForeignKey(
         "trajectories.Trajectory", on_delete=models.CASCADE, related_name="reviews"
     )
@@ -31,9 +29,6 @@ class Review(models.Model):
     )
     reviewer_label = models.CharField(max_length=200, blank=True)
     note = models.TextField(blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "trajectory", "-created_at"])]
@@ -43,11 +38,10 @@ class Review(models.Model):
         return f"{self.status} on {self.trajectory_id}"
 
 
-class Qualification(models.Model):
+class Qualification(TenantOwned):
     """The gate verdict stored beside a trajectory: what the gates said (`gate_status`, `gate_reasons`), an
     operator's override, and the effective `status` and `reasons` the training queue reads."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     trajectory = models.OneToOneField(
         "trajectories.Trajectory", on_delete=models.CASCADE, related_name="qualification"
     )
@@ -67,8 +61,6 @@ class Qualification(models.Model):
     overridden_by = models.CharField(max_length=200, blank=True)
     overridden_at = models.DateTimeField(null=True, blank=True)
 
-    objects = TenantQuerySet.as_manager()
-
     class Meta:
         indexes = [models.Index(fields=["tenant", "status"]), models.Index(fields=["tenant", "content_hash"])]
 
@@ -76,14 +68,11 @@ class Qualification(models.Model):
         return f"{self.status} {self.trajectory_id}"
 
 
-class QualificationReason(models.Model):
+class QualificationReason(TenantOwned):
     """One row per effective reason code of a disqualified trajectory: counts and filters by code."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     qualification = models.ForeignKey(Qualification, on_delete=models.CASCADE, related_name="reason_rows")
     code = models.CharField(max_length=40)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -95,7 +84,7 @@ class QualificationReason(models.Model):
         return self.code
 
 
-class QualificationLimits(models.Model):
+class QualificationLimits(TenantOwned):
     """A tenant's length limits for the within_length_limits gate (defaults until an admin sets them)."""
 
     tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, related_name="+")

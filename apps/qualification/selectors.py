@@ -2,7 +2,7 @@
 
 from django.db.models import Count
 
-from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.qualification.models import (
     Qualification,
     QualificationLimits,
@@ -19,10 +19,12 @@ from workers.qualification.gates import Limits, StepFacts, TrajectoryFacts, cont
 
 
 def trajectory_for_qualification(*, tenant: Tenant, trajectory_id) -> Trajectory:
-    try:
-        return Trajectory.objects.for_tenant(tenant).select_related("tenant").get(pk=trajectory_id)
-    except (Trajectory.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such trajectory in this tenant", code="trajectory_not_found") from None
+    return get_in_tenant(
+        Trajectory.objects.select_related("tenant"),
+        tenant=tenant,
+        pk=trajectory_id,
+        code="trajectory_not_found",
+    )
 
 
 def review_current(*, tenant: Tenant, trajectory_id) -> Review | None:

@@ -27,7 +27,7 @@ from workers.qualification.gates import OVERRIDE_CODE, evaluate
 def qualification_enqueue(*, trajectory_id) -> None:
     """Runs the trajectory's gates on a worker once the current transaction commits (immediately when
     none is open). Safe to call many times: the task is idempotent."""
-    from workers.tasks.qualification import evaluate_trajectory
+    from apps.qualification.tasks import evaluate_trajectory
 
     transaction.on_commit(lambda: evaluate_trajectory.delay(str(trajectory_id)))
 

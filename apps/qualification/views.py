@@ -10,14 +10,13 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from apps.console.access import console_page
-from apps.core.errors import DomainError, NotFound
+from apps.console.pages import PAGE_SIZE, console_action, query_without_page
+from apps.core.errors import NotFound
 from apps.qualification import selectors, services
 from apps.qualification.models import ReviewStatus
 from apps.rewards.selectors import feedback_summary, training_reward
 from apps.tenants.permissions import Action, role_can
 from workers.qualification.gates import GATE_CODES
-
-PAGE_SIZE = 50
 
 
 def _trajectory_or_404(request, trajectory_id):
@@ -72,12 +71,10 @@ def training_queue_trajectories(request):
     }
     rows = selectors.qualification_list(tenant=request.tenant, **filters)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
     return render(
         request,
         "console/training_queue_trajectories.html",
-        {"page": page, "filters": filters, "query": query.urlencode()},
+        {"page": page, "filters": filters, "query": query_without_page(request)},
     )
 
 
@@ -107,19 +104,11 @@ def trajectory_review(request, trajectory_id):
     )
 
 
-def _act(request, action, success: str):
-    try:
-        action()
-        messages.success(request, success)
-    except DomainError as error:
-        messages.error(request, error.message)
-
-
 @require_POST
 @console_page(Action.TRAJECTORY_REVIEW)
 def trajectory_review_submit(request, trajectory_id):
     _trajectory_or_404(request, trajectory_id)
-    _act(
+    console_action(
         request,
         lambda: services.review_set(
             tenant=request.tenant,
@@ -129,7 +118,7 @@ def trajectory_review_submit(request, trajectory_id):
             status=request.POST.get("status", ""),
             note=request.POST.get("note", ""),
         ),
-        "Review saved; gates re-run.",
+        success="Review saved; gates re-run.",
     )
     return redirect("console:trajectory-review", trajectory_id=trajectory_id)
 
@@ -139,7 +128,7 @@ def trajectory_review_submit(request, trajectory_id):
 def trajectory_override(request, trajectory_id):
     _trajectory_or_404(request, trajectory_id)
     status = request.POST.get("status", "")
-    _act(
+    console_action(
         request,
         lambda: services.qualification_override(
             tenant=request.tenant,
@@ -148,7 +137,7 @@ def trajectory_override(request, trajectory_id):
             status=status,
             reason=request.POST.get("reason", ""),
         ),
-        f"Overridden: {status or 'override removed'}.",
+        success=f"Overridden: {status or 'override removed'}.",
     )
     return redirect("console:trajectory-review", trajectory_id=trajectory_id)
 

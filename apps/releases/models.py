@@ -1,7 +1,7 @@
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import ImmutableModel, TenantOwned, TimestampedTenantOwned
 
 
 class ReleaseStatus(models.TextChoices):
@@ -49,35 +49,11 @@ ACTIVE_STATUSES = (
 SERVING_STATUSES = (ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL)
 
 
-class ImmutableQuerySet(TenantQuerySet):
-    def update(self, **kwargs):
-        raise TypeError(f"{self.model.__name__} rows are immutable")
-
-    def delete(self):
-        raise TypeError(f"{self.model.__name__} rows are immutable")
-
-
-class ImmutableModel(models.Model):
-    """Append-only: saving an existing row or deleting one raises (history must never change)."""
-
-    class Meta:
-        abstract = True
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None and not self._state.adding:
-            raise TypeError(f"{type(self).__name__} rows are immutable")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise TypeError(f"{type(self).__name__} rows are immutable")
-
-
-class Release(models.Model):
+class Release(TimestampedTenantOwned):
     """Moving a tenant's model from `baseline` to `candidate`: offline evaluation, then canary stages of
     sessions under guardrail analysis, then an operator's approval. Model versions are tenant-owned, so a
     release's tenant scope is its tenant."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     model = models.CharField(max_length=200)
     candidate = models.ForeignKey("training.ModelVersion", on_delete=models.PROTECT, related_name="+")
     baseline = models.ForeignKey("training.ModelVersion", on_delete=models.PROTECT, related_name="+")
@@ -105,12 +81,9 @@ class Release(models.Model):
     started_by_id = models.CharField(max_length=64, blank=True)
     started_by = models.CharField(max_length=150, blank=True)
     approved_by = models.CharField(max_length=150, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
     canary_started_at = models.DateTimeField(null=True, blank=True)
     stage_started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -126,10 +99,9 @@ class Release(models.Model):
         return 0.0
 
 
-class ReleaseEvent(ImmutableModel):
+class ReleaseEvent(ImmutableModel, TenantOwned):
     """Every status move of a release, with who made it and why."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     release = models.ForeignKey(Release, on_delete=models.CASCADE, related_name="events")
     from_status = models.CharField(max_length=24)
     to_status = models.CharField(max_length=24)
@@ -138,8 +110,6 @@ class ReleaseEvent(ImmutableModel):
     reason = models.CharField(max_length=500, blank=True)
     at = models.DateTimeField(default=timezone.now)
 
-    objects = ImmutableQuerySet.as_manager()
-
     class Meta:
         ordering = ["at", "id"]
 
@@ -147,18 +117,15 @@ class ReleaseEvent(ImmutableModel):
         return f"{self.release_id}: {self.from_status} → {self.to_status}"
 
 
-class AnalysisRun(ImmutableModel):
+class AnalysisRun(ImmutableModel, TenantOwned):
     """One analysis tick: each guardrail's measurement of both arms and the tick's verdict."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     release = models.ForeignKey(Release, on_delete=models.CASCADE, related_name="analyses")
     stage_index = models.IntegerField()
     verdict = models.CharField(max_length=16)
     decision = models.CharField(max_length=16)
     measurements = models.JSONField(default=list)
     at = models.DateTimeField(default=timezone.now)
-
-    objects = ImmutableQuerySet.as_manager()
 
     class Meta:
         ordering = ["at", "id"]
@@ -167,11 +134,10 @@ class AnalysisRun(ImmutableModel):
         return f"{self.release_id} at {self.at}: {self.verdict}"
 
 
-class RoutingState(models.Model):
+class RoutingState(TenantOwned):
     """What serves a tenant's model now: the stable version, and a canary version taking `canary_percent`
     of new sessions. Written only by apps.releases services; read by the gateway through selectors."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     model = models.CharField(max_length=200)
     stable = models.ForeignKey("training.ModelVersion", on_delete=models.PROTECT, related_name="+")
     canary = models.ForeignKey(
@@ -181,8 +147,6 @@ class RoutingState(models.Model):
     release = models.ForeignKey(Release, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     updated_at = models.DateTimeField(default=timezone.now)
 
-    objects = TenantQuerySet.as_manager()
-
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "model"], name="routing_unique_model")]
 
@@ -190,19 +154,15 @@ class RoutingState(models.Model):
         return f"{self.model}: {self.stable_id} + {self.canary_id} at {self.canary_percent}%"
 
 
-class SessionRoute(models.Model):
+class SessionRoute(TimestampedTenantOwned):
     """The version a session was given: written once when a session starts during a canary (so it keeps
     that version when the stage changes), or pinned for an eval session to the version under test."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     model = models.CharField(max_length=200)
     session_id = models.CharField(max_length=200)
     version = models.ForeignKey("training.ModelVersion", on_delete=models.CASCADE, related_name="+")
     pinned = models.BooleanField(default=False)
     release = models.ForeignKey(Release, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -215,11 +175,10 @@ class SessionRoute(models.Model):
         return f"{self.session_id} → {self.version_id}"
 
 
-class ServingEvent(ImmutableModel):
+class ServingEvent(ImmutableModel, TenantOwned):
     """Serving history, append-only: from `at` on, `stable` served the tenant's model, with `canary` taking
     `canary_percent` of new sessions. The row in force at a moment is the last one at or before it."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     model = models.CharField(max_length=200)
     stable = models.ForeignKey("training.ModelVersion", on_delete=models.PROTECT, related_name="+")
     canary = models.ForeignKey(
@@ -230,8 +189,6 @@ class ServingEvent(ImmutableModel):
     reason = models.CharField(max_length=300)
     actor = models.CharField(max_length=150)
     at = models.DateTimeField(default=timezone.now)
-
-    objects = ImmutableQuerySet.as_manager()
 
     class Meta:
         ordering = ["at", "id"]

@@ -3,7 +3,7 @@ in apps.releases.routing."""
 
 from django.db.models import Count
 
-from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.releases.models import (
     SERVING_STATUSES,
     AnalysisRun,
@@ -25,10 +25,12 @@ def release_list(*, tenant: Tenant, status: str | None = None, model: str | None
 
 
 def release_get(*, tenant: Tenant, release_id) -> Release:
-    try:
-        return Release.objects.for_tenant(tenant).select_related("candidate", "baseline").get(pk=release_id)
-    except (Release.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such release in this tenant", code="release_not_found") from None
+    return get_in_tenant(
+        Release.objects.select_related("candidate", "baseline"),
+        tenant=tenant,
+        pk=release_id,
+        code="release_not_found",
+    )
 
 
 def release_events(*, tenant: Tenant, release_id):
@@ -67,6 +69,12 @@ def dangerously_analyzable_release_ids() -> list[tuple[int, int]]:
             status__in=["evaluating", "canary", "paused", "awaiting_approval"]
         ).values_list("tenant_id", "pk")
     )
+
+
+def dangerously_release_tenant(*, release_id):
+    """The tenant of a release, None for a missing one: only for the analysis task, which gets a bare id."""
+    release = Release.objects.select_related("tenant").filter(pk=release_id).first()
+    return release.tenant if release is not None else None
 
 
 def release_for_dashboard(*, tenant: Tenant) -> Release | None:

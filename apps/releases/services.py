@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from apps.core.selectors import get_in_tenant
 from apps.metrics.publish import metrics_publish
 from apps.releases.models import (
     ACTIVE_STATUSES,
@@ -166,10 +167,12 @@ def release_create(
 
 
 def _lock(*, tenant: Tenant, release_id) -> Release:
-    try:
-        return Release.objects.select_related("candidate", "baseline").get(tenant=tenant, pk=release_id)
-    except (Release.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such release in this tenant", code="release_not_found") from None
+    return get_in_tenant(
+        Release.objects.select_related("candidate", "baseline"),
+        tenant=tenant,
+        pk=release_id,
+        code="release_not_found",
+    )
 
 
 def _transition(
@@ -332,7 +335,7 @@ def release_start(*, tenant: Tenant, actor: Actor, release_id) -> Release:
         started_by=actor.label,
         eval_runs=runs,
     )
-    from workers.tasks.releases import analyze_release
+    from apps.releases.tasks import analyze_release
 
     transaction.on_commit(lambda: analyze_release.delay(release.pk))
     return release

@@ -1,12 +1,11 @@
 """Console pages: releases, a release with live candidate-vs-baseline charts and its verdicts, the approve and
 roll-back actions (shown only to roles allowed to take them), and the serving timeline."""
 
-from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from apps.console.access import console_page
-from apps.core.errors import DomainError
+from apps.console.pages import console_action
 from apps.releases import selectors, services
 from apps.releases.figures import release_figures, serving_figure
 from apps.releases.models import ACTIVE_STATUSES, ReleaseStatus
@@ -49,76 +48,69 @@ def release_detail(request, release_id):
     )
 
 
-def _act(request, release_id, call, done: str):
-    selectors.release_get(
-        tenant=request.tenant, release_id=release_id
-    )  # another tenant's: 404, not a message
-    try:
-        call()
-        messages.success(request, done)
-    except DomainError as error:
-        messages.error(request, error.message)
-    return redirect("console:release", release_id=release_id)
-
-
 @require_POST
 @console_page(Action.RELEASE_APPROVE)
 def release_approve(request, release_id):
-    return _act(
+    selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404
+    console_action(
         request,
-        release_id,
         lambda: services.release_approve(tenant=request.tenant, actor=request.actor, release_id=release_id),
-        "Promoted.",
+        success="Promoted.",
     )
+    return redirect("console:release", release_id=release_id)
 
 
 @require_POST
 @console_page(Action.RELEASE_ROLLBACK)
 def release_rollback(request, release_id):
-    return _act(
+    selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404
+    console_action(
         request,
-        release_id,
         lambda: services.release_rollback(
             tenant=request.tenant,
             actor=request.actor,
             release_id=release_id,
             reason=request.POST.get("reason", "")[:300],
         ),
-        "Rolled back: the baseline serves every session again.",
+        success="Rolled back: the baseline serves every session again.",
     )
+    return redirect("console:release", release_id=release_id)
 
 
 @require_POST
 @console_page(Action.RELEASE_MANAGE)
 def release_start(request, release_id):
-    return _act(
+    selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404
+    console_action(
         request,
-        release_id,
         lambda: services.release_start(tenant=request.tenant, actor=request.actor, release_id=release_id),
-        "Started: offline evaluation queued.",
+        success="Started: offline evaluation queued.",
     )
+    return redirect("console:release", release_id=release_id)
 
 
 @require_POST
 @console_page(Action.RELEASE_MANAGE)
 def release_resume(request, release_id):
-    return _act(
+    selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404
+    console_action(
         request,
-        release_id,
         lambda: services.release_resume(tenant=request.tenant, actor=request.actor, release_id=release_id),
-        "Resumed.",
+        success="Resumed.",
     )
+    return redirect("console:release", release_id=release_id)
 
 
 @require_POST
 @console_page(Action.RELEASE_MANAGE)
 def release_analyze(request, release_id):
-    return _act(
+    selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404
+    console_action(
         request,
-        release_id,
         lambda: services.release_analyze(tenant=request.tenant, release_id=release_id),
-        "Analysed.",
+        success="Analysed.",
     )
+    return redirect("console:release", release_id=release_id)
 
 
 @console_page(Action.SERVING_VIEW)

@@ -1,6 +1,5 @@
 """REST API: reward specs and rewards (list with filters, create, override, training reward, feedback)."""
 
-from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -12,7 +11,6 @@ from apps.rewards.models import Combination, EvaluatorKind, RewardKind, RewardSo
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.permissions import Action
 from apps.trajectories.selectors import trajectory_list
-from workers.tasks.rewards import run_evaluators
 
 
 @extend_schema_serializer(component_name="RewardSpec")
@@ -253,7 +251,7 @@ class EvaluatorRunApi(TenantApi):
         )
         if trajectory is None:
             raise NotFound("no such trajectory in this tenant", code="trajectory_not_found")
-        transaction.on_commit(lambda: run_evaluators.delay(str(trajectory.pk), evaluator.pk))
+        services.evaluator_run_enqueue(tenant=self.tenant, evaluator=evaluator, trajectory=trajectory)
         return Response(
             {"evaluator": str(evaluator), "trajectory_id": str(trajectory.pk), "queued": True}, status=202
         )

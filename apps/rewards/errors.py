@@ -6,4 +6,3 @@ class RewardRejected(DomainError):
 
     status = 422
     code = "reward_out_of_spec"
-    type = "invalid_request_error"

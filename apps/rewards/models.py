@@ -1,9 +1,8 @@
 import uuid
 
 from django.db import models
-from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import TimestampedTenantOwned
 
 
 class RewardTarget(models.TextChoices):
@@ -38,11 +37,10 @@ class Combination(models.TextChoices):
     WEIGHTED_SUM = "weighted_sum"
 
 
-class RewardSpec(models.Model):
+class RewardSpec(TimestampedTenantOwned):
     """What a reward means for a tenant's agent (blank agent: every agent): kind, range or categories,
     whether it is the training reward and how its sources combine."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     agent_name = models.CharField(max_length=200, blank=True, help_text="Blank: every agent of the tenant.")
     name = models.CharField(max_length=120)
     kind = models.CharField(max_length=16, choices=RewardKind.choices)
@@ -54,9 +52,6 @@ class RewardSpec(models.Model):
     source_priority = models.JSONField(default=list, blank=True, help_text="Sources, most trusted first.")
     source_weights = models.JSONField(default=dict, blank=True, help_text='Weighted sum: {"source": weight}.')
     description = models.TextField(blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -73,11 +68,10 @@ class RewardSpec(models.Model):
         return f"{self.name} ({self.agent_name or 'all agents'})"
 
 
-class Reward(models.Model):
+class Reward(TimestampedTenantOwned):
     """An ATDP reward: appended beside the causal record, never edited."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     trajectory = models.ForeignKey(
         "trajectories.Trajectory", on_delete=models.CASCADE, related_name="rewards"
     )
@@ -89,7 +83,6 @@ class Reward(models.Model):
     source = models.CharField(max_length=16, choices=RewardSource.choices, default=RewardSource.AGENT)
     timing = models.CharField(max_length=16, choices=RewardTiming.choices, default=RewardTiming.IMMEDIATE)
     created_by = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
     # NULL, not "": rewards without a key must not collide on the unique constraint.
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     # Whose key it is: "<source>/<principal>" (services.idempotency_scope). Keys are unique within a scope,
@@ -100,8 +93,6 @@ class Reward(models.Model):
     )
     is_override = models.BooleanField(default=False, help_text="An operator's override: beats every source.")
     reason = models.TextField(blank=True, help_text="Why an operator overrode.")
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -131,11 +122,10 @@ class EvaluatorKind(models.TextChoices):
     PROGRAM = "program"
 
 
-class Evaluator(models.Model):
+class Evaluator(TimestampedTenantOwned):
     """A rule that scores ended trajectories on a worker (workers.rewards.evaluators); its results are
     rewards with source `evaluator` and `created_by` "<name>@<version>"."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=120)
     version = models.CharField(max_length=40, default="1")
     kind = models.CharField(max_length=24, choices=EvaluatorKind.choices)
@@ -143,9 +133,6 @@ class Evaluator(models.Model):
     agent_name = models.CharField(max_length=200, blank=True, help_text="Blank: every agent.")
     spec = models.ForeignKey(RewardSpec, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     enabled = models.BooleanField(default=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [

@@ -4,7 +4,7 @@ import json
 
 from django.db.models import Count, Q
 
-from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.rewards.errors import RewardRejected
 from apps.rewards.models import Evaluator, Reward, RewardKind, RewardSource, RewardSpec
 from apps.tenants.models import Tenant
@@ -22,10 +22,7 @@ def reward_spec_list(*, tenant: Tenant, agent_name: str | None = None):
 
 
 def reward_spec_get(*, tenant: Tenant, spec_id) -> RewardSpec:
-    try:
-        return RewardSpec.objects.for_tenant(tenant).get(pk=spec_id)
-    except (RewardSpec.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such reward spec in this tenant", code="reward_spec_not_found") from None
+    return get_in_tenant(RewardSpec, tenant=tenant, pk=spec_id, code="reward_spec_not_found")
 
 
 def reward_spec_for(*, tenant_id: int, agent_name: str, name: str = "") -> RewardSpec | None:
@@ -96,10 +93,9 @@ def reward_list(
 
 
 def reward_get(*, tenant: Tenant, reward_id) -> Reward:
-    try:
-        return Reward.objects.for_tenant(tenant).select_related("spec").get(pk=reward_id)
-    except (Reward.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such reward in this tenant", code="reward_not_found") from None
+    return get_in_tenant(
+        Reward.objects.select_related("spec"), tenant=tenant, pk=reward_id, code="reward_not_found"
+    )
 
 
 def training_reward(*, tenant: Tenant, trajectory) -> float | None:
@@ -139,10 +135,9 @@ def evaluator_list(*, tenant: Tenant, agent_name: str | None = None, enabled: bo
 
 
 def evaluator_get(*, tenant: Tenant, evaluator_id) -> Evaluator:
-    try:
-        return Evaluator.objects.for_tenant(tenant).select_related("spec").get(pk=evaluator_id)
-    except (Evaluator.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such evaluator in this tenant", code="evaluator_not_found") from None
+    return get_in_tenant(
+        Evaluator.objects.select_related("spec"), tenant=tenant, pk=evaluator_id, code="evaluator_not_found"
+    )
 
 
 def _tool_succeeded(content) -> bool:

@@ -2,10 +2,11 @@
 from the same source and principal stores one reward (keys are namespaced, `idempotency_scope`); an operator's override is a new reward marked as such, audited."""
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, Forbidden, Gone, NotFound, ValidationFailed
@@ -341,6 +342,48 @@ def reward_create(
     return reward, created
 
 
+def _recorded_at(value) -> datetime:
+    """An imported reward's own time (ATDP: ISO 8601); now when the record has none."""
+    if isinstance(value, datetime):
+        return value
+    if not value:
+        return timezone.now()
+    moment = parse_datetime(value)
+    if moment is None:  # imported records are validated (ATDP date-time): never
+        raise ValueError(f"not a date-time: {value!r}")
+    return moment
+
+
+@transaction.atomic
+def rewards_import(*, tenant: Tenant, trajectory: Trajectory, rewards: list[dict]) -> list[Reward]:
+    """Stores the rewards of an imported ATDP trajectory (SDK mode) beside `trajectory`, a row of `tenant`,
+    as they were recorded: reward ids, sources, timing, `created_by` (default "import") and idempotency keys
+    are kept, and `idempotency_scope` stays "" so no principal's namespace holds them. Imported rewards are
+    history, not new judgements: they are not checked against specs, enqueue nothing and are audited with
+    their trajectory (`trajectory.import`), not one by one. A reward id or an idempotency key already stored
+    raises IntegrityError; the caller's transaction then stores nothing of the record."""
+    return Reward.objects.bulk_create(
+        [
+            Reward(
+                id=uuid.UUID(reward["reward_id"]),
+                tenant=tenant,
+                trajectory=trajectory,
+                step_id=reward.get("step_id"),
+                target=reward["target"],
+                value=reward["value"],
+                kind=reward["kind"],
+                label=reward.get("label") or "",
+                source=reward["source"],
+                timing=reward["timing"],
+                created_by=reward.get("created_by") or "import",
+                created_at=_recorded_at(reward.get("created_at")),
+                idempotency_key=reward.get("idempotency_key"),
+            )
+            for reward in rewards
+        ]
+    )
+
+
 SPEC_FIELDS = (
     "agent_name",
     "name",
@@ -441,10 +484,22 @@ def evaluators_enqueue(*, trajectory_id, tenant_id: int) -> bool:
     """Queues the tenant's enabled evaluators over an ended trajectory, on commit. False: none to run."""
     if not Evaluator.objects.filter(tenant_id=tenant_id, enabled=True).exists():
         return False
-    from workers.tasks.rewards import run_evaluators
+    from apps.rewards.tasks import run_evaluators
 
     transaction.on_commit(lambda: run_evaluators.delay(str(trajectory_id)))
     return True
+
+
+def evaluator_run_enqueue(*, tenant: Tenant, evaluator: Evaluator, trajectory: Trajectory) -> None:
+    """Queues one evaluator over one trajectory of `tenant` (task rewards.run_evaluators, eval queue) on
+    commit; another tenant's evaluator or trajectory answers as a missing one. A repeat is harmless: the task
+    stores one reward per evaluator version and trajectory."""
+    if evaluator.tenant_id != tenant.pk or trajectory.tenant_id != tenant.pk:
+        raise NotFound("no such evaluator or trajectory in this tenant")
+    from apps.rewards.tasks import run_evaluators
+
+    trajectory_id, evaluator_id = str(trajectory.pk), evaluator.pk
+    transaction.on_commit(lambda: run_evaluators.delay(trajectory_id, evaluator_id))
 
 
 def evaluator_run(*, evaluator: Evaluator, trajectory) -> Reward:

@@ -1,23 +1,18 @@
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
-from apps.core.pagination import PagePagination
+from apps.core.api import INTEGER_COLUMN_MAX, TenantApi, UserApi
 from apps.tenants import selectors, services
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.models import ConsentMode, PiiMode
 from apps.tenants.permissions import Action, Role, Scope
 
 
-class TenantListApi(APIView):
-    """The tenants the caller can act in: a key's own tenant, or a person's memberships with roles."""
-
-    permission_classes = [IsAuthenticated]
-    pagination_class = PagePagination
+class TenantListApi(UserApi):
+    """The tenants the caller can act in: a key's own tenant, or a person's memberships with roles. Scoped to
+    the caller, not to one tenant (`UserApi`)."""
 
     @extend_schema_serializer(component_name="TenantMembership")
     class OutputSerializer(serializers.Serializer):
@@ -31,13 +26,8 @@ class TenantListApi(APIView):
             tenant = selectors.tenant_get_by_slug(slug=request.user.tenant_slug)
             rows = [{"slug": tenant.slug, "name": tenant.name, "role": None}]
         else:
-            rows = [
-                {"slug": m.tenant.slug, "name": m.tenant.name, "role": m.role}
-                for m in request.user.memberships.select_related("tenant").order_by("tenant__slug")
-            ]
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(rows, request, view=self)
-        return paginator.get_paginated_response(self.OutputSerializer(page, many=True).data)
+            rows = selectors.tenant_list_for_user(user=request.user)
+        return self.paginated(rows, self.OutputSerializer)
 
 
 class PolicyDetailApi(TenantApi):

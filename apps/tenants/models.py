@@ -2,7 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import TenantOwned, TimestampedTenantOwned
 from apps.tenants.permissions import Role
 
 
@@ -27,7 +27,7 @@ class PiiMode(models.TextChoices):
     OFF = "off", "Off"
 
 
-class TenantPolicy(models.Model):
+class TenantPolicy(TenantOwned):
     """What a tenant allows: models, limits, budget, data collection, PII handling and governance."""
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="policy")
@@ -60,11 +60,10 @@ class TenantPolicy(models.Model):
         return f"policy of {self.tenant_id}"
 
 
-class Membership(models.Model):
+class Membership(TimestampedTenantOwned):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices)
-    created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_user")]
@@ -73,7 +72,7 @@ class Membership(models.Model):
         return f"{self.user_id} as {self.role} in {self.tenant_id}"
 
 
-class ApiKey(models.Model):
+class ApiKey(TimestampedTenantOwned):
     """A machine credential. Only a SHA-256 hash of the secret is stored, with a visible prefix."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
@@ -89,7 +88,6 @@ class ApiKey(models.Model):
     created_by_key = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -97,8 +95,6 @@ class ApiKey(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaces"
     )
     grace_until = models.DateTimeField(null=True, blank=True, help_text="After rotation: valid until then.")
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="apikey_unique_name")]

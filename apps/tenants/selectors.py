@@ -1,6 +1,9 @@
 """Reads for tenants, members and keys. Tenant first; another tenant's object is simply not found."""
 
+from django.db.models import F
+
 from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.tenants.models import ApiKey, Membership, Tenant
 
 
@@ -16,7 +19,21 @@ def tenant_list_all():
 
 
 def tenant_list_for_user(*, user):
-    return Tenant.objects.filter(memberships__user=user).order_by("slug")
+    """The tenants a person is a member of, by slug, each with `role`: theirs there (one join: a person holds
+    one membership per tenant). Scoped to the person, not to a tenant: the tenant switcher and `GET tenants/`."""
+    return (
+        Tenant.objects.filter(memberships__user=user).annotate(role=F("memberships__role")).order_by("slug")
+    )
+
+
+def membership_for_user(*, user, tenant_slug: str) -> Membership | None:
+    """The person's membership (with its tenant) in the tenant of that slug; None when they have none there."""
+    return Membership.objects.filter(user=user, tenant__slug=tenant_slug).select_related("tenant").first()
+
+
+def membership_first_for_user(*, user) -> Membership | None:
+    """The person's first membership (with its tenant) by tenant slug; None when they belong to no tenant."""
+    return Membership.objects.filter(user=user).select_related("tenant").order_by("tenant__slug").first()
 
 
 def membership_for(*, tenant: Tenant, user) -> Membership | None:
@@ -30,10 +47,13 @@ def membership_list(*, tenant: Tenant):
 
 
 def membership_get(*, tenant: Tenant, membership_id) -> Membership:
-    try:
-        return Membership.objects.select_related("user").get(tenant=tenant, pk=membership_id)
-    except (Membership.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such member in this tenant", code="member_not_found") from None
+    return get_in_tenant(
+        Membership.objects.select_related("user"),
+        tenant=tenant,
+        pk=membership_id,
+        code="member_not_found",
+        message="no such member in this tenant",
+    )
 
 
 def api_key_list(*, tenant: Tenant, include_inactive: bool = True):
@@ -44,10 +64,9 @@ def api_key_list(*, tenant: Tenant, include_inactive: bool = True):
 
 
 def api_key_get(*, tenant: Tenant, key_id) -> ApiKey:
-    try:
-        return ApiKey.objects.for_tenant(tenant).get(pk=key_id)
-    except (ApiKey.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such API key in this tenant", code="api_key_not_found") from None
+    return get_in_tenant(
+        ApiKey, tenant=tenant, pk=key_id, code="api_key_not_found", message="no such API key in this tenant"
+    )
 
 
 KEY_CHAIN_LIMIT = 32  # keys made by keys made by keys...: far more than any real chain

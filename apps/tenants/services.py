@@ -11,11 +11,12 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, NotFound, ValidationFailed
-from apps.gateway.sanitizer import InvalidPattern, patterns_from_policy
+from apps.core.selectors import get_in_tenant
 from apps.tenants.authentication import api_key_cache_forget
 from apps.tenants.keys import key_generate, key_hash, key_prefix
 from apps.tenants.models import ApiKey, Membership, Tenant, TenantPolicy
 from apps.tenants.permissions import Role, Scope
+from workers.pii import InvalidPattern, patterns_from_policy
 
 MAX_GRACE = timedelta(days=30)
 POLICY_FIELDS = (
@@ -136,12 +137,13 @@ def membership_add(*, tenant: Tenant, actor: Actor, user_identifier: str, role: 
 
 
 def _lock_membership(*, tenant: Tenant, membership_id) -> Membership:
-    try:
-        return (
-            Membership.objects.select_for_update().select_related("user").get(tenant=tenant, pk=membership_id)
-        )
-    except (Membership.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such member in this tenant", code="member_not_found") from None
+    return get_in_tenant(
+        Membership.objects.select_for_update().select_related("user"),
+        tenant=tenant,
+        pk=membership_id,
+        code="member_not_found",
+        message="no such member in this tenant",
+    )
 
 
 @transaction.atomic
@@ -257,10 +259,13 @@ def _forget_cached(hashed: str) -> None:
 
 
 def _lock_key(*, tenant: Tenant, key_id) -> ApiKey:
-    try:
-        return ApiKey.objects.select_for_update().get(tenant=tenant, pk=key_id)
-    except (ApiKey.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such API key in this tenant", code="api_key_not_found") from None
+    return get_in_tenant(
+        ApiKey.objects.select_for_update(),
+        tenant=tenant,
+        pk=key_id,
+        code="api_key_not_found",
+        message="no such API key in this tenant",
+    )
 
 
 @transaction.atomic

@@ -1,6 +1,7 @@
 from django import forms
 
 from apps.training.models import Algorithm
+from apps.training.services import training_hyperparameters
 
 SCHEDULES = [("constant", "constant"), ("linear", "linear"), ("cosine", "cosine")]
 
@@ -46,17 +47,15 @@ class TrainingJobForm(forms.Form):
 
     def service_arguments(self) -> dict:
         data = self.cleaned_data
-        hyperparameters = {
-            "learning_rate": data["learning_rate"],
-            "schedule": data["schedule"],
-            "warmup_steps": data["warmup_steps"],
-        }
-        if data["lora_rank"]:
-            hyperparameters["lora"] = {"rank": data["lora_rank"], "alpha": 2 * data["lora_rank"]}
         return {
             "base_version_id": data["base_version"],
             "algorithm": data["algorithm"],
-            "hyperparameters": hyperparameters,
+            "hyperparameters": training_hyperparameters(
+                learning_rate=data["learning_rate"],
+                schedule=data["schedule"],
+                warmup_steps=data["warmup_steps"],
+                lora_rank=data["lora_rank"],
+            ),
             "batch_size": data["batch_size"],
             "total_steps": data["total_steps"],
             "checkpoint_every": data["checkpoint_every"],

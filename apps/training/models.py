@@ -1,7 +1,7 @@
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import ImmutableModel, TenantOwned, TimestampedTenantOwned
 
 
 class VersionStatus(models.TextChoices):
@@ -28,7 +28,7 @@ VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
-class ModelVersion(models.Model):
+class ModelVersion(TimestampedTenantOwned):
     """One policy version of a tenant's model: a checkpoint directory with its lineage. `name` is the
     model name agents ask for (the served model); `number` counts versions of that name from 0 (the
     base). Immutable once registered except for status and metrics."""
@@ -52,9 +52,6 @@ class ModelVersion(models.Model):
     status = models.CharField(max_length=16, choices=VersionStatus.choices, default=VersionStatus.CANDIDATE)
     description = models.CharField(max_length=300, blank=True)
     created_by = models.CharField(max_length=150, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -70,11 +67,10 @@ class ModelVersion(models.Model):
         return f"{self.name}@{self.number}"
 
 
-class ModelAlias(models.Model):
+class ModelAlias(TenantOwned):
     """A movable name (`production`, `candidate`, ...) pointing at one version of a model; every move is
     kept in AliasMove."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=200)
     alias = models.SlugField(max_length=40)
     version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="aliases")
@@ -87,10 +83,9 @@ class ModelAlias(models.Model):
         return f"{self.name}:{self.alias} → v{self.version.number}"
 
 
-class AliasMove(models.Model):
+class AliasMove(ImmutableModel, TenantOwned):
     """Append-only history of alias moves: which version an alias named, from when."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=200)
     alias = models.SlugField(max_length=40)
     from_version = models.ForeignKey(
@@ -139,7 +134,7 @@ class Algorithm(models.TextChoices):
     DECOUPLED_PPO = "decoupled_ppo", "Decoupled PPO (AReaL)"
 
 
-class TrainingJob(models.Model):
+class TrainingJob(TimestampedTenantOwned):
     """One training run from a base version over a frozen dataset snapshot to a new candidate version.
     `config` is a workers.engines.TrainConfig as JSON; `lease` fences the worker that holds the job."""
 
@@ -169,11 +164,8 @@ class TrainingJob(models.Model):
     error = models.TextField(blank=True)
     description = models.CharField(max_length=300, blank=True)
     created_by = models.CharField(max_length=150, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -191,10 +183,9 @@ class TrainingJob(models.Model):
         return int(100 * self.progress_step / max(self.total_steps, 1))
 
 
-class TrainingMetric(models.Model):
+class TrainingMetric(TenantOwned):
     """One row per job step (upserted: a resumed job redoes the steps after its last checkpoint)."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="metric_rows")
     step = models.PositiveIntegerField()
     values = models.JSONField()
@@ -208,8 +199,7 @@ class TrainingMetric(models.Model):
         return f"job {self.job_id} step {self.step}"
 
 
-class TrainingLogLine(models.Model):
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+class TrainingLogLine(TenantOwned):
     job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="log_lines")
     level = models.CharField(max_length=10, default="info")
     message = models.TextField()
@@ -228,7 +218,7 @@ class OnlineRunStatus(models.TextChoices):
     FAILED = "failed"
 
 
-class OnlineRun(models.Model):
+class OnlineRun(TenantOwned):
     """An online decoupled-PPO run (AReaL's online mode): a long-running worker consumes the qualified training
     queue as it fills, trains one step per `samples_per_step` samples, registers a version every `publish_every`
     steps (and loads it onto the model's backends unless `publish_to_backends` is off), drops data staler than
@@ -266,10 +256,9 @@ class OnlineRun(models.Model):
         return f"online run {self.pk} ({self.model_name}, {self.status})"
 
 
-class OnlineConsumption(models.Model):
+class OnlineConsumption(TenantOwned):
     """A trajectory an online run has taken from the queue, once: trained on, or dropped as stale."""
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     run = models.ForeignKey(OnlineRun, on_delete=models.CASCADE, related_name="consumptions")
     trajectory_id = models.UUIDField()
     outcome = models.CharField(max_length=16)  # trained / stale / empty

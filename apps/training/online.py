@@ -1,7 +1,8 @@
 """Online mode: services and selectors of OnlineRun (AReaL's online decoupled PPO over the live queue).
 
-The loop itself is workers/tasks/online.py; this module owns its rows. Staleness is counted in version
-numbers of the model: a token sampled by version v is stale once the run's current version V > v + η.
+The loop itself is runners.online_run_execute (its batching: workers.rl.staleness); this module owns its
+rows. Staleness is counted in version numbers of the model: a token sampled by version v is stale once the
+run's current version V > v + η.
 
 Back-pressure (AReaL's StalenessManager): with B = samples_per_step and v = steps trained, at most
 (η + v + 1)·B rollouts may have been started since the run began; capacity = that − (accepted + running),
@@ -87,7 +88,7 @@ def online_run_start(
 
 
 def _enqueue(run_id: int) -> None:
-    from workers.tasks.online import run_online
+    from apps.training.tasks import run_online
 
     run_online.delay(run_id)
 

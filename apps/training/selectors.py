@@ -4,7 +4,7 @@ from uuid import UUID
 
 from django.db.models import Count
 
-from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.qualification.models import Qualification, QualificationStatus
 from apps.rewards.selectors import training_reward as reward_training_value
 from apps.tenants.models import Tenant
@@ -32,19 +32,23 @@ def model_version_list(*, tenant: Tenant, name: str | None = None, status: str |
 
 
 def model_version_get(*, tenant: Tenant, version_id) -> ModelVersion:
-    try:
-        return ModelVersion.objects.for_tenant(tenant).select_related("parent").get(pk=version_id)
-    except (ModelVersion.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such model version in this tenant", code="model_version_not_found") from None
+    return get_in_tenant(
+        ModelVersion.objects.select_related("parent"),
+        tenant=tenant,
+        pk=version_id,
+        code="model_version_not_found",
+    )
 
 
 def model_version_by_number(*, tenant: Tenant, name: str, number: int) -> ModelVersion:
-    try:
-        return ModelVersion.objects.for_tenant(tenant).get(name=name, number=number)
-    except ModelVersion.DoesNotExist:
-        raise NotFound(
-            f"no version {number} of {name!r} in this tenant", code="model_version_not_found"
-        ) from None
+    return get_in_tenant(
+        ModelVersion,
+        tenant=tenant,
+        name=name,
+        number=number,
+        code="model_version_not_found",
+        message=f"no version {number} of {name!r} in this tenant",
+    )
 
 
 def alias_resolve(*, tenant: Tenant, name: str, alias: str) -> ModelVersion | None:
@@ -57,12 +61,15 @@ def alias_list(*, tenant: Tenant, name: str | None = None):
     return rows.filter(name=name) if name else rows
 
 
-def alias_history(*, tenant: Tenant, name: str | None = None, alias: str | None = None):
+def alias_history(*, tenant: Tenant, name: str | None = None, alias: str | None = None, since=None):
+    """The tenant's alias moves, oldest first (of one model `name`, one `alias`, from `since` when given)."""
     moves = AliasMove.objects.filter(tenant=tenant).select_related("from_version", "to_version")
     if name:
         moves = moves.filter(name=name)
     if alias:
         moves = moves.filter(alias=alias)
+    if since is not None:
+        moves = moves.filter(moved_at__gte=since)
     return moves.order_by("moved_at", "id")
 
 
@@ -157,14 +164,12 @@ def training_job_list(*, tenant: Tenant, status: str | None = None):
 
 
 def training_job_get(*, tenant: Tenant, job_id) -> TrainingJob:
-    try:
-        return (
-            TrainingJob.objects.for_tenant(tenant)
-            .select_related("base_version", "produced_version")
-            .get(pk=job_id)
-        )
-    except (TrainingJob.DoesNotExist, ValueError, TypeError):
-        raise NotFound("no such training job in this tenant", code="training_job_not_found") from None
+    return get_in_tenant(
+        TrainingJob.objects.select_related("base_version", "produced_version"),
+        tenant=tenant,
+        pk=job_id,
+        code="training_job_not_found",
+    )
 
 
 def training_job_metrics(*, tenant: Tenant, job_id) -> list[dict]:

@@ -173,6 +173,20 @@ def alias_move(
 # ---- training jobs ---------------------------------------------------------------------------------
 
 
+LORA_ALPHA_PER_RANK = 2  # a console job's LoRA alpha: twice its rank, the usual scaling
+
+
+def training_hyperparameters(
+    *, learning_rate: float, schedule: str, warmup_steps: int, lora_rank: int = 0
+) -> dict:
+    """The hyperparameters of a job set up from the console's form: a LoRA rank above 0 trains an adapter
+    with alpha `LORA_ALPHA_PER_RANK` × rank; 0 is full fine-tuning. `training_job_create` validates them."""
+    hyperparameters = {"learning_rate": learning_rate, "schedule": schedule, "warmup_steps": warmup_steps}
+    if lora_rank:
+        hyperparameters["lora"] = {"rank": lora_rank, "alpha": LORA_ALPHA_PER_RANK * lora_rank}
+    return hyperparameters
+
+
 def _job_config(*, algorithm: str, hyperparameters: dict, total_steps: int) -> dict:
     """The engine config the job will run with, validated now so a bad form never reaches a worker."""
     from workers.engines import TrainConfig
@@ -267,7 +281,7 @@ def training_job_enqueue(*, job_id: int) -> None:
     the claim refuses a job that is not queued or running."""
     from django.conf import settings
 
-    from workers.tasks.training import run_training_job
+    from apps.training.tasks import run_training_job
 
     run_training_job.apply_async(args=[job_id], queue=settings.AREAL_TRAINING_QUEUE)
 

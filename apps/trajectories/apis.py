@@ -2,7 +2,6 @@ import json
 import tempfile
 from types import SimpleNamespace
 
-from django.db import IntegrityError
 from django.http import FileResponse, StreamingHttpResponse
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -18,7 +17,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
 from apps.core.api import TenantApi
-from apps.core.errors import DomainError, ValidationFailed
+from apps.core.errors import ValidationFailed
 from apps.core.parsers import JSONParser
 from apps.core.schema import ErrorSerializer
 from apps.tenants.permissions import Action
@@ -188,37 +187,20 @@ class TrajectoryImportApi(TenantApi):
         if len(body) > MAX_IMPORT_BYTES:
             raise ValidationFailed(f"an import is at most {MAX_IMPORT_BYTES} bytes; split the file")
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-        stored, rejected = [], []
-        for line in read_jsonl(text.splitlines()):
-            if line.problems:
-                rejected.extend(
-                    {"line": line.line_number, "field": problem.path, "message": problem.message}
-                    for problem in line.problems
-                )
-                continue
-            try:
-                trajectory = services.trajectory_import(
-                    tenant=self.tenant, record=line.record, actor=self.actor
-                )
-            except DomainError as error:
-                field = next(iter(error.fields), "trajectory_id")
-                rejected.append({"line": line.line_number, "field": field, "message": error.message})
-            except IntegrityError:  # a step or reward id, or a reward idempotency key, is taken: say which
-                conflicts = selectors.trajectory_import_conflicts(tenant=self.tenant, record=line.record) or {
-                    "": "an id or reward idempotency key of this record was stored meanwhile"
-                }
-                rejected.extend(
-                    {"line": line.line_number, "field": field, "message": message}
-                    for field, message in conflicts.items()
-                )
-            else:
-                stored.append(
-                    {
-                        "line": line.line_number,
-                        "trajectory_id": str(trajectory.id),
-                        "source_trajectory_id": str(trajectory.source_trajectory_id),
-                    }
-                )
+        report = services.trajectories_import(
+            tenant=self.tenant, actor=self.actor, lines=read_jsonl(text.splitlines())
+        )
+        stored = [
+            {
+                "line": entry.line,
+                "trajectory_id": str(entry.trajectory.id),
+                "source_trajectory_id": str(entry.trajectory.source_trajectory_id),
+            }
+            for entry in report.stored
+        ]
+        rejected = [
+            {"line": entry.line, "field": entry.field, "message": entry.message} for entry in report.rejected
+        ]
         return Response(
             {
                 "accepted": len(stored),

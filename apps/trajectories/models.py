@@ -3,7 +3,7 @@ import uuid
 from django.db import models
 from django.utils import timezone
 
-from apps.core.models import TenantQuerySet
+from apps.core.models import TenantOwned, TimestampedTenantOwned
 
 # Gateway trajectory ids are derived from (tenant, session): the gateway attributes a step without a lookup.
 # The namespace is public, so anyone can compute another tenant's ids: an id is never proof of ownership.
@@ -28,7 +28,7 @@ class Purpose(models.TextChoices):
     ANNOTATION = "annotation"
 
 
-class Trajectory(models.Model):
+class Trajectory(TenantOwned):
     """One agent session: an ordered list of steps plus governance. The causal record (steps) is
     immutable once written; totals are maintained with F() increments as steps land."""
 
@@ -57,8 +57,6 @@ class Trajectory(models.Model):
     cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
     latency_ms = models.PositiveBigIntegerField(default=0)
 
-    objects = TenantQuerySet.as_manager()
-
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "session_id"], name="trajectory_unique_session"),
@@ -85,11 +83,10 @@ class StepKind(models.TextChoices):
     ENV_EVENT = "env_event"
 
 
-class Step(models.Model):
+class Step(TimestampedTenantOwned):
     """One ATDP step. Token arrays are packed binary (workers.atdp.tokens), not JSON lists."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
     trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps")
     index = models.PositiveIntegerField()
     parent_step_id = models.UUIDField(null=True, blank=True)
@@ -119,9 +116,6 @@ class Step(models.Model):
     pii_entities = models.JSONField(default=list)
     aborted = models.BooleanField(default=False)
     error = models.CharField(max_length=500, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["trajectory", "index"], name="step_unique_index")]

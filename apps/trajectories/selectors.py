@@ -1,4 +1,3 @@
-import math
 import uuid
 
 from django.db.models import Avg, Count, Exists, OuterRef, Prefetch, Q, Sum
@@ -6,9 +5,11 @@ from django.db.models.functions import TruncMinute
 from django.http import Http404
 
 from apps.core.errors import NotFound
+from apps.core.selectors import get_in_tenant
 from apps.rewards.models import Reward
 from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory
+from workers.stats import percentile
 
 
 class TrajectoryNotFound(NotFound, Http404):
@@ -68,6 +69,12 @@ def trajectory_list(
     return trajectories.order_by("-started_at", "-id")
 
 
+def trajectory_list_with_reward_mean(*, tenant: Tenant, **filters):
+    """`trajectory_list` (same filters), each row with `reward_mean`: the mean of its rewards (None without one),
+    for the console's browser."""
+    return trajectory_list(tenant=tenant, **filters).annotate(reward_mean=Avg("rewards__value"))
+
+
 def trajectory_with_records(queryset, *, tenant: Tenant):
     """The queryset (of `tenant`'s trajectories) with steps (in order) and rewards prefetched, for ATDP
     serialization. Steps and rewards are read by tenant too, not by trajectory id alone: a row of another
@@ -88,12 +95,13 @@ def step_list(*, tenant: Tenant, trajectory=None):
 
 
 def trajectory_get(*, tenant: Tenant, trajectory_id) -> Trajectory:
-    try:
-        return trajectory_with_records(
-            Trajectory.objects.for_tenant(tenant).select_related("tenant"), tenant=tenant
-        ).get(pk=trajectory_id)
-    except (Trajectory.DoesNotExist, ValueError, TypeError):
-        raise TrajectoryNotFound("no such trajectory in this tenant", code="trajectory_not_found") from None
+    return get_in_tenant(
+        trajectory_with_records(Trajectory.objects.select_related("tenant"), tenant=tenant),
+        tenant=tenant,
+        pk=trajectory_id,
+        code="trajectory_not_found",
+        error=TrajectoryNotFound,
+    )
 
 
 def trajectory_import_conflicts(*, tenant: Tenant, record: dict) -> dict[str, str]:
@@ -131,14 +139,7 @@ def trajectory_import_conflicts(*, tenant: Tenant, record: dict) -> dict[str, st
     return conflicts
 
 
-# ---- dashboard aggregates (apps.metrics) -------------------------------------------------------------------
-
-
-def _percentile(ordered: list[int], fraction: float) -> float | None:
-    """Nearest-rank percentile of an ascending list (None when empty)."""
-    if not ordered:
-        return None
-    return float(ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))])
+# ---- overview aggregates (apps.console.dashboard, apps.metrics.outcomes) -----------------------------------
 
 
 def step_traffic_per_minute(*, tenant: Tenant, since, limit: int = 200_000) -> list[dict]:
@@ -157,14 +158,14 @@ def step_traffic_per_minute(*, tenant: Tenant, since, limit: int = 200_000) -> l
         bucket[1][0] += bool(error)
     minutes = []
     for minute in sorted(buckets):
-        latencies, (errors,) = sorted(buckets[minute][0]), buckets[minute][1]
+        latencies, (errors,) = buckets[minute]
         minutes.append(
             {
                 "minute": minute,
                 "requests": len(latencies),
                 "errors": errors,
-                "p50_ms": _percentile(latencies, 0.5),
-                "p95_ms": _percentile(latencies, 0.95),
+                "p50_ms": percentile(latencies, 0.5),
+                "p95_ms": percentile(latencies, 0.95),
             }
         )
     return minutes

@@ -2,6 +2,8 @@
 status changes and session metadata."""
 
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
@@ -11,8 +13,11 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from apps.audit.services import audit_record
+from apps.core.errors import DomainError
 from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory, TrajectoryStatus, trajectory_id_for
+from apps.trajectories.selectors import trajectory_import_conflicts
+from workers.atdp.jsonl import ImportLine
 from workers.atdp.tokens import pack_floats, pack_ids, pack_versions
 
 STEP_FIELDS = (
@@ -238,6 +243,29 @@ def trajectory_open(
 
 
 @transaction.atomic
+def trajectory_open_rl_session(
+    *, tenant_id: int, task_id: str, group_size: int | None, api_key_prefix: str
+) -> Trajectory:
+    """Opens the trajectory of a new RL session (`/rl/start_session`) under a fresh session id `rl-<hex>`.
+    With `group_size`, the session joins the task's group `<task_id>#<n>`, n being how many trajectories of
+    the task the tenant had started, divided by `group_size`. Locking: the tenant row is locked for the count
+    and the insert, so concurrent starts of one tenant are numbered one after another. Tenancy: counts and
+    writes rows of `tenant_id` only. Not idempotent: each call opens a new session."""
+    tenant = Tenant.objects.select_for_update().get(pk=tenant_id)
+    group_id = ""
+    if group_size:
+        started = Trajectory.objects.for_tenant(tenant).filter(task_id=task_id).count()
+        group_id = f"{task_id}#{started // group_size}"
+    return trajectory_open(
+        tenant=tenant,
+        session_id="rl-" + uuid.uuid4().hex,
+        task_id=task_id,
+        group_id=group_id,
+        api_key_prefix=api_key_prefix,
+    )
+
+
+@transaction.atomic
 def trajectory_end(*, tenant: Tenant, trajectory_id, status: str = TrajectoryStatus.COMPLETE) -> Trajectory:
     trajectory = Trajectory.objects.select_for_update().get(tenant=tenant, pk=trajectory_id)
     if trajectory.status == TrajectoryStatus.OPEN:
@@ -294,7 +322,7 @@ def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
     tenant's session. Raises Conflict when this tenant already holds the record's id (as an id or a source
     id) or its session; another tenant's rows are never consulted, so the answer reveals nothing of them."""
     from apps.core.errors import Conflict, ValidationFailed
-    from apps.rewards.models import Reward
+    from apps.rewards.services import rewards_import
 
     if record.get("tenant") != tenant.slug:
         raise ValidationFailed(
@@ -336,26 +364,7 @@ def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
         [_step_from_atdp(tenant=tenant, trajectory_id=trajectory.pk, step=step) for step in steps]
     )
     rewards = record.get("rewards") or []
-    Reward.objects.bulk_create(
-        [
-            Reward(
-                id=uuid.UUID(reward["reward_id"]),
-                tenant=tenant,
-                trajectory=trajectory,
-                step_id=reward.get("step_id"),
-                target=reward["target"],
-                value=reward["value"],
-                kind=reward["kind"],
-                label=reward.get("label") or "",
-                source=reward["source"],
-                timing=reward["timing"],
-                created_by=reward.get("created_by") or "import",
-                created_at=_moment(reward.get("created_at")),
-                idempotency_key=reward.get("idempotency_key"),
-            )
-            for reward in rewards
-        ]
-    )
+    rewards_import(tenant=tenant, trajectory=trajectory, rewards=rewards)
     audit_record(
         tenant=tenant,
         actor=actor,
@@ -378,3 +387,57 @@ def trajectory_export_record(*, tenant: Tenant, actor, format: str, filters: dic
     audit_record(
         tenant=tenant, actor=actor, verb="trajectory.export", data={"format": format, "filters": filters}
     )
+
+
+@dataclass(frozen=True)
+class ImportedLine:
+    line: int
+    trajectory: Trajectory
+
+
+@dataclass(frozen=True)
+class RefusedLine:
+    line: int
+    field: str  # the failing field's path in the record ("" for the line as a whole)
+    message: str
+
+
+@dataclass(frozen=True)
+class TrajectoryImportReport:
+    stored: list[ImportedLine]
+    rejected: list[RefusedLine]
+
+
+def trajectories_import(*, tenant: Tenant, actor, lines: Iterable[ImportLine]) -> TrajectoryImportReport:
+    """Stores the valid lines of an ATDP JSON Lines import (`workers.atdp.jsonl.read_jsonl`) for `tenant`,
+    each through `trajectory_import` in its own transaction (one `trajectory.import` audit event per stored
+    trajectory): a bad line is reported and never costs the good ones. A line is refused with its problems
+    when it is not a valid record, with the error's field when the service refuses it (another tenant's
+    record, an id or session this tenant already holds), or with each clashing field
+    (`selectors.trajectory_import_conflicts`) when a step or reward id, or a reward idempotency key, turns
+    out to be taken. Not idempotent: the same lines again are refused as existing trajectories."""
+    stored: list[ImportedLine] = []
+    rejected: list[RefusedLine] = []
+    for line in lines:
+        if line.record is None:  # not a valid record: its problems say why
+            rejected.extend(
+                RefusedLine(line=line.line_number, field=problem.path, message=problem.message)
+                for problem in line.problems
+            )
+            continue
+        try:
+            trajectory = trajectory_import(tenant=tenant, record=line.record, actor=actor)
+        except DomainError as error:
+            field = next(iter(error.fields), "trajectory_id")
+            rejected.append(RefusedLine(line=line.line_number, field=field, message=error.message))
+        except IntegrityError:  # a step or reward id, or a reward idempotency key, is taken: say which
+            conflicts = trajectory_import_conflicts(tenant=tenant, record=line.record) or {
+                "": "an id or reward idempotency key of this record was stored meanwhile"
+            }
+            rejected.extend(
+                RefusedLine(line=line.line_number, field=field, message=message)
+                for field, message in conflicts.items()
+            )
+        else:
+            stored.append(ImportedLine(line=line.line_number, trajectory=trajectory))
+    return TrajectoryImportReport(stored=stored, rejected=rejected)

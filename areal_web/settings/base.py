@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "apps.evaluation",
     "apps.releases",
     "apps.console",
+    "apps.demo",
 ]
 
 MIDDLEWARE = [
@@ -158,7 +159,6 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_TRACK_STARTED = True
 CELERY_RESULT_EXPIRES = 3600
-CELERY_IMPORTS = ["workers.tasks"]
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
@@ -243,9 +243,9 @@ AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
 # /rl/start_session calls per minute and tenant (0: no limit beyond the tenant's requests per minute).
 AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE = env_int("AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE", 1200)
 
-# The gateway's PII scan (apps/gateway/sanitizer.py): at most this many characters per scan (a request's
-# messages, a step's observation, its action) and this long in tenant patterns; what cannot be scanned
-# is refused under PII mode `block` and stored as [REDACTED:unscanned] under `redact`.
+# The gateway's PII scan (workers/pii, called by apps/gateway/recording.py): at most this many characters
+# per scan (a request's messages, a step's observation, its action) and this long in tenant patterns; what
+# cannot be scanned is refused under PII mode `block` and stored as [REDACTED:unscanned] under `redact`.
 AREAL_PII_MAX_SCAN_CHARS = env_int("AREAL_PII_MAX_SCAN_CHARS", 1024 * 1024)
 AREAL_PII_PATTERN_TIMEOUT_MS = env_int("AREAL_PII_PATTERN_TIMEOUT_MS", 250)
 
@@ -298,7 +298,7 @@ AREAL_ROUTING_CACHE_SECONDS = env_int("AREAL_ROUTING_CACHE_SECONDS", 2)
 # Plotly's browser bundle, shipped inside the plotly package, served as static/vendor/plotly/plotly.min.js.
 STATICFILES_DIRS += [("vendor/plotly", str(Path(__import__("plotly").__file__).parent / "package_data"))]
 
-# Training jobs (apps.training, workers/tasks/training.py): the queue they are sent to, where runs keep their
+# Training jobs (apps.training, apps/training/runners.py): the queue they are sent to, where runs keep their
 # checkpoints and where trained versions are exported, how long a silent running job waits before beat
 # requeues it (a killed worker), torch threads and device of a training worker ("" = cuda if present).
 AREAL_TRAINING_QUEUE = env_str("AREAL_TRAINING_QUEUE", Queue.TRAIN.value)
@@ -309,10 +309,9 @@ AREAL_TRAINING_THREADS = env_int("AREAL_TRAINING_THREADS", 2)
 AREAL_TRAINING_DEVICE = env_str("AREAL_TRAINING_DEVICE", "") or None
 CELERY_BEAT_SCHEDULE["training-requeue-stale"] = {"task": "training.requeue_stale", "schedule": 60.0}
 
-# Live overview (apps.metrics.dashboard): a worker publishes each tenant's reward/success point this often.
+# Live overview (apps.metrics.outcomes): a worker publishes each tenant's reward/success point this often.
 # /metrics (Prometheus): with AREAL_METRICS_TOKEN set, scrapers send "Authorization: Bearer <token>";
 # without it, only loopback clients are answered.
-CELERY_IMPORTS += ["workers.tasks.metrics"]
 CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {
     "task": "metrics.overview_tick",
     "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10)),

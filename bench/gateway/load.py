@@ -22,12 +22,13 @@ percentile.
 
 import asyncio
 import json
-import math
 import time
 from collections import Counter
 from urllib.parse import urlsplit
 
 import httpx
+
+from workers.stats import percentile
 
 ENGINES = ("httpx", "raw")
 
@@ -283,18 +284,14 @@ async def run_concurrent(
         await asyncio.gather(*(session.aclose() for session in sessions))
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of an already sorted list."""
-    if not sorted_values:
-        return float("nan")
-    rank = max(1, min(len(sorted_values), math.ceil(q / 100.0 * len(sorted_values))))
-    return sorted_values[rank - 1]
-
-
 def percentiles(latencies: list[float]) -> dict[str, float]:
-    """p50 and p99 in milliseconds."""
-    ordered = sorted(latencies)
-    return {"p50": percentile(ordered, 50) * 1000.0, "p99": percentile(ordered, 99) * 1000.0}
+    """p50 and p99 in milliseconds (`workers.stats.percentile`); NaN when nothing succeeded."""
+
+    def milliseconds(fraction: float) -> float:
+        seconds = percentile(latencies, fraction)
+        return float("nan") if seconds is None else seconds * 1000.0
+
+    return {"p50": milliseconds(0.5), "p99": milliseconds(0.99)}
 
 
 def run_async(coroutine):

@@ -142,7 +142,6 @@ def statuses(outcomes: list[Outcome]) -> dict[str, int]:
 
 
 def p99_ms(outcomes: list[Outcome]) -> float | None:
-    import numpy
+    from workers.stats import percentile
 
-    latencies = [(outcome.ended - outcome.started) * 1000 for outcome in outcomes if outcome.ok]
-    return float(numpy.percentile(latencies, 99)) if latencies else None
+    return percentile([(outcome.ended - outcome.started) * 1000 for outcome in outcomes if outcome.ok], 0.99)

@@ -7,8 +7,9 @@ from apps.annotation.models import AnnotationLabel, AnnotationSkip
 from apps.annotation.services import annotation_queue_create
 from apps.rewards.models import Reward
 from apps.tenants.permissions import Role
-from tests.rewards.factories import SYSTEM, make_spec, make_trajectory
+from tests.rewards.factories import SYSTEM, make_spec
 from tests.tenants.factories import PASSWORD
+from tests.trajectories.factories import TrajectoryFactory
 from workers.envs.annotator import AnnotatorClient
 from workers.envs.users import SimulatedAnnotator
 from workers.envs.weather import Outcome
@@ -20,9 +21,9 @@ def test_annotator_signs_in_labels_known_outcomes_and_skips_unknown(live_server,
     import httpx
 
     spec = make_spec(tenant, name="quality", kind="numeric", minimum=0, maximum=1)
-    succeeded = make_trajectory(tenant, session_id="rl-ok", task_id="weather")
-    wrong = make_trajectory(tenant, session_id="rl-wrong", task_id="weather")
-    unknown = make_trajectory(tenant, session_id="rl-unknown", task_id="weather")
+    succeeded = TrajectoryFactory(tenant=tenant, session_id="rl-ok", task_id="weather")
+    wrong = TrajectoryFactory(tenant=tenant, session_id="rl-wrong", task_id="weather")
+    unknown = TrajectoryFactory(tenant=tenant, session_id="rl-unknown", task_id="weather")
     person = member(Role.ANNOTATOR)
     queue = annotation_queue_create(
         tenant=tenant,

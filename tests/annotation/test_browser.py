@@ -7,8 +7,9 @@ from apps.annotation.services import annotation_queue_create
 from apps.rewards.models import Reward
 from apps.tenants.permissions import Role
 from tests.browser_support import browser, page  # noqa: F401  (fixtures)
-from tests.rewards.factories import SYSTEM, make_spec, make_trajectory
+from tests.rewards.factories import SYSTEM, make_spec
 from tests.tenants.factories import PASSWORD
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -16,7 +17,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_annotator_labels_three_trajectories_with_the_keyboard(live_server, page, member, tenant):  # noqa: F811
     spec = make_spec(tenant, name="stars", kind="numeric", minimum=1, maximum=5)
     trajectories = [
-        make_trajectory(tenant, task_id="support", text=f"conversation {number}") for number in range(3)
+        TrajectoryFactory(tenant=tenant, task_id="support", text=f"conversation {number}")
+        for number in range(3)
     ]
     annotator = member(Role.ANNOTATOR)
     queue = annotation_queue_create(

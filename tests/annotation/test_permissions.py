@@ -9,7 +9,8 @@ from apps.audit.models import AuditEvent
 from apps.qualification.models import Qualification, Review
 from apps.rewards.models import Evaluator, Reward, RewardSpec
 from apps.tenants.permissions import Action, Role, role_can
-from tests.rewards.factories import SYSTEM, make_spec, make_trajectory
+from tests.rewards.factories import SYSTEM, make_spec
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -89,7 +90,7 @@ def _request(action, client, context):
 def test_role_action_matrix(role, action, tenant, api_client, member):
     user = member(role)
     spec = make_spec(tenant, name="ok", kind="boolean")
-    trajectory = make_trajectory(tenant)
+    trajectory = TrajectoryFactory(tenant=tenant)
     queue = annotation_queue_create(
         tenant=tenant,
         actor=SYSTEM,

@@ -11,7 +11,8 @@ from apps.audit.models import AuditEvent
 from apps.rewards.models import Reward
 from apps.rewards.selectors import training_reward
 from apps.tenants.permissions import Role
-from tests.rewards.factories import SYSTEM, make_spec, make_trajectory
+from tests.rewards.factories import SYSTEM, make_spec
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -19,11 +20,13 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def setup(tenant, other_tenant, member):
     spec = make_spec(tenant, name="helpful", kind="boolean")
-    trajectories = [make_trajectory(tenant, task_id="support", text=f"t{number}") for number in range(3)]
-    make_trajectory(tenant, task_id="other")
+    trajectories = [
+        TrajectoryFactory(tenant=tenant, task_id="support", text=f"t{number}") for number in range(3)
+    ]
+    TrajectoryFactory(tenant=tenant, task_id="other")
     ann_a, ann_b, outsider = member(Role.ANNOTATOR), member(Role.ANNOTATOR), member(Role.ANNOTATOR)
     their_spec = make_spec(other_tenant, name="theirs", kind="boolean")
-    make_trajectory(other_tenant, task_id="support")
+    TrajectoryFactory(tenant=other_tenant, task_id="support")
     theirs = annotation_queue_create(
         tenant=other_tenant,
         actor=SYSTEM,

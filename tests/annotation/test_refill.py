@@ -8,9 +8,10 @@ from django.utils import timezone
 
 from apps.annotation.models import AnnotationItem, AnnotationQueue
 from apps.annotation.services import annotation_queue_create
+from apps.annotation.tasks import fill_annotation_queues
 from apps.tenants.permissions import Role
-from tests.rewards.factories import SYSTEM, make_spec, make_trajectory
-from workers.tasks.annotation import fill_annotation_queues
+from tests.rewards.factories import SYSTEM, make_spec
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def queue(tenant):
     spec = make_spec(tenant, name="quality", kind="numeric", minimum=0, maximum=1)
-    make_trajectory(tenant, task_id="support")
+    TrajectoryFactory(tenant=tenant, task_id="support")
     return annotation_queue_create(
         tenant=tenant,
         actor=SYSTEM,
@@ -33,10 +34,10 @@ def queue(tenant):
 def test_the_beat_task_adds_new_matching_trajectories_once(tenant, other_tenant, queue):
     assert queue.items.count() == 1
     assert queue.filled_at is not None
-    new = make_trajectory(tenant, task_id="support")
-    make_trajectory(tenant, task_id="other")  # does not match
-    running = make_trajectory(tenant, task_id="support", status="open")  # matches once it completes
-    make_trajectory(other_tenant, task_id="support")  # another tenant's
+    new = TrajectoryFactory(tenant=tenant, task_id="support")
+    TrajectoryFactory(tenant=tenant, task_id="other")  # does not match
+    running = TrajectoryFactory(tenant=tenant, task_id="support", status="open")  # matches once it completes
+    TrajectoryFactory(tenant=other_tenant, task_id="support")  # another tenant's
 
     assert fill_annotation_queues() == 1
     items = set(AnnotationItem.objects.filter(queue=queue).values_list("trajectory_id", flat=True))
@@ -53,7 +54,9 @@ def test_the_beat_task_adds_new_matching_trajectories_once(tenant, other_tenant,
 
 
 def test_a_refill_looks_back_only_an_hour_before_the_last_fill(tenant, queue):
-    long_ago = make_trajectory(tenant, task_id="support", started_at=timezone.now() - timedelta(hours=3))
+    long_ago = TrajectoryFactory(
+        tenant=tenant, task_id="support", started_at=timezone.now() - timedelta(hours=3)
+    )
     fill_annotation_queues()
     assert not AnnotationItem.objects.filter(queue=queue, trajectory=long_ago).exists()
     AnnotationQueue.objects.filter(pk=queue.pk).update(filled_at=None)  # a full fill again takes everything
@@ -62,7 +65,7 @@ def test_a_refill_looks_back_only_an_hour_before_the_last_fill(tenant, queue):
 
 
 def test_fill_api_is_for_operators_of_the_tenant(api_client, member, tenant, other_tenant, queue):
-    make_trajectory(tenant, task_id="support")
+    TrajectoryFactory(tenant=tenant, task_id="support")
     annotator = api_client(user=member(Role.ANNOTATOR))
     assert annotator.post(f"/api/v1/annotation/queues/{queue.pk}/fill/").status_code == 403
     outsider = api_client(user=member(Role.OPERATOR, of=other_tenant))

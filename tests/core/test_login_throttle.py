@@ -10,8 +10,7 @@ from django.contrib.auth.hashers import MD5PasswordHasher
 from django.test import Client
 
 from apps.core.counters import counter_add, counter_value
-from apps.core.models import User
-from tests.tenants.factories import PASSWORD
+from tests.tenants.factories import PASSWORD, UserFactory
 
 ATTACKER = "127.0.0.2"
 USER_ADDRESS = "127.0.0.3"
@@ -56,7 +55,7 @@ def test_a_successful_sign_in_clears_its_failures(admin_user, settings):
 
 @pytest.mark.django_db
 def test_the_django_admin_sign_in_is_throttled(settings):
-    staff = User.objects.create_superuser("root", "root@example.test", PASSWORD)
+    staff = UserFactory(username="root", email="root@example.test", is_staff=True, is_superuser=True)
     client = Client(REMOTE_ADDR=ATTACKER)
     for _ in range(settings.AREAL_LOGIN_MAX_FAILURES):
         failed = client.post(

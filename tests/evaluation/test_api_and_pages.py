@@ -4,10 +4,11 @@ before it serves anyone."""
 
 import pytest
 
-from apps.evaluation.models import EvalCaseResult, EvalRun, RunStatus
+from apps.evaluation.models import EvalRun, RunStatus
 from apps.releases.models import ReleaseStatus, RoutingState
 from apps.releases.services import release_analyze, release_create, release_start
 from apps.tenants.permissions import Role
+from tests.evaluation.factories import EvalCaseResultFactory
 from tests.releases.helpers import SYSTEM, register_versions
 
 pytestmark = pytest.mark.django_db
@@ -23,7 +24,7 @@ def _finish(run_id, results: dict[str, bool], tenant):
     """Stores per-case results as the eval worker would, and marks the run succeeded."""
     run = EvalRun.objects.get(pk=run_id)
     for case in run.suite.cases.all():
-        EvalCaseResult.objects.create(
+        EvalCaseResultFactory(
             tenant=tenant, run=run, case=case, score=float(results[case.key]), passed=results[case.key]
         )
     EvalRun.objects.filter(pk=run_id).update(status=RunStatus.SUCCEEDED)

@@ -1,8 +1,8 @@
 import asyncio
 
-from apps.gateway.sanitizer import Sanitizer
 from apps.trajectories.models import Step, Trajectory
 from workers.atdp.tokens import unpack_floats, unpack_ids, unpack_versions
+from workers.pii import Sanitizer
 
 
 def drain(gateway) -> None:

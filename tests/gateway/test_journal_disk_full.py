@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from apps.gateway import app as app_module
+from apps.gateway import generation as generation_module
 from apps.gateway import journal as journal_module
 from apps.gateway.models import BudgetLedger
 from apps.trajectories.models import Step
@@ -109,8 +109,8 @@ def test_a_disk_without_room_is_refused_before_forwarding(gateway, backend, agen
     headers = {"Authorization": f"Bearer {agent_key('inference')}"}
     monkeypatch.setattr(journal_module, "free_bytes", lambda directory: 1024)
     forwarded = []
-    real_session = app_module.backend_session
-    monkeypatch.setattr(app_module, "backend_session", lambda: forwarded.append(1) or real_session())
+    real_session = generation_module.backend_session
+    monkeypatch.setattr(generation_module, "backend_session", lambda: forwarded.append(1) or real_session())
     refused = httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers=headers, timeout=60)
     assert refused.status_code == 503
     assert int(refused.headers["retry-after"]) > 0

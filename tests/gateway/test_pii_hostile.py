@@ -8,10 +8,10 @@ import time
 import httpx
 import pytest
 
-from apps.gateway.sanitizer import PLACEHOLDER_TEMPLATE, UNSCANNED
 from apps.trajectories.models import Step
 from tests.gateway.conftest import MODEL
 from tests.gateway.helpers import drain
+from workers.pii import PLACEHOLDER_TEMPLATE, UNSCANNED
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

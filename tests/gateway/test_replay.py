@@ -7,10 +7,10 @@ from apps.audit.models import AuditEvent
 from apps.inference.models import BackendKind, BackendState
 from apps.tenants.models import TenantPolicy
 from apps.trajectories.models import Step, Trajectory
+from apps.trajectories.tasks import replay_trajectory
 from tests.gateway.conftest import MODEL
 from tests.gateway.helpers import drain, step_tokens
 from tests.inference.factories import BackendFactory
-from workers.tasks.trajectories import replay_trajectory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,33 +11,20 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.audit.services import Actor
-from apps.metrics.dashboard import overview_tick
+from apps.metrics.outcomes import overview_tick
 from apps.metrics.traffic import gateway_steps_recorded, traffic_points
 from apps.releases.models import AnalysisRun, ReleaseStatus
-from apps.rewards.models import Reward
 from apps.tenants.permissions import Role
-from apps.training.models import TrainingMetric
 from apps.training.services import alias_move
 from apps.trajectories.selectors import reward_outcomes_per_minute, step_traffic_per_minute
 from areal_web.asgi import application
 from tests.metrics.exposition import sample
 from tests.releases.helpers import release_at
-from tests.rewards.factories import make_trajectory
+from tests.rewards.factories import RewardFactory
 from tests.tenants.factories import MembershipFactory
-from tests.training.helpers import queued_job
+from tests.training.factories import OnlineRunFactory, TrainingJobFactory, TrainingMetricFactory
 from tests.trajectories.builders import gateway_step, ingested
-
-
-def _reward(trajectory, value, *, at=None, kind="numeric"):
-    return Reward.objects.create(
-        tenant=trajectory.tenant,
-        trajectory=trajectory,
-        target="trajectory",
-        value=value,
-        kind=kind,
-        source="environment",
-        created_at=at or timezone.now(),
-    )
+from tests.trajectories.factories import TrajectoryFactory
 
 
 @pytest.mark.django_db
@@ -55,19 +42,20 @@ def test_traffic_per_minute_counts_errors_and_percentiles_of_the_tenant_only(ten
     rows = step_traffic_per_minute(tenant=tenant, since=minute - timedelta(hours=1))
 
     assert rows == [
-        {"minute": minute.replace(second=0), "requests": 20, "errors": 1, "p50_ms": 100.0, "p95_ms": 190.0}
-    ]
+        {"minute": minute.replace(second=0), "requests": 20, "errors": 1, "p50_ms": 105.0, "p95_ms": 190.5}
+    ]  # latencies 10..200: percentiles interpolate between the nearest ranks (workers.stats.percentile)
 
 
 @pytest.mark.django_db
 def test_outcomes_per_minute_mean_and_success_rate(tenant, other_tenant):
-    trajectory = make_trajectory(tenant)
+    trajectory = TrajectoryFactory(tenant=tenant)
     earlier = timezone.now().replace(second=1, microsecond=0) - timedelta(minutes=3)
     for value in (1.0, 0.0, 1.0, 0.2):
-        _reward(trajectory, value, at=earlier)
-    _reward(trajectory, 1.0)
-    _reward(trajectory, 0.0, kind="critique")  # a correction, not a score
-    _reward(make_trajectory(other_tenant), 0.0)
+        RewardFactory(trajectory=trajectory, value=value, source="environment", created_at=earlier)
+    RewardFactory(trajectory=trajectory, value=1.0, source="environment")
+    # A correction, not a score:
+    RewardFactory(trajectory=trajectory, value=0.0, source="environment", kind="critique")
+    RewardFactory(trajectory=TrajectoryFactory(tenant=other_tenant), value=0.0, source="environment")
 
     rows = reward_outcomes_per_minute(tenant=tenant, since=earlier - timedelta(minutes=1))
 
@@ -85,7 +73,7 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
         tenant, "s1", [gateway_step(tenant, "s1", latency_ms=30), gateway_step(tenant, "s1", latency_ms=50)]
     )
     ingested(other_tenant, "x", [gateway_step(other_tenant, "x")])
-    _reward(make_trajectory(tenant, steps=0), 1.0)
+    RewardFactory(trajectory=TrajectoryFactory(tenant=tenant, steps=0), value=1.0, source="environment")
     release = release_at(tenant, ReleaseStatus.CANARY, stage_index=0, stages=[10, 100])
     alias_move(
         tenant=tenant,
@@ -111,9 +99,9 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
             }
         ],
     )
-    job = queued_job(tenant, status="running")
-    TrainingMetric.objects.create(tenant=tenant, job=job, step=1, values={"loss": 2.5})
-    TrainingMetric.objects.create(tenant=tenant, job=job, step=2, values={"loss": 2.25})
+    job = TrainingJobFactory(tenant=tenant, status="running")
+    TrainingMetricFactory(job=job, step=1, values={"loss": 2.5})
+    TrainingMetricFactory(job=job, step=2, values={"loss": 2.25})
     client.force_login(user)
 
     response = client.get("/")
@@ -129,8 +117,8 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
     )
     assert set(figures) == {"traffic", "latency", "outcomes", "loss"}
     assert figures["traffic"]["data"][0]["y"] == [2]  # the other tenant's call is not counted
-    assert figures["latency"]["data"][0]["y"] == [30.0]
-    assert figures["latency"]["data"][1]["y"] == [50.0]
+    assert figures["latency"]["data"][0]["y"] == [40.0]  # p50 of 30 and 50 ms
+    assert figures["latency"]["data"][1]["y"] == [49.0]  # p95
     assert figures["outcomes"]["data"][0]["y"] == [1.0]
     assert figures["outcomes"]["data"][1]["y"] == [1.0]
     markers = [note["text"] for note in figures["outcomes"]["layout"]["annotations"]]
@@ -155,7 +143,6 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
 @pytest.mark.django_db
 def test_online_runs_loss_is_drawn_and_streamed(tenant, other_tenant, client):
     """An online run's loss comes from the versions it registered; a running run's step stream is listened to."""
-    from apps.training.models import OnlineRun
     from apps.training.services import model_version_register
 
     def run_with_losses(owner, losses):
@@ -166,9 +153,7 @@ def test_online_runs_loss_is_drawn_and_streamed(tenant, other_tenant, client):
             checkpoint_path="/nonexistent",
             tokenizer_hash="t",
         )
-        run = OnlineRun.objects.create(
-            tenant=owner, model_name="weather", base_version=base, current_version=base
-        )
+        run = OnlineRunFactory(tenant=owner, model_name="weather", base_version=base, current_version=base)
         for step, loss in enumerate(losses, 1):
             model_version_register(
                 tenant=owner,
@@ -273,10 +258,10 @@ async def test_outcome_tick_publishes_the_current_minute_per_tenant(tenant, othe
 
     @sync_to_async
     def rewards_and_tick():
-        trajectory = make_trajectory(tenant)
-        _reward(trajectory, 1.0)
-        _reward(trajectory, 0.0)
-        _reward(make_trajectory(other_tenant), 1.0)
+        trajectory = TrajectoryFactory(tenant=tenant)
+        RewardFactory(trajectory=trajectory, value=1.0, source="environment")
+        RewardFactory(trajectory=trajectory, value=0.0, source="environment")
+        RewardFactory(trajectory=TrajectoryFactory(tenant=other_tenant), value=1.0, source="environment")
         return overview_tick()
 
     assert await rewards_and_tick() == 2

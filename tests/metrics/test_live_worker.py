@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.utils import timezone
 
-from apps.rewards.models import Reward
+from apps.metrics.tasks import overview_tick
 from apps.tenants.permissions import Role
 from tests.metrics.test_dashboard import _subscribed
-from tests.rewards.factories import make_trajectory
+from tests.rewards.factories import RewardFactory
 from tests.tenants.factories import MembershipFactory
+from tests.trajectories.factories import TrajectoryFactory
 from tests.workers_support import celery_worker
-from workers.tasks.metrics import overview_tick
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -25,15 +24,7 @@ ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "live-latenc
 async def test_worker_point_reaches_the_page_in_under_a_second(tenant, tmp_path):
     @sync_to_async
     def setup():
-        trajectory = make_trajectory(tenant, steps=0)
-        Reward.objects.create(
-            tenant=tenant,
-            trajectory=trajectory,
-            target="trajectory",
-            value=1.0,
-            source="environment",
-            created_at=timezone.now(),
-        )
+        RewardFactory(trajectory=TrajectoryFactory(tenant=tenant, steps=0), value=1.0, source="environment")
         return MembershipFactory(tenant=tenant, role=Role.VIEWER).user
 
     socket = await _subscribed(await setup(), "overview.outcomes")

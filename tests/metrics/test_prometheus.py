@@ -12,8 +12,8 @@ import pytest
 from apps.metrics.traffic import gateway_steps_recorded
 from apps.releases.models import ReleaseStatus
 from tests.metrics.exposition import parse
-from tests.releases.helpers import release_row
-from tests.training.helpers import queued_job
+from tests.releases.factories import ReleaseFactory
+from tests.training.factories import TrainingJobFactory
 from tests.trajectories.builders import gateway_step, ingested
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,9 +61,9 @@ def test_metrics_endpoint_reports_gateway_steps_queues_jobs_and_releases(client,
     gateway_steps_recorded(
         [gateway_step(tenant, "s1", latency_ms=120), gateway_step(tenant, "s1", error="boom")]
     )
-    queued_job(tenant)
-    queued_job(tenant, status="running")
-    release_row(tenant, ReleaseStatus.CANARY)
+    TrainingJobFactory(tenant=tenant)
+    TrainingJobFactory(tenant=tenant, status="running")
+    ReleaseFactory(tenant=tenant, status=ReleaseStatus.CANARY)
 
     response = client.get("/metrics")
 
@@ -95,7 +95,7 @@ def test_metrics_endpoint_reports_gateway_steps_queues_jobs_and_releases(client,
 
 @pytest.mark.django_db
 def test_queue_depth_counts_waiting_messages(client, settings):
-    from workers.tasks.core import ping
+    from apps.core.tasks import ping
 
     def depth():
         return parse(client.get("/metrics").content.decode())[1][

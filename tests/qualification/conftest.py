@@ -1,7 +1,8 @@
 import pytest
 
 from apps.rewards.services import reward_append_for_agent
-from tests.rewards.factories import make_spec, make_trajectory
+from tests.rewards.factories import make_spec
+from tests.trajectories.factories import TrajectoryFactory
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def good_trajectory(tenant):
     def make(*, reward=0.8, text=None, **fields):
         import uuid
 
-        trajectory = make_trajectory(tenant, text=text or uuid.uuid4().hex, **fields)
+        trajectory = TrajectoryFactory(tenant=tenant, text=text or uuid.uuid4().hex, **fields)
         if reward is not None:
             reward_append_for_agent(
                 tenant_id=tenant.pk,

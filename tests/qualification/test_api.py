@@ -9,7 +9,8 @@ from apps.qualification.services import qualification_evaluate
 from apps.rewards.services import reward_append_for_agent
 from apps.tenants.permissions import Role
 from apps.trajectories.services import trajectory_end, trajectory_open
-from tests.rewards.factories import make_spec, make_trajectory
+from tests.rewards.factories import make_spec
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def planted(other_tenant):
     make_spec(other_tenant)
-    trajectory = make_trajectory(other_tenant, agent_name="theirs", purpose="eval")
+    trajectory = TrajectoryFactory(tenant=other_tenant, agent_name="theirs", purpose="eval")
     reward_append_for_agent(
         tenant_id=other_tenant.pk,
         session_id=trajectory.session_id,
@@ -31,7 +32,7 @@ def planted(other_tenant):
         created_by="t",
     )
     qualification_evaluate(trajectory_id=trajectory.pk)
-    good = make_trajectory(other_tenant, agent_name="theirs", text="their good one")
+    good = TrajectoryFactory(tenant=other_tenant, agent_name="theirs", text="their good one")
     reward_append_for_agent(
         tenant_id=other_tenant.pk,
         session_id=good.session_id,

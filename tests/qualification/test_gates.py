@@ -7,13 +7,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.qualification.models import QualificationLimits, QualificationReason
+from apps.qualification.models import QualificationReason
 from apps.qualification.services import qualification_evaluate, review_set
+from apps.qualification.tasks import evaluate_trajectory
 from apps.tenants.models import TenantPolicy
 from apps.trajectories.models import Step
+from tests.qualification.factories import QualificationLimitsFactory
 from tests.rewards.factories import SYSTEM
 from workers.qualification.gates import GATE_CODES, Limits, StepFacts, TrajectoryFacts, evaluate
-from workers.tasks.qualification import evaluate_trajectory
 
 pytestmark = pytest.mark.django_db
 
@@ -79,7 +80,7 @@ def test_reviewed_if_required(good_trajectory, tenant):
 
 
 def test_within_length_limits(good_trajectory, tenant):
-    QualificationLimits.objects.create(tenant=tenant, max_steps=2, max_tokens=1000)
+    QualificationLimitsFactory(tenant=tenant, max_steps=2, max_tokens=1000)
     assert _reasons(good_trajectory(steps=3)) == ["within_length_limits"]
     assert _reasons(good_trajectory(steps=2)) == []
 

@@ -6,7 +6,7 @@ from apps.audit.models import AuditEvent
 from apps.qualification.models import Qualification, Review
 from apps.qualification.services import qualification_evaluate
 from apps.tenants.permissions import Role
-from tests.rewards.factories import make_trajectory
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -16,7 +16,7 @@ def judged(tenant, other_tenant, good_trajectory):
     rows = {
         "qualified": good_trajectory(agent_name="helper", task_id="t1", group_id="g1"),
         "eval": good_trajectory(purpose="eval"),
-        "theirs": make_trajectory(other_tenant, agent_name="theirs", purpose="replay"),
+        "theirs": TrajectoryFactory(tenant=other_tenant, agent_name="theirs", purpose="replay"),
     }
     for trajectory in rows.values():
         qualification_evaluate(trajectory_id=trajectory.pk)

@@ -3,6 +3,7 @@ from apps.releases.models import Release, ReleaseStatus
 from apps.releases.services import release_create
 from apps.training.models import VersionStatus
 from apps.training.services import alias_move, model_version_register
+from tests.releases.factories import ReleaseFactory
 
 SYSTEM = Actor.system("test")
 MODEL = "policy-small"
@@ -63,37 +64,5 @@ def release_at(
 
 
 def release_row(tenant, status: str = ReleaseStatus.DRAFT) -> Release:
-    """A release written straight to the tables, without audit events (for the permission matrix, which
-    counts audit events around the request)."""
-    import uuid
-
-    from apps.training.models import ModelVersion
-
-    name = f"matrix-{uuid.uuid4().hex[:8]}"
-    baseline = ModelVersion.objects.create(
-        tenant=tenant,
-        name=name,
-        number=0,
-        checkpoint_path="/m/0",
-        tokenizer_hash="t",
-        status=VersionStatus.PRODUCTION,
-    )
-    serving = status in {ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL}
-    candidate = ModelVersion.objects.create(
-        tenant=tenant,
-        name=name,
-        number=1,
-        checkpoint_path="/m/1",
-        tokenizer_hash="t",
-        parent=baseline,
-        status=VersionStatus.CANARY if serving else VersionStatus.CANDIDATE,
-    )
-    return Release.objects.create(
-        tenant=tenant,
-        model=name,
-        candidate=candidate,
-        baseline=baseline,
-        status=status,
-        stages=[5, 100],
-        stage_index=0 if serving else -1,
-    )
+    """ReleaseFactory under its old name, for tests/core/test_immutable.py, which other work is adding."""
+    return ReleaseFactory(tenant=tenant, status=status)

@@ -17,6 +17,7 @@ from apps.trajectories.models import Step
 from tests.gateway.conftest import MODEL, agent_key, embedded_backend_url, gateway  # noqa: F401  (fixtures)
 from tests.gateway.helpers import drain
 from tests.inference.factories import BackendFactory
+from tests.releases.factories import RoutingStateFactory
 from tests.releases.helpers import SYSTEM, register_versions
 from tests.workers.inference.conftest import default_model_dir  # noqa: F401  (fixture)
 
@@ -130,7 +131,7 @@ def test_a_routing_change_reaches_new_sessions_within_the_cache_time(tenant, set
     baseline, candidate = register_versions(tenant)
     assert routing_plan(tenant_id=tenant.pk, model=baseline.name) is None
     routing_cache_clear()
-    RoutingState.objects.create(tenant=tenant, model=baseline.name, stable=baseline)
+    RoutingStateFactory(tenant=tenant, model=baseline.name, stable=baseline)
     assert routing_plan(tenant_id=tenant.pk, model=baseline.name).canary is None
     RoutingState.objects.filter(tenant=tenant).update(
         canary=candidate, canary_percent=30

@@ -9,6 +9,7 @@ from django.db import connection
 from apps.audit.models import AuditEvent
 from apps.audit.services import Actor
 from apps.core.errors import Conflict, Forbidden, ValidationFailed
+from apps.core.models import ImmutableRowError
 from apps.releases.models import RELEASE_TRANSITIONS, Release, ReleaseEvent, ReleaseStatus, ServingEvent
 from apps.releases.services import _transition, release_approve, release_create, release_rollback
 from apps.training.models import AliasMove, ModelVersion, VersionStatus
@@ -151,11 +152,11 @@ def test_history_rows_are_immutable(tenant):
     release_approve(tenant=tenant, actor=SYSTEM, release_id=release.pk)
     event = ServingEvent.objects.get(release=release)
     event.reason = "rewritten"
-    with pytest.raises(TypeError):
+    with pytest.raises(ImmutableRowError):
         event.save()
-    with pytest.raises(TypeError):
+    with pytest.raises(ImmutableRowError):
         ServingEvent.objects.filter(pk=event.pk).update(reason="rewritten")
-    with pytest.raises(TypeError):
+    with pytest.raises(ImmutableRowError):
         ReleaseEvent.objects.filter(release=release).delete()
 
 

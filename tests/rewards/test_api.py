@@ -7,7 +7,8 @@ from apps.audit.models import AuditEvent
 from apps.rewards.models import Reward, RewardSpec
 from apps.rewards.services import reward_append_for_agent
 from apps.tenants.permissions import Role
-from tests.rewards.factories import make_reward, make_spec, make_trajectory
+from tests.rewards.factories import RewardFactory, make_spec
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def planted(other_tenant):
     spec = make_spec(other_tenant, name="theirs")
-    trajectory = make_trajectory(other_tenant, session_id="their-session")
+    trajectory = TrajectoryFactory(tenant=other_tenant, session_id="their-session")
     reward_append_for_agent(
         tenant_id=other_tenant.pk,
         session_id="their-session",
@@ -71,7 +72,7 @@ def test_spec_create_list_detail_and_isolation(api_client, admin_user, tenant, p
 
 def test_reward_create_checks_the_spec_and_lists_with_filters(api_client, member, tenant, planted):
     make_spec(tenant, name="quality", minimum=0, maximum=1)
-    trajectory = make_trajectory(tenant)
+    trajectory = TrajectoryFactory(tenant=tenant)
     annotator = member(Role.ANNOTATOR)
     client = api_client(user=annotator)
     out = client.post("/api/v1/rewards/", {"trajectory_id": str(trajectory.pk), "value": 1.5}, format="json")
@@ -119,7 +120,7 @@ def test_reward_create_checks_the_spec_and_lists_with_filters(api_client, member
 
 
 def test_idempotency_key_stores_one_reward(api_client, tenant):
-    trajectory = make_trajectory(tenant)
+    trajectory = TrajectoryFactory(tenant=tenant)
     client = api_client(["rewards:write", "trajectories:read"])
     body = {"trajectory_id": str(trajectory.pk), "value": 0.3, "source": "rule", "idempotency_key": "k1"}
     first, again = (
@@ -135,9 +136,9 @@ def test_idempotency_key_stores_one_reward(api_client, tenant):
 
 def test_override_is_a_new_audited_reward_that_wins(api_client, member, tenant):
     spec = make_spec(tenant)
-    trajectory = make_trajectory(tenant)
+    trajectory = TrajectoryFactory(tenant=tenant)
     for source, value in [("evaluator", 0.2), ("user", 0.9)]:
-        make_reward(trajectory, source=source, value=value, spec=spec)
+        RewardFactory(trajectory=trajectory, source=source, value=value, spec=spec)
     summary = api_client(user=member(Role.VIEWER)).get(f"/api/v1/rewards/trajectories/{trajectory.pk}/")
     assert summary.json()["training_reward"] == 0.9  # user beats evaluator by the default priority
     annotator = api_client(user=member(Role.ANNOTATOR))
@@ -177,9 +178,9 @@ def test_override_is_a_new_audited_reward_that_wins(api_client, member, tenant):
 
 def test_weighted_sum_training_reward(api_client, tenant):
     spec = make_spec(tenant, combination="weighted_sum", source_weights={"evaluator": 0.5, "user": 0.5})
-    trajectory = make_trajectory(tenant)
+    trajectory = TrajectoryFactory(tenant=tenant)
     for source, value in [("evaluator", 1.0), ("user", 0.0), ("agent", 1.0)]:
-        make_reward(trajectory, source=source, value=value, spec=spec)
+        RewardFactory(trajectory=trajectory, source=source, value=value, spec=spec)
     summary = api_client(["trajectories:read"]).get(f"/api/v1/rewards/trajectories/{trajectory.pk}/").json()
     assert summary["training_reward"] == 0.5
 
@@ -187,8 +188,8 @@ def test_weighted_sum_training_reward(api_client, tenant):
 def test_agent_spec_beats_tenant_wide_spec(tenant):
     make_spec(tenant, name="quality", maximum=1.0)
     make_spec(tenant, name="quality", agent_name="coder", maximum=10.0)
-    coder = make_trajectory(tenant, agent_name="coder")
-    helper = make_trajectory(tenant, agent_name="helper")
+    coder = TrajectoryFactory(tenant=tenant, agent_name="coder")
+    helper = TrajectoryFactory(tenant=tenant, agent_name="helper")
     ok = reward_append_for_agent(
         tenant_id=tenant.pk,
         session_id=coder.session_id,

@@ -4,21 +4,23 @@ once per version, when a trajectory ends and on demand."""
 import pytest
 
 from apps.audit.models import AuditEvent
+from apps.core.errors import NotFound
 from apps.qualification.models import Qualification
 from apps.rewards.models import Evaluator, Reward
-from apps.rewards.services import evaluator_create
+from apps.rewards.services import evaluator_create, evaluator_run_enqueue
+from apps.rewards.tasks import run_evaluators
 from apps.tenants.permissions import Role
 from apps.trajectories.models import Step
 from apps.trajectories.services import trajectory_end
 from tests.qualification.conftest import eager_tasks  # noqa: F401  (fixture)
-from tests.rewards.factories import SYSTEM, make_trajectory
-from workers.tasks.rewards import run_evaluators
+from tests.rewards.factories import SYSTEM
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def _answering(tenant, text, **fields):
-    trajectory = make_trajectory(tenant, steps=2, **fields)
+    trajectory = TrajectoryFactory(tenant=tenant, steps=2, **fields)
     Step.objects.filter(trajectory=trajectory, index=1).update(
         action={"text": text},
         observation={
@@ -84,7 +86,7 @@ def test_evaluator_api(
     theirs = evaluator_create(
         tenant=other_tenant, actor=SYSTEM, name="theirs", kind="regex", config={"pattern": "."}
     )
-    their_trajectory = make_trajectory(other_tenant)
+    their_trajectory = TrajectoryFactory(tenant=other_tenant)
     operator = api_client(user=member(Role.OPERATOR))
     created = operator.post(
         "/api/v1/evaluators/",
@@ -126,3 +128,24 @@ def test_evaluator_api(
         == 404
     )
     assert not Reward.objects.filter(tenant=other_tenant).exists()
+
+
+def test_running_an_evaluator_is_enqueued_on_commit_within_the_tenant(
+    tenant, other_tenant, django_capture_on_commit_callbacks, monkeypatch
+):
+    evaluator = evaluator_create(
+        tenant=tenant, actor=SYSTEM, name="digits", kind="regex", config={"pattern": "."}
+    )
+    trajectory = _answering(tenant, "answer 42")
+    theirs = TrajectoryFactory(tenant=other_tenant)
+    sent = []
+    monkeypatch.setattr(run_evaluators, "delay", lambda *args: sent.append(args))
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        evaluator_run_enqueue(tenant=tenant, evaluator=evaluator, trajectory=trajectory)
+        assert sent == []  # nothing is sent before the commit
+    assert len(callbacks) == 1
+    assert sent == [(str(trajectory.pk), evaluator.pk)]
+    with django_capture_on_commit_callbacks(execute=True) as callbacks, pytest.raises(NotFound):
+        evaluator_run_enqueue(tenant=tenant, evaluator=evaluator, trajectory=theirs)
+    assert callbacks == []
+    assert len(sent) == 1

@@ -10,8 +10,9 @@ from apps.audit.services import Actor
 from apps.rewards.models import Reward
 from apps.rewards.selectors import feedback_summary
 from apps.tenants.services import api_key_create
-from apps.trajectories.models import Step, trajectory_id_for
-from tests.rewards.factories import make_spec, make_trajectory
+from apps.trajectories.models import Trajectory, trajectory_id_for
+from tests.rewards.factories import make_spec
+from tests.trajectories.factories import StepFactory, TrajectoryFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,7 +29,7 @@ def test_v1_rewards_are_checked_against_the_spec(gateway_url, tenant, other_tena
     make_spec(
         tenant, name="verdict", kind="categorical", categories={"good": 1, "bad": 0}, is_training_reward=False
     )
-    trajectory = make_trajectory(tenant, session_id="chat-1")
+    trajectory = TrajectoryFactory(tenant=tenant, session_id="chat-1")
     headers = _key(tenant, "rewards:write")
     out = httpx.post(f"{gateway_url}/v1/rewards", json={"session_id": "chat-1", "value": 3}, headers=headers)
     assert out.status_code == 422
@@ -76,8 +77,8 @@ def test_v1_rewards_are_checked_against_the_spec(gateway_url, tenant, other_tena
 
 
 def test_end_user_thumbs_and_corrections(gateway_url, tenant, other_tenant):
-    trajectory = make_trajectory(tenant, session_id="chat-2")
-    make_trajectory(other_tenant, session_id="chat-2")
+    trajectory = TrajectoryFactory(tenant=tenant, session_id="chat-2")
+    TrajectoryFactory(tenant=other_tenant, session_id="chat-2")
     step = trajectory.steps.order_by("index").last()
     headers = _key(tenant, "rewards:write")
     up = httpx.post(
@@ -126,7 +127,7 @@ def test_set_reward_is_held_to_the_training_spec(gateway_url, tenant):
         f"{gateway_url}/rl/start_session", json={"task_id": "t"}, headers=_key(tenant, "inference")
     ).json()
     trajectory_id = trajectory_id_for(tenant_id=tenant.pk, session_id=started["session_id"])
-    step = Step.objects.create(tenant=tenant, trajectory_id=trajectory_id, index=0, kind="llm_call")
+    step = StepFactory(trajectory=Trajectory.objects.get(pk=trajectory_id), index=0, with_tokens=False)
     auth = {"Authorization": f"Bearer {started['api_key']}"}
     out = httpx.post(
         f"{gateway_url}/rl/set_reward", json={"reward": 0.5, "interaction_id": str(step.pk)}, headers=auth

@@ -10,13 +10,14 @@ from apps.core.errors import Gone
 from apps.rewards.models import Reward
 from apps.rewards.services import reward_append_for_agent, reward_create
 from apps.tenants.models import TenantPolicy
-from tests.rewards.factories import SYSTEM, make_trajectory
+from tests.rewards.factories import SYSTEM
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def _ended(tenant, hours_ago):
-    trajectory = make_trajectory(tenant)
+    trajectory = TrajectoryFactory(tenant=tenant)
     trajectory.ended_at = timezone.now() - timedelta(hours=hours_ago)
     trajectory.save(update_fields=["ended_at"])
     return trajectory

@@ -12,9 +12,9 @@ BEFORE, AFTER = [("rewards", "0003_evaluator")], [("rewards", "0004_reward_idemp
 def test_existing_rewards_get_the_scope_of_their_writer(tenant, member):
     from apps.audit.services import Actor
     from apps.tenants.services import api_key_create
-    from tests.rewards.factories import make_trajectory
+    from tests.trajectories.factories import TrajectoryFactory
 
-    trajectory = make_trajectory(tenant)
+    trajectory = TrajectoryFactory(tenant=tenant)
     key, _ = api_key_create(tenant=tenant, actor=Actor.system("test"), name="agent", scopes=["rewards:write"])
     person = member()
     executor = MigrationExecutor(connection)

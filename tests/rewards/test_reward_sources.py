@@ -12,11 +12,12 @@ from apps.annotation.services import annotation_queue_create
 from apps.audit.services import Actor
 from apps.rewards.models import Reward
 from apps.rewards.services import evaluator_create
+from apps.rewards.tasks import run_evaluators
 from apps.tenants.permissions import Role
 from apps.tenants.services import api_key_create
-from apps.trajectories.models import Step, Trajectory
-from tests.rewards.factories import SYSTEM, make_spec, make_trajectory
-from workers.tasks.rewards import run_evaluators
+from apps.trajectories.models import Trajectory
+from tests.rewards.factories import SYSTEM, make_spec
+from tests.trajectories.factories import StepFactory, TrajectoryFactory
 
 
 def _key(tenant, *scopes) -> str:
@@ -29,7 +30,7 @@ def _key(tenant, *scopes) -> str:
 def _setting(tenant, member):
     """A trajectory in an annotation queue with one assigned annotator, and an evaluator over it."""
     spec = make_spec(tenant, name="quality", minimum=0, maximum=1)
-    trajectory = make_trajectory(tenant, task_id="support")
+    trajectory = TrajectoryFactory(tenant=tenant, task_id="support")
     annotator = member(Role.ANNOTATOR)
     queue = annotation_queue_create(
         tenant=tenant,
@@ -103,7 +104,7 @@ def test_an_agent_key_cannot_take_annotator_or_evaluator_rewards_through_the_gat
 
     # The other order: the evaluator first, then the agent with its key: a new agent reward, and the
     # evaluator's stays its own (a re-run is still idempotent).
-    second = make_trajectory(tenant, task_id="other")
+    second = TrajectoryFactory(tenant=tenant, task_id="other")
     run_evaluators.apply(args=[str(second.pk)]).get()
     late = httpx.post(
         f"{gateway_url}/v1/rewards",
@@ -134,14 +135,13 @@ def test_rl_set_reward_stores_an_agent_reward_whatever_the_body_claims(gateway_u
     )
     assert started.status_code == 200, started.text
     session = Trajectory.objects.get(tenant=tenant, session_id=started.json()["session_id"])
-    step = Step.objects.create(
-        tenant=tenant,
+    step = StepFactory(
         trajectory=session,
         index=0,
-        kind="llm_call",
         observation={"messages": []},
         action={"text": "hi"},
         result={},
+        with_tokens=False,
     )
     set_reward = httpx.post(
         f"{gateway_url}/rl/set_reward",

@@ -92,9 +92,9 @@ def _request(action, client, context):
     if action is Action.RELEASE_VIEW:
         return client.get("/api/v1/releases/")
     if action is Action.RELEASE_MANAGE:
-        from tests.releases.helpers import release_row
+        from tests.releases.factories import ReleaseFactory
 
-        draft = release_row(tenant)
+        draft = ReleaseFactory(tenant=tenant)
         draft.delete()
         return client.post(
             "/api/v1/releases/",
@@ -102,35 +102,37 @@ def _request(action, client, context):
             format="json",
         )
     if action is Action.RELEASE_APPROVE:
-        from tests.releases.helpers import release_row
+        from tests.releases.factories import ReleaseFactory
 
-        return client.post(f"/api/v1/releases/{release_row(tenant, 'awaiting_approval').pk}/approve/")
+        awaiting = ReleaseFactory(tenant=tenant, status="awaiting_approval")
+        return client.post(f"/api/v1/releases/{awaiting.pk}/approve/")
     if action is Action.RELEASE_ROLLBACK:
-        from tests.releases.helpers import release_row
+        from tests.releases.factories import ReleaseFactory
 
-        return client.post(f"/api/v1/releases/{release_row(tenant, 'canary').pk}/rollback/")
+        canary = ReleaseFactory(tenant=tenant, status="canary")
+        return client.post(f"/api/v1/releases/{canary.pk}/rollback/")
     if action is Action.SERVING_VIEW:
         return client.get("/api/v1/serving-history/")
     if action is Action.TRAINING_VIEW:
         return client.get("/api/v1/training-jobs/")
     if action is Action.TRAINING_MANAGE:
-        from tests.training.helpers import queued_job
+        from tests.training.factories import TrainingJobFactory
 
-        return client.post(f"/api/v1/training-jobs/{queued_job(tenant).pk}/cancel/")
+        return client.post(f"/api/v1/training-jobs/{TrainingJobFactory(tenant=tenant).pk}/cancel/")
     if action is Action.MODEL_VERSION_VIEW:
-        from tests.training.helpers import queued_job
+        from tests.training.factories import ModelVersionFactory
 
-        return client.get(f"/api/v1/model-versions/{queued_job(tenant).base_version_id}/lineage/")
+        return client.get(f"/api/v1/model-versions/{ModelVersionFactory(tenant=tenant).pk}/lineage/")
     if action is Action.MODEL_VERSION_PUBLISH:
-        from tests.training.helpers import queued_job
+        from tests.training.factories import ModelVersionFactory
 
-        return client.post(f"/api/v1/model-versions/{queued_job(tenant).base_version_id}/publish/")
+        return client.post(f"/api/v1/model-versions/{ModelVersionFactory(tenant=tenant).pk}/publish/")
     if action is Action.MODEL_ALIAS_MANAGE:
-        from tests.training.helpers import queued_job
+        from tests.training.factories import ModelVersionFactory
 
         return client.post(
             "/api/v1/model-aliases/",
-            {"alias": "candidate", "version_id": queued_job(tenant).base_version_id},
+            {"alias": "candidate", "version_id": ModelVersionFactory(tenant=tenant).pk},
             format="json",
         )
     raise AssertionError(f"no request for {action}")

@@ -4,7 +4,8 @@ versions (list, detail, lineage, publish) and aliases; another tenant's rows sta
 import pytest
 
 from apps.training.models import JobStatus, TrainingJob
-from tests.training.helpers import MODEL, SYSTEM, base_version, qualified_trajectories, queued_job
+from tests.training.factories import TrainingJobFactory
+from tests.training.helpers import MODEL, SYSTEM, base_version, qualified_trajectories
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +20,7 @@ def base(tenant, tmp_path):
 def test_create_freezes_the_qualified_queue_and_enqueues_on_commit(
     api_client, tenant, base, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from workers.tasks.training import run_training_job
+    from apps.training.tasks import run_training_job
 
     qualified_trajectories(tenant, groups=2, group_size=2)
     calls = []
@@ -80,8 +81,8 @@ def test_create_refuses_an_empty_queue_and_another_tenants_base(api_client, tena
 
 
 def test_jobs_list_detail_cancel_are_tenant_isolated(api_client, tenant, other_tenant):
-    mine = queued_job(tenant)
-    theirs = queued_job(other_tenant)
+    mine = TrainingJobFactory(tenant=tenant)
+    theirs = TrainingJobFactory(tenant=other_tenant)
     client = api_client()
     listed = client.get("/api/v1/training-jobs/").json()["results"]
     assert [row["id"] for row in listed] == [mine.pk]
@@ -100,7 +101,7 @@ def test_jobs_list_detail_cancel_are_tenant_isolated(api_client, tenant, other_t
 
 
 def test_cancel_of_a_running_job_only_flags_it(api_client, tenant):
-    job = queued_job(tenant, status=JobStatus.RUNNING, lease="abc")
+    job = TrainingJobFactory(tenant=tenant, status=JobStatus.RUNNING, lease="abc")
     body = api_client().post(f"/api/v1/training-jobs/{job.pk}/cancel/").json()
     assert body["status"] == "running"
     assert body["cancel_requested"] is True
@@ -141,6 +142,6 @@ def test_versions_lineage_and_aliases(api_client, tenant, other_tenant):
 
 
 def test_publish_with_no_backend_serving_reports_none(api_client, tenant):
-    job = queued_job(tenant)
+    job = TrainingJobFactory(tenant=tenant)
     body = api_client().post(f"/api/v1/model-versions/{job.base_version_id}/publish/").json()
     assert body["backends"] == []

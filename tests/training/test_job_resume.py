@@ -6,9 +6,9 @@ import pytest
 from apps.audit.services import Actor
 from apps.training import services
 from apps.training.models import JobStatus, TrainingJob, TrainingMetric
+from apps.training.tasks import run_training_job
 from tests.training.helpers import base_version, qualified_trajectories
 from workers.engines import latest_checkpoint
-from workers.tasks.training import run_training_job
 
 pytestmark = pytest.mark.django_db
 

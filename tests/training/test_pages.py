@@ -7,9 +7,10 @@ import pytest
 from django.test import Client
 
 from apps.tenants.permissions import Role
-from apps.training.models import JobStatus, TrainingJob, TrainingMetric
+from apps.training.models import JobStatus, TrainingJob
 from apps.training.services import model_version_register
-from tests.training.helpers import MODEL, SYSTEM, base_version, qualified_trajectories, queued_job
+from tests.training.factories import OnlineRunFactory, TrainingJobFactory, TrainingMetricFactory
+from tests.training.helpers import MODEL, SYSTEM, base_version, qualified_trajectories
 
 pytestmark = pytest.mark.django_db
 
@@ -21,15 +22,14 @@ def signed_in(member, role=Role.OPERATOR, **kwargs):
 
 
 def test_job_list_and_detail_with_charts(member, tenant, other_tenant):
-    job = queued_job(tenant, status=JobStatus.RUNNING, progress_step=2)
+    job = TrainingJobFactory(tenant=tenant, status=JobStatus.RUNNING, progress_step=2)
     for step in (1, 2):
-        TrainingMetric.objects.create(
-            tenant=tenant,
+        TrainingMetricFactory(
             job=job,
             step=step,
             values={"loss": 1.0 / step, "reward_mean": 0.1 * step, "staleness_histogram": [[0, 10], [1, 4]]},
         )
-    theirs = queued_job(other_tenant)
+    theirs = TrainingJobFactory(tenant=other_tenant)
     client = signed_in(member)
     listing = client.get("/training/jobs/")
     assert listing.status_code == 200
@@ -48,8 +48,8 @@ def test_job_list_and_detail_with_charts(member, tenant, other_tenant):
 
 
 def test_new_job_form_validates_and_creates(member, tenant, tmp_path, monkeypatch):
+    from apps.training.tasks import run_training_job
     from workers.inference.modelgen import create_default_model
-    from workers.tasks.training import run_training_job
 
     monkeypatch.setattr(run_training_job, "apply_async", lambda **kwargs: None)
     base = base_version(tenant, create_default_model(tmp_path / "model", seed=0))
@@ -86,7 +86,7 @@ def test_new_job_form_validates_and_creates(member, tenant, tmp_path, monkeypatc
 
 
 def test_viewers_cannot_create_or_cancel(member, tenant):
-    job = queued_job(tenant)
+    job = TrainingJobFactory(tenant=tenant)
     client = signed_in(member, Role.VIEWER)
     assert client.get("/training/jobs/").status_code == 200
     assert client.get("/training/jobs/new/").status_code == 403
@@ -95,7 +95,7 @@ def test_viewers_cannot_create_or_cancel(member, tenant):
 
 
 def test_cancel_from_the_console(member, tenant):
-    job = queued_job(tenant)
+    job = TrainingJobFactory(tenant=tenant)
     response = signed_in(member).post(f"/training/jobs/{job.pk}/cancel/")
     assert response.status_code == 302
     assert TrainingJob.objects.get(pk=job.pk).status == JobStatus.CANCELLED
@@ -130,13 +130,11 @@ def test_versions_and_lineage_tree(member, tenant, other_tenant):
 
 
 def test_job_list_shows_the_tenants_online_runs(member, tenant, other_tenant):
-    from apps.training.models import OnlineRun
-
     def run_of(owner, steps):
         base = model_version_register(
             tenant=owner, actor=SYSTEM, name=MODEL, checkpoint_path="/nonexistent", tokenizer_hash="t"
         )
-        return OnlineRun.objects.create(
+        return OnlineRunFactory(
             tenant=owner,
             model_name=base.name,
             base_version=base,

@@ -6,8 +6,9 @@ from decimal import Decimal
 
 import pytest
 
-from apps.trajectories.models import Step, Trajectory, trajectory_id_for
+from apps.trajectories.models import Step, Trajectory, TrajectoryStatus, trajectory_id_for
 from apps.trajectories.services import _create_trajectories, steps_ingest
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -58,9 +59,7 @@ def test_new_and_existing_trajectories_in_one_batch(tenant, other_tenant):
 def test_a_trajectory_created_meanwhile_makes_the_fast_insert_step_aside(tenant):
     records = [_record(tenant, "raced"), _record(tenant, "fresh")]
     by_trajectory = {trajectory_id_for(tenant_id=tenant.pk, session_id=r["session_id"]): [r] for r in records}
-    Trajectory.objects.create(
-        id=trajectory_id_for(tenant_id=tenant.pk, session_id="raced"), tenant=tenant, session_id="raced"
-    )
+    TrajectoryFactory(tenant=tenant, session_id="raced", status=TrajectoryStatus.OPEN, steps=0)
     assert _create_trajectories(by_trajectory, list(by_trajectory)) is False
     assert not Trajectory.objects.filter(session_id="fresh").exists()  # all or nothing
     assert steps_ingest(records=records) == 2

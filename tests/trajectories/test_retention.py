@@ -16,11 +16,14 @@ from apps.audit.services import Actor
 from apps.qualification.models import Qualification, Review
 from apps.rewards.models import Reward
 from apps.tenants.permissions import Role
-from apps.training.models import JobStatus, ModelVersion, TrainingJob
+from apps.training.models import JobStatus, TrainingJob
 from apps.trajectories.models import Step, Trajectory
 from apps.trajectories.retention import trajectories_purge_expired
-from tests.rewards.factories import SYSTEM, make_reward, make_spec, make_trajectory
-from workers.tasks.trajectories import purge_expired_trajectories
+from apps.trajectories.tasks import purge_expired_trajectories
+from tests.qualification.factories import QualificationFactory, ReviewFactory
+from tests.rewards.factories import SYSTEM, RewardFactory, make_spec
+from tests.training.factories import TrainingJobFactory
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -30,14 +33,12 @@ def _planted(tenant, member):
     `needed` (in a queued training job's snapshot). Within retention: `fresh` and `recent_undated`."""
     now = timezone.now()
     spec = make_spec(tenant, name="quality", kind="boolean")
-    old = make_trajectory(
-        tenant, task_id="old", text="a secret prompt", retention_until=now - timedelta(hours=1)
+    old = TrajectoryFactory(
+        tenant=tenant, task_id="old", text="a secret prompt", retention_until=now - timedelta(hours=1)
     )
-    make_reward(old, source="user", value=1.0)
-    Reward.objects.create(
-        tenant=tenant,
+    RewardFactory(trajectory=old, source="user", value=1.0)
+    RewardFactory(
         trajectory=old,
-        target="trajectory",
         value=0.0,
         kind="critique",
         label="it should have said the secret",
@@ -63,19 +64,15 @@ def _planted(tenant, member):
         comment="about the secret",
         correction="a better secret",
     )
-    Review.objects.create(tenant=tenant, trajectory=old, status="approved", note="looked at the secret")
-    Qualification.objects.create(tenant=tenant, trajectory=old, content_hash="h")
-    undated = make_trajectory(tenant, started_at=now - timedelta(days=91))
-    needed = make_trajectory(tenant, retention_until=now - timedelta(days=1))
-    fresh = make_trajectory(tenant, retention_until=now + timedelta(days=30))
-    recent_undated = make_trajectory(tenant, started_at=now - timedelta(days=10))
-    base = ModelVersion.objects.create(
-        tenant=tenant, name="m", number=0, checkpoint_path="/m/0", tokenizer_hash="t", status="production"
-    )
-    TrainingJob.objects.create(
+    ReviewFactory(trajectory=old, status="approved", note="looked at the secret")
+    QualificationFactory(trajectory=old, content_hash="h")
+    undated = TrajectoryFactory(tenant=tenant, started_at=now - timedelta(days=91))
+    needed = TrajectoryFactory(tenant=tenant, retention_until=now - timedelta(days=1))
+    fresh = TrajectoryFactory(tenant=tenant, retention_until=now + timedelta(days=30))
+    recent_undated = TrajectoryFactory(tenant=tenant, started_at=now - timedelta(days=10))
+    TrainingJobFactory(
         tenant=tenant,
         algorithm="sft",
-        base_version=base,
         status=JobStatus.QUEUED,
         dataset_snapshot={"trajectory_ids": [str(needed.pk), str(fresh.pk)]},
     )
@@ -90,8 +87,8 @@ def _planted(tenant, member):
 
 def test_the_beat_task_deletes_what_is_past_retention_with_its_content(tenant, other_tenant, member):
     planted = _planted(tenant, member)
-    theirs = make_trajectory(other_tenant, retention_until=timezone.now() + timedelta(days=1))
-    their_old = make_trajectory(other_tenant, retention_until=timezone.now() - timedelta(days=1))
+    theirs = TrajectoryFactory(tenant=other_tenant, retention_until=timezone.now() + timedelta(days=1))
+    their_old = TrajectoryFactory(tenant=other_tenant, retention_until=timezone.now() - timedelta(days=1))
     old = planted["old"]
     assert Step.objects.filter(trajectory=old).exists()
     assert AnnotationLabel.objects.filter(tenant=tenant).exists()
@@ -136,7 +133,7 @@ def test_the_beat_task_deletes_what_is_past_retention_with_its_content(tenant, o
 def test_a_run_deletes_in_bounded_batches_and_leaves_the_rest_for_the_next(tenant):
     past = timezone.now() - timedelta(days=1)
     for _ in range(5):
-        make_trajectory(tenant, retention_until=past, steps=1)
+        TrajectoryFactory(tenant=tenant, retention_until=past, steps=1)
     first = trajectories_purge_expired(tenant=tenant, batch_size=2, max_batches=2)
     assert (first["trajectories"], first["batches"], first["remaining"]) == (4, 2, 1)
     assert Trajectory.objects.filter(tenant=tenant).count() == 1
@@ -147,7 +144,7 @@ def test_a_run_deletes_in_bounded_batches_and_leaves_the_rest_for_the_next(tenan
 
 def test_admins_get_the_dry_run_count_over_rest(api_client, member, tenant, other_tenant):
     planted = _planted(tenant, member)
-    make_trajectory(other_tenant, retention_until=timezone.now() - timedelta(days=1))
+    TrajectoryFactory(tenant=other_tenant, retention_until=timezone.now() - timedelta(days=1))
     summary = api_client(user=member(Role.ADMIN)).get("/api/v1/trajectories/retention/")
     assert summary.status_code == 200, summary.content
     assert summary.json() == {"retention_days": 90, "past_retention": 3, "held_by_training": 1, "to_purge": 2}
@@ -175,8 +172,8 @@ def test_the_policy_page_shows_how_many_will_be_purged(admin_user, member, tenan
 def test_a_real_worker_runs_the_purge(tmp_path, tenant):
     from tests.workers_support import celery_worker
 
-    expired = make_trajectory(tenant, retention_until=timezone.now() - timedelta(days=1))
-    kept = make_trajectory(tenant, retention_until=timezone.now() + timedelta(days=1))
+    expired = TrajectoryFactory(tenant=tenant, retention_until=timezone.now() - timedelta(days=1))
+    kept = TrajectoryFactory(tenant=tenant, retention_until=timezone.now() + timedelta(days=1))
     with celery_worker(log_path=tmp_path / "worker.log") as (_, queue):
         result = purge_expired_trajectories.apply_async(queue=queue).get(timeout=90)
     assert result[tenant.slug]["trajectories"] == 1

@@ -12,8 +12,9 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.gateway.journal import _ingest_isolating
-from apps.trajectories.models import Step, Trajectory, trajectory_id_for
+from apps.trajectories.models import Step, Trajectory, TrajectoryStatus, trajectory_id_for
 from tests.trajectories.builders import atdp_record, gateway_step, imported, ingested
+from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -125,7 +126,9 @@ def test_a_gateway_step_never_lands_in_another_tenants_trajectory_even_when_ids_
     before ids were fresh, or any future collision): B's journalled step is refused and kept aside, never
     attached to A's trajectory."""
     colliding_id = trajectory_id_for(tenant_id=other_tenant.pk, session_id="collide")
-    planted = Trajectory.objects.create(id=colliding_id, tenant=tenant, session_id="planted")
+    planted = TrajectoryFactory(
+        id=colliding_id, tenant=tenant, session_id="planted", status=TrajectoryStatus.OPEN, steps=0
+    )
     record = gateway_step(other_tenant, "collide")
     innocent = gateway_step(other_tenant, "unrelated")
 

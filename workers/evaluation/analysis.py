@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from workers.evaluation.compare import bootstrap_difference
+from workers.stats import percentile
 
 METRICS = ("reward_mean", "user_correction_rate", "error_rate", "latency_p95", "cost_per_task", "eval_score")
 # Which way each metric gets worse; a guardrail may say otherwise.
@@ -41,14 +42,6 @@ class Measurement:
     reason: str
     low: float | None = None  # bootstrap interval of candidate − baseline, when samples allow
     high: float | None = None
-
-
-def percentile(values: Sequence[float], fraction: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
-    return float(ordered[index])
 
 
 def guardrail_problems(guardrail: dict) -> dict[str, str]:

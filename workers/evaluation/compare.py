@@ -1,9 +1,10 @@
 """Candidate vs baseline: per-metric differences with bootstrap confidence intervals, and per-case flips."""
 
-import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from workers.stats import percentile
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,6 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def _percentile(sorted_values: list[float], fraction: float) -> float:
-    position = fraction * (len(sorted_values) - 1)
-    lower, upper = math.floor(position), math.ceil(position)
-    return sorted_values[lower] + (sorted_values[upper] - sorted_values[lower]) * (position - lower)
-
-
 def bootstrap_difference(
     candidate: Sequence[float],
     baseline: Sequence[float],
@@ -72,12 +67,14 @@ def bootstrap_difference(
             first = [candidate[rng.randrange(len(candidate))] for _ in candidate]
             second = [baseline[rng.randrange(len(baseline))] for _ in baseline]
             differences.append(_mean(first) - _mean(second))
-    differences.sort()
     tail = (1 - confidence) / 2
+    low, high = percentile(differences, tail), percentile(differences, 1 - tail)
+    if low is None or high is None:
+        raise ValueError("a bootstrap interval needs at least one resample")
     return Interval(
         difference=observed,
-        low=_percentile(differences, tail),
-        high=_percentile(differences, 1 - tail),
+        low=low,
+        high=high,
         candidate_mean=_mean(candidate),
         baseline_mean=_mean(baseline),
         samples=min(len(candidate), len(baseline)),

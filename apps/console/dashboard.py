@@ -1,0 +1,193 @@
+"""The tenant overview (the console's home page): server-side Plotly figures from the owning apps' selectors
+(handed to the page with json_script) and the streams the page listens to.
+
+Charts and the live streams that extend them:
+- traffic (requests per minute) and latency (p50/p95 per minute): "gateway.traffic", one point per flushed
+  gateway batch (apps.metrics.traffic);
+- outcomes (reward mean and success rate per minute, production-alias moves marked): "overview.outcomes",
+  published by the `metrics.overview_tick` task on a worker (apps.metrics.outcomes);
+- loss per training job and online run: "training.jobs" announces both, "training.job-<id>" and
+  "training.online-<id>" carry their steps;
+- canary vs baseline: "release-<id>" of the release shown (apps.releases.figures).
+"""
+
+import json
+from datetime import timedelta
+
+import plotly.graph_objects as go
+from django.utils import timezone
+
+from apps.metrics.publish import OUTCOMES_STREAM, TRAFFIC_STREAM, chart_time
+from apps.releases import selectors as releases
+from apps.releases.figures import release_figures
+from apps.releases.services import release_stream
+from apps.training import online
+from apps.training import selectors as training
+from apps.training.models import OnlineRunStatus
+from apps.training.services import JOBS_STREAM, training_job_stream
+from apps.trajectories import selectors as trajectories
+
+WINDOW = timedelta(hours=3)
+JOBS_SHOWN = 5
+LAYOUT = {"height": 280, "margin": {"l": 50, "r": 50, "t": 40, "b": 30}, "legend": {"orientation": "h"}}
+
+
+def _figure(figure: go.Figure) -> dict:
+    return json.loads(figure.to_json())
+
+
+def time_axis(x: list[str]) -> dict:
+    """A date axis from the first point (or 30 minutes ago) to 5 minutes ahead; the page moves its end on as
+    live points pass it (a lone point would otherwise get a millisecond-wide axis)."""
+    now = timezone.now()
+    start = min([*x, chart_time(now - timedelta(minutes=30))])
+    return {
+        "type": "date",
+        "range": [start, chart_time(now + timedelta(minutes=5))],
+        "title": {"text": "UTC"},
+    }
+
+
+def version_markers(moves) -> tuple[list[dict], list[dict]]:
+    """Vertical lines and labels at each production-alias move (a promotion or a rollback)."""
+    shapes, annotations = [], []
+    for move in moves:
+        at = chart_time(move.moved_at)
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": at,
+                "x1": at,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": "#868e96", "dash": "dot", "width": 1},
+            }
+        )
+        annotations.append(
+            {
+                "x": at,
+                "xref": "x",
+                "y": 1,
+                "yref": "paper",
+                "showarrow": False,
+                "yanchor": "bottom",
+                "text": f"{move.name} v{move.to_version.number}",
+                "font": {"size": 10},
+            }
+        )
+    return shapes, annotations
+
+
+def traffic_figures(minutes: list[dict], markers) -> dict[str, dict]:
+    x = [chart_time(row["minute"]) for row in minutes]
+    traffic = go.Figure(
+        [
+            go.Scatter(x=x, y=[row[key] for row in minutes], name=key, mode="lines+markers", fill="tozeroy")
+            for key in ("requests", "errors")
+        ]
+    )
+    traffic.update_layout(
+        title="Gateway requests per minute",
+        xaxis=time_axis(x),
+        shapes=markers[0],
+        annotations=markers[1],
+        **LAYOUT,
+    )
+    latency = go.Figure(
+        [
+            go.Scatter(x=x, y=[row[key] for row in minutes], name=name, mode="lines+markers")
+            for key, name in (("p50_ms", "p50"), ("p95_ms", "p95"))
+        ]
+    )
+    latency.update_layout(title="Gateway latency (ms)", xaxis=time_axis(x), **LAYOUT)
+    return {"traffic": _figure(traffic), "latency": _figure(latency)}
+
+
+def outcomes_figure(minutes: list[dict], markers) -> dict:
+    x = [chart_time(row["minute"]) for row in minutes]
+    figure = go.Figure(
+        [
+            go.Scatter(
+                x=x, y=[row["reward_mean"] for row in minutes], name="reward mean", mode="lines+markers"
+            ),
+            go.Scatter(
+                x=x,
+                y=[row["success_rate"] for row in minutes],
+                name="success rate",
+                mode="lines+markers",
+                yaxis="y2",
+            ),
+        ]
+    )
+    figure.update_layout(
+        title="Reward and task success per minute (model versions marked)",
+        yaxis2={"overlaying": "y", "side": "right", "range": [0, 1], "title": {"text": "success"}},
+        xaxis=time_axis(x),
+        shapes=markers[0],
+        annotations=markers[1],
+        **LAYOUT,
+    )
+    return _figure(figure)
+
+
+def loss_figure(series: list[tuple[str, list[dict]]]) -> dict:
+    """One trace per job ("job <id>") or online run ("online run <id>"), loss by step; the page adds traces
+    for new ones."""
+    figure = go.Figure(
+        [
+            go.Scatter(
+                x=[row["step"] for row in rows],
+                y=[row.get("loss") for row in rows],
+                name=name,
+                mode="lines+markers",
+            )
+            for name, rows in series
+        ]
+    )
+    figure.update_layout(title="Training loss", xaxis={"title": {"text": "step"}}, **LAYOUT)
+    return _figure(figure)
+
+
+def overview_context(*, tenant) -> dict:
+    """Everything the overview page draws and listens to, read through the owning apps' selectors."""
+    since = timezone.now() - WINDOW
+    markers = version_markers(training.alias_history(tenant=tenant, alias="production", since=since))
+    jobs = list(training.training_job_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
+    runs = list(online.online_run_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
+    series = [(f"job {job.pk}", training.training_job_metrics(tenant=tenant, job_id=job.pk)) for job in jobs]
+    series += [
+        (f"online run {run.pk}", online.online_run_losses(tenant=tenant, run_id=run.pk)) for run in runs
+    ]
+    release = releases.release_for_dashboard(tenant=tenant)
+    figures = {
+        **traffic_figures(trajectories.step_traffic_per_minute(tenant=tenant, since=since), markers),
+        "outcomes": outcomes_figure(
+            trajectories.reward_outcomes_per_minute(tenant=tenant, since=since), markers
+        ),
+        "loss": loss_figure(series),
+    }
+    release_charts = (
+        release_figures(releases.release_analyses(tenant=tenant, release_id=release.pk)) if release else {}
+    )
+    live = {
+        "tenant": tenant.slug,
+        "traffic": TRAFFIC_STREAM,
+        "outcomes": OUTCOMES_STREAM,
+        "jobs": JOBS_STREAM,
+        "job_streams": {str(job.pk): training_job_stream(job.pk) for job in jobs if not job.is_final},
+        "online_streams": {
+            str(run.pk): online.online_run_stream(run.pk)
+            for run in runs
+            if run.status == OnlineRunStatus.RUNNING
+        },
+        "release": release_stream(release.pk) if release else None,
+    }
+    return {
+        "overview_figures": figures,
+        "release_figures": release_charts,
+        "overview_live": live,
+        "overview_release": release,
+        "overview_jobs": jobs,
+    }

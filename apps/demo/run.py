@@ -1,0 +1,238 @@
+"""`make demo`: the self-evolving agent loop end to end on the embedded default.
+
+State: the demo keeps its own state in var/demo (SQLite database, broker, models, checkpoints), apart
+from `make run`'s var/. A second `make demo` RESETS var/demo and starts from scratch (DEMO_KEEP=1 keeps
+the previous database instead and adds a new run to it: its model is then `weather-2`, `weather-3`...).
+
+Steps: create the default model; supervised warm-up (a weak but nonzero base: the skills, not the habit);
+register it as version 0 (production); start web, workers, beat and two embedded inference servers (serving
+slots A and B: production on one, a canary candidate on the other); start an online decoupled-PPO run
+(η > 0) on the train worker that registers a new version every K steps but serves none itself; simulated
+users drive the unmodified openai-SDK agent through the gateway with a fresh API key and give thumbs and
+corrections through /v1/rewards; a simulated annotator signs in and labels a share of the annotation queue
+through the annotation API; qualification feeds the training queue. Every few versions the newest is
+evaluated offline on the held-out cases (workers.envs.warmup.heldout_success); one not worse (within
+DEMO_TOLERANCE) than the best version production has had is loaded onto the free slot and released through
+apps.releases (one that is worse restarts the learner from production: it has drifted, and its data would
+soon all be older than η): a canary takes DEMO_CANARY_PERCENT of new sessions for at least
+DEMO_CANARY_SECONDS under guardrails (reward mean, error rate), measured by the beat's analysis ticks,
+which roll a bad candidate back; a release awaiting
+approval is approved by the demo (audited as "demo auto-approval") or, with DEMO_APPROVE=manual, waits for
+an operator to approve it in the console. The table at the end has held-out success of the base and of
+every released version, trajectories and tokens used, wall time. The console stays up afterwards (Ctrl-C
+stops everything); DEMO_EXIT=1 exits after the table.
+
+The warm-up's base is kept in var/demo-cache, keyed by the seed, the warm-up settings and the initial
+weights, so a second `make demo` starts its loop in seconds (DEMO_FRESH_BASE=1 trains it again).
+
+Settings (environment): apps/demo/settings.py.
+"""
+
+import contextlib
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from apps.demo.loop import LoopMixin
+from apps.demo.releases import ReleaseMixin
+from apps.demo.report import ReportMixin
+from apps.demo.settings import MODEL, TENANT, DemoSettings
+from apps.demo.stack import StackMixin
+from apps.demo.warm_up import WarmUpMixin
+
+if TYPE_CHECKING:
+    from apps.tenants.models import Tenant
+
+
+class Demo(StackMixin, WarmUpMixin, LoopMixin, ReleaseMixin, ReportMixin):
+    """One demo run in the var/demo process; its parts live in the mixins' modules, its state is all here."""
+
+    # Set as the run goes: by _environment, _start_stack, _measure (the base) and _release_start.
+    tenant: "Tenant"
+    model: str  # weather, or weather-2, weather-3... under DEMO_KEEP=1
+    run_dir: Path
+    heldout: list
+    backends: dict  # serving slot → apps.inference.models.InferenceBackend
+    production: tuple  # (the version production serves, its held-out success)
+    release_offline: float  # the held-out success of the release under way's candidate
+
+    def __init__(
+        self, command: BaseCommand, *, host: str, port: int, inference_port: int, demo_settings: DemoSettings
+    ):
+        self.out, self.err, self.style = command.stdout, command.stderr, command.style
+        self.demo_settings = demo_settings
+        self.host, self.port, self.inference_port = host, port, inference_port
+        self.url = f"http://{host}:{port}"
+        self.seed = demo_settings.seed
+        self.budget = demo_settings.budget_seconds
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.slots = {"a": inference_port, "b": inference_port + 1}  # serving slots: production and canary
+        self.release = None  # the release under way (apps.releases.models.Release)
+        self.learner = None  # the online run now learning (a rejected candidate restarts it from production)
+        self.run_ids: list[int] = []
+        self.stopping = threading.Event()
+        self.started = time.monotonic()
+        self.loop_started: float | None = None  # set once the base is measured: the budget counts from there
+        self.warmup_seconds = 0.0
+        self.base_reused = False
+        self.rows: list[dict] = []
+        self.curve: list[dict] = []
+
+    def run(self) -> None:
+        import logging
+
+        for noisy in ("httpx", "httpx2", "openai", "httpcore"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        signal.signal(signal.SIGINT, self._stop)
+        signal.signal(signal.SIGTERM, self._stop)
+        traffic = annotator = None
+        try:
+            call_command("migrate", verbosity=0, interactive=False)
+            call_command("bootstrap", tenant=TENANT, stdout=self.out)
+            self._environment()
+            base_dir = self._warm_up()
+            base = self._register_base(base_dir)
+            self._start_stack(base)
+            self._measure(base, label="base")
+            self.loop_started = time.monotonic()
+            api_key = self._api_key()
+            self.learner = self._start_online(base)
+            from workers.envs.traffic import Traffic
+
+            traffic = Traffic(
+                gateway_url=self.url,
+                api_key=api_key,
+                model=self.model,
+                users=self.demo_settings.users,
+                seed=self.seed,
+            ).start()
+            annotator = self._start_annotator(traffic)
+            self._loop(traffic)
+            traffic.stop()
+            annotator.stop()
+            self._stop_online(self.learner)
+            self._table(traffic, annotator)
+            if self.demo_settings.exit_after_table or self.stopping.is_set():
+                return
+            self.out.write(
+                self.style.SUCCESS(f"\nThe console stays up: {self.url}/  (Ctrl-C stops everything)")
+            )
+            while not self.stopping.is_set() and self._alive():
+                self.stopping.wait(0.5)
+        finally:
+            if self.release is not None:  # stopped or failed during a release: production keeps serving
+                self._release_close()
+            if traffic is not None:
+                traffic.stop(timeout=5)
+            if annotator is not None:
+                annotator.stop(timeout=5)
+            if self.learner is not None:
+                self._stop_online(self.learner)
+            self._shutdown()
+            if self.learner is not None:  # the worker is gone: a run it did not close is closed here
+                from apps.training.models import OnlineRunStatus
+                from apps.training.online import online_run_finish
+
+                online_run_finish(run_id=self.learner.pk, status=OnlineRunStatus.STOPPED)
+
+    def _stop(self, *_):
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        self.out.write("\nstopping (Ctrl-C again is not needed; processes are being stopped)")
+
+    def _environment(self) -> None:
+        from apps.tenants.models import Tenant
+        from apps.training.models import ModelVersion
+
+        self.tenant = Tenant.objects.get(slug=TENANT)
+        taken = set(
+            ModelVersion.objects.filter(tenant=self.tenant, name__startswith=MODEL)
+            .values_list("name", flat=True)
+            .distinct()
+        )
+        self.model = MODEL if MODEL not in taken else f"{MODEL}-{len(taken) + 1}"
+        self.run_dir = Path(settings.VAR_DIR) / "runs" / self.model
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        from workers.envs import weather
+
+        self.heldout = weather.make_tasks(
+            split="heldout", count=self.demo_settings.heldout_cases, seed=10_000 + self.seed
+        )
+
+    def _api_key(self) -> str:
+        from apps.audit.services import Actor
+        from apps.tenants.services import api_key_create
+
+        _, raw = api_key_create(
+            tenant=self.tenant,
+            actor=Actor.system("demo"),
+            name=f"demo-agent-{self.model}",
+            scopes=["inference", "rewards:write"],
+        )
+        return raw
+
+    def _start_annotator(self, traffic):
+        """An annotator account (role annotator, a fresh password), a 0–1 `<model> quality` spec and a queue over the
+        demo's production traffic assigned to it; the simulated annotator signs in and works the queue."""
+        import secrets
+
+        from django.contrib.auth import get_user_model
+
+        from apps.annotation.services import annotation_queue_create
+        from apps.audit.services import Actor
+        from apps.core.errors import Conflict
+        from apps.rewards.services import reward_spec_create
+        from apps.tenants.services import membership_add
+        from workers.envs.annotator import AnnotatorClient
+        from workers.envs.users import SimulatedAnnotator
+
+        actor = Actor.system("demo")
+        password = secrets.token_urlsafe(12)
+        user, _ = get_user_model().objects.get_or_create(username="demo-annotator")
+        user.set_password(password)
+        user.save()
+        with contextlib.suppress(Conflict):  # DEMO_KEEP=1: a member since an earlier run
+            membership_add(tenant=self.tenant, actor=actor, user_identifier=user.username, role="annotator")
+        # Named after the run's model, which is new in every run (weather, weather-2...): nothing to look up.
+        spec = reward_spec_create(
+            tenant=self.tenant,
+            actor=actor,
+            name=f"{self.model} quality",
+            kind="numeric",
+            minimum=0.0,
+            maximum=1.0,
+            description="1: answered right; 0.5: right call, wrong answer",
+        )
+        name = f"{self.model} live traffic"
+        queue = annotation_queue_create(
+            tenant=self.tenant,
+            actor=actor,
+            name=name,
+            spec_id=spec.pk,
+            filters={"purpose": "production", "status": "complete"},
+            annotators_per_item=1,
+            assignee_ids=[user.pk],
+        )
+        share = self.demo_settings.annotator_share
+        client = AnnotatorClient(
+            console_url=self.url,
+            username=user.username,
+            password=password,
+            queue_id=queue.pk,
+            outcomes=traffic.outcomes,
+            annotator=SimulatedAnnotator(share=share),
+            seed=self.seed,
+        ).start()
+        self._say(
+            f"a simulated annotator ({user.username}) labels about {share:.0%} of queue "
+            f"{name!r} through the annotation API"
+        )
+        return client

@@ -1,0 +1,36 @@
+"""Running a trajectory's evaluators on a worker (the task rewards.run_evaluators): each result appended as
+a reward through services.evaluator_run; an evaluator that cannot judge is logged and skipped, the others
+still run."""
+
+import logging
+
+from apps.core.errors import DomainError
+from apps.rewards.selectors import evaluator_list
+from apps.rewards.services import evaluator_run
+from apps.trajectories.models import Trajectory
+from workers.rewards.evaluators import EvaluatorError
+
+logger = logging.getLogger(__name__)
+
+
+def evaluators_run(*, trajectory_id: str, evaluator_id: int | None = None) -> dict:
+    """Runs the trajectory's tenant's enabled evaluators (those for its agent or every agent), or only
+    `evaluator_id`, and appends each result as an evaluator reward. Tenant-scoped by the trajectory.
+    Idempotent: one reward per evaluator version and trajectory (deterministic idempotency key). An
+    evaluator that cannot judge, or whose value falls outside its spec, is logged and skipped (terminal,
+    not retried). Each stored reward enqueues the trajectory's qualification."""
+    trajectory = Trajectory.objects.select_related("tenant").filter(pk=trajectory_id).first()
+    if trajectory is None:
+        return {"trajectory_id": trajectory_id, "missing": True}
+    evaluators = evaluator_list(tenant=trajectory.tenant, agent_name=trajectory.agent_name, enabled=True)
+    if evaluator_id is not None:
+        evaluators = evaluators.filter(pk=evaluator_id)
+    results: dict[str, float | str] = {}
+    for evaluator in evaluators:
+        try:
+            reward = evaluator_run(evaluator=evaluator, trajectory=trajectory)
+            results[str(evaluator)] = reward.value
+        except (EvaluatorError, DomainError) as error:
+            logger.warning("evaluator %s skipped trajectory %s: %s", evaluator, trajectory_id, error)
+            results[str(evaluator)] = f"skipped: {error}"
+    return {"trajectory_id": trajectory_id, "results": results}

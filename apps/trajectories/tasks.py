@@ -1,0 +1,45 @@
+"""Celery tasks of apps.trajectories: replays (eval queue) and the retention purge (beat)."""
+
+from celery import shared_task
+
+from apps.gateway.replay import trajectory_replay_run
+from apps.trajectories.retention import dangerously_trajectories_purge_expired_all
+from areal_web.queues import Queue
+
+
+@shared_task(
+    name="trajectories.replay",
+    queue=Queue.EVAL.value,
+    acks_late=True,
+    max_retries=0,
+    soft_time_limit=1800,
+    time_limit=1900,
+)
+def replay_trajectory(
+    *, tenant_id: int, source_id: str, session_id: str, model: str, model_version: str = ""
+) -> int:
+    """Replays a trajectory's observations against `model` into the replay trajectory `session_id`
+    (opened by apps.gateway.replay.trajectory_replay_start). Tenant-scoped by `tenant_id`. Idempotent:
+    step ids are derived from (replay session, source step), so a redelivered task records nothing twice."""
+    return trajectory_replay_run(
+        tenant_id=tenant_id,
+        source_id=source_id,
+        session_id=session_id,
+        model=model,
+        model_version=model_version,
+    )
+
+
+@shared_task(
+    name="trajectories.purge_expired",
+    queue=Queue.DEFAULT.value,
+    max_retries=0,
+    soft_time_limit=1800,
+    time_limit=1900,
+)
+def purge_expired_trajectories() -> dict:
+    """Beat (every AREAL_RETENTION_PURGE_SECONDS): deletes every tenant's trajectories past retention, with
+    their steps, rewards, reviews, qualification and annotations, in bounded batches (apps.trajectories.
+    retention). Idempotent: a repeat or a concurrent run finds nothing left to delete; one audit event per
+    tenant per run. Returns {tenant slug: counts}."""
+    return dangerously_trajectories_purge_expired_all()

@@ -1,0 +1,100 @@
+"""Console pages: the trajectory browser (filters, reward mean per row), a trajectory's detail (steps, messages,
+tool calls, tokens shaded by logprob) and its replay against another model version."""
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.console.access import console_page
+from apps.console.pages import PAGE_SIZE, console_action, query_without_page
+from apps.inference import selectors as inference_selectors
+from apps.tenants.permissions import Action, role_can
+from apps.trajectories import forms, selectors
+from apps.trajectories.serialize import step_to_atdp
+
+
+@console_page(Action.TRAJECTORY_VIEW)
+def trajectories(request):
+    form = forms.TrajectoryFilterForm(request.GET or None)
+    filters = (
+        {key: value for key, value in form.cleaned_data.items() if value not in (None, "")}
+        if form.is_valid()
+        else {}
+    )
+    rows = selectors.trajectory_list_with_reward_mean(tenant=request.tenant, **filters)
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "console/trajectories.html",
+        {"form": form, "page": page, "query": query_without_page(request)},
+    )
+
+
+def _token_view(tokens: dict | None, tokenizer_name: str) -> list[dict]:
+    """Completion tokens with their logprob and a shade (0 = certain, 1 = very unlikely)."""
+    if not tokens:
+        return []
+    rows = []
+    for token_id, logprob, version in zip(
+        tokens["completion_ids"], tokens["completion_logprobs"], tokens["completion_versions"], strict=False
+    ):
+        rows.append(
+            {
+                "id": token_id,
+                "logprob": logprob,
+                "version": version,
+                "shade": round(min(1.0, -logprob / 8.0), 2),
+            }
+        )
+    return rows
+
+
+@console_page(Action.TRAJECTORY_VIEW)
+def trajectory_detail(request, trajectory_id):
+    trajectory = selectors.trajectory_get(tenant=request.tenant, trajectory_id=trajectory_id)
+    steps = []
+    for step in trajectory.steps.all():
+        record = step_to_atdp(step)
+        record["token_view"] = _token_view(record["tokens"], step.served_model)
+        record["retry_of"] = str(step.retry_of) if step.retry_of else None
+        record["error"] = step.error
+        steps.append(record)
+    replay_targets = []
+    if role_can(request.membership.role, Action.TRAJECTORY_REPLAY):
+        replay_targets = inference_selectors.backend_model_versions(tenant=request.tenant)
+    return render(
+        request,
+        "console/trajectory_detail.html",
+        {
+            "trajectory": trajectory,
+            "steps": steps,
+            "rewards": trajectory.rewards.all(),
+            "replay_targets": replay_targets,
+        },
+    )
+
+
+@require_POST
+@console_page(Action.TRAJECTORY_REPLAY)
+def trajectory_replay(request, trajectory_id):
+    from apps.gateway.replay import trajectory_replay_start
+
+    selectors.trajectory_get(tenant=request.tenant, trajectory_id=trajectory_id)  # another tenant's: 404
+    model, _, model_version = request.POST.get("target", "").partition("@")
+    replay = console_action(
+        request,
+        lambda: trajectory_replay_start(
+            tenant=request.tenant,
+            trajectory_id=trajectory_id,
+            model=model,
+            model_version=model_version,
+            actor=request.actor,
+        ),
+    )
+    if replay:
+        messages.success(
+            request, f"Replay against {model} {model_version} queued; its steps appear here as they land."
+        )
+        return redirect("console:trajectory-detail", trajectory_id=replay.pk)
+    return redirect("console:trajectory-detail", trajectory_id=trajectory_id)

@@ -1,0 +1,83 @@
+"""An online run's runner in this process (no worker): steps over the qualified queue, a version registered per
+publication, and queued trajectories a publication aged past η dropped as stale."""
+
+import pytest
+
+from apps.audit.services import Actor
+from apps.training import runners
+from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus
+from apps.training.online import online_run_start, online_run_stop
+from tests.training.helpers import base_version, qualified_trajectories
+
+pytestmark = pytest.mark.django_db
+SYSTEM = Actor.system("test")
+
+
+def start(tenant, base, *, eta, max_steps=None):
+    return online_run_start(
+        tenant=tenant,
+        actor=SYSTEM,
+        base_version=base,
+        hyperparameters={"learning_rate": 1e-3},
+        samples_per_step=4,
+        publish_every=1,
+        staleness_bound=eta,
+        max_steps=max_steps,
+        publish_to_backends=False,
+    )
+
+
+def outcomes(run) -> dict[str, int]:
+    rows = OnlineConsumption.objects.filter(run=run).values_list("outcome", flat=True)
+    return {outcome: list(rows).count(outcome) for outcome in set(rows)}
+
+
+def test_the_run_trains_a_step_per_batch_and_registers_each_version(
+    tenant, default_model_dir, settings, tmp_path
+):
+    settings.AREAL_MODELS_DIR = tmp_path / "models"
+    base = base_version(tenant, default_model_dir)
+    run = start(tenant, base, eta=1, max_steps=2)
+    qualified_trajectories(tenant)  # 12 one-sample trajectories sampled by version 0
+    result = runners.online_run_execute(run_id=run.pk, poll_seconds=0)
+    assert result == {"run": run.pk, "status": "stopped", "steps": 2, "version": 2}
+    run = OnlineRun.objects.select_related("current_version").get(pk=run.pk)
+    assert (run.status, run.steps, run.consumed, run.dropped_stale) == (OnlineRunStatus.STOPPED, 2, 8, 0)
+    assert outcomes(run) == {"trained": 8, "waiting": 4}
+    versions = ModelVersion.objects.filter(tenant=tenant, name=base.name).order_by("number")
+    assert [(version.number, version.parent_id) for version in versions] == [
+        (0, None),
+        (1, versions[0].pk),
+        (2, versions[1].pk),
+    ]
+    assert run.current_version == versions[2]
+    assert [version.metrics["online"]["step"] for version in versions[1:]] == [1, 2]
+
+
+def test_a_publication_ages_the_waiting_trajectories_past_eta(
+    tenant, default_model_dir, settings, tmp_path, monkeypatch
+):
+    settings.AREAL_MODELS_DIR = tmp_path / "models"
+    base = base_version(tenant, default_model_dir)
+    run = start(tenant, base, eta=0)
+    qualified_trajectories(tenant)
+    heartbeat = runners.online_run_heartbeat
+    rounds = []
+
+    def stops_in_the_third_round(*, run_id):
+        rounds.append(run_id)
+        if len(rounds) == 3:
+            online_run_stop(tenant=tenant, actor=SYSTEM, run_id=run_id)
+        return heartbeat(run_id=run_id)
+
+    monkeypatch.setattr(runners, "online_run_heartbeat", stops_in_the_third_round)
+    result = runners.online_run_execute(run_id=run.pk, poll_seconds=0)
+    # round 1 trains 4 of the 12 at version 0 and publishes version 1; with η = 0 the 8 still waiting are
+    # stale in round 2 and dropped without a step; round 3 sees the stop
+    assert result == {"run": run.pk, "status": "stopped", "steps": 1, "version": 1}
+    run = OnlineRun.objects.get(pk=run.pk)
+    assert (run.steps, run.consumed, run.dropped_stale) == (1, 4, 8)
+    assert outcomes(run) == {"trained": 4, "stale": 8}
+    assert set(OnlineConsumption.objects.filter(run=run, outcome="stale").values_list("step", flat=True)) == {
+        1
+    }
