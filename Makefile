@@ -46,8 +46,12 @@ test-vllm: install
 test-fast: install
 	$(BIN)/python -m pytest -m "not browser and not worker"
 
+# mypy's Django plugin loads the test settings; AREAL_VAR_DIR keeps their folder in one place rather than
+# one new folder per run under var/test.
 lint: install
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	AREAL_VAR_DIR=$(CURDIR)/var/lint $(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 format: install

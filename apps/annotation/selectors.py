@@ -7,17 +7,18 @@ from django.db.models import Count, Exists, OuterRef
 
 from apps.annotation.models import AnnotationItem, AnnotationLabel, AnnotationQueue, AnnotationSkip
 from apps.core.selectors import get_in_tenant
+from apps.tenants.models import Tenant
 from workers.rewards.agreement import cohen_kappa, krippendorff_alpha
 
 
-def annotation_queue_list(*, tenant, assigned_to=None):
+def annotation_queue_list(*, tenant: Tenant, assigned_to=None):
     queues = AnnotationQueue.objects.for_tenant(tenant).select_related("spec")
     if assigned_to is not None:
         queues = queues.filter(assignees=assigned_to)
     return queues.annotate(item_count=Count("items", distinct=True)).order_by("name")
 
 
-def annotation_queue_get(*, tenant, queue_id) -> AnnotationQueue:
+def annotation_queue_get(*, tenant: Tenant, queue_id) -> AnnotationQueue:
     return get_in_tenant(
         AnnotationQueue.objects.select_related("spec"),
         tenant=tenant,
@@ -26,7 +27,7 @@ def annotation_queue_get(*, tenant, queue_id) -> AnnotationQueue:
     )
 
 
-def annotation_item_get(*, tenant, item_id) -> AnnotationItem:
+def annotation_item_get(*, tenant: Tenant, item_id) -> AnnotationItem:
     return get_in_tenant(
         AnnotationItem.objects.select_related("queue__spec", "trajectory"),
         tenant=tenant,

@@ -12,7 +12,7 @@ from apps.core.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from apps.rewards.models import RewardKind, RewardSource
 from apps.rewards.selectors import reward_spec_get
 from apps.rewards.services import reward_create
-from apps.tenants.models import Membership
+from apps.tenants.models import Membership, Tenant
 from apps.tenants.permissions import Action, role_can
 from apps.trajectories.models import Step
 from apps.trajectories.selectors import trajectory_list
@@ -59,7 +59,7 @@ def dangerously_annotation_queues_fill_all() -> int:
 @transaction.atomic
 def annotation_queue_create(
     *,
-    tenant,
+    tenant: Tenant,
     actor: Actor,
     name: str,
     spec_id: int,
@@ -114,7 +114,7 @@ def annotation_queue_create(
     return queue
 
 
-def _labellable(*, tenant, item_id, user) -> AnnotationItem:
+def _labellable(*, tenant: Tenant, item_id, user) -> AnnotationItem:
     """The item, if this person is assigned to its queue (403 otherwise) and has not seen it yet (409)."""
     item = annotation_item_get(tenant=tenant, item_id=item_id)
     if not is_assigned(queue=item.queue, user=user):
@@ -130,7 +130,7 @@ def _labellable(*, tenant, item_id, user) -> AnnotationItem:
 @transaction.atomic
 def annotation_label_submit(
     *,
-    tenant,
+    tenant: Tenant,
     actor: Actor,
     user,
     item_id: int,
@@ -197,7 +197,7 @@ def annotation_label_submit(
 
 
 @transaction.atomic
-def annotation_skip(*, tenant, user, item_id: int) -> AnnotationSkip:
+def annotation_skip(*, tenant: Tenant, user, item_id: int) -> AnnotationSkip:
     """Skips an item for this annotator: it is not shown to them again."""
     item = _labellable(tenant=tenant, item_id=item_id, user=user)
     return AnnotationSkip.objects.create(tenant=tenant, item=item, annotator=user)
@@ -205,7 +205,13 @@ def annotation_skip(*, tenant, user, item_id: int) -> AnnotationSkip:
 
 @transaction.atomic
 def annotation_resolve(
-    *, tenant, actor: Actor, item_id: int, value: float | None = None, label: str = "", reason: str = ""
+    *,
+    tenant: Tenant,
+    actor: Actor,
+    item_id: int,
+    value: float | None = None,
+    label: str = "",
+    reason: str = "",
 ) -> AnnotationItem:
     """A reviewer's resolution of disagreement: an override reward with the resolved value (it beats every
     source in the training reward), recorded on the item; audited as reward.override. Its source follows

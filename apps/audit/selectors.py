@@ -1,7 +1,10 @@
 from apps.audit.models import AuditEvent
+from apps.tenants.models import Tenant
 
 
-def audit_event_list(*, tenant, verb: str | None = None, actor: str | None = None, since=None, until=None):
+def audit_event_list(
+    *, tenant: Tenant, verb: str | None = None, actor: str | None = None, since=None, until=None
+):
     events = AuditEvent.objects.for_tenant(tenant)
     if verb:
         events = events.filter(verb__startswith=verb)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from apps.audit.models import AuditEvent
+from apps.tenants.models import Tenant
 
 GENESIS_HASH = "0" * 64
 logger = logging.getLogger(__name__)
@@ -83,7 +84,9 @@ def _row_hash(event: AuditEvent) -> str:
     )
 
 
-def audit_record(*, tenant, actor: Actor, verb: str, target=None, data: dict | None = None) -> AuditEvent:
+def audit_record(
+    *, tenant: Tenant, actor: Actor, verb: str, target=None, data: dict | None = None
+) -> AuditEvent:
     """Appends one event to the tenant's chain. Tenancy: the event belongs to `tenant`. Locking: the
     tenant row (PostgreSQL) or the IMMEDIATE write transaction (SQLite) serializes appends."""
     if not connection.in_atomic_block:
@@ -116,7 +119,7 @@ class ChainBreak:
     problem: str
 
 
-def audit_verify(*, tenant) -> list[ChainBreak]:
+def audit_verify(*, tenant: Tenant) -> list[ChainBreak]:
     """Recomputes the tenant's chain in order; returns every place it breaks (empty: intact)."""
     breaks = []
     expected_previous = GENESIS_HASH

@@ -1,12 +1,18 @@
+from typing import TYPE_CHECKING, cast
+
 from django.db import models
 
 from apps.core.errors import NotFound
+from apps.core.models import TenantQuerySet
+
+if TYPE_CHECKING:  # apps.core sits below apps.tenants: the annotation only, no import at run time
+    from apps.tenants.models import Tenant
 
 
 def get_in_tenant(
     source: type[models.Model] | models.QuerySet,
     *,
-    tenant,
+    tenant: "Tenant",
     code: str,
     message: str | None = None,
     error: type[NotFound] = NotFound,
@@ -18,7 +24,8 @@ def get_in_tenant(
 
     Another tenant's row answers exactly like a missing one, and so does a key of the wrong shape (a word
     for an integer key): the caller cannot tell which, so ids never leak across tenants."""
-    queryset = source._default_manager.all() if isinstance(source, type) else source
+    # a tenant-owned model's manager is a TenantQuerySet; the types cannot say so of any model
+    queryset = cast(TenantQuerySet, source._default_manager.all() if isinstance(source, type) else source)
     try:
         return queryset.for_tenant(tenant).get(**lookup)
     except (queryset.model.DoesNotExist, ValueError, TypeError):

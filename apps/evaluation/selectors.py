@@ -2,22 +2,23 @@
 
 from apps.core.selectors import get_in_tenant
 from apps.evaluation.models import EvalCase, EvalCaseResult, EvalRun, EvalSuite
+from apps.tenants.models import Tenant
 from workers.evaluation.compare import CaseValue, Comparison, compare_runs
 
 
-def eval_suite_list(*, tenant):
+def eval_suite_list(*, tenant: Tenant):
     return EvalSuite.objects.for_tenant(tenant).order_by("name")
 
 
-def eval_suite_get(*, tenant, suite_id) -> EvalSuite:
+def eval_suite_get(*, tenant: Tenant, suite_id) -> EvalSuite:
     return get_in_tenant(EvalSuite, tenant=tenant, pk=suite_id, code="eval_suite_not_found")
 
 
-def eval_case_list(*, tenant, suite_id):
+def eval_case_list(*, tenant: Tenant, suite_id):
     return EvalCase.objects.for_tenant(tenant).filter(suite_id=suite_id).order_by("key")
 
 
-def eval_run_list(*, tenant, suite_id=None, version_id=None, excluding_run_id=None):
+def eval_run_list(*, tenant: Tenant, suite_id=None, version_id=None, excluding_run_id=None):
     runs = EvalRun.objects.for_tenant(tenant).select_related("suite", "model_version")
     if suite_id:
         runs = runs.filter(suite_id=suite_id)
@@ -28,7 +29,7 @@ def eval_run_list(*, tenant, suite_id=None, version_id=None, excluding_run_id=No
     return runs.order_by("-created_at", "-id")
 
 
-def eval_run_get(*, tenant, run_id) -> EvalRun:
+def eval_run_get(*, tenant: Tenant, run_id) -> EvalRun:
     return get_in_tenant(
         EvalRun.objects.select_related("suite", "model_version"),
         tenant=tenant,
@@ -37,7 +38,7 @@ def eval_run_get(*, tenant, run_id) -> EvalRun:
     )
 
 
-def eval_results(*, tenant, run_id):
+def eval_results(*, tenant: Tenant, run_id):
     return (
         EvalCaseResult.objects.for_tenant(tenant)
         .filter(run_id=run_id)
@@ -46,11 +47,11 @@ def eval_results(*, tenant, run_id):
     )
 
 
-def eval_run_statuses(*, tenant, run_ids) -> dict[int, str]:
+def eval_run_statuses(*, tenant: Tenant, run_ids) -> dict[int, str]:
     return dict(EvalRun.objects.for_tenant(tenant).filter(pk__in=run_ids).values_list("pk", "status"))
 
 
-def eval_run_case_values(*, tenant, run_id) -> list[CaseValue]:
+def eval_run_case_values(*, tenant: Tenant, run_id) -> list[CaseValue]:
     """Per-case values of a run for comparison; a case that errored counts as failed with score 0."""
     return [
         CaseValue(key=key, category=category, score=score if score is not None else 0.0, passed=passed)
@@ -60,7 +61,9 @@ def eval_run_case_values(*, tenant, run_id) -> list[CaseValue]:
     ]
 
 
-def eval_comparison(*, tenant, candidate_run_id, baseline_run_id) -> tuple[EvalRun, EvalRun, Comparison]:
+def eval_comparison(
+    *, tenant: Tenant, candidate_run_id, baseline_run_id
+) -> tuple[EvalRun, EvalRun, Comparison]:
     """Candidate vs baseline over the cases both scored: metric differences with paired bootstrap intervals
     and the cases that flipped. Both runs must be of this tenant (404 otherwise)."""
     candidate = eval_run_get(tenant=tenant, run_id=candidate_run_id)

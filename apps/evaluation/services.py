@@ -10,6 +10,7 @@ from django.utils import timezone
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, ValidationFailed
 from apps.evaluation.models import CaseCategory, EvalCase, EvalRun, EvalSuite, RunStatus, SuiteKind
+from apps.tenants.models import Tenant
 from workers.evaluation.scorers import scorer_config_problems
 
 SYSTEM = Actor.system("eval-runner")
@@ -18,7 +19,7 @@ SYSTEM = Actor.system("eval-runner")
 @transaction.atomic
 def eval_suite_create(
     *,
-    tenant,
+    tenant: Tenant,
     actor: Actor,
     name: str,
     kind: str = SuiteKind.REGRESSION,
@@ -64,7 +65,7 @@ def _messages_problems(messages) -> str | None:
 @transaction.atomic
 def eval_case_create(
     *,
-    tenant,
+    tenant: Tenant,
     actor: Actor,
     suite_id,
     key: str,
@@ -119,7 +120,7 @@ def eval_case_create(
 
 
 @transaction.atomic
-def eval_run_start(*, tenant, actor: Actor, suite_id, version_id) -> EvalRun:
+def eval_run_start(*, tenant: Tenant, actor: Actor, suite_id, version_id) -> EvalRun:
     """Queues a run of the suite against a model version of this tenant; the `eval` worker executes it
     through the gateway (enqueued on commit)."""
     from apps.evaluation.selectors import eval_suite_get

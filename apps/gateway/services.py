@@ -38,21 +38,21 @@ def budget_reserve_amount(*, tenant_id: int, amount: float, budget: float) -> Bu
     atomic under any concurrency and any number of processes, and a reservation row (with its time) in the
     same transaction. Refused, it first releases the tenant's reservations past their deadline (their
     processes died) and tries once more. Returns the hold, or None when refused."""
-    month, amount = _month(), _usd(amount)
+    month, amount_usd = _month(), _usd(amount)
     BudgetLedger.objects.bulk_create([BudgetLedger(tenant_id=tenant_id, month=month)], ignore_conflicts=True)
-    ceiling = Decimal(str(budget)) - amount
+    ceiling = Decimal(str(budget)) - amount_usd
     for attempt in range(2):
         with transaction.atomic():
             updated = (
                 BudgetLedger.objects.filter(tenant_id=tenant_id, month=month)
                 .filter(reserved_usd__lte=ceiling - F("spent_usd"))
-                .update(reserved_usd=F("reserved_usd") + amount)
+                .update(reserved_usd=F("reserved_usd") + amount_usd)
             )
             if updated == 1:
                 reservation = BudgetReservation.objects.create(
-                    tenant_id=tenant_id, month=month, amount_usd=amount
+                    tenant_id=tenant_id, month=month, amount_usd=amount_usd
                 )
-                return BudgetHold(pk=reservation.pk, month=month, amount=amount)
+                return BudgetHold(pk=reservation.pk, month=month, amount=amount_usd)
         if attempt == 0 and not budget_reservations_expire(
             tenant_id=tenant_id, older_than=timedelta(seconds=settings.AREAL_GATEWAY_RESERVATION_SECONDS)
         ):

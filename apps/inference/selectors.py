@@ -5,28 +5,29 @@ from django.utils import timezone
 
 from apps.core.selectors import get_in_tenant
 from apps.inference.models import BackendState, InferenceBackend
+from apps.tenants.models import Tenant
 
 # A session that has not called for this long no longer counts toward its backend's load.
 ACTIVE_SESSION_WINDOW = timedelta(minutes=10)
 
 
-def backend_list(*, tenant, served_model: str | None = None):
+def backend_list(*, tenant: Tenant, served_model: str | None = None):
     backends = InferenceBackend.objects.for_tenant(tenant)
     if served_model:
         backends = backends.filter(served_model=served_model)
     return backends
 
 
-def backend_get(*, tenant, backend_id) -> InferenceBackend:
+def backend_get(*, tenant: Tenant, backend_id) -> InferenceBackend:
     return get_in_tenant(InferenceBackend, tenant=tenant, pk=backend_id, code="backend_not_found")
 
 
-def backend_by_name(*, tenant, name: str) -> InferenceBackend | None:
+def backend_by_name(*, tenant: Tenant, name: str) -> InferenceBackend | None:
     """The tenant's backend of that name (names are unique per tenant), or None."""
     return InferenceBackend.objects.for_tenant(tenant).filter(name=name).first()
 
 
-def backend_candidates(*, tenant, served_model: str, model_version: str | None = None):
+def backend_candidates(*, tenant: Tenant, served_model: str, model_version: str | None = None):
     """Healthy backends that may take a new session, annotated with their active-session load."""
     since = timezone.now() - ACTIVE_SESSION_WINDOW
     backends = InferenceBackend.objects.for_tenant(tenant).filter(
@@ -39,7 +40,7 @@ def backend_candidates(*, tenant, served_model: str, model_version: str | None =
     )
 
 
-def served_models(*, tenant) -> list[str]:
+def served_models(*, tenant: Tenant) -> list[str]:
     return sorted(
         set(
             InferenceBackend.objects.for_tenant(tenant)
@@ -49,7 +50,7 @@ def served_models(*, tenant) -> list[str]:
     )
 
 
-def backend_model_versions(*, tenant) -> list[tuple[str, str]]:
+def backend_model_versions(*, tenant: Tenant) -> list[tuple[str, str]]:
     """Every (served model, model version) pair among the tenant's backends, sorted, whatever their state:
     what a trajectory can be replayed against."""
     return sorted(set(backend_list(tenant=tenant).values_list("served_model", "model_version")))

@@ -10,6 +10,7 @@ from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind, BackendState, InferenceBackend, SessionAffinity
 from apps.inference.selectors import backend_candidates, dangerously_backend_list_all_tenants
 from apps.metrics.publish import metrics_publish
+from apps.tenants.models import Tenant
 
 EDITABLE_FIELDS = ("base_url", "kind", "served_model", "model_version", "weight", "state")
 
@@ -39,7 +40,7 @@ def _validate(fields: dict) -> None:
 @transaction.atomic
 def backend_register(
     *,
-    tenant,
+    tenant: Tenant,
     actor: Actor,
     name: str,
     base_url: str,
@@ -82,14 +83,14 @@ def backend_register(
     return backend
 
 
-def _lock(*, tenant, backend_id) -> InferenceBackend:
+def _lock(*, tenant: Tenant, backend_id) -> InferenceBackend:
     return get_in_tenant(
         InferenceBackend.objects.select_for_update(), tenant=tenant, pk=backend_id, code="backend_not_found"
     )
 
 
 @transaction.atomic
-def backend_update(*, tenant, actor: Actor, backend_id, changes: dict) -> InferenceBackend:
+def backend_update(*, tenant: Tenant, actor: Actor, backend_id, changes: dict) -> InferenceBackend:
     """Changes address, model, version, weight or state (`draining` takes no new sessions)."""
     unknown = set(changes) - set(EDITABLE_FIELDS)
     if unknown:
@@ -110,7 +111,7 @@ def backend_update(*, tenant, actor: Actor, backend_id, changes: dict) -> Infere
 
 
 @transaction.atomic
-def backend_remove(*, tenant, actor: Actor, backend_id) -> None:
+def backend_remove(*, tenant: Tenant, actor: Actor, backend_id) -> None:
     backend = _lock(tenant=tenant, backend_id=backend_id)
     audit_record(
         tenant=tenant,
@@ -151,9 +152,9 @@ def backend_record_health(
     return backend
 
 
-def backend_check(*, backend: InferenceBackend) -> InferenceBackend:
+def backend_check(*, backend: InferenceBackend) -> InferenceBackend | None:
     """Probes the backend now (its address checked first, see egress.py) and records the result. The probe runs
-    outside any transaction; the record is its own."""
+    outside any transaction; the record is its own. None: the backend was deleted meanwhile."""
     from apps.inference.health import backend_probe
 
     probe = backend_probe(base_url=backend.base_url, kind=backend.kind)
@@ -174,16 +175,16 @@ def dangerously_backends_check_all() -> dict[int, bool]:
     return states
 
 
-def backend_register_and_check(*, tenant, actor: Actor, **fields) -> InferenceBackend:
+def backend_register_and_check(*, tenant: Tenant, actor: Actor, **fields) -> InferenceBackend | None:
     """Registers a replica (`backend_register`: audited, its own transaction; raises its domain errors) and
     probes it at once, so whoever registered it sees its state. Call it outside any transaction: the probe
-    runs after the registration committed."""
+    runs after the registration committed. None: the backend was deleted before the probe was recorded."""
     backend = backend_register(tenant=tenant, actor=actor, **fields)
     return backend_check(backend=backend)
 
 
 def backend_for_session(
-    *, tenant, served_model: str, session_id: str, model_version: str | None = None
+    *, tenant: Tenant, served_model: str, session_id: str, model_version: str | None = None
 ) -> InferenceBackend:
     """Routes a session: its pinned backend while that stays up (and serves the asked version);
     otherwise the healthy replica with the fewest active sessions per unit of weight, and pins it.

@@ -12,12 +12,13 @@ from apps.qualification.models import (
     ReviewStatus,
 )
 from apps.rewards.selectors import training_reward
+from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory
 from workers.atdp.tokens import unpack_floats, unpack_ids, unpack_versions
 from workers.qualification.gates import Limits, StepFacts, TrajectoryFacts, content_hash
 
 
-def trajectory_for_qualification(*, tenant, trajectory_id) -> Trajectory:
+def trajectory_for_qualification(*, tenant: Tenant, trajectory_id) -> Trajectory:
     return get_in_tenant(
         Trajectory.objects.select_related("tenant"),
         tenant=tenant,
@@ -26,11 +27,11 @@ def trajectory_for_qualification(*, tenant, trajectory_id) -> Trajectory:
     )
 
 
-def review_current(*, tenant, trajectory_id) -> Review | None:
+def review_current(*, tenant: Tenant, trajectory_id) -> Review | None:
     return Review.objects.for_tenant(tenant).filter(trajectory_id=trajectory_id).first()
 
 
-def review_list(*, tenant, trajectory_id=None, status=None):
+def review_list(*, tenant: Tenant, trajectory_id=None, status=None):
     reviews = Review.objects.for_tenant(tenant)
     if trajectory_id:
         reviews = reviews.filter(trajectory_id=trajectory_id)
@@ -39,11 +40,11 @@ def review_list(*, tenant, trajectory_id=None, status=None):
     return reviews.order_by("-created_at", "-id")
 
 
-def qualification_get(*, tenant, trajectory_id) -> Qualification | None:
+def qualification_get(*, tenant: Tenant, trajectory_id) -> Qualification | None:
     return Qualification.objects.for_tenant(tenant).filter(trajectory_id=trajectory_id).first()
 
 
-def qualification_limits(*, tenant) -> Limits:
+def qualification_limits(*, tenant: Tenant) -> Limits:
     row = QualificationLimits.objects.filter(tenant=tenant).first()
     if row is None:
         return Limits()
@@ -126,7 +127,7 @@ def trajectory_facts(*, trajectory) -> tuple[TrajectoryFacts, str]:
     return facts, digest
 
 
-def training_queue(*, tenant) -> list[dict]:
+def training_queue(*, tenant: Tenant) -> list[dict]:
     """Qualified trajectories waiting, counted by agent, task and group (largest first)."""
     rows = (
         Qualification.objects.for_tenant(tenant)
@@ -146,7 +147,7 @@ def training_queue(*, tenant) -> list[dict]:
     ]
 
 
-def disqualified_counts(*, tenant) -> list[dict]:
+def disqualified_counts(*, tenant: Tenant) -> list[dict]:
     """Disqualified trajectories by reason code (one trajectory counts under each of its codes)."""
     rows = (
         QualificationReason.objects.for_tenant(tenant)
@@ -158,7 +159,7 @@ def disqualified_counts(*, tenant) -> list[dict]:
     return [{"code": row["code"], "count": row["count"]} for row in rows]
 
 
-def qualification_list(*, tenant, status=None, reason=None, agent=None, task_id=None, group_id=None):
+def qualification_list(*, tenant: Tenant, status=None, reason=None, agent=None, task_id=None, group_id=None):
     """Verdicts with their trajectories, newest trajectory first; `reason` filters by effective code."""
     rows = Qualification.objects.for_tenant(tenant).select_related("trajectory")
     if status:

@@ -19,6 +19,7 @@ from apps.qualification.selectors import (
     trajectory_facts,
     trajectory_for_qualification,
 )
+from apps.tenants.models import Tenant
 from apps.trajectories.models import Trajectory
 from workers.qualification.gates import OVERRIDE_CODE, evaluate
 
@@ -79,7 +80,9 @@ def qualification_evaluate(*, trajectory_id) -> Qualification | None:
 
 
 @transaction.atomic
-def review_set(*, tenant, actor: Actor, trajectory_id, status: str, note: str = "", reviewer=None) -> Review:
+def review_set(
+    *, tenant: Tenant, actor: Actor, trajectory_id, status: str, note: str = "", reviewer=None
+) -> Review:
     """Appends a review (audited `trajectory.review`) and re-runs the gates on commit. Tenancy: another
     tenant's trajectory is a 404. needs_changes and rejected need a note saying why."""
     trajectory = trajectory_for_qualification(tenant=tenant, trajectory_id=trajectory_id)
@@ -107,7 +110,9 @@ def review_set(*, tenant, actor: Actor, trajectory_id, status: str, note: str = 
 
 
 @transaction.atomic
-def qualification_override(*, tenant, actor: Actor, trajectory_id, status: str, reason: str) -> Qualification:
+def qualification_override(
+    *, tenant: Tenant, actor: Actor, trajectory_id, status: str, reason: str
+) -> Qualification:
     """An operator's verdict over the gates' (audited `qualification.override`). `status` qualified or
     disqualified; an empty status removes the override. The gates keep running and their reasons are
     kept beside it."""
@@ -140,7 +145,9 @@ def qualification_override(*, tenant, actor: Actor, trajectory_id, status: str, 
 
 
 @transaction.atomic
-def qualification_limits_set(*, tenant, actor: Actor, min_steps: int, max_steps: int, max_tokens: int):
+def qualification_limits_set(
+    *, tenant: Tenant, actor: Actor, min_steps: int, max_steps: int, max_tokens: int
+):
     """Sets the tenant's length limits (audited). Verdicts already stored change at their next run."""
     if not 0 < min_steps <= max_steps:
         raise ValidationFailed("need 0 < min_steps <= max_steps", fields={"max_steps": ["below min_steps"]})

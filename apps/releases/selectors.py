@@ -12,9 +12,10 @@ from apps.releases.models import (
     RoutingState,
     ServingEvent,
 )
+from apps.tenants.models import Tenant
 
 
-def release_list(*, tenant, status: str | None = None, model: str | None = None):
+def release_list(*, tenant: Tenant, status: str | None = None, model: str | None = None):
     releases = Release.objects.for_tenant(tenant).select_related("candidate", "baseline")
     if status:
         releases = releases.filter(status=status)
@@ -23,7 +24,7 @@ def release_list(*, tenant, status: str | None = None, model: str | None = None)
     return releases.order_by("-created_at", "-id")
 
 
-def release_get(*, tenant, release_id) -> Release:
+def release_get(*, tenant: Tenant, release_id) -> Release:
     return get_in_tenant(
         Release.objects.select_related("candidate", "baseline"),
         tenant=tenant,
@@ -32,15 +33,15 @@ def release_get(*, tenant, release_id) -> Release:
     )
 
 
-def release_events(*, tenant, release_id):
+def release_events(*, tenant: Tenant, release_id):
     return ReleaseEvent.objects.for_tenant(tenant).filter(release_id=release_id).order_by("at", "id")
 
 
-def release_analyses(*, tenant, release_id):
+def release_analyses(*, tenant: Tenant, release_id):
     return AnalysisRun.objects.for_tenant(tenant).filter(release_id=release_id).order_by("at", "id")
 
 
-def routing_states(*, tenant):
+def routing_states(*, tenant: Tenant):
     return (
         RoutingState.objects.for_tenant(tenant)
         .select_related("stable", "canary", "release")
@@ -48,14 +49,14 @@ def routing_states(*, tenant):
     )
 
 
-def serving_history(*, tenant, model: str | None = None):
+def serving_history(*, tenant: Tenant, model: str | None = None):
     events = ServingEvent.objects.for_tenant(tenant).select_related("stable", "canary", "release")
     if model:
         events = events.filter(model=model)
     return events.order_by("at", "id")
 
 
-def serving_at(*, tenant, model: str, moment) -> ServingEvent | None:
+def serving_at(*, tenant: Tenant, model: str, moment) -> ServingEvent | None:
     """What served the tenant's `model` at `moment`: the serving event in force then (None: nothing recorded
     yet, so any backend of the model served)."""
     return serving_history(tenant=tenant, model=model).filter(at__lte=moment).order_by("-at", "-id").first()
@@ -76,7 +77,7 @@ def dangerously_release_tenant(*, release_id):
     return release.tenant if release is not None else None
 
 
-def release_for_dashboard(*, tenant) -> Release | None:
+def release_for_dashboard(*, tenant: Tenant) -> Release | None:
     """The release a tenant overview shows: the newest one taking live traffic, else the newest one."""
     releases = release_list(tenant=tenant)
     return releases.filter(status__in=SERVING_STATUSES).first() or releases.first()

@@ -20,7 +20,8 @@ from apps.releases.models import (
     ServingEvent,
     SessionRoute,
 )
-from apps.training.models import VersionStatus
+from apps.tenants.models import Tenant
+from apps.training.models import ModelVersion, VersionStatus
 from workers.evaluation.analysis import guardrail_problems
 
 SYSTEM = Actor.system("release-analysis")
@@ -85,7 +86,7 @@ def _releasable(*, candidate, baseline) -> None:
 @transaction.atomic
 def release_create(
     *,
-    tenant,
+    tenant: Tenant,
     actor: Actor,
     candidate_id: int,
     baseline_id: int | None = None,
@@ -103,6 +104,7 @@ def release_create(
     from apps.training.selectors import alias_resolve, model_version_get
 
     candidate = model_version_get(tenant=tenant, version_id=candidate_id)
+    baseline: ModelVersion | None
     if baseline_id is not None:
         baseline = model_version_get(tenant=tenant, version_id=baseline_id)
     else:
@@ -164,7 +166,7 @@ def release_create(
     return release
 
 
-def _lock(*, tenant, release_id) -> Release:
+def _lock(*, tenant: Tenant, release_id) -> Release:
     return get_in_tenant(
         Release.objects.select_related("candidate", "baseline"),
         tenant=tenant,
@@ -232,7 +234,15 @@ def _transition(
 
 
 def _routing_set(
-    *, tenant, model: str, stable, canary=None, percent: float = 0.0, release=None, actor: Actor, reason: str
+    *,
+    tenant: Tenant,
+    model: str,
+    stable,
+    canary=None,
+    percent: float = 0.0,
+    release=None,
+    actor: Actor,
+    reason: str,
 ) -> RoutingState:
     """Points the tenant's model at `stable` (+ `canary` at `percent` of new sessions) and appends the change
     to the serving history. Locking: the routing row."""
@@ -269,7 +279,7 @@ def _routing_set(
 
 
 @transaction.atomic
-def routing_initialize(*, tenant, actor: Actor, version, reason: str = "serving set") -> RoutingState:
+def routing_initialize(*, tenant: Tenant, actor: Actor, version, reason: str = "serving set") -> RoutingState:
     """Declares what serves `version.name` for the tenant when no release has yet (audited)."""
     state = _routing_set(tenant=tenant, model=version.name, stable=version, actor=actor, reason=reason)
     audit_record(
@@ -282,7 +292,7 @@ def routing_initialize(*, tenant, actor: Actor, version, reason: str = "serving 
     return state
 
 
-def session_pin(*, tenant, version, session_id: str) -> SessionRoute:
+def session_pin(*, tenant: Tenant, version, session_id: str) -> SessionRoute:
     """Pins a session (an eval run's) to `version` whatever the routing says. Idempotent on the session; not a
     governance act, so not audited (the eval run that asks for it is)."""
     route, _ = SessionRoute.objects.update_or_create(
@@ -294,14 +304,14 @@ def session_pin(*, tenant, version, session_id: str) -> SessionRoute:
     return route
 
 
-def _set_version_status(*, tenant, actor, version, status, reason) -> None:
+def _set_version_status(*, tenant: Tenant, actor, version, status, reason) -> None:
     from apps.training.services import model_version_set_status
 
     model_version_set_status(tenant=tenant, actor=actor, version_id=version.pk, status=status, reason=reason)
 
 
 @transaction.atomic
-def release_start(*, tenant, actor: Actor, release_id) -> Release:
+def release_start(*, tenant: Tenant, actor: Actor, release_id) -> Release:
     """draft → evaluating: queues one eval run per suite for the candidate and the baseline (on commit); the
     next analysis tick moves on to the first canary stage once they are done. Records who started it (the
     two-person rule compares the approver with this person)."""
@@ -309,7 +319,7 @@ def release_start(*, tenant, actor: Actor, release_id) -> Release:
 
     release = _lock(tenant=tenant, release_id=release_id)
     _releasable(candidate=release.candidate, baseline=release.baseline)
-    runs = {"candidate": {}, "baseline": {}}
+    runs: dict[str, dict] = {"candidate": {}, "baseline": {}}
     for suite in release.eval_suites.all():
         for arm, version in (("candidate", release.candidate), ("baseline", release.baseline)):
             runs[arm][str(suite.pk)] = eval_run_start(
@@ -425,7 +435,7 @@ def _withdraw(*, release: Release, actor: Actor, to: str, reason: str) -> Releas
 
 
 @transaction.atomic
-def release_rollback(*, tenant, actor: Actor, release_id, reason: str = "") -> Release:
+def release_rollback(*, tenant: Tenant, actor: Actor, release_id, reason: str = "") -> Release:
     """Manual (any time before the end) or automatic rollback: the baseline takes all traffic again at once;
     sessions on the candidate move to it on their next request."""
     release = _lock(tenant=tenant, release_id=release_id)
@@ -438,13 +448,13 @@ def release_rollback(*, tenant, actor: Actor, release_id, reason: str = "") -> R
 
 
 @transaction.atomic
-def release_abort(*, tenant, actor: Actor, release_id, reason: str = "") -> Release:
+def release_abort(*, tenant: Tenant, actor: Actor, release_id, reason: str = "") -> Release:
     release = _lock(tenant=tenant, release_id=release_id)
     return _withdraw(release=release, actor=actor, to=ReleaseStatus.ABORTED, reason=reason or "aborted")
 
 
 @transaction.atomic
-def release_resume(*, tenant, actor: Actor, release_id) -> Release:
+def release_resume(*, tenant: Tenant, actor: Actor, release_id) -> Release:
     """paused → canary at the same stage, counters reset (the operator judged the inconclusive analysis)."""
     release = _lock(tenant=tenant, release_id=release_id)
     if release.status != ReleaseStatus.PAUSED:
@@ -461,7 +471,7 @@ def release_resume(*, tenant, actor: Actor, release_id) -> Release:
     )
 
 
-def _check_two_people(*, tenant, release: Release, approver: Actor) -> None:
+def _check_two_people(*, tenant: Tenant, release: Release, approver: Actor) -> None:
     """The two-person rule compares people, not principals: a key answers to the person who created it
     (`person_behind`), so one person's session and key are one person. An approval that names no person (a
     key from the CLI or the system) is refused, since it could be anyone, the starter included; a release
@@ -490,7 +500,7 @@ def _check_two_people(*, tenant, release: Release, approver: Actor) -> None:
 
 
 @transaction.atomic
-def release_approve(*, tenant, actor: Actor, release_id) -> Release:
+def release_approve(*, tenant: Tenant, actor: Actor, release_id) -> Release:
     """awaiting_approval → promoted: the candidate becomes production (alias moved, statuses set, all traffic).
     409 unless awaiting approval; 403 under the tenant's two-person rule when the person behind the approver
     (a key's creator) started it, or when the approval names no person.
@@ -734,7 +744,7 @@ def _analyze_live(release: Release) -> Release:
 
 
 @transaction.atomic
-def release_analyze(*, tenant, release_id) -> Release:
+def release_analyze(*, tenant: Tenant, release_id) -> Release:
     """One analysis tick (beat, or an operator's "analyze now"): evaluating → the first canary stage once the
     eval runs are done and pass; in canary, measures every guardrail on both arms and rolls back, pauses,
     advances or waits. A terminal or draft release is left alone. Idempotent in effect: moves are

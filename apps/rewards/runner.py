@@ -25,7 +25,7 @@ def evaluators_run(*, trajectory_id: str, evaluator_id: int | None = None) -> di
     evaluators = evaluator_list(tenant=trajectory.tenant, agent_name=trajectory.agent_name, enabled=True)
     if evaluator_id is not None:
         evaluators = evaluators.filter(pk=evaluator_id)
-    results = {}
+    results: dict[str, float | str] = {}
     for evaluator in evaluators:
         try:
             reward = evaluator_run(evaluator=evaluator, trajectory=trajectory)

@@ -7,20 +7,21 @@ from django.db.models import Count, Q
 from apps.core.selectors import get_in_tenant
 from apps.rewards.errors import RewardRejected
 from apps.rewards.models import Evaluator, Reward, RewardKind, RewardSource, RewardSpec
+from apps.tenants.models import Tenant
 from apps.trajectories.models import Step
 from workers.rewards.combine import DEFAULT_PRIORITY, CombinationRule, RewardPoint, combine
 from workers.rewards.evaluators import Outcome, ToolCall
 from workers.rewards.specs import SpecData
 
 
-def reward_spec_list(*, tenant, agent_name: str | None = None):
+def reward_spec_list(*, tenant: Tenant, agent_name: str | None = None):
     specs = RewardSpec.objects.for_tenant(tenant)
     if agent_name is not None:
         specs = specs.filter(agent_name__in=[agent_name, ""])
     return specs.order_by("agent_name", "name")
 
 
-def reward_spec_get(*, tenant, spec_id) -> RewardSpec:
+def reward_spec_get(*, tenant: Tenant, spec_id) -> RewardSpec:
     return get_in_tenant(RewardSpec, tenant=tenant, pk=spec_id, code="reward_spec_not_found")
 
 
@@ -62,7 +63,7 @@ def combination_rule(spec: RewardSpec | None) -> CombinationRule:
 
 def reward_list(
     *,
-    tenant,
+    tenant: Tenant,
     trajectory_id=None,
     step_id=None,
     source=None,
@@ -91,13 +92,13 @@ def reward_list(
     return rewards.order_by("-created_at", "-id")
 
 
-def reward_get(*, tenant, reward_id) -> Reward:
+def reward_get(*, tenant: Tenant, reward_id) -> Reward:
     return get_in_tenant(
         Reward.objects.select_related("spec"), tenant=tenant, pk=reward_id, code="reward_not_found"
     )
 
 
-def training_reward(*, tenant, trajectory) -> float | None:
+def training_reward(*, tenant: Tenant, trajectory) -> float | None:
     """The trajectory's training reward by its agent's training spec and that spec's combination rule.
     Without a training spec: every non-critique reward, annotator over user over evaluator over the rest."""
     spec = reward_spec_for(tenant_id=tenant.pk, agent_name=trajectory.agent_name)
@@ -112,7 +113,7 @@ def training_reward(*, tenant, trajectory) -> float | None:
     return combine(points, combination_rule(spec))
 
 
-def feedback_summary(*, tenant, trajectory_id=None) -> dict:
+def feedback_summary(*, tenant: Tenant, trajectory_id=None) -> dict:
     """End-user signals: thumbs up and down (boolean rewards from users) and corrections (critiques)."""
     rewards = Reward.objects.for_tenant(tenant).filter(source=RewardSource.USER)
     if trajectory_id:
@@ -124,7 +125,7 @@ def feedback_summary(*, tenant, trajectory_id=None) -> dict:
     )
 
 
-def evaluator_list(*, tenant, agent_name: str | None = None, enabled: bool | None = None):
+def evaluator_list(*, tenant: Tenant, agent_name: str | None = None, enabled: bool | None = None):
     evaluators = Evaluator.objects.for_tenant(tenant).select_related("spec")
     if agent_name is not None:
         evaluators = evaluators.filter(agent_name__in=[agent_name, ""])
@@ -133,7 +134,7 @@ def evaluator_list(*, tenant, agent_name: str | None = None, enabled: bool | Non
     return evaluators.order_by("name", "version")
 
 
-def evaluator_get(*, tenant, evaluator_id) -> Evaluator:
+def evaluator_get(*, tenant: Tenant, evaluator_id) -> Evaluator:
     return get_in_tenant(
         Evaluator.objects.select_related("spec"), tenant=tenant, pk=evaluator_id, code="evaluator_not_found"
     )
@@ -158,7 +159,8 @@ def trajectory_outcome(*, trajectory) -> Outcome:
     )
     calls: dict[str, str] = {}
     results: dict[str, bool] = {}
-    final_text, environment = "", {}
+    final_text = ""
+    environment: dict = {}
     for step in steps:
         action, result = step["action"] or {}, step["result"] or {}
         for message in (step["observation"] or {}).get("messages") or []:

@@ -22,6 +22,7 @@ from apps.rewards.models import (
     RewardTiming,
 )
 from apps.rewards.selectors import reward_spec_for, spec_data, trajectory_outcome
+from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory, trajectory_id_for
 from workers.rewards.evaluators import EVALUATORS, run_evaluator
 from workers.rewards.specs import SpecData, check_reward, spec_problems
@@ -45,7 +46,7 @@ def _payload(reward: Reward, *, created: bool) -> dict:
         "value": reward.value,
         "kind": reward.kind,
         "label": reward.label or None,
-        "spec": reward.spec.name if reward.spec_id else None,
+        "spec": reward.spec.name if reward.spec else None,
         "source": reward.source,
         "timing": reward.timing,
         "created": created,
@@ -76,6 +77,7 @@ def _source_for(*, actor: Actor, requested: str | None) -> tuple[str, str]:
     """(source, scope) of a reward written by `actor`: the source follows the principal, never the body.
     A key names one of KEY_SOURCES (default agent); a person's session posts as annotator; internal
     callers (system actors) name theirs. Any other source is refused (403 `source_not_allowed`)."""
+    allowed: tuple[str, ...]
     if actor.kind == "api_key":
         allowed, principal = KEY_SOURCES, f"key:{actor.label}"
     elif actor.kind == "user":
@@ -211,6 +213,7 @@ def reward_append_for_agent(
     existing = _existing(tenant_id, scope, idempotency_key)
     if existing:
         return _payload(existing, created=False)
+    agent_name: str | None
     if step_id:
         step = (
             Step.objects.filter(tenant_id=tenant_id, id=_as_uuid(step_id, "step"))
@@ -221,6 +224,8 @@ def reward_append_for_agent(
             raise NotFound(f"no step {step_id!r} in this tenant", code="step_not_found")
         target, trajectory_id, bound_step = RewardTarget.STEP, step["trajectory_id"], step["id"]
         agent_name = step["trajectory__agent_name"]
+    elif not session_id:  # the gateway asks for exactly one of the two
+        raise NotFound(f"no session {session_id!r} in this tenant", code="session_not_found")
     else:
         trajectory_id = trajectory_id_for(tenant_id=tenant_id, session_id=session_id)
         agent_name = (
@@ -255,7 +260,7 @@ def reward_append_for_agent(
 @transaction.atomic
 def reward_create(
     *,
-    tenant,
+    tenant: Tenant,
     actor: Actor,
     trajectory_id,
     step_id=None,
@@ -341,11 +346,16 @@ def _recorded_at(value) -> datetime:
     """An imported reward's own time (ATDP: ISO 8601); now when the record has none."""
     if isinstance(value, datetime):
         return value
-    return parse_datetime(value) if value else timezone.now()
+    if not value:
+        return timezone.now()
+    moment = parse_datetime(value)
+    if moment is None:  # imported records are validated (ATDP date-time): never
+        raise ValueError(f"not a date-time: {value!r}")
+    return moment
 
 
 @transaction.atomic
-def rewards_import(*, tenant, trajectory: Trajectory, rewards: list[dict]) -> list[Reward]:
+def rewards_import(*, tenant: Tenant, trajectory: Trajectory, rewards: list[dict]) -> list[Reward]:
     """Stores the rewards of an imported ATDP trajectory (SDK mode) beside `trajectory`, a row of `tenant`,
     as they were recorded: reward ids, sources, timing, `created_by` (default "import") and idempotency keys
     are kept, and `idempotency_scope` stays "" so no principal's namespace holds them. Imported rewards are
@@ -416,7 +426,7 @@ def _spec_validate(fields: dict) -> None:
 
 
 @transaction.atomic
-def reward_spec_create(*, tenant, actor: Actor, **fields) -> RewardSpec:
+def reward_spec_create(*, tenant: Tenant, actor: Actor, **fields) -> RewardSpec:
     """Defines a reward spec (audited `reward_spec.create`). One name per agent, one training reward per
     agent (blank agent: tenant-wide): a second is a 409."""
     fields = {name: value for name, value in fields.items() if name in SPEC_FIELDS and value is not None}
@@ -444,7 +454,7 @@ EVALUATOR_FIELDS = ("name", "version", "kind", "config", "agent_name", "enabled"
 
 
 @transaction.atomic
-def evaluator_create(*, tenant, actor: Actor, spec_name: str = "", **fields) -> Evaluator:
+def evaluator_create(*, tenant: Tenant, actor: Actor, spec_name: str = "", **fields) -> Evaluator:
     """Registers an evaluator (audited `evaluator.create`). A new version is a new row: results of each
     version are kept apart (idempotency key per evaluator row)."""
     fields = {name: value for name, value in fields.items() if name in EVALUATOR_FIELDS and value is not None}
@@ -480,7 +490,7 @@ def evaluators_enqueue(*, trajectory_id, tenant_id: int) -> bool:
     return True
 
 
-def evaluator_run_enqueue(*, tenant, evaluator: Evaluator, trajectory: Trajectory) -> None:
+def evaluator_run_enqueue(*, tenant: Tenant, evaluator: Evaluator, trajectory: Trajectory) -> None:
     """Queues one evaluator over one trajectory of `tenant` (task rewards.run_evaluators, eval queue) on
     commit; another tenant's evaluator or trajectory answers as a missing one. A repeat is harmless: the task
     stores one reward per evaluator version and trajectory."""
@@ -492,7 +502,7 @@ def evaluator_run_enqueue(*, tenant, evaluator: Evaluator, trajectory: Trajector
     transaction.on_commit(lambda: run_evaluators.delay(trajectory_id, evaluator_id))
 
 
-def evaluator_run(*, evaluator: Evaluator, trajectory) -> Reward | None:
+def evaluator_run(*, evaluator: Evaluator, trajectory) -> Reward:
     """Runs one evaluator over one trajectory and appends its result as a trajectory reward (source
     evaluator, timing terminal, created_by "<name>@<version>"). Idempotent: the key names the evaluator row
     and the trajectory, in the evaluator workers' own scope (no key or person can claim it), so a retry or a
@@ -504,7 +514,7 @@ def evaluator_run(*, evaluator: Evaluator, trajectory) -> Reward | None:
     if existing:
         return existing
     result = run_evaluator(evaluator.kind, evaluator.config, trajectory_outcome(trajectory=trajectory))
-    spec_name = evaluator.spec.name if evaluator.spec_id else ""
+    spec_name = evaluator.spec.name if evaluator.spec else ""
     spec, kind, value, label = _checked(
         tenant_id=evaluator.tenant_id,
         agent_name=trajectory.agent_name,

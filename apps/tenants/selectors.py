@@ -60,17 +60,17 @@ def membership_role_of_active_user(
     return memberships.values_list("tenant_id", "role").first()
 
 
-def membership_for(*, tenant, user) -> Membership | None:
+def membership_for(*, tenant: Tenant, user) -> Membership | None:
     if user is None or not user.is_authenticated:
         return None
     return Membership.objects.filter(tenant=tenant, user=user).first()
 
 
-def membership_list(*, tenant):
+def membership_list(*, tenant: Tenant):
     return Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
 
 
-def membership_get(*, tenant, membership_id) -> Membership:
+def membership_get(*, tenant: Tenant, membership_id) -> Membership:
     return get_in_tenant(
         Membership.objects.select_related("user"),
         tenant=tenant,
@@ -80,14 +80,14 @@ def membership_get(*, tenant, membership_id) -> Membership:
     )
 
 
-def api_key_list(*, tenant, include_inactive: bool = True):
+def api_key_list(*, tenant: Tenant, include_inactive: bool = True):
     keys = ApiKey.objects.for_tenant(tenant)
     if not include_inactive:
         keys = keys.filter(revoked_at__isnull=True)
     return keys
 
 
-def api_key_get(*, tenant, key_id) -> ApiKey:
+def api_key_get(*, tenant: Tenant, key_id) -> ApiKey:
     return get_in_tenant(
         ApiKey, tenant=tenant, pk=key_id, code="api_key_not_found", message="no such API key in this tenant"
     )
@@ -96,7 +96,7 @@ def api_key_get(*, tenant, key_id) -> ApiKey:
 KEY_CHAIN_LIMIT = 32  # keys made by keys made by keys...: far more than any real chain
 
 
-def person_behind(*, tenant, actor_kind: str, actor_id: str) -> int | None:
+def person_behind(*, tenant: Tenant, actor_kind: str, actor_id: str) -> int | None:
     """The id of the person who acts through a principal: a user is themself; an API key is the person who
     created it, or, for a key made or rotated through the API by another key, that key's person (followed
     up the chain). None: no person is recorded (a key from the CLI or the system, or its creator deleted)."""
@@ -104,7 +104,8 @@ def person_behind(*, tenant, actor_kind: str, actor_id: str) -> int | None:
         return int(actor_id) if actor_id else None
     if actor_kind != "api_key" or not actor_id:
         return None
-    key_id, seen = int(actor_id), set()
+    key_id: int | None = int(actor_id)
+    seen: set[int] = set()
     while key_id is not None and key_id not in seen and len(seen) < KEY_CHAIN_LIMIT:
         seen.add(key_id)
         row = (

@@ -80,7 +80,7 @@ def _validate_pii_patterns(patterns) -> None:
 
 
 @transaction.atomic
-def policy_update(*, tenant, actor: Actor, changes: dict) -> TenantPolicy:
+def policy_update(*, tenant: Tenant, actor: Actor, changes: dict) -> TenantPolicy:
     """Applies validated policy changes; the audit event records each field's old and new value."""
     unknown = set(changes) - set(POLICY_FIELDS)
     if unknown:
@@ -105,12 +105,12 @@ def policy_update(*, tenant, actor: Actor, changes: dict) -> TenantPolicy:
     return policy
 
 
-def _admin_count(tenant) -> int:
+def _admin_count(tenant: Tenant) -> int:
     return Membership.objects.filter(tenant=tenant, role=Role.ADMIN).count()
 
 
 @transaction.atomic
-def membership_add(*, tenant, actor: Actor, user_identifier: str, role: str) -> Membership:
+def membership_add(*, tenant: Tenant, actor: Actor, user_identifier: str, role: str) -> Membership:
     """Adds an existing user (by username or email) with a role. 409 if already a member."""
     user = (
         get_user_model()
@@ -136,7 +136,7 @@ def membership_add(*, tenant, actor: Actor, user_identifier: str, role: str) -> 
     return membership
 
 
-def _lock_membership(*, tenant, membership_id) -> Membership:
+def _lock_membership(*, tenant: Tenant, membership_id) -> Membership:
     return get_in_tenant(
         Membership.objects.select_for_update().select_related("user"),
         tenant=tenant,
@@ -147,7 +147,7 @@ def _lock_membership(*, tenant, membership_id) -> Membership:
 
 
 @transaction.atomic
-def membership_change_role(*, tenant, actor: Actor, membership_id, role: str) -> Membership:
+def membership_change_role(*, tenant: Tenant, actor: Actor, membership_id, role: str) -> Membership:
     membership = _lock_membership(tenant=tenant, membership_id=membership_id)
     role = Role(role)
     if membership.role == role:
@@ -168,7 +168,7 @@ def membership_change_role(*, tenant, actor: Actor, membership_id, role: str) ->
 
 
 @transaction.atomic
-def membership_remove(*, tenant, actor: Actor, membership_id) -> None:
+def membership_remove(*, tenant: Tenant, actor: Actor, membership_id) -> None:
     membership = _lock_membership(tenant=tenant, membership_id=membership_id)
     if membership.role == Role.ADMIN and _admin_count(tenant) == 1:
         raise Conflict("cannot remove the tenant's last admin", code="last_admin")
@@ -204,7 +204,13 @@ def _creating_key_id(actor: Actor) -> int | None:
 
 @transaction.atomic
 def api_key_create(
-    *, tenant, actor: Actor, name: str, scopes: list[str], expires_in_days: int | None = None, created_by=None
+    *,
+    tenant: Tenant,
+    actor: Actor,
+    name: str,
+    scopes: list[str],
+    expires_in_days: int | None = None,
+    created_by=None,
 ) -> tuple[ApiKey, str]:
     """Creates a key and returns (key, raw secret). The raw secret exists only in this return value.
     Records who made it: `created_by` (a person) or `created_by_key` (a key acting through the API)."""
@@ -252,7 +258,7 @@ def _forget_cached(hashed: str) -> None:
     transaction.on_commit(lambda: api_key_cache_forget(hashed))
 
 
-def _lock_key(*, tenant, key_id) -> ApiKey:
+def _lock_key(*, tenant: Tenant, key_id) -> ApiKey:
     return get_in_tenant(
         ApiKey.objects.select_for_update(),
         tenant=tenant,
@@ -263,7 +269,7 @@ def _lock_key(*, tenant, key_id) -> ApiKey:
 
 
 @transaction.atomic
-def api_key_revoke(*, tenant, actor: Actor, key_id) -> ApiKey:
+def api_key_revoke(*, tenant: Tenant, actor: Actor, key_id) -> ApiKey:
     """Revokes now. The authentication cache forgets the key when the transaction commits."""
     key = _lock_key(tenant=tenant, key_id=key_id)
     if key.revoked_at:
@@ -277,7 +283,7 @@ def api_key_revoke(*, tenant, actor: Actor, key_id) -> ApiKey:
 
 @transaction.atomic
 def api_key_rotate(
-    *, tenant, actor: Actor, key_id, grace_seconds: int, created_by=None
+    *, tenant: Tenant, actor: Actor, key_id, grace_seconds: int, created_by=None
 ) -> tuple[ApiKey, str]:
     """Issues a replacement with the same scopes and expiry horizon; the old key stays valid for
     `grace_seconds` (0: ends now). Returns (new key, raw secret)."""
@@ -317,7 +323,7 @@ def api_key_rotate(
     return new, raw
 
 
-def _rotated_name(tenant, name: str) -> str:
+def _rotated_name(tenant: Tenant, name: str) -> str:
     base = name.split(" (rotated")[0]
     taken = set(
         ApiKey.objects.for_tenant(tenant).filter(name__startswith=base).values_list("name", flat=True)

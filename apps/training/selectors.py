@@ -7,6 +7,7 @@ from django.db.models import Count
 from apps.core.selectors import get_in_tenant
 from apps.qualification.models import Qualification, QualificationStatus
 from apps.rewards.selectors import training_reward as reward_training_value
+from apps.tenants.models import Tenant
 from apps.training.models import (
     AliasMove,
     JobStatus,
@@ -21,7 +22,7 @@ from apps.trajectories.selectors import trajectory_with_records
 from apps.trajectories.serialize import trajectory_to_atdp
 
 
-def model_version_list(*, tenant, name: str | None = None, status: str | None = None):
+def model_version_list(*, tenant: Tenant, name: str | None = None, status: str | None = None):
     versions = ModelVersion.objects.for_tenant(tenant).select_related("parent")
     if name:
         versions = versions.filter(name=name)
@@ -30,7 +31,7 @@ def model_version_list(*, tenant, name: str | None = None, status: str | None = 
     return versions.order_by("name", "-number")
 
 
-def model_version_get(*, tenant, version_id) -> ModelVersion:
+def model_version_get(*, tenant: Tenant, version_id) -> ModelVersion:
     return get_in_tenant(
         ModelVersion.objects.select_related("parent"),
         tenant=tenant,
@@ -39,7 +40,7 @@ def model_version_get(*, tenant, version_id) -> ModelVersion:
     )
 
 
-def model_version_by_number(*, tenant, name: str, number: int) -> ModelVersion:
+def model_version_by_number(*, tenant: Tenant, name: str, number: int) -> ModelVersion:
     return get_in_tenant(
         ModelVersion,
         tenant=tenant,
@@ -50,17 +51,17 @@ def model_version_by_number(*, tenant, name: str, number: int) -> ModelVersion:
     )
 
 
-def alias_resolve(*, tenant, name: str, alias: str) -> ModelVersion | None:
+def alias_resolve(*, tenant: Tenant, name: str, alias: str) -> ModelVersion | None:
     row = ModelAlias.objects.filter(tenant=tenant, name=name, alias=alias).select_related("version").first()
     return row.version if row else None
 
 
-def alias_list(*, tenant, name: str | None = None):
+def alias_list(*, tenant: Tenant, name: str | None = None):
     rows = ModelAlias.objects.filter(tenant=tenant).select_related("version")
     return rows.filter(name=name) if name else rows
 
 
-def alias_history(*, tenant, name: str | None = None, alias: str | None = None, since=None):
+def alias_history(*, tenant: Tenant, name: str | None = None, alias: str | None = None, since=None):
     """The tenant's alias moves, oldest first (of one model `name`, one `alias`, from `since` when given)."""
     moves = AliasMove.objects.filter(tenant=tenant).select_related("from_version", "to_version")
     if name:
@@ -72,7 +73,7 @@ def alias_history(*, tenant, name: str | None = None, alias: str | None = None, 
     return moves.order_by("moved_at", "id")
 
 
-def alias_at(*, tenant, name: str, alias: str, moment) -> ModelVersion | None:
+def alias_at(*, tenant: Tenant, name: str, alias: str, moment) -> ModelVersion | None:
     """The version `name:alias` named at `moment` (None before its first move)."""
     move = (
         alias_history(tenant=tenant, name=name, alias=alias)
@@ -83,7 +84,7 @@ def alias_at(*, tenant, name: str, alias: str, moment) -> ModelVersion | None:
     return move.to_version if move else None
 
 
-def model_lineage(*, tenant, name: str) -> list[dict]:
+def model_lineage(*, tenant: Tenant, name: str) -> list[dict]:
     """Every version of `name` with its parent number, oldest first: the tree a lineage page draws."""
     return [
         {
@@ -102,7 +103,7 @@ def model_lineage(*, tenant, name: str) -> list[dict]:
 
 
 def training_queue_snapshot(
-    *, tenant, agent: str | None = None, task_id: str | None = None, limit: int | None = None
+    *, tenant: Tenant, agent: str | None = None, task_id: str | None = None, limit: int | None = None
 ) -> dict:
     """The qualified training queue now, frozen: trajectory ids (oldest first) and a sha256 over their
     (id, content hash) pairs, so a job trains on exactly what it was created with."""
@@ -122,7 +123,7 @@ def training_queue_snapshot(
     }
 
 
-def training_snapshot_hash(*, tenant, trajectory_ids) -> str:
+def training_snapshot_hash(*, tenant: Tenant, trajectory_ids) -> str:
     """The content hash the snapshot's trajectories have now (compare with the one frozen at creation)."""
     digests = dict(
         Qualification.objects.for_tenant(tenant)
@@ -136,7 +137,7 @@ def _snapshot_hash(pairs) -> str:
     return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
 
 
-def training_records(*, tenant, trajectory_ids) -> list[dict]:
+def training_records(*, tenant: Tenant, trajectory_ids) -> list[dict]:
     """ATDP records of the snapshot's trajectories (in snapshot order) whose reward list is the single
     training reward apps.rewards computes (the combination rule of the agent's spec), ready for
     workers.rl.samples. A trajectory deleted since the snapshot is left out."""
@@ -157,12 +158,12 @@ def training_records(*, tenant, trajectory_ids) -> list[dict]:
     return records
 
 
-def training_job_list(*, tenant, status: str | None = None):
+def training_job_list(*, tenant: Tenant, status: str | None = None):
     jobs = TrainingJob.objects.for_tenant(tenant).select_related("base_version", "produced_version")
     return jobs.filter(status=status) if status else jobs
 
 
-def training_job_get(*, tenant, job_id) -> TrainingJob:
+def training_job_get(*, tenant: Tenant, job_id) -> TrainingJob:
     return get_in_tenant(
         TrainingJob.objects.select_related("base_version", "produced_version"),
         tenant=tenant,
@@ -171,7 +172,7 @@ def training_job_get(*, tenant, job_id) -> TrainingJob:
     )
 
 
-def training_job_metrics(*, tenant, job_id) -> list[dict]:
+def training_job_metrics(*, tenant: Tenant, job_id) -> list[dict]:
     return [
         {"step": step, **values}
         for step, values in TrainingMetric.objects.filter(tenant=tenant, job_id=job_id)
@@ -180,7 +181,7 @@ def training_job_metrics(*, tenant, job_id) -> list[dict]:
     ]
 
 
-def training_job_logs(*, tenant, job_id, limit: int = 500):
+def training_job_logs(*, tenant: Tenant, job_id, limit: int = 500):
     return list(TrainingLogLine.objects.filter(tenant=tenant, job_id=job_id).order_by("-at", "-id")[:limit])[
         ::-1
     ]
@@ -205,7 +206,7 @@ def dangerously_training_job_counts() -> dict[tuple[str, str], int]:
     return {(row["tenant__slug"], row["status"]): row["count"] for row in rows}
 
 
-def training_trajectory_ids_in_use(*, tenant) -> set[UUID]:
+def training_trajectory_ids_in_use(*, tenant: Tenant) -> set[UUID]:
     """Trajectory ids in the dataset snapshot of the tenant's unfinished (queued or running) training jobs:
     a job checks its snapshot's content hash when it starts or resumes, so retention holds these until the
     job ends. Finished jobs and versions keep only ids and a hash as lineage; they hold nothing."""

@@ -11,6 +11,7 @@ from django.utils import timezone
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, ValidationFailed
 from apps.metrics.publish import metrics_publish
+from apps.tenants.models import Tenant
 from apps.training.models import (
     JOB_TRANSITIONS,
     VERSION_TRANSITIONS,
@@ -31,7 +32,7 @@ JOBS_STREAM = "training.jobs"  # announces jobs (their status moves) and online 
 @transaction.atomic
 def model_version_register(
     *,
-    tenant,
+    tenant: Tenant,
     actor: Actor,
     name: str,
     checkpoint_path: str,
@@ -93,7 +94,7 @@ def model_version_register(
 
 @transaction.atomic
 def model_version_set_status(
-    *, tenant, actor: Actor, version_id: int, status: str, reason: str = ""
+    *, tenant: Tenant, actor: Actor, version_id: int, status: str, reason: str = ""
 ) -> ModelVersion:
     """Moves a version along VERSION_TRANSITIONS; a forbidden move raises Conflict (409) and changes nothing.
     Locking: the version row."""
@@ -115,7 +116,7 @@ def model_version_set_status(
 
 
 @transaction.atomic
-def model_version_update_metrics(*, tenant, version_id: int, metrics: dict) -> ModelVersion:
+def model_version_update_metrics(*, tenant: Tenant, version_id: int, metrics: dict) -> ModelVersion:
     """Merges metrics into the version's (evaluation and training figures); not a governance act."""
     version = ModelVersion.objects.select_for_update().get(tenant=tenant, pk=version_id)
     version.metrics = {**version.metrics, **metrics}
@@ -125,7 +126,7 @@ def model_version_update_metrics(*, tenant, version_id: int, metrics: dict) -> M
 
 @transaction.atomic
 def alias_move(
-    *, tenant, actor: Actor, name: str, alias: str, version: ModelVersion, reason: str = ""
+    *, tenant: Tenant, actor: Actor, name: str, alias: str, version: ModelVersion, reason: str = ""
 ) -> ModelAlias:
     """Points `name:alias` at `version`, appending the move to the alias history (never edited).
     Locking: the alias row (created on first move)."""
@@ -134,7 +135,7 @@ def alias_move(
     now = timezone.now()
     current = ModelAlias.objects.select_for_update().filter(tenant=tenant, name=name, alias=alias).first()
     previous = current.version if current else None
-    if previous is not None and previous.pk == version.pk:
+    if current is not None and previous is not None and previous.pk == version.pk:
         return current
     if current is None:
         current = ModelAlias.objects.create(
@@ -205,7 +206,7 @@ def _job_config(*, algorithm: str, hyperparameters: dict, total_steps: int) -> d
 @transaction.atomic
 def training_job_create(
     *,
-    tenant,
+    tenant: Tenant,
     actor: Actor,
     base_version_id,
     algorithm: str,
@@ -427,7 +428,7 @@ def training_job_succeed(
 
 
 @transaction.atomic
-def training_job_cancel(*, tenant, actor: Actor, job_id) -> TrainingJob:
+def training_job_cancel(*, tenant: Tenant, actor: Actor, job_id) -> TrainingJob:
     """Queued: cancelled at once (conditional update). Running: flags it; the worker stops before its next
     step and marks it cancelled. Final: Conflict. Tenancy: another tenant's job is NotFound."""
     from apps.training.selectors import training_job_get

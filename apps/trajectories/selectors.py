@@ -7,6 +7,7 @@ from django.http import Http404
 from apps.core.errors import NotFound
 from apps.core.selectors import get_in_tenant
 from apps.rewards.models import Reward
+from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory
 from workers.stats import percentile
 
@@ -31,7 +32,7 @@ FILTERS = (
 
 def trajectory_list(
     *,
-    tenant,
+    tenant: Tenant,
     session_id=None,
     agent=None,
     task_id=None,
@@ -68,13 +69,13 @@ def trajectory_list(
     return trajectories.order_by("-started_at", "-id")
 
 
-def trajectory_list_with_reward_mean(*, tenant, **filters):
+def trajectory_list_with_reward_mean(*, tenant: Tenant, **filters):
     """`trajectory_list` (same filters), each row with `reward_mean`: the mean of its rewards (None without one),
     for the console's browser."""
     return trajectory_list(tenant=tenant, **filters).annotate(reward_mean=Avg("rewards__value"))
 
 
-def trajectory_with_records(queryset, *, tenant):
+def trajectory_with_records(queryset, *, tenant: Tenant):
     """The queryset (of `tenant`'s trajectories) with steps (in order) and rewards prefetched, for ATDP
     serialization. Steps and rewards are read by tenant too, not by trajectory id alone: a row of another
     tenant that names one of these trajectories is never read back."""
@@ -84,7 +85,7 @@ def trajectory_with_records(queryset, *, tenant):
     )
 
 
-def step_list(*, tenant, trajectory=None):
+def step_list(*, tenant: Tenant, trajectory=None):
     """This tenant's steps in trajectory order (of one `trajectory` when given). The one way to read steps
     of a trajectory: `trajectory.steps` alone would match by trajectory id, whatever the step's tenant."""
     steps = Step.objects.for_tenant(tenant)
@@ -93,7 +94,7 @@ def step_list(*, tenant, trajectory=None):
     return steps.order_by("index")
 
 
-def trajectory_get(*, tenant, trajectory_id) -> Trajectory:
+def trajectory_get(*, tenant: Tenant, trajectory_id) -> Trajectory:
     return get_in_tenant(
         trajectory_with_records(Trajectory.objects.select_related("tenant"), tenant=tenant),
         tenant=tenant,
@@ -103,7 +104,7 @@ def trajectory_get(*, tenant, trajectory_id) -> Trajectory:
     )
 
 
-def trajectory_import_conflicts(*, tenant, record: dict) -> dict[str, str]:
+def trajectory_import_conflicts(*, tenant: Tenant, record: dict) -> dict[str, str]:
     """Field paths of a valid ATDP `record` that clash with stored data, each with its problem: a step or
     reward id already stored (they are global keys, so another tenant's count too, without saying whose),
     or a reward idempotency key this tenant has already used or the record repeats. Empty: no clash."""
@@ -130,6 +131,8 @@ def trajectory_import_conflicts(*, tenant, record: dict) -> dict[str, str]:
         "idempotency_key", flat=True
     )
     for key in used:
+        if key not in keys:  # never: the query names only these keys (the column itself may be null)
+            continue
         conflicts[f"rewards[{keys[key]}].idempotency_key"] = (
             "this tenant already stored a reward with this key"
         )
@@ -139,7 +142,7 @@ def trajectory_import_conflicts(*, tenant, record: dict) -> dict[str, str]:
 # ---- overview aggregates (apps.console.dashboard, apps.metrics.outcomes) -----------------------------------
 
 
-def step_traffic_per_minute(*, tenant, since, limit: int = 200_000) -> list[dict]:
+def step_traffic_per_minute(*, tenant: Tenant, since, limit: int = 200_000) -> list[dict]:
     """Gateway calls recorded since `since`, per minute (oldest first): requests, errors, p50 and p95 latency
     in ms. Reads at most `limit` steps (the newest) so a busy tenant's page stays cheap."""
     rows = (
@@ -168,7 +171,7 @@ def step_traffic_per_minute(*, tenant, since, limit: int = 200_000) -> list[dict
     return minutes
 
 
-def reward_outcomes_per_minute(*, tenant, since) -> list[dict]:
+def reward_outcomes_per_minute(*, tenant: Tenant, since) -> list[dict]:
     """Rewards (critiques excluded) created since `since`, per minute (oldest first): their count, mean value
     and success rate, where a reward of at least 0.5 counts as a success (the environment's 0/1 check,
     thumbs up)."""

@@ -55,7 +55,12 @@ class StepRefused(IntegrityError):
 def _moment(value) -> datetime:
     if isinstance(value, datetime):
         return value
-    return parse_datetime(value) if value else timezone.now()
+    if not value:
+        return timezone.now()
+    moment = parse_datetime(value)
+    if moment is None:  # records are validated (ATDP date-time) or written by the gateway: never
+        raise ValueError(f"not a date-time: {value!r}")
+    return moment
 
 
 def _step_row(record: dict, *, trajectory_id, index: int) -> Step:
@@ -194,7 +199,7 @@ def steps_ingest(*, records: list[dict]) -> int:
         if missing:  # the session is taken by a trajectory under another id (an imported one)
             raise StepRefused(f"the session of trajectory {missing[0]} is stored under another id")
     created = set(new_ids)
-    rows = []
+    rows: list[Step] = []
     for trajectory_id, batch in by_trajectory.items():
         start = 0 if trajectory_id in created else existing[trajectory_id]
         rows.extend(
@@ -212,7 +217,7 @@ def steps_ingest(*, records: list[dict]) -> int:
 @transaction.atomic
 def trajectory_open(
     *,
-    tenant,
+    tenant: Tenant,
     session_id: str,
     task_id: str = "",
     group_id: str = "",
@@ -261,7 +266,7 @@ def trajectory_open_rl_session(
 
 
 @transaction.atomic
-def trajectory_end(*, tenant, trajectory_id, status: str = TrajectoryStatus.COMPLETE) -> Trajectory:
+def trajectory_end(*, tenant: Tenant, trajectory_id, status: str = TrajectoryStatus.COMPLETE) -> Trajectory:
     trajectory = Trajectory.objects.select_for_update().get(tenant=tenant, pk=trajectory_id)
     if trajectory.status == TrajectoryStatus.OPEN:
         trajectory.status = status
@@ -270,7 +275,7 @@ def trajectory_end(*, tenant, trajectory_id, status: str = TrajectoryStatus.COMP
     return trajectory
 
 
-def _step_from_atdp(*, tenant, trajectory_id, step: dict) -> Step:
+def _step_from_atdp(*, tenant: Tenant, trajectory_id, step: dict) -> Step:
     tokens = step.get("tokens") or {}
     cost = step.get("cost") or {}
     versions = step.get("versions") or {}
@@ -308,7 +313,7 @@ def _step_from_atdp(*, tenant, trajectory_id, step: dict) -> Step:
 
 
 @transaction.atomic
-def trajectory_import(*, tenant, record: dict, actor) -> Trajectory:
+def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
     """Stores one validated ATDP trajectory logged by an agent itself (SDK mode), audited as
     `trajectory.import`. The record's tenant must be this tenant.
 
@@ -376,7 +381,7 @@ def trajectory_import(*, tenant, record: dict, actor) -> Trajectory:
 
 
 @transaction.atomic
-def trajectory_export_record(*, tenant, actor, format: str, filters: dict) -> None:
+def trajectory_export_record(*, tenant: Tenant, actor, format: str, filters: dict) -> None:
     """Audits an export (`trajectory.export`) of this tenant's trajectories: its format and filters. Called
     before the stream starts, so an export that fails midway is still on record."""
     audit_record(
@@ -403,7 +408,7 @@ class TrajectoryImportReport:
     rejected: list[RefusedLine]
 
 
-def trajectories_import(*, tenant, actor, lines: Iterable[ImportLine]) -> TrajectoryImportReport:
+def trajectories_import(*, tenant: Tenant, actor, lines: Iterable[ImportLine]) -> TrajectoryImportReport:
     """Stores the valid lines of an ATDP JSON Lines import (`workers.atdp.jsonl.read_jsonl`) for `tenant`,
     each through `trajectory_import` in its own transaction (one `trajectory.import` audit event per stored
     trajectory): a bad line is reported and never costs the good ones. A line is refused with its problems
@@ -411,9 +416,10 @@ def trajectories_import(*, tenant, actor, lines: Iterable[ImportLine]) -> Trajec
     record, an id or session this tenant already holds), or with each clashing field
     (`selectors.trajectory_import_conflicts`) when a step or reward id, or a reward idempotency key, turns
     out to be taken. Not idempotent: the same lines again are refused as existing trajectories."""
-    stored, rejected = [], []
+    stored: list[ImportedLine] = []
+    rejected: list[RefusedLine] = []
     for line in lines:
-        if line.problems:
+        if line.record is None:  # not a valid record: its problems say why
             rejected.extend(
                 RefusedLine(line=line.line_number, field=problem.path, message=problem.message)
                 for problem in line.problems

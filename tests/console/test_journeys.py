@@ -81,7 +81,8 @@ def test_admin_key_lifecycle_with_the_demo_agent(gateway, backend, page, admin_u
 
     # 2. the demo agent uses it; the overview draws the calls live
     episode = _episode(url, first_key)
-    assert episode.error is None and episode.completion_ids, episode.error
+    assert episode.error is None, episode.error
+    assert episode.completion_ids, episode.error
     drain(gw)
     overview.wait_for_function("(window.overviewLive.received['gateway.traffic'] || 0) >= 1", timeout=10_000)
     requests = overview.evaluate(
@@ -101,7 +102,8 @@ def test_admin_key_lifecycle_with_the_demo_agent(gateway, backend, page, admin_u
     _refused_within(url, first_key)
     assert _episode(url, first_key).error.startswith("AuthenticationError")
     episode = _episode(url, second_key, seed=1)
-    assert episode.error is None and episode.completion_ids, episode.error
+    assert episode.error is None, episode.error
+    assert episode.completion_ids, episode.error
 
     # 4. the admin revokes the new key: the gateway refuses it
     page.click("text=Back to API keys")

@@ -126,20 +126,23 @@ def test_shortened_demo_measures_base_and_candidate(tmp_path):
     assert "wall time" in output
     summary = json.loads((tmp_path / "summary.json").read_text())
     measured = {point["version"] for point in summary["curve"]}
-    assert 0 in measured and len(measured) >= 2, (
-        summary
-    )  # the base and at least one candidate of the online run
+    # the base and at least one candidate of the online run
+    assert 0 in measured, summary
+    assert len(measured) >= 2, summary
     assert summary["rows"][0]["role"] == "base"
     assert summary["trajectories"] > 0
     assert summary["tokens"] > 0
     assert summary["steps"] >= 1
     released = [row for row in summary["rows"] if "release" in row]
-    assert released and {row["role"] for row in released} <= {"promoted", "rolled back", "aborted"}, summary
+    assert released, summary
+    assert {row["role"] for row in released} <= {"promoted", "rolled back", "aborted"}, summary
     assert "canary at 50% of new sessions" in output
     # DEMO_APPROVE=manual: the demo waited for the operator, who approved in the console's API.
     promoted = [row for row in released if row["role"] == "promoted"]
-    assert "waits for an operator: approve it at" in output and operator.approved, output[-3000:]
-    assert promoted and {row["approved_by"] for row in promoted} == {"admin"}, summary
+    assert "waits for an operator: approve it at" in output, output[-3000:]
+    assert operator.approved, output[-3000:]
+    assert promoted, summary
+    assert {row["approved_by"] for row in promoted} == {"admin"}, summary
     assert summary["annotator_labels"] >= 1, output[-3000:]
     assert (tmp_path / "demo" / "logs" / "web.log").exists()
 

@@ -72,7 +72,7 @@ def test_paired_bootstrap_interval_covers_the_difference_and_is_deterministic():
     assert same.low < 0 < same.high
     assert not same.significant
     assert bootstrap_difference([], [1.0]) is None
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="paired samples need equal lengths"):
         bootstrap_difference([1.0], [1.0, 0.0], paired=True)
 
 

@@ -563,7 +563,7 @@ def test_usage_falls_back_to_token_ids_and_counts_cached_prompt_tokens():
 
 def test_empty_reply_has_no_content_blocks_and_no_choices_is_an_error():
     assert chat_response_to_message(chat_completion({"content": ""}), model="m")["content"] == []
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="has no choices"):
         chat_response_to_message({"choices": []}, model="m")
 
 
@@ -1205,6 +1205,8 @@ def test_sdk_raises_on_a_mid_stream_backend_error(scripted_sdk):
         chunk({"content": "partial"}),
         {"error": {"message": "engine died", "type": "server_error"}},
     ]
-    with pytest.raises(anthropic.APIStatusError, match="engine died"):
-        with sdk.messages.stream(**TOOL_ASK) as stream:
-            stream.get_final_message()
+    with (
+        pytest.raises(anthropic.APIStatusError, match="engine died"),
+        sdk.messages.stream(**TOOL_ASK) as stream,
+    ):
+        stream.get_final_message()

@@ -52,9 +52,8 @@ def test_a_backend_at_a_disallowed_address_is_refused_at_forward_time_without_co
         for model in ("on-loopback", "on-private"):
             for stream in (False, True):
                 error = error_of(client, model=model, stream=stream)
-                assert error.status_code == 502 and error.body["code"] == "backend_address_refused", (
-                    error.body
-                )
+                assert error.status_code == 502, error.body
+                assert error.body["code"] == "backend_address_refused", error.body
                 assert "not allowed" in error.body["message"]
         assert not port.connected()
     assert [address for address in attempts if address[0] == "10.0.0.5"] == []
@@ -102,7 +101,8 @@ def test_an_oversized_backend_answer_is_a_502(gateway, agent_key, tenant, settin
         BackendFactory(tenant=tenant, name="huge", base_url=backend_url, served_model=MODEL)
         key = agent_key("inference")
         error = error_of(sdk(url, key), model=MODEL)
-        assert error.status_code == 502 and error.body["code"] == "backend_response_too_large", error.body
+        assert error.status_code == 502, error.body
+        assert error.body["code"] == "backend_response_too_large", error.body
         routes[("POST", "/v1/chat/completions")] = (200, {"Content-Type": "text/event-stream"}, stream_body)
         received = b""
         try:

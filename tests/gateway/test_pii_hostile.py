@@ -86,7 +86,8 @@ def test_a_catastrophic_tenant_pattern_is_cut_off_and_the_request_refused(
         _hostile_while_probing(url, agent_key(), hostile, copies=1)
     )
 
-    assert overlapping >= 1 and max(latencies) < 1.0, latencies
+    assert overlapping >= 1, latencies
+    assert max(latencies) < 1.0, latencies
     assert seconds < 30
     (response,) = responses
     assert response.status_code == 422

@@ -71,7 +71,8 @@ def test_an_agent_key_cannot_take_annotator_or_evaluator_rewards_through_the_gat
             headers=headers,
             json={"session_id": trajectory.session_id, "value": 0.0, "source": source},
         )
-        assert claimed.status_code == 422 and claimed.json()["error"]["param"] == "source", claimed.text
+        assert claimed.status_code == 422, claimed.text
+        assert claimed.json()["error"]["param"] == "source", claimed.text
 
     assert run_evaluators.apply(args=[str(trajectory.pk)]).get()["results"] == {"says-answer@1": 1.0}
     labelled = api_client(user=annotator).post(
@@ -167,9 +168,8 @@ def test_a_rest_key_cannot_post_as_annotator_or_evaluator_nor_take_their_keys(ap
             {"trajectory_id": str(trajectory.pk), "value": 1.0, "source": source},
             format="json",
         )
-        assert refused.status_code == 403 and refused.json()["error"]["code"] == "source_not_allowed", (
-            refused.content
-        )
+        assert refused.status_code == 403, refused.content
+        assert refused.json()["error"]["code"] == "source_not_allowed", refused.content
     assert not Reward.objects.filter(trajectory=trajectory).exists()
     for key in (f"evaluator:{evaluator.pk}:{trajectory.pk}", f"annotation:{item.pk}:{annotator.pk}"):
         squat = client.post(

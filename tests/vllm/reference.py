@@ -12,7 +12,8 @@ class ReferenceModel:
         if state_dict is not None:
             missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
             tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
-            assert not unexpected and set(missing) <= tied, (missing, unexpected)
+            assert not unexpected, (missing, unexpected)
+            assert set(missing) <= tied, (missing, unexpected)
 
     @torch.no_grad()
     def token_logprobs(self, prompt_ids, completion_ids) -> list[float]:

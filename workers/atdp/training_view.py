@@ -67,7 +67,7 @@ def training_samples(record: dict) -> list[dict]:
             and len(prompt_ids) >= len(current["input_ids"])
             and prompt_ids[: len(current["input_ids"])] == current["input_ids"]
         )
-        if not extends:
+        if current is None or not extends:
             current = {
                 "input_ids": [],
                 "loss_mask": [],

@@ -187,7 +187,7 @@ def _compile(node: dict, compiled_refs: dict) -> Callable[[object], bool]:
     # "type": "object" / "array" is folded into the object / array check below (one call, not two).
     folded = (type_name == "object" and is_object_node) or (type_name == "array" and "items" in node)
     if "type" in node and not folded:
-        types = [type_name] if isinstance(type_name, str) else type_name
+        types: list[str] = [type_name] if isinstance(type_name, str) else node["type"]
         exact = tuple({kind for name in types for kind in _EXACT_TYPES[name]})
         if len(exact) == 1:
             (only,) = exact
@@ -415,7 +415,7 @@ def _branch_problems(error, where: str) -> Iterator[Problem]:
         for sub_error in matching[0]:
             yield from _problems_from(sub_error)
     elif len(wrong_type) == len(branches):
-        wanted = []
+        wanted: list[str] = []
         for (sub_error,) in wrong_type.values():
             value = sub_error.validator_value
             wanted.extend([value] if isinstance(value, str) else value)

@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -62,14 +63,10 @@ def load_samples(path) -> list[TrainingSample]:
         for line in handle:
             if line.strip():
                 data = json.loads(line)
-                samples.append(
-                    TrainingSample(
-                        **{
-                            key: tuple(value) if isinstance(value, list) else value
-                            for key, value in data.items()
-                        }
-                    )
-                )
+                fields: dict[str, Any] = {
+                    key: tuple(value) if isinstance(value, list) else value for key, value in data.items()
+                }
+                samples.append(TrainingSample(**fields))
     return samples
 
 

@@ -36,13 +36,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from workers.engines.config import CheckpointInfo, StepMetrics, TrainConfig
 from workers.engines.forward import micro_batch_logprobs, plan_micro_batches, resolve_layout
 from workers.engines.schedule import LRSchedule
-from workers.rl.advantages import GRPOConfig, sample_token_advantages
+from workers.rl.advantages import Advantages, GRPOConfig, sample_token_advantages
 from workers.rl.filtering import kpop_filter
 from workers.rl.losses import PPOConfig, decoupled_ppo_loss, ppo_loss, sft_loss
 from workers.rl.packing import pack_sequences, pack_values, packed_token_logprobs, plan_rows, unpack
@@ -66,7 +67,7 @@ def _adamw(parameters, config, *, sharded: bool) -> torch.optim.AdamW:
     """AdamW with the fused kernel (one pass over all parameters, CPU and CUDA) where it applies: plain
     float tensors on one device type. Sharded (FSDP) parameters take the multi-tensor (foreach) path. Same
     state either way, so checkpoints move between them."""
-    arguments = {
+    arguments: dict[str, Any] = {
         "lr": config.learning_rate,
         "betas": config.betas,
         "eps": config.adam_eps,
@@ -78,7 +79,8 @@ def _adamw(parameters, config, *, sharded: bool) -> torch.optim.AdamW:
         and devices in ({"cpu"}, {"cuda"})
         and all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in parameters)
     )
-    return torch.optim.AdamW(parameters, **arguments, **({"fused": True} if fusable else {"foreach": True}))
+    arguments["fused" if fusable else "foreach"] = True
+    return torch.optim.AdamW(parameters, **arguments)
 
 
 class Trainer:
@@ -106,10 +108,11 @@ class Trainer:
         model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
         if config.gradient_checkpointing:
             model.activation_checkpointing_enable()
+        trained: torch.nn.Module = model
         if config.lora is not None:
             from peft import LoraConfig, get_peft_model
 
-            model = get_peft_model(
+            trained = get_peft_model(
                 model,
                 LoraConfig(
                     r=config.lora.rank,
@@ -119,9 +122,9 @@ class Trainer:
                     task_type="CAUSAL_LM",
                 ),
             )
-        model.to(self.device)
-        model.train()
-        self.model = model_wrapper(model) if model_wrapper is not None else model
+        trained.to(self.device)
+        trained.train()
+        self.model = model_wrapper(trained) if model_wrapper is not None else trained
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = _adamw(self.parameters, config, sharded=model_wrapper is not None)
         self.schedule = LRSchedule(
@@ -163,9 +166,9 @@ class Trainer:
         started = time.perf_counter()
         config = self.config
         samples = list(samples)
-        if config.algorithm == "sft":
-            token_advantages, advantages = [None] * len(samples), None
-        else:
+        token_advantages: list[torch.Tensor] = []  # SFT has none
+        advantages: Advantages | None = None
+        if config.algorithm != "sft":
             token_advantages, advantages = sample_token_advantages(
                 samples,
                 GRPOConfig(
@@ -181,7 +184,7 @@ class Trainer:
         if config.algorithm == "decoupled_ppo" and config.proximal == "recompute" and len(chunks) > 1:
             recomputed = self._recompute_logprobs(samples)
 
-        totals = Counter()
+        totals: Counter[str] = Counter()
         maxima = {"importance": 0.0, "behaviour": 0.0}
         loss_sum = grad_norm = 0.0
         rate = self.schedule.current()
@@ -216,7 +219,7 @@ class Trainer:
         seconds = time.perf_counter() - started
         tokens = sum(len(sample.input_ids) for sample in samples)
         loss_tokens = totals["loss_tokens"]
-        histogram = Counter()
+        histogram: Counter[int] = Counter()
         if current_version is not None:
             for sample in samples:
                 histogram.update(
@@ -326,12 +329,11 @@ class Trainer:
         return torch.autocast(device_type="cuda", dtype=dtype) if dtype is not None else nullcontext()
 
     def _recompute_logprobs(self, samples) -> list[torch.Tensor]:
-        out: list[torch.Tensor] = [None] * len(samples)
+        by_index: dict[int, torch.Tensor] = {}
         for row_indices in plan_rows([len(s.input_ids) for s in samples], self.config.micro_batch_tokens):
             parts = self.logprobs([samples[i].input_ids for i in row_indices])
-            for index, part in zip(row_indices, parts, strict=True):
-                out[index] = part
-        return out
+            by_index.update(zip(row_indices, parts, strict=True))
+        return [by_index[index] for index in range(len(samples))]
 
     def _micro_batch(
         self,
@@ -371,7 +373,8 @@ class Trainer:
         advantages = torch.cat([token_advantages[i] for i in indices]).to(device)
         with torch.no_grad():
             drift = torch.where(mask.bool(), logp.detach() - behaviour, torch.zeros_like(logp))
-            totals["kl_sum"] += float(0.5 * drift.square().sum())
+            # typeshed types a Counter's values as int; the standard library takes any number
+            totals["kl_sum"] += float(0.5 * drift.square().sum())  # type: ignore[assignment]
         if config.algorithm == "grpo":
             loss, stats = ppo_loss(
                 logp,
@@ -520,7 +523,7 @@ def _load_checkpoint_state(path: Path) -> dict:
     try:
         from numpy._core.multiarray import _reconstruct
     except ImportError:  # numpy 1.x
-        from numpy.core.multiarray import _reconstruct
+        from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]  # same function, older home
 
     with torch.serialization.safe_globals(
         [_reconstruct, numpy.ndarray, numpy.dtype, numpy.dtypes.UInt32DType]
@@ -531,7 +534,10 @@ def _load_checkpoint_state(path: Path) -> dict:
 def _rng_state() -> dict:
     import numpy
 
-    kind, keys, position, has_gauss, cached_gaussian = numpy.random.get_state()
+    legacy_state = numpy.random.get_state(legacy=True)
+    # a tuple for the global RandomState (MT19937); numpy types it as possibly a dict (other bit generators)
+    assert isinstance(legacy_state, tuple)
+    kind, keys, position, has_gauss, cached_gaussian = legacy_state
     # numpy's state as plain values and a tensor, so the checkpoint loads with torch.load(weights_only=True)
     numpy_state = [
         kind,

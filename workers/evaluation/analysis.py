@@ -51,9 +51,9 @@ def guardrail_problems(guardrail: dict) -> dict[str, str]:
     if guardrail.get("direction") not in {"lower_is_better", "higher_is_better"}:
         problems["direction"] = "must be lower_is_better or higher_is_better"
     try:
-        if float(guardrail.get("threshold")) < 0:
+        if float(guardrail["threshold"]) < 0:
             problems["threshold"] = "must be ≥ 0"
-    except (TypeError, ValueError):
+    except (KeyError, TypeError, ValueError):
         problems["threshold"] = "must be a number"
     minimum = guardrail.get("min_samples", 30)
     if not isinstance(minimum, int) or isinstance(minimum, bool) or minimum < 1:

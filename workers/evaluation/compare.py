@@ -55,7 +55,7 @@ def bootstrap_difference(
         raise ValueError("paired samples need equal lengths")
     rng = random.Random(seed)
     observed = _mean(candidate) - _mean(baseline)
-    differences = []
+    differences: list[float] = []
     if paired:
         deltas = [first - second for first, second in zip(candidate, baseline, strict=True)]
         count = len(deltas)
@@ -68,10 +68,13 @@ def bootstrap_difference(
             second = [baseline[rng.randrange(len(baseline))] for _ in baseline]
             differences.append(_mean(first) - _mean(second))
     tail = (1 - confidence) / 2
+    low, high = percentile(differences, tail), percentile(differences, 1 - tail)
+    if low is None or high is None:
+        raise ValueError("a bootstrap interval needs at least one resample")
     return Interval(
         difference=observed,
-        low=percentile(differences, tail),
-        high=percentile(differences, 1 - tail),
+        low=low,
+        high=high,
         candidate_mean=_mean(candidate),
         baseline_mean=_mean(baseline),
         samples=min(len(candidate), len(baseline)),
@@ -120,21 +123,25 @@ def compare_runs(
         if not members:
             continue
         prefix = f"{category}." if category else ""
-        metrics[f"{prefix}pass_rate"] = bootstrap_difference(
+        pass_rate = bootstrap_difference(
             [float(first.passed) for first, _ in members],
             [float(second.passed) for _, second in members],
             paired=True,
             resamples=resamples,
             seed=seed,
         )
+        assert pass_rate is not None  # members is not empty, so neither arm is
+        metrics[f"{prefix}pass_rate"] = pass_rate
         if not category:
-            metrics["score"] = bootstrap_difference(
+            score = bootstrap_difference(
                 [first.score for first, _ in members],
                 [second.score for _, second in members],
                 paired=True,
                 resamples=resamples,
                 seed=seed,
             )
+            assert score is not None  # members is not empty, so neither arm is
+            metrics["score"] = score
     flips = case_flips(
         {value.key: value.passed for value in candidate}, {value.key: value.passed for value in baseline}
     )

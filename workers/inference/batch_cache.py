@@ -31,17 +31,19 @@ class PaddedBatchCache:
         if index.numel() == 0:
             return
         mask = mask.index_select(0, index)
-        sources = [(self.cache, self.mask, None)] if self.cache is not None else []
+        sources: list[tuple[DynamicCache, torch.Tensor, torch.Tensor | None]] = []
+        if self.cache is not None and self.mask is not None:
+            sources.append((self.cache, self.mask, None))
         sources.append((cache, mask, index))
         width = max(source_mask.shape[1] for _, source_mask, _ in sources)
         merged = self.new_cache()
         for layer_index, layer in enumerate(merged.layers):
             keys, values = [], []
             for source, source_mask, rows in sources:
-                source_layer = _plain_layer(source.layers[layer_index])
+                source_keys, source_values = _keys_values(plain_layer(source.layers[layer_index]))
                 pad = width - source_mask.shape[1]
-                keys.append(_pad_left(_select(source_layer.keys, rows), pad))
-                values.append(_pad_left(_select(source_layer.values, rows), pad))
+                keys.append(_pad_left(_select(source_keys, rows), pad))
+                values.append(_pad_left(_select(source_values, rows), pad))
             _fill_layer(layer, torch.cat(keys), torch.cat(values))
         self.cache = merged
         self.mask = torch.cat(
@@ -50,7 +52,8 @@ class PaddedBatchCache:
 
     def extend_mask_for_step(self) -> torch.Tensor:
         """The attention mask for one decoding step; the new column holds every row's new token."""
-        self.mask = F.pad(self.mask, (0, 1), value=1)
+        _, mask = self._rows()
+        self.mask = F.pad(mask, (0, 1), value=1)
         return self.mask
 
     def keep_rows(self, indices: list[int]) -> None:
@@ -59,27 +62,44 @@ class PaddedBatchCache:
         if not indices:
             self.cache, self.mask = None, None
             return
+        cache, mask = self._rows()
         index = torch.tensor(indices, dtype=torch.long)
-        for layer in self.cache.layers:
-            _fill_layer(layer, layer.keys.index_select(0, index), layer.values.index_select(0, index))
-        self.mask = self.mask.index_select(0, index)
+        for layer in cache.layers:
+            keys, values = _keys_values(plain_layer(layer))
+            _fill_layer(layer, keys.index_select(0, index), values.index_select(0, index))
+        self.mask = mask.index_select(0, index)
         self._drop_shared_padding()
 
     def _drop_shared_padding(self) -> None:
-        leading_padding = int((self.mask.cumsum(dim=1) == 0).sum(dim=1).min())
+        cache, mask = self._rows()
+        leading_padding = int((mask.cumsum(dim=1) == 0).sum(dim=1).min())
         if leading_padding == 0:
             return
-        for layer in self.cache.layers:
-            _fill_layer(layer, layer.keys[:, :, leading_padding:], layer.values[:, :, leading_padding:])
-        self.mask = self.mask[:, leading_padding:]
+        for layer in cache.layers:
+            keys, values = _keys_values(plain_layer(layer))
+            _fill_layer(layer, keys[:, :, leading_padding:], values[:, :, leading_padding:])
+        self.mask = mask[:, leading_padding:]
+
+    def _rows(self) -> tuple[DynamicCache, torch.Tensor]:
+        # The cache and the mask are set and cleared together.
+        if self.cache is None or self.mask is None:
+            raise RuntimeError("the batch has no rows")
+        return self.cache, self.mask
 
 
-def _plain_layer(layer):
+def plain_layer(layer: object) -> DynamicLayer:
     if type(layer) is not DynamicLayer:
         raise NotImplementedError(
             f"the embedded server batches full-attention caches only, not {type(layer).__name__}"
         )
     return layer
+
+
+def _keys_values(layer: DynamicLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    # transformers types a layer's tensors as optional: they are None until the layer's first write
+    if layer.keys is None or layer.values is None:
+        raise RuntimeError("a cache layer was read before it was written")
+    return layer.keys, layer.values
 
 
 def _pad_left(tensor: torch.Tensor, columns: int) -> torch.Tensor:
@@ -103,4 +123,5 @@ def zero_padding(cache: DynamicCache, mask: torch.Tensor) -> None:
         return
     keep = mask.bool()[:, None, :, None]
     for layer in cache.layers:
-        _fill_layer(layer, torch.where(keep, layer.keys, 0.0), torch.where(keep, layer.values, 0.0))
+        keys, values = _keys_values(plain_layer(layer))
+        _fill_layer(layer, torch.where(keep, keys, 0.0), torch.where(keep, values, 0.0))

@@ -114,7 +114,7 @@ class ToolCallStreamParser:
 
     def feed(self, delta: str) -> list:
         self._buffer += delta
-        pieces = []
+        pieces: list = []
         while True:
             if self._inside_call:
                 end = self._buffer.find(TOOL_CALL_END)
@@ -144,7 +144,7 @@ class ToolCallStreamParser:
             return pieces
 
     def finish(self) -> list:
-        pieces = []
+        pieces: list = []
         remainder = (TOOL_CALL_START if self._inside_call else "") + self._buffer
         self._buffer, self._inside_call = "", False
         if remainder.strip() or not self._seen_call:

@@ -129,7 +129,7 @@ NAMES = [
     "Mallory",
     "Oscar",
 ]
-TOOLS = {
+TOOLS: dict[str, dict[str, str | list[str]]] = {
     "get_weather": {"city": "string", "unit": ["celsius", "fahrenheit"]},
     "add": {"a": "number", "b": "number"},
     "multiply": {"a": "number", "b": "number"},
@@ -170,7 +170,7 @@ def _numbers(rng: random.Random) -> str:
 
 
 def _arguments(rng: random.Random, name: str) -> dict:
-    values = {}
+    values: dict[str, str | int | float] = {}
     for argument, kind in TOOLS[name].items():
         if isinstance(kind, list):
             values[argument] = rng.choice(kind)

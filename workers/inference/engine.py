@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from workers.inference.batch_cache import PaddedBatchCache, zero_padding
+from workers.inference.batch_cache import PaddedBatchCache, plain_layer, zero_padding
 from workers.inference.modelgen import tokenizer_fingerprint
 from workers.inference.prefix_cache import PrefixCache, PrefixHit
 from workers.inference.sampling import SamplingParams, sample_token
@@ -307,7 +307,7 @@ class InferenceEngine:
         return AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype).eval()
 
     def _end_token_ids(self) -> frozenset[int]:
-        ids = set()
+        ids: set[int] = set()
         for source in (getattr(self.model, "generation_config", None), self.model.config):
             value = getattr(source, "eos_token_id", None)
             ids.update(value if isinstance(value, (list, tuple)) else [value] if value is not None else [])
@@ -431,7 +431,7 @@ class InferenceEngine:
             mask[row, start + width - len(rest) :] = 1
         cache = self._batch.new_cache()
         if hit is not None:
-            for layer, keys, values in zip(cache.layers, hit.keys, hit.values, strict=True):
+            for layer, keys, values in zip(map(plain_layer, cache.layers), hit.keys, hit.values, strict=True):
                 layer.lazy_initialization(keys, values)
                 layer.keys = keys.expand(len(contexts), -1, -1, -1)
                 layer.values = values.expand(len(contexts), -1, -1, -1)

@@ -48,6 +48,7 @@ def create_default_model(out_dir, *, seed: int = 0) -> Path:
     _write_portable_tokenizer_config(out)
 
     end_ids = tokenizer.convert_tokens_to_ids([IM_END, END_OF_TEXT])
+    assert isinstance(end_ids, list)  # a list of tokens gives a list of ids (transformers types either)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=256,
@@ -63,7 +64,8 @@ def create_default_model(out_dir, *, seed: int = 0) -> Path:
         pad_token_id=end_ids[1],
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.float32).eval()
+    # transformers wraps PreTrainedModel.to with functools.wraps, whose type forgets that it binds self
+    model = LlamaForCausalLM(config).to(torch.float32).eval()  # type: ignore[arg-type]
     model.generation_config = GenerationConfig(eos_token_id=end_ids, pad_token_id=end_ids[1])
     model.save_pretrained(out)
     _declare_float32(out / "config.json")

@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from workers.inference.sampling import SamplingParams
 
@@ -116,6 +117,7 @@ def parse_chat_request(body: dict) -> ChatCompletionRequest:
 
 def parse_completion_request(body: dict) -> CompletionRequest:
     prompt = body.get("prompt")
+    prompts: tuple[str | tuple[int, ...], ...]
     if isinstance(prompt, str):
         prompts = (prompt,)
     elif _is_token_list(prompt):
@@ -229,7 +231,7 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_token_list(value, *, allow_empty: bool = False) -> bool:
+def _is_token_list(value, *, allow_empty: bool = False) -> TypeGuard[list[int]]:
     return (
         isinstance(value, list) and (allow_empty or bool(value)) and all(_is_int(v) and v >= 0 for v in value)
     )

@@ -9,6 +9,7 @@ top-level `policy_version` (the version that produced the response's last token)
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from workers.inference.chat import ToolCall, parse_assistant_text
 from workers.inference.stream import ChoiceResult, GenerationResult, TokenEvent
@@ -87,7 +88,7 @@ def chat_response(
 
 
 def _chat_choice(choice: ChoiceResult, options: ResponseOptions, token_text: TokenText) -> dict:
-    message = {"role": "assistant", "content": choice.text}
+    message: dict[str, Any] = {"role": "assistant", "content": choice.text}
     finish_reason = choice.finish_reason
     if options.parse_tool_calls:
         reply = parse_assistant_text(choice.text)
@@ -120,7 +121,7 @@ def _chat_choice(choice: ChoiceResult, options: ResponseOptions, token_text: Tok
 def completion_response(
     results: list[GenerationResult], options: ResponseOptions, token_text: TokenText, version: int
 ) -> dict:
-    choices = []
+    choices: list[dict] = []
     for result in results:
         for choice in result.choices:
             body = {

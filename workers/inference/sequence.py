@@ -47,20 +47,24 @@ class Sequence:
 
     def append(self, token: int, logprobs: torch.Tensor, version: int, rules: StopRules) -> TokenEvent:
         """Record a sampled token (logprobs: the raw log_softmax row it was sampled from) and say what it ends."""
-        top = ()
+        top: tuple[tuple[int, float], ...] = ()
         if self.params.top_logprobs:
             values, ids = torch.topk(logprobs, min(self.params.top_logprobs, logprobs.shape[-1]))
             top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
         self.generated.append(token)
         text_step = self.detokenizer.push(token)
-        text, finish_reason, stop_reason = text_step.delta, None, None
+        text = text_step.delta
+        finish_reason: str | None = None
+        stop_reason: str | int | None = None
         if text_step.stop_string is not None:
             finish_reason, stop_reason = "stop", text_step.stop_string
         elif token in self.params.stop_token_ids:
             finish_reason, stop_reason = "stop", token
         elif token in rules.end_token_ids and not self.params.ignore_eos:
             finish_reason = "stop"
-        elif len(self.generated) >= self.params.max_tokens or self.cached_length + 1 >= rules.max_model_len:
+        elif (
+            self.params.max_tokens is not None and len(self.generated) >= self.params.max_tokens
+        ) or self.cached_length + 1 >= rules.max_model_len:
             finish_reason = "length"
         if finish_reason is not None and text_step.stop_string is None:
             text += self.detokenizer.flush()

@@ -292,9 +292,10 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
+        # Starlette types every handler as taking Exception, though it calls each only with its own class.
         exception_handlers={
-            ApiError: _api_error_handler,
-            HTTPException: _http_error_handler,
+            ApiError: _api_error_handler,  # type: ignore[dict-item]
+            HTTPException: _http_error_handler,  # type: ignore[dict-item]
             Exception: _unexpected_error_handler,
         },
     )

@@ -64,14 +64,19 @@ class ResultBuilder:
 
 
 def _choice(index: int, events: list[TokenEvent]) -> ChoiceResult:
-    sampled = [event for event in events if event.token_id is not None]
+    # A sampled token's event carries its logprob and policy version; only an abort has none of the three.
+    sampled = [
+        (event.token_id, event.logprob, event.top_logprobs, event.policy_version)
+        for event in events
+        if event.token_id is not None and event.logprob is not None and event.policy_version is not None
+    ]
     last = events[-1] if events else None
     return ChoiceResult(
         index=index,
-        token_ids=tuple(event.token_id for event in sampled),
-        logprobs=tuple(event.logprob for event in sampled),
-        top_logprobs=tuple(event.top_logprobs for event in sampled),
-        policy_versions=tuple(event.policy_version for event in sampled),
+        token_ids=tuple(token_id for token_id, _, _, _ in sampled),
+        logprobs=tuple(logprob for _, logprob, _, _ in sampled),
+        top_logprobs=tuple(top for _, _, top, _ in sampled),
+        policy_versions=tuple(version for _, _, _, version in sampled),
         text="".join(event.text for event in events),
         finish_reason=last.finish_reason if last and last.finish_reason else "abort",
         stop_reason=last.stop_reason if last else None,
@@ -109,7 +114,7 @@ class RequestStream:
             if not any(event.finish_reason for event in item):
                 return
             item, self._held = self._held, []
-        if self._loop is None:
+        if self._loop is None or self._async_queue is None:
             self._sync_queue.put(item)
             return
         with contextlib.suppress(RuntimeError):  # the consumer's event loop is gone, and so is the consumer

@@ -3,6 +3,7 @@ per-chunk token ids)."""
 
 import asyncio
 import time
+from typing import Any
 
 from workers.inference.chat import ToolCall, ToolCallStreamParser
 from workers.inference.responses import (
@@ -81,7 +82,7 @@ class ChatChunks:
         pieces = parser.feed(event.text) + (parser.finish() if event.finish_reason else [])
         content = "".join(piece for piece in pieces if isinstance(piece, str))
         calls = [piece for piece in pieces if isinstance(piece, ToolCall)]
-        delta = {"content": content} if content else {}
+        delta: dict[str, Any] = {"content": content} if content else {}
         if calls:
             delta["tool_calls"] = tool_call_deltas(calls, self._tool_calls_sent[event.choice_index])
             self._tool_calls_sent[event.choice_index] += len(calls)

@@ -198,7 +198,8 @@ class VllmServer:
         with httpx.Client(timeout=5.0) as client:
             while time.monotonic() - started < self.startup_timeout_s:
                 if not self.is_running:
-                    raise VllmServerError(f"vLLM exited with {self.process.returncode}:\n{self.log_tail()}")
+                    code = None if self.process is None else self.process.returncode
+                    raise VllmServerError(f"vLLM exited with {code}:\n{self.log_tail()}")
                 try:
                     listed = client.get(f"{self.api_base}/models")
                     if listed.status_code == 200 and self.config.served_model_name in str(listed.text):
@@ -315,7 +316,7 @@ class VllmAdmin:
         timeout_s: float | None = None,
     ) -> list:
         """Run a worker method on every worker; vLLM only forwards string arguments."""
-        body = {"method": method, "args": list(args), "kwargs": kwargs or {}}
+        body: dict[str, object] = {"method": method, "args": list(args), "kwargs": kwargs or {}}
         if timeout_s is not None:
             body["timeout"] = timeout_s
         response = self._call("POST", "/collective_rpc", json=body)

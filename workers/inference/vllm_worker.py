@@ -12,8 +12,15 @@ Runs inside vLLM's environment (.venv-vllm), where the repository root is on PYT
 vLLM stay inside the methods so that this module imports anywhere.
 """
 
+from typing import TYPE_CHECKING, Any
+
 
 class WeightPublicationExtension:
+    if TYPE_CHECKING:  # given by the vLLM worker class this extension is mixed into
+        model_runner: Any
+
+        def reload_weights(self, *, weights_path: str) -> None: ...
+
     def areal_reload_weights(self, weights_path: str) -> int:
         """Reload every weight from the Hugging Face directory weights_path, in place, then refresh the
         CPU GEMM handles that still hold old weights; returns how many handles were refreshed."""

@@ -80,7 +80,9 @@ def find_ipv6(view: TextView) -> Iterator[Span]:
         if span is _GLUED:
             # Every later anchor of this run of word characters, colons and dots starts glued as well (its
             # start cannot reach back past this one's): skip the run instead of trying each of its colons.
-            position = _IPV6_NEIGHBOUR_RUN.match(text, anchor.start()).end()
+            run = _IPV6_NEIGHBOUR_RUN.match(text, anchor.start())
+            assert run is not None  # the pattern matches the empty string
+            position = run.end()
         elif span:
             yield span
             position = span[1]
@@ -100,7 +102,9 @@ def _ipv6_starting_near(text: str, colon: int) -> Span | None:
         start -= 1
     if char_before(text, start) in _IPV6_NEIGHBOURS:
         return _GLUED
-    candidate = _IPV6_CANDIDATE.match(text, start).group()  # matches: the anchor holds two colons
+    match = _IPV6_CANDIDATE.match(text, start)
+    assert match is not None  # it matches: the anchor holds two colons
+    candidate = match.group()
     if candidate.endswith(":") and not candidate.endswith("::"):
         candidate = candidate[:-1]
     end = start + len(candidate)

@@ -11,8 +11,8 @@ at a timeout, so a catastrophic pattern such as ``(a+)+$`` costs at most the tim
 from __future__ import annotations
 
 import re
-import re._constants as _sre_constants
-import re._parser as _sre_parser
+import re._constants as _sre_constants  # type: ignore[import-not-found]  # private: no typeshed stub
+import re._parser as _sre_parser  # type: ignore[import-not-found]  # private: no typeshed stub
 from collections.abc import Callable, Iterator, Sequence
 
 import regex

@@ -74,7 +74,7 @@ class Sanitizer:
         except RecursionError:  # nested deeper than can be walked: nothing of it is kept
             return PLACEHOLDER_TEMPLATE.format(entity=UNSCANNED), (UNSCANNED,)
 
-    def scan_messages(self, messages: list[dict]) -> tuple[list[dict], tuple[str, ...]]:
+    def scan_messages(self, messages: list[dict]) -> tuple[list, tuple[str, ...]]:
         """OpenAI and Anthropic chat messages: a redacted deep copy. Text, content parts, tool call arguments
         (kept valid JSON), tool_use inputs and tool_result contents are scanned; roles, types, ids,
         thinking signatures and binary parts (images, audio, files, base64 sources) are kept as they are."""

@@ -1,7 +1,7 @@
 """Inter-annotator agreement. Pure: Cohen's kappa for two annotators; Krippendorff's alpha for any number,
 with missing values, at the nominal or interval level."""
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Hashable, Sequence
 
 
@@ -35,7 +35,7 @@ def krippendorff_alpha(units: Sequence[Sequence[Hashable]], level: str = "nomina
     (missing ones left out); units with fewer than two values are not pairable and are ignored. None:
     nothing pairable, or no variation at all (D_e = 0)."""
     delta = _distance(level)
-    coincidences: Counter = Counter()
+    coincidences: defaultdict[tuple[Hashable, Hashable], float] = defaultdict(float)
     for values in units:
         pairable = len(values)
         if pairable < 2:
@@ -44,7 +44,7 @@ def krippendorff_alpha(units: Sequence[Sequence[Hashable]], level: str = "nomina
             for j, second in enumerate(values):
                 if i != j:
                     coincidences[(first, second)] += 1 / (pairable - 1)
-    marginals: Counter = Counter()
+    marginals: defaultdict[Hashable, float] = defaultdict(float)
     for (first, _), weight in coincidences.items():
         marginals[first] += weight
     total = sum(marginals.values())

@@ -73,7 +73,7 @@ def check_reward(spec: SpecData, *, kind: str, value: float | None, label: str =
                 return Checked(value, label, f"category {label!r} of {named} has value {mapped}, not {value}")
             return Checked(mapped, label)
         matches = [name for name, mapped in spec.categories.items() if value is not None and mapped == value]
-        if not matches:
+        if value is None or not matches:
             return Checked(value or 0.0, label, f"value {value} is not a category value of {named}")
         return Checked(float(value), matches[0])
     if value is None:

@@ -113,10 +113,13 @@ def build_samples(
     """Samples of every record in order. `eta` needs `current_version`; None disables the bound."""
     if staleness not in STALENESS_MODES:
         raise ValueError(f"staleness must be one of {STALENESS_MODES}")
-    if eta is not None and (current_version is None or eta < 0):
-        raise ValueError("a staleness bound needs current_version and eta >= 0")
-    counts = Counter()
-    histogram = Counter()
+    oldest: int | None = None
+    if eta is not None:
+        if current_version is None or eta < 0:
+            raise ValueError("a staleness bound needs current_version and eta >= 0")
+        oldest = current_version - eta
+    counts: Counter[str] = Counter()
+    histogram: Counter[int] = Counter()
     kept: list[TrainingSample] = []
     for record in records:
         counts["trajectories"] += 1
@@ -133,12 +136,13 @@ def build_samples(
             if require_reward and sample.reward is None:
                 counts["no_reward"] += 1
                 continue
-            if eta is not None:
-                sample, stale = _apply_staleness(sample, current_version - eta, staleness)
+            if oldest is not None:
+                within_bound, stale = _apply_staleness(sample, oldest, staleness)
                 counts["stale_tokens"] += stale
-                if sample is None:
+                if within_bound is None:
                     counts["stale_samples"] += 1
                     continue
+                sample = within_bound
             if not sample.generated_count:
                 counts["empty_samples"] += 1
                 continue

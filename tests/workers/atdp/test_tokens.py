@@ -50,14 +50,16 @@ def test_ids_accept_numpy_and_tuples():
 
 @pytest.mark.parametrize("bad", [[-1], [2**32], [1.5], ["7"], [[1, 2]], [2**64]])
 def test_ids_refuse_values_outside_uint32(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"token ids must (lie in 0\.\.4294967295|be a flat sequence of int64 integers)"
+    ):
         pack_ids(bad)
 
 
 def test_unpack_refuses_bytes_of_another_kind_or_damaged():
     with pytest.raises(ValueError, match="pack_ids"):
         unpack_ids(pack_floats([0.5]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"not bytes written by pack_ids \(tag missing\)"):
         unpack_ids(b"")
     with pytest.raises(ValueError, match="multiple of 4"):
         unpack_ids(pack_ids([2**31] * 4)[:-1])
@@ -113,7 +115,7 @@ def test_versions_are_run_length_encoded():
 
 
 def test_versions_refuse_floats_and_corrupt_runs():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="versions must be a flat sequence of int64 integers"):
         pack_versions([1.0, 2.0])
     with pytest.raises(ValueError, match="odd"):
         unpack_versions(bytes([0x04, 0x02]))

@@ -16,7 +16,7 @@ def test_held_out_pairs_never_appear_in_training_tasks():
     assert weather.make_tasks(split="train", count=5, seed=3) == weather.make_tasks(
         split="train", count=5, seed=3
     )
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="split is 'train' or 'heldout'"):
         weather.make_tasks(split="test", count=1, seed=0)
 
 

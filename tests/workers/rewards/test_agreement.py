@@ -48,5 +48,5 @@ def test_krippendorff_alpha_edges():
     assert krippendorff_alpha([[1, 1], [0, 0]]) == pytest.approx(1.0)
     assert krippendorff_alpha([[1], [0]]) is None
     assert krippendorff_alpha([[1, 1], [1, 1]]) is None
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown level 'ratio'"):
         krippendorff_alpha([[1, 2]], "ratio")

@@ -108,7 +108,7 @@ def test_units_count_a_split_trajectory_once():
         [1.0, 1.0, 0.0], ["g", "g", "g"], GRPOConfig(std_level="none"), unit_ids=["t1", "t1", "t2"]
     )
     assert result.values == pytest.approx([0.5, 0.5, -0.5])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="samples of unit 't1' disagree on reward or group"):
         grpo_advantages([1.0, 0.0], ["g", "g"], unit_ids=["t1", "t1"])
 
 
@@ -151,7 +151,7 @@ def test_turn_discount():
 
 
 def test_bad_config():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="mean_level and std_level must be one of"):
         GRPOConfig(mean_level="tokens")
 
 

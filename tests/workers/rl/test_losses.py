@@ -144,7 +144,7 @@ def test_proximal_alpha_and_loglinear_interpolation():
     assert torch.equal(
         proximal_logprobs("recompute", logp_behav=behav, logp=logp, recomputed=recomputed), recomputed
     )
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="method loglinear needs per-token versions"):
         proximal_logprobs("loglinear", logp_behav=behav, logp=logp)
 
 
@@ -180,7 +180,7 @@ def test_kpop_filter_masks_the_max_of_forward_and_reverse():
 
 
 def test_config_validation():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"eps_clip must be in \(0, 1\)"):
         PPOConfig(eps_clip=1.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cap_mode must be one of"):
         PPOConfig(cap_mode="drop")

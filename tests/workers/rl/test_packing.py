@@ -110,7 +110,7 @@ def test_block_causal_mask_and_helpers(default_model):
     assert pack_values([[1.0, 2.0], torch.tensor([3.0])]).tolist() == [1.0, 2.0, 3.0]
     assert resolve_attention(default_model) == "mask"  # sdpa on CPU
     assert plan_rows([5, 3, 8, 2, 4], max_tokens=10) == ((2, 3), (0, 4), (1,))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"a sequence is longer than max_tokens \(11 > 10\)"):
         plan_rows([11], max_tokens=10)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="pack at least one sequence, none of them empty"):
         pack_sequences([[1], []])

@@ -99,7 +99,7 @@ def test_staleness_bound_drops_samples_or_masks_tokens():
     assert fresh.staleness_histogram == ((1, 7), (2, CALL + 6))
     # everything stale in token mode: the sample has nothing left to train and is dropped as stale
     assert trajectory_samples(record, current_version=20, eta=0, staleness="token").counts.stale_samples == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a staleness bound needs current_version and eta >= 0"):
         trajectory_samples(record, eta=1)
 
 
