@@ -110,7 +110,7 @@ def _linear_shapes(model_dir: str | Path, target_modules: tuple[str, ...]) -> di
     shapes = {}
     for shard in sorted(Path(model_dir).glob("*.safetensors")):
         with safe_open(shard, framework="pt") as handle:
-            for name in handle:
+            for name in handle.keys():  # noqa: SIM118 (safe_open is not iterable)
                 module = name.removesuffix(".weight")
                 if name.endswith(".weight") and module.rsplit(".", 1)[-1] in target_modules:
                     out_features, in_features = handle.get_slice(name).get_shape()
