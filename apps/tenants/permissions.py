@@ -61,6 +61,9 @@ class Action(StrEnum):
     MODEL_VERSION_VIEW = "model_version.view"
     MODEL_VERSION_PUBLISH = "model_version.publish"
     MODEL_ALIAS_MANAGE = "model_alias.manage"
+    EVOLUTION_VIEW = "evolution.view"
+    EVOLUTION_MANAGE = "evolution.manage"
+    EVOLUTION_APPROVE = "evolution.approve"
 
 
 _EVERYONE = frozenset(Role)
@@ -105,6 +108,9 @@ PERMISSIONS: dict[Action, tuple[frozenset[Role], Scope | None]] = {
     Action.MODEL_VERSION_VIEW: (_EVERYONE, Scope.ADMIN),
     Action.MODEL_VERSION_PUBLISH: (_OPERATORS, Scope.ADMIN),
     Action.MODEL_ALIAS_MANAGE: (_OPERATORS, Scope.ADMIN),
+    Action.EVOLUTION_VIEW: (_OPERATORS | {Role.VIEWER}, Scope.ADMIN),
+    Action.EVOLUTION_MANAGE: (_OPERATORS, Scope.ADMIN),
+    Action.EVOLUTION_APPROVE: (_OPERATORS, Scope.ADMIN),
 }
 
 

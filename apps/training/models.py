@@ -52,6 +52,22 @@ class ModelVersion(TimestampedTenantOwned):
     status = models.CharField(max_length=16, choices=VersionStatus.choices, default=VersionStatus.CANDIDATE)
     description = models.CharField(max_length=300, blank=True)
     created_by = models.CharField(max_length=150, blank=True)
+    # A harness update (apps.evolution) is a version of its own: the parent's weights with another harness.
+    harness = models.ForeignKey(
+        "evolution.HarnessVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="model_versions",
+    )
+    weights_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="A harness-only version: the version whose weights (and backends) serve it.",
+    )
 
     class Meta:
         constraints = [

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "apps.training",
     "apps.evaluation",
     "apps.releases",
+    "apps.evolution",
     "apps.console",
     "apps.demo",
 ]
