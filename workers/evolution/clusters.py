@@ -1,0 +1,191 @@
+"""Tool failures grouped so that a person (or a harness proposer) sees one row per distinct problem: the tool,
+whether its result reported an error or the call itself was malformed, the error's signature (its text with
+the particulars taken out) and the shape of the arguments that led to it."""
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+FAILED_RESULT = "failed_result"
+MALFORMED_CALL = "malformed_call"
+MALFORMED_SIGNATURE = "arguments are not a JSON object"
+INVALID_JSON = "<invalid json>"
+SIGNATURE_CHARS = 200
+SHAPE_CHARS = 300
+MAX_EXAMPLES = 10
+MAX_EXAMPLE_ARGUMENTS = 5
+
+_FAILURE_START = re.compile(
+    r"^\s*(error|errors|exception|traceback|failed|failure|fatal|could not|cannot|unable to)\b", re.IGNORECASE
+)
+_QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
+_NUMBER = re.compile(r"(?<![A-Za-z_])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class ToolEvent:
+    """One tool call as clustering sees it: its arguments (the raw string the model wrote), the text of its
+    result (None: no result seen), when, and whether the call was malformed (arguments not a JSON object)."""
+
+    trajectory_id: str
+    tool: str
+    arguments: str
+    result_text: str | None
+    at: datetime
+    malformed: bool = False
+
+
+@dataclass(frozen=True)
+class Cluster:
+    tool: str
+    kind: str
+    signature: str
+    argument_shape: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    examples: list[str] = field(default_factory=list)  # trajectory ids, newest last
+    example_arguments: list[str] = field(default_factory=list)  # newest last
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.tool, self.kind, self.signature, self.argument_shape)
+
+
+def normalise(text: str) -> str:
+    """Quoted strings → '<s>', numbers → '<n>', whitespace collapsed, at most 200 characters."""
+    text = _QUOTED.sub("'<s>'", text)
+    text = _NUMBER.sub("<n>", text)
+    return _SPACE.sub(" ", text).strip()[:SIGNATURE_CHARS]
+
+
+def _error_text(value) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        for key in ("message", "type", "code"):
+            if isinstance(value.get(key), str):
+                return value[key]
+    return json.dumps(value, sort_keys=True)
+
+
+def failure_signature(text: str | None) -> str | None:
+    """The normalised error of a tool result, None when the result is not a failure. A failure is a JSON
+    object with a non-empty "error" or "errors" key (signature: that error's message) or text that starts with
+    error, exception, traceback, failed, failure, fatal, could not, cannot or unable to (signature: its first
+    line; for a traceback, its last line, which names the exception)."""
+    if text is None:
+        return None
+    text = str(text)
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error") or parsed.get("errors")
+        if not error:
+            return None
+        if isinstance(error, list) and error:
+            error = error[0]
+        return normalise(_error_text(error)) or "error"
+    if isinstance(parsed, str):
+        text = parsed
+    if not _FAILURE_START.match(text):
+        return None
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    line = lines[-1] if lines[0].lower().startswith("traceback") else lines[0]
+    return normalise(line) or "error"
+
+
+def _json_type(value) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "num"
+    if isinstance(value, str):
+        return "str"
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "list"
+    return "obj"
+
+
+def argument_shape(arguments: str | None) -> str:
+    """The arguments' keys with their JSON types, sorted: '{city:str,days:num}'. A JSON value that is not an
+    object gives its type; text that is not JSON gives '<invalid json>'."""
+    try:
+        parsed = json.loads(arguments) if arguments else {}
+    except (TypeError, ValueError):
+        return INVALID_JSON
+    if not isinstance(parsed, dict):
+        return _json_type(parsed)
+    inner = ",".join(f"{key}:{_json_type(parsed[key])}" for key in sorted(parsed))
+    return ("{" + inner + "}")[:SHAPE_CHARS]
+
+
+def is_malformed(arguments: str | None) -> bool:
+    """A call whose arguments are not a JSON object: the tool could not have been run as the model meant."""
+    try:
+        return not isinstance(json.loads(arguments) if arguments else {}, dict)
+    except (TypeError, ValueError):
+        return True
+
+
+def event_key(event: ToolEvent) -> tuple[str, str, str, str] | None:
+    """(tool, kind, signature, argument shape) of a failing event; None when the event is no failure."""
+    if event.malformed:
+        return (event.tool, MALFORMED_CALL, MALFORMED_SIGNATURE, argument_shape(event.arguments))
+    signature = failure_signature(event.result_text)
+    if signature is None:
+        return None
+    return (event.tool, FAILED_RESULT, signature, argument_shape(event.arguments))
+
+
+def _newest_distinct(values: Iterable[str], limit: int) -> list[str]:
+    """The last `limit` distinct values, in their order (newest last)."""
+    kept: list[str] = []
+    for value in reversed(list(values)):
+        if value not in kept:
+            kept.append(value)
+        if len(kept) == limit:
+            break
+    return list(reversed(kept))
+
+
+def cluster(events: Iterable[ToolEvent]) -> list[Cluster]:
+    """Failing events grouped by (tool, kind, signature, argument shape), largest group first; each with its
+    count, first and last time, up to 10 distinct trajectory ids and 5 distinct arguments (newest last)."""
+    groups: dict[tuple, list[ToolEvent]] = {}
+    for event in events:
+        key = event_key(event)
+        if key is not None:
+            groups.setdefault(key, []).append(event)
+    clusters = []
+    for (tool, kind, signature, shape), members in groups.items():
+        members.sort(key=lambda event: event.at)
+        clusters.append(
+            Cluster(
+                tool=tool,
+                kind=kind,
+                signature=signature,
+                argument_shape=shape,
+                count=len(members),
+                first_seen=members[0].at,
+                last_seen=members[-1].at,
+                examples=_newest_distinct((event.trajectory_id for event in members), MAX_EXAMPLES),
+                example_arguments=_newest_distinct(
+                    (event.arguments for event in members), MAX_EXAMPLE_ARGUMENTS
+                ),
+            )
+        )
+    clusters.sort(key=lambda item: (-item.count, item.key))
+    return clusters
+
+
+def merge_examples(old: list[str], new: list[str], limit: int) -> list[str]:
+    """Stored examples followed by newer ones: the last `limit` distinct, newest last."""
+    return _newest_distinct([*old, *new], limit)
