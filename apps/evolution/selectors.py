@@ -1,8 +1,24 @@
 """Reads of the control plane's tables, always within one tenant."""
 
+from django.db.models import Exists, OuterRef
+
 from apps.core.selectors import get_in_tenant
-from apps.evolution.models import OPEN_DECISION_STATUSES, Decision, EvolutionPolicy
+from apps.evolution.models import (
+    OPEN_DECISION_STATUSES,
+    Decision,
+    EvolutionPolicy,
+    SignalPoint,
+    ToolFailureCluster,
+)
+from apps.qualification.models import QualificationStatus
+from apps.qualification.selectors import qualification_list
+from apps.releases.selectors import serving_history
+from apps.rewards.selectors import reward_list
 from apps.tenants.models import Tenant
+from apps.training.models import ModelVersion, VersionStatus
+from apps.training.selectors import alias_history, alias_resolve, model_version_list
+from apps.trajectories.models import Purpose
+from apps.trajectories.selectors import step_list, trajectory_list
 
 
 def policy_get(*, tenant: Tenant, policy_id) -> EvolutionPolicy:
@@ -15,4 +31,138 @@ def open_decisions(*, tenant: Tenant, policy: EvolutionPolicy):
         Decision.objects.for_tenant(tenant)
         .filter(policy=policy, status__in=OPEN_DECISION_STATUSES)
         .order_by("created_at", "id")
+    )
+
+
+# ---- what the signals read ------------------------------------------------------------------------------
+# Every read is bounded: a window is summarised from at most WINDOW_TRAJECTORY_CAP of its newest trajectories,
+# their steps up to STEP_CAP and REWARD_CAP rewards, so a tick costs the same on a busy tenant as on a quiet
+# one (the values are then those of the newest traffic; `details` says when a cap was reached).
+WINDOW_TRAJECTORY_CAP = 5_000
+STEP_CAP = 50_000
+REWARD_CAP = 20_000
+
+STEP_FIELDS = (
+    "trajectory_id",
+    "index",
+    "kind",
+    "created_at",
+    "observation",
+    "action",
+    "result",
+    "served_model",
+    "latency_ms",
+    "cost_usd",
+    "pii_entities",
+    "error",
+    "aborted",
+)
+
+
+def policy_traffic(*, tenant: Tenant, policy: EvolutionPolicy):
+    """The tenant's production trajectories of the policy's agent (every agent when its name is blank) with at
+    least one step served by the policy's model."""
+    served = step_list(tenant=tenant).filter(trajectory=OuterRef("pk"), served_model=policy.model)
+    trajectories = trajectory_list(tenant=tenant, purpose=Purpose.PRODUCTION, agent=policy.agent_name or None)
+    return trajectories.filter(Exists(served))
+
+
+def window_trajectories(
+    *, tenant: Tenant, policy: EvolutionPolicy, start, end, limit: int = WINDOW_TRAJECTORY_CAP
+) -> list[dict]:
+    """The policy's traffic active in [start, end) (a step served by its model created then), newest started
+    first, at most `limit`: `id`, `task_id`, `started_at`."""
+    active = step_list(tenant=tenant).filter(
+        trajectory=OuterRef("pk"), served_model=policy.model, created_at__gte=start, created_at__lt=end
+    )
+    rows = policy_traffic(tenant=tenant, policy=policy).filter(Exists(active))
+    return list(rows.values("id", "task_id", "started_at")[:limit])
+
+
+def trajectory_rows(*, tenant: Tenant, trajectory_ids, limit: int = WINDOW_TRAJECTORY_CAP) -> list[dict]:
+    """`id`, `task_id`, `started_at` of the tenant's trajectories among `trajectory_ids` (at most `limit`);
+    ids of other tenants or of deleted rows are left out."""
+    ids = list(trajectory_ids)[:limit]
+    return list(trajectory_list(tenant=tenant).filter(id__in=ids).values("id", "task_id", "started_at"))
+
+
+def trajectory_steps(*, tenant: Tenant, trajectory_ids, before, limit: int = STEP_CAP) -> list[dict]:
+    """The steps (STEP_FIELDS) of those trajectories created before `before`, in trajectory and index order,
+    at most `limit` (the newest trajectories' steps are kept when the cap is reached)."""
+    steps = step_list(tenant=tenant).filter(trajectory_id__in=list(trajectory_ids), created_at__lt=before)
+    newest = steps.order_by("-created_at").values("pk")[:limit]  # a subquery: no id list in the SQL
+    kept = step_list(tenant=tenant).filter(pk__in=newest)
+    return list(kept.order_by("trajectory_id", "index").values(*STEP_FIELDS))
+
+
+def window_rewards(
+    *, tenant: Tenant, policy: EvolutionPolicy, start, end, limit: int = REWARD_CAP
+) -> list[dict]:
+    """Rewards created in [start, end) on the policy's traffic, newest first, at most `limit`: `trajectory_id`,
+    `value`, `kind`, `source`, `created_at`."""
+    rewards = reward_list(tenant=tenant, created_after=start, created_before=end).filter(
+        trajectory__in=policy_traffic(tenant=tenant, policy=policy)
+    )
+    return list(rewards.values("trajectory_id", "value", "kind", "source", "created_at")[:limit])
+
+
+def production_version(*, tenant: Tenant, model: str) -> ModelVersion | None:
+    """The version the model's `production` alias names, else its newest version in status production."""
+    version = alias_resolve(tenant=tenant, name=model, alias="production")
+    if version is not None:
+        return version
+    return model_version_list(tenant=tenant, name=model, status=VersionStatus.PRODUCTION).first()
+
+
+def promoted_at(*, tenant: Tenant, version: ModelVersion):
+    """When `version` last became production: the alias move to it, else the first serving event with it as
+    the stable version; None when neither is recorded."""
+    moves = alias_history(tenant=tenant, name=version.name, alias="production").filter(to_version=version)
+    move = moves.order_by("-moved_at", "-id").first()
+    if move is not None:
+        return move.moved_at
+    event = serving_history(tenant=tenant, model=version.name).filter(stable=version).first()
+    return event.at if event is not None else None
+
+
+def newest_version_number(*, tenant: Tenant, model: str) -> int | None:
+    newest = model_version_list(tenant=tenant, name=model).first()
+    return newest.number if newest is not None else None
+
+
+def qualified_count(*, tenant: Tenant, policy: EvolutionPolicy, since=None) -> int:
+    """Qualified trajectories of the policy's traffic started at or after `since` (all when None)."""
+    rows = qualification_list(tenant=tenant, status=QualificationStatus.QUALIFIED).filter(
+        trajectory__in=policy_traffic(tenant=tenant, policy=policy)
+    )
+    if since is not None:
+        rows = rows.filter(trajectory__started_at__gte=since)
+    return rows.count()
+
+
+def signal_series(*, tenant: Tenant, policy: EvolutionPolicy, name: str | None = None, since=None):
+    """The policy's signal points, oldest first, optionally of one signal and from `since` on."""
+    rows = SignalPoint.objects.for_tenant(tenant).filter(policy=policy).order_by("at", "id")
+    if name:
+        rows = rows.filter(name=name)
+    if since is not None:
+        rows = rows.filter(at__gte=since)
+    return rows
+
+
+def signals_latest(*, tenant: Tenant, policy: EvolutionPolicy) -> dict[str, SignalPoint]:
+    """The newest point of each signal of the policy: {name: point}."""
+    points = SignalPoint.objects.for_tenant(tenant).filter(policy=policy).order_by("name", "-at", "-id")
+    latest: dict[str, SignalPoint] = {}
+    for point in points.iterator():
+        latest.setdefault(point.name, point)
+    return latest
+
+
+def clusters_list(*, tenant: Tenant, policy: EvolutionPolicy):
+    """The policy's tool-failure clusters, the most recently seen first."""
+    return (
+        ToolFailureCluster.objects.for_tenant(tenant)
+        .filter(policy=policy)
+        .order_by("-last_seen", "-count", "id")
     )
