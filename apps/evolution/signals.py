@@ -59,8 +59,11 @@ def signals_compute(*, tenant: Tenant, policy: EvolutionPolicy, now=None) -> dic
     successes = computed["task_success"][1].get("successes", 0)
     computed.update(_step_signals(window_steps, policy=policy, trajectories=len(window), successes=successes))
     computed["tool_failure_rate"] = _tool_failure_rate(events)
-    computed["drift_js"] = _drift(tenant=tenant, policy=policy, start=start, current=(window, steps))
-    computed.update(_version_signals(tenant=tenant, policy=policy))
+    production = selectors.production_version(tenant=tenant, model=policy.model)
+    computed["drift_js"] = _drift(
+        tenant=tenant, policy=policy, production=production, current=(window, steps)
+    )
+    computed.update(_version_signals(tenant=tenant, policy=policy, production=production))
     for details in (computed["safety_events"][1], computed["tool_failure_rate"][1]):
         details["capped"] = len(window) >= selectors.WINDOW_TRAJECTORY_CAP
     values = {name: computed[name][0] for name in SIGNALS}
@@ -113,43 +116,54 @@ def tool_events(steps: list[dict]) -> list[ToolEvent]:
     """One event per tool call of the steps (ordered by trajectory and index): its result (the first tool
     message or tool_results item naming its id, timed at the step that carried it) or, for a malformed call
     that got no result, the call itself at its own step's time."""
-    events: list[ToolEvent] = []
     by_trajectory: dict = defaultdict(list)
     for step in steps:
         by_trajectory[step["trajectory_id"]].append(step)
-    for trajectory_id, trajectory_steps in by_trajectory.items():
-        calls: dict[str, tuple[str, str, object]] = {}
-        answered: set[str] = set()
+    return [
+        event
+        for trajectory_id, own in by_trajectory.items()
+        for event in _trajectory_tool_events(str(trajectory_id), own)
+    ]
 
-        def answer(call_id, text, at, trajectory_id=trajectory_id, calls=calls, answered=answered):
-            if call_id in calls and call_id not in answered:
-                answered.add(call_id)
+
+def _step_results(step: dict):
+    """(tool_call_id, result text) of every tool result the step carries."""
+    for message in (step["observation"] or {}).get("messages") or []:
+        if isinstance(message, dict) and message.get("role") == "tool":
+            yield message.get("tool_call_id"), content_text(message.get("content"))
+    for item in (step["result"] or {}).get("tool_results") or []:
+        if isinstance(item, dict):
+            yield item.get("tool_call_id"), _result_item_text(item)
+
+
+def _step_calls(step: dict):
+    """(call id, tool name, arguments as the model wrote them) of every tool call of the step's action."""
+    for call in (step["action"] or {}).get("tool_calls") or []:
+        if isinstance(call, dict) and call.get("id"):
+            function = call.get("function") or {}
+            arguments = function.get("arguments")
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments) if arguments is not None else ""
+            yield call["id"], function.get("name") or "<unnamed>", arguments
+
+
+def _trajectory_tool_events(trajectory_id: str, steps: list[dict]) -> list[ToolEvent]:
+    calls: dict[str, tuple[str, str, object]] = {}
+    events: dict[str, ToolEvent] = {}
+    for step in steps:
+        for call_id, text in _step_results(step):
+            if call_id in calls and call_id not in events:
                 name, arguments, _ = calls[call_id]
-                events.append(
-                    ToolEvent(
-                        str(trajectory_id), name, arguments, text, at, malformed=is_malformed(arguments)
-                    )
+                malformed = is_malformed(arguments)
+                events[call_id] = ToolEvent(
+                    trajectory_id, name, arguments, text, step["created_at"], malformed
                 )
-
-        for step in trajectory_steps:
-            at = step["created_at"]
-            for message in (step["observation"] or {}).get("messages") or []:
-                if isinstance(message, dict) and message.get("role") == "tool":
-                    answer(message.get("tool_call_id"), content_text(message.get("content")), at)
-            for item in (step["result"] or {}).get("tool_results") or []:
-                if isinstance(item, dict):
-                    answer(item.get("tool_call_id"), _result_item_text(item), at)
-            for call in (step["action"] or {}).get("tool_calls") or []:
-                if isinstance(call, dict) and call.get("id"):
-                    function = call.get("function") or {}
-                    arguments = function.get("arguments")
-                    if not isinstance(arguments, str):
-                        arguments = json.dumps(arguments) if arguments is not None else ""
-                    calls[call["id"]] = (function.get("name") or "<unnamed>", arguments, at)
-        for call_id, (name, arguments, at) in calls.items():
-            if call_id not in answered and is_malformed(arguments):
-                events.append(ToolEvent(str(trajectory_id), name, arguments, None, at, malformed=True))
-    return events
+        for call_id, name, arguments in _step_calls(step):
+            calls[call_id] = (name, arguments, step["created_at"])
+    for call_id, (name, arguments, at) in calls.items():
+        if call_id not in events and is_malformed(arguments):
+            events[call_id] = ToolEvent(trajectory_id, name, arguments, None, at, malformed=True)
+    return list(events.values())
 
 
 def _tool_failure_rate(events: list[ToolEvent]) -> tuple[float | None, dict]:
@@ -373,8 +387,7 @@ def _reference(*, tenant: Tenant, policy: EvolutionPolicy, production) -> tuple[
     return "before_promotion", rows, steps
 
 
-def _drift(*, tenant: Tenant, policy: EvolutionPolicy, start, current) -> tuple[float | None, dict]:
-    production = selectors.production_version(tenant=tenant, model=policy.model)
+def _drift(*, tenant: Tenant, policy: EvolutionPolicy, production, current) -> tuple[float | None, dict]:
     kind, rows, steps = _reference(tenant=tenant, policy=policy, production=production)
     window, window_steps = current
     result = drift(traffic_samples(rows, steps), traffic_samples(window, window_steps))
@@ -391,8 +404,7 @@ def _drift(*, tenant: Tenant, policy: EvolutionPolicy, start, current) -> tuple[
 # ---- versions -------------------------------------------------------------------------------------------
 
 
-def _version_signals(*, tenant: Tenant, policy: EvolutionPolicy) -> dict:
-    production = selectors.production_version(tenant=tenant, model=policy.model)
+def _version_signals(*, tenant: Tenant, policy: EvolutionPolicy, production) -> dict:
     newest = selectors.newest_version_number(tenant=tenant, model=policy.model)
     since = selectors.promoted_at(tenant=tenant, version=production) if production is not None else None
     volume = selectors.qualified_count(tenant=tenant, policy=policy, since=since)

@@ -261,3 +261,45 @@ def test_signals_and_new_clusters_are_published_on_the_evolution_stream(
     assert second["type"] == "cluster"
     assert second["count"] == 1
     assert second["tool"] == "weather"
+
+
+def test_imported_tool_results_and_malformed_calls(tenant, policy):
+    now = timezone.now()
+    trajectory = TrajectoryFactory(
+        tenant=tenant, steps=0, agent_name=AGENT, started_at=now - timedelta(seconds=60)
+    )
+    calls = [
+        {"id": "a", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}},
+        {"id": "b", "type": "function", "function": {"name": "weather", "arguments": "{city: Lima"}},
+    ]
+    StepFactory(
+        trajectory=trajectory, index=0, served_model=MODEL, created_at=now - timedelta(seconds=60),
+        action={"tool_calls": calls, "text": ""},
+    )  # fmt: skip
+    StepFactory(
+        trajectory=trajectory, index=1, served_model=MODEL, created_at=now - timedelta(seconds=59),
+        result={"finish_reason": "stop", "tool_results": [{"tool_call_id": "a", "error": "quota exceeded"}]},
+    )  # fmt: skip
+    values = signals_compute(tenant=tenant, policy=policy, now=now)
+    assert values["tool_failure_rate"] == 1
+    assert _point(policy, "tool_failure_rate").details["malformed_calls"] == 1
+    found = {(row.tool, row.kind): row for row in clusters_list(tenant=tenant, policy=policy)}
+    assert found["search", "failed_result"].signature == "quota exceeded"
+    assert found["weather", "malformed_call"].argument_shape == "<invalid json>"
+    assert found["weather", "malformed_call"].example_arguments == ["{city: Lima"]
+
+
+def test_a_tick_reads_a_fixed_number_of_queries(tenant, policy, django_assert_max_num_queries):
+    now = timezone.now()
+    _production_trained_on(tenant, [conversation(tenant, city="Paris", at=now - timedelta(days=1))])
+    for index in range(3):
+        conversation(tenant, city="Paris", at=now - timedelta(seconds=100 + index))
+    with django_assert_max_num_queries(40) as few:
+        signals_compute(tenant=tenant, policy=policy, now=now)
+    for index in range(30):
+        trajectory = conversation(tenant, city=CITIES[index % 4], at=now - timedelta(seconds=200 + index))
+        RewardFactory(
+            trajectory=trajectory, kind=RewardKind.BOOLEAN, value=index % 2, source=RewardSource.USER
+        )
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        signals_compute(tenant=tenant, policy=policy, now=now)
