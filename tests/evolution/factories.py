@@ -13,6 +13,7 @@ from apps.evolution.models import (
     DecisionKind,
     DecisionStatus,
     EvolutionPolicy,
+    HarnessVersion,
     SignalPoint,
     ToolFailureCluster,
 )
@@ -71,3 +72,15 @@ class ToolFailureClusterFactory(factory.django.DjangoModelFactory):
     count = 3
     first_seen = factory.LazyFunction(timezone.now)
     last_seen = factory.LazyFunction(timezone.now)
+
+
+class HarnessVersionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = HarnessVersion
+
+    tenant = factory.SubFactory(TenantFactory)
+    model = "policy-small"
+    number = factory.Sequence(lambda number: number + 1)
+    system_prompt = "Call get_weather with a city name only."
+    tool_routing = factory.LazyFunction(lambda: {"get_weather": {"action": "route", "to": "get_weather_v2"}})
+    proposer = "rule"
