@@ -256,6 +256,7 @@ class DecisionApproveApi(TenantApi):
     this person already; 410 after it expired."""
 
     actions = {"POST": Action.EVOLUTION_APPROVE}
+    error_statuses = {410}
 
     @extend_schema(request=None, responses=dict)
     def post(self, request, decision_id):
@@ -267,6 +268,7 @@ class DecisionRejectApi(TenantApi):
     """Rejects a proposal with a reason; nothing is started. 409 once decided, 410 after it expired."""
 
     actions = {"POST": Action.EVOLUTION_APPROVE}
+    error_statuses = {410}
 
     class InputSerializer(serializers.Serializer):
         reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)

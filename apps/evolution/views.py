@@ -31,8 +31,13 @@ def evidence_summary(evidence: dict) -> dict:
         signals = [
             {"name": name, **(rule if isinstance(rule, dict) else {})} for name, rule in signals.items()
         ]
+    rows = [
+        {**row, "value": round(row["value"], 4) if isinstance(row.get("value"), float) else row.get("value")}
+        for row in signals
+        if isinstance(row, dict)
+    ]
     return {
-        "signals": [row for row in signals if isinstance(row, dict)],
+        "signals": rows,
         "trajectories": [str(value) for value in evidence.get("trajectories") or []][:10],
         "clusters": list(evidence.get("clusters") or [])[:10],
         "gate": evidence.get("gate") if isinstance(evidence.get("gate"), dict) else None,

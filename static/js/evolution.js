@@ -11,7 +11,7 @@
   const csrf = document.querySelector("input[name=csrfmiddlewaretoken]").value;
   const charts = document.getElementById("charts");
   const chartTime = (iso) => new Date(iso).toISOString().slice(0, 19).replace("T", " ");
-  const withId = (template, id) => template.replace(/\/0\/$/, `/${id}/`);
+  const withId = (template, id) => template.replace("/0/", `/${id}/`);  // the URL reversed with id 0
 
   const draw = (name, figure) => {
     let element = document.getElementById("chart-" + name);
