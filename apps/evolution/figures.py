@@ -25,7 +25,7 @@ def signal_figures(points, *, thresholds: dict) -> dict[str, dict]:
             traces.append(
                 go.Scatter(
                     x=[x[0], x[-1]] if x else [],
-                    y=[rule["threshold"]] * (2 if x else 0),
+                    y=[rule["threshold"]] * 2 if x else [],
                     name=f"fires when {rule['op']} {rule['threshold']}",
                     mode="lines",
                     line={"color": "#d9480f", "dash": "dash"},

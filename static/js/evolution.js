@@ -5,6 +5,7 @@
   const policy = Number(script.dataset.policy);
   const figures = JSON.parse(document.getElementById("signal-figures").textContent);
   const labels = JSON.parse(document.getElementById("decision-labels").textContent);
+  const thresholds = JSON.parse(document.getElementById("signal-thresholds").textContent);
   const timeline = document.getElementById("timeline");
   const urls = timeline.dataset;
   const canApprove = urls.canApprove === "true";
@@ -30,16 +31,17 @@
     const at = chartTime(payload.at);
     Object.entries(payload.values || {}).forEach(([name, value]) => {
       const element = document.getElementById("chart-" + name);
+      const rule = thresholds[name];
       if (!element || !element.data) {
-        draw(name, {data: [{x: [at], y: [value], mode: "lines+markers", line: {color: "#1c7ed6"}}],
-                    layout: {title: {text: name.replaceAll("_", " ")}, height: 200, showlegend: false,
-                             margin: {l: 40, r: 10, t: 32, b: 24}}});
+        const data = [{x: [at], y: [value], mode: "lines+markers", line: {color: "#1c7ed6"}}];
+        if (rule) data.push({x: [at, at], y: [rule.threshold, rule.threshold], mode: "lines", line: {color: "#d9480f", dash: "dash"}});
+        draw(name, {data, layout: {title: {text: name.replaceAll("_", " ")}, height: 200, showlegend: false,
+                                   margin: {l: 40, r: 10, t: 32, b: 24}}});
         return;
       }
       Plotly.extendTraces(element, {x: [[at]], y: [[value]]}, [0]);
-      if (element.data.length > 1) {  // keep the threshold line as wide as the series
-        const series = element.data[0].x;
-        Plotly.restyle(element, {x: [[series[0], at]]}, [1]);
+      if (rule && element.data.length > 1) {  // keep the threshold line as wide as the series
+        Plotly.restyle(element, {x: [[element.data[0].x[0], at]], y: [[rule.threshold, rule.threshold]]}, [1]);
       }
     });
   };
