@@ -250,7 +250,7 @@ def _contradictions(values: dict) -> dict:
             "automatic weight updates need a training budget above 0 (or leave out the weights update)"
         ]
     plan = values["release_plan"]
-    if approval == ApprovalMode.AUTOMATIC and isinstance(plan, dict):
+    if mode == PolicyMode.AUTO and approval == ApprovalMode.AUTOMATIC and isinstance(plan, dict):
         stages = plan.get("stages", DEFAULT_STAGES)
         if isinstance(stages, list) and stages and stages[0] == 100 and not plan.get("stage_min_seconds"):
             problems["release_plan.stages"] = [

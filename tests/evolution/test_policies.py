@@ -177,6 +177,12 @@ def test_contradictions_are_refused(tenant, overrides, field):
 
 
 def test_settings_that_look_close_to_contradictions_are_accepted(tenant):
+    observing = policy_create(
+        tenant=tenant,
+        actor=ACTOR,
+        **valid(model="watched", mode="observe", approval_mode="automatic", release_plan={"stages": [100]}),
+    )
+    assert observing.approval_mode == "automatic"  # nothing is released in observe mode
     harness_only = policy_create(
         tenant=tenant,
         actor=ACTOR,
