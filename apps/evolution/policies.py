@@ -390,7 +390,7 @@ def policy_update(*, tenant: Tenant, actor: Actor, policy_id, revision: int, **f
         setattr(policy, name, value)
     policy.revision += 1  # the row is locked: no other edit reads the old revision meanwhile
     policy.updated_by = actor.label
-    policy.save()
+    policy.save(update_fields=[*EDITABLE, "revision", "updated_by"])  # never the control loop's last_tick_at
     audit_record(
         tenant=tenant,
         actor=actor,
