@@ -15,5 +15,6 @@ urlpatterns = [
         "evaluation",
         "releases",
         "training",
+        "evolution",
     )
 ]

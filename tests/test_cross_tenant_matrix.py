@@ -35,6 +35,7 @@ from apps.tenants.models import Tenant
 from apps.tenants.permissions import Role
 from apps.tenants.services import api_key_create
 from apps.trajectories.models import Step
+from tests.evolution.factories import DecisionFactory, EvolutionPolicyFactory, HarnessVersionFactory
 from tests.inference.factories import BackendFactory
 from tests.releases.helpers import register_versions
 from tests.rewards.factories import EvaluatorFactory, make_spec
@@ -98,6 +99,13 @@ OBJECTS = {
     "model-version-detail": lambda world: {"version_id": world.candidate.pk},
     "model-version-lineage": lambda world: {"version_id": world.candidate.pk},
     "model-version-publish": lambda world: {"version_id": world.candidate.pk},
+    # evolution
+    "evolution-policy-detail": lambda world: {"policy_id": world.policy.pk},
+    "evolution-policy-signals": lambda world: {"policy_id": world.policy.pk},
+    "evolution-decision-detail": lambda world: {"decision_id": world.decision.pk},
+    "evolution-decision-approve": lambda world: {"decision_id": world.decision.pk},
+    "evolution-decision-reject": lambda world: {"decision_id": world.decision.pk},
+    "evolution-harness-detail": lambda world: {"harness_id": world.harness.pk},
     # console pages
     "console:member-role": lambda world: {"membership_id": world.membership.pk},
     "console:member-remove": lambda world: {"membership_id": world.membership.pk},
@@ -128,6 +136,11 @@ OBJECTS = {
     "console:training-job": lambda world: {"job_id": world.job.pk},
     "console:training-job-cancel": lambda world: {"job_id": world.job.pk},
     "console:model-lineage": lambda world: {"name": world.candidate.name},
+    "console:evolution-policy": lambda world: {"policy_id": world.policy.pk},
+    "console:evolution-policy-edit": lambda world: {"policy_id": world.policy.pk},
+    "console:evolution-policy-delete": lambda world: {"policy_id": world.policy.pk},
+    "console:evolution-decision-approve": lambda world: {"decision_id": world.decision.pk},
+    "console:evolution-decision-reject": lambda world: {"decision_id": world.decision.pk},
 }
 
 # Patterns with a path parameter that name no tenant object, each with the reason.
@@ -248,6 +261,9 @@ class World:
     step: object
     spare_baseline: object
     spare_candidate: object
+    policy: object
+    decision: object
+    harness: object
 
 
 def _build_world(slug: str, port: int) -> World:
@@ -310,6 +326,7 @@ def _build_world(slug: str, port: int) -> World:
     # A model of the same name in both tenants, with no release: another tenant's version of it would be
     # an acceptable baseline or candidate if tenancy were ignored.
     spare_baseline, spare_candidate = register_versions(tenant, name="shared-spare")
+    policy = EvolutionPolicyFactory(tenant=tenant, model=f"{slug}-model")
     return World(
         tenant=tenant,
         admin=admin,
@@ -333,6 +350,9 @@ def _build_world(slug: str, port: int) -> World:
         step=step,
         spare_baseline=spare_baseline,
         spare_candidate=spare_candidate,
+        policy=policy,
+        decision=DecisionFactory(policy=policy),
+        harness=HarnessVersionFactory(tenant=tenant, model=f"{slug}-model"),
     )
 
 

@@ -11,6 +11,7 @@ NAVIGATION = [
     ("Evaluation", "console:eval-suites", Action.EVAL_VIEW),
     ("Releases", "console:releases", Action.RELEASE_VIEW),
     ("Serving", "console:serving", Action.SERVING_VIEW),
+    ("Evolution", "console:evolution", Action.EVOLUTION_VIEW),
     ("Members", "console:members", Action.MEMBER_VIEW),
     ("API keys", "console:keys", Action.API_KEY_VIEW),
     ("Policy", "console:policy", Action.POLICY_VIEW),

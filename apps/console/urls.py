@@ -18,4 +18,5 @@ urlpatterns = [
     path("", include("apps.evaluation.urls")),
     path("", include("apps.releases.urls")),
     path("", include("apps.training.urls")),
+    path("", include("apps.evolution.urls")),
 ]

@@ -23,6 +23,7 @@ STREAM_ACTIONS: tuple[tuple[re.Pattern, Action], ...] = (
     (re.compile(r"^release-\d+$"), Action.RELEASE_VIEW),
     (re.compile(r"^evaluation$"), Action.EVAL_VIEW),
     (re.compile(r"^backends$"), Action.BACKEND_VIEW),
+    (re.compile(r"^evolution$"), Action.EVOLUTION_VIEW),
 )
 
 

@@ -32,7 +32,9 @@ def release_stream(release_id: int) -> str:
     return f"release-{release_id}"
 
 
-def _validate_plan(*, stages, guardrails, failure_limit: int, inconclusive_limit: int) -> None:
+def release_plan_validate(*, stages, guardrails, failure_limit: int, inconclusive_limit: int) -> None:
+    """Refuses a plan (stages, guardrails, limits) with field errors; `release_create` and the evolution
+    policies (`apps.evolution.policies`, whose release plans become releases) use it."""
     fields = {}
     if (
         not isinstance(stages, list)
@@ -123,7 +125,7 @@ def release_create(
     _releasable(candidate=candidate, baseline=baseline)
     stages = list(DEFAULT_STAGES if stages is None else stages)
     guardrails = list(guardrails or [])
-    _validate_plan(
+    release_plan_validate(
         stages=stages,
         guardrails=guardrails,
         failure_limit=failure_limit,

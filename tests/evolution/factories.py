@@ -1,8 +1,22 @@
-"""Evolution rows written straight to their tables, without audit events (policies in observe mode)."""
+"""Evolution rows written straight to their tables, without audit events: a policy in observe mode (valid as
+`policies.validate_policy` sees it), a proposed decision of it, a signal point and a tool-failure cluster.
+Decisions that must be audited and published are recorded through `decisions.decision_record`."""
+
+from datetime import timedelta
 
 import factory
+from django.utils import timezone
 
-from apps.evolution.models import EvolutionPolicy
+from apps.evolution.models import (
+    ClusterKind,
+    Decision,
+    DecisionKind,
+    DecisionStatus,
+    EvolutionPolicy,
+    HarnessVersion,
+    SignalPoint,
+    ToolFailureCluster,
+)
 from tests.tenants.factories import TenantFactory
 
 
@@ -13,3 +27,60 @@ class EvolutionPolicyFactory(factory.django.DjangoModelFactory):
     tenant = factory.SubFactory(TenantFactory)
     model = factory.Sequence(lambda number: f"agent-model-{number}")
     signals = factory.LazyFunction(lambda: {"correction_rate": {"op": ">", "threshold": 0.2}})
+
+
+class DecisionFactory(factory.django.DjangoModelFactory):
+    """A train decision waiting for one operator, expiring in an hour."""
+
+    class Meta:
+        model = Decision
+
+    policy = factory.SubFactory(EvolutionPolicyFactory)
+    tenant = factory.SelfAttribute("policy.tenant")
+    kind = DecisionKind.TRAIN
+    status = DecisionStatus.PROPOSED
+    reason = "correction_rate 0.31 > 0.2"
+    evidence = factory.LazyFunction(
+        lambda: {"signals": [{"name": "correction_rate", "value": 0.31, "op": ">", "threshold": 0.2}]}
+    )
+    approvals_required = 1
+    decided_by = factory.LazyAttribute(lambda decision: f"evolution policy {decision.policy.pk}")
+    expires_at = factory.LazyFunction(lambda: timezone.now() + timedelta(hours=1))
+
+
+class SignalPointFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = SignalPoint
+
+    policy = factory.SubFactory(EvolutionPolicyFactory)
+    tenant = factory.SelfAttribute("policy.tenant")
+    name = "correction_rate"
+    value = 0.1
+    window_seconds = 600
+
+
+class ToolFailureClusterFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ToolFailureCluster
+
+    policy = factory.SubFactory(EvolutionPolicyFactory)
+    tenant = factory.SelfAttribute("policy.tenant")
+    tool = "get_weather"
+    kind = ClusterKind.FAILED_RESULT
+    signature = "city not found"
+    argument_shape = "{city: str}"
+    count = 3
+    first_seen = factory.LazyFunction(timezone.now)
+    last_seen = factory.LazyFunction(timezone.now)
+
+
+class HarnessVersionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = HarnessVersion
+
+    tenant = factory.SubFactory(TenantFactory)
+    model = "policy-small"
+    number = factory.Sequence(lambda number: number + 1)
+    system_prompt = "Call get_weather with a city name only."
+    tool_routing = factory.LazyFunction(lambda: {"get_weather": {"action": "route", "to": "get_weather_v2"}})
+    proposer = "rule"

@@ -30,6 +30,12 @@ from schemathesis.transport.serialization import Binary
 from apps.audit.services import Actor
 from apps.tenants.permissions import Role, Scope
 from apps.tenants.services import api_key_create
+from tests.evolution.factories import (
+    DecisionFactory,
+    EvolutionPolicyFactory,
+    HarnessVersionFactory,
+    SignalPointFactory,
+)
 from tests.inference.factories import BackendFactory
 from tests.reliability.fuzzing import Tally, examples_per_operation, run_strategy
 from tests.rewards.factories import make_spec, make_trajectory
@@ -81,6 +87,8 @@ def seeded(tenant, member):
         tenant=tenant, actor=Actor.system("fuzz"), name="fuzz", scopes=[s.value for s in Scope]
     )
     admin = member(Role.ADMIN)
+    policy = EvolutionPolicyFactory(tenant=tenant)
+    SignalPointFactory(policy=policy)
     return {
         "raw_key": raw,
         "user": admin,
@@ -92,6 +100,9 @@ def seeded(tenant, member):
             "version_id": [release.candidate_id, release.baseline_id],
             "key_id": [key.pk],
             "membership_id": [admin.memberships.get().pk],
+            "policy_id": [policy.pk],
+            "decision_id": [DecisionFactory(policy=policy).pk],
+            "harness_id": [HarnessVersionFactory(tenant=tenant).pk],
         },
     }
 

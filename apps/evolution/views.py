@@ -1,0 +1,229 @@
+"""Console pages: the tenant's evolution policies; a policy with its settings form, one chart per signal next
+to its decision timeline (evidence, approvals, what each decision started), approve / reject for the roles
+allowed, and its tool-failure clusters. The page follows the `evolution` stream live."""
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_POST
+
+from apps.console.access import console_page
+from apps.console.pages import PAGE_SIZE, console_action
+from apps.core.errors import DomainError
+from apps.evolution import policies, selectors
+from apps.evolution.decisions import STREAM, decision_approve, decision_reject
+from apps.evolution.figures import signal_figures
+from apps.evolution.forms import PolicyForm
+from apps.evolution.models import DecisionKind, DecisionStatus
+from apps.tenants.permissions import Action, role_can
+
+TIMELINE_LENGTH = PAGE_SIZE
+SIGNAL_POINTS = 2000  # the newest points charted per page
+
+
+def evidence_summary(evidence: dict) -> dict:
+    """What the timeline shows of a decision's evidence: the signals that fired (value against threshold),
+    example trajectories, clusters and the gate's result. Signals come as a list of {"name", "value", "op",
+    "threshold"} or as {name: {...}}."""
+    evidence = evidence if isinstance(evidence, dict) else {}
+    signals = evidence.get("signals") or []
+    if isinstance(signals, dict):
+        signals = [
+            {"name": name, **(rule if isinstance(rule, dict) else {})} for name, rule in signals.items()
+        ]
+    rows = [
+        {**row, "value": round(row["value"], 4) if isinstance(row.get("value"), float) else row.get("value")}
+        for row in signals
+        if isinstance(row, dict)
+    ]
+    return {
+        "signals": rows,
+        "trajectories": [str(value) for value in evidence.get("trajectories") or []][:10],
+        "clusters": list(evidence.get("clusters") or [])[:10],
+        "gate": evidence.get("gate") if isinstance(evidence.get("gate"), dict) else None,
+    }
+
+
+# started key → (label, console URL name, whether the URL takes the id)
+STARTED_LINKS = {
+    "releases": ("release", "console:release", True),
+    "eval_runs": ("evaluation", "console:eval-run", True),
+    "online_runs": ("online run", "console:training-jobs", False),
+    "versions": ("version", "console:model-lineage", False),
+}
+
+
+def started_links(started: dict, *, model: str) -> list[tuple[str, str]]:
+    """(text, href) of each run, release and version a decision started."""
+    links = []
+    for key, (label, url_name, by_id) in STARTED_LINKS.items():
+        for object_id in (started or {}).get(key) or []:
+            try:
+                if by_id:
+                    href = reverse(url_name, args=[object_id])
+                elif key == "versions":
+                    href = reverse(url_name, args=[model])
+                else:
+                    href = f"{reverse(url_name)}#online-{object_id}"
+            except NoReverseMatch:
+                continue
+            links.append((f"{label} #{object_id}", href))
+    return links
+
+
+@console_page(Action.EVOLUTION_VIEW)
+def evolution_home(request):
+    return render(
+        request,
+        "console/evolution.html",
+        {
+            "policies": selectors.policy_list(tenant=request.tenant),
+            "decisions": selectors.decision_list(tenant=request.tenant).select_related("policy")[
+                :TIMELINE_LENGTH
+            ],
+            "can_manage": role_can(request.membership.role, Action.EVOLUTION_MANAGE),
+        },
+    )
+
+
+@console_page(Action.EVOLUTION_MANAGE)
+def policy_new(request):
+    form = PolicyForm(
+        request.POST or None,
+        initial={
+            "mode": "observe",
+            "enabled": True,
+            "window_seconds": 600,
+            "approval_mode": "one_operator",
+            "cooldown_seconds": 300,
+            "compute_budget_seconds": 3600,
+            "decision_ttl_seconds": 3600,
+            "signals": {},
+            "recipe": {},
+            "gate": {},
+            "release_plan": {},
+        },
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            policy = policies.policy_create(
+                tenant=request.tenant, actor=request.actor, **form.service_arguments()
+            )
+        except DomainError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(request, "Policy created.")
+            return redirect("console:evolution-policy", policy_id=policy.pk)
+    return render(
+        request, "console/evolution_policy_new.html", {"form": form}, status=400 if form.errors else 200
+    )
+
+
+def _policy_page(request, policy, *, form=None, status=200):
+    role = request.membership.role
+    can_manage = role_can(role, Action.EVOLUTION_MANAGE)
+    if form is None and can_manage:
+        form = PolicyForm(initial=PolicyForm.initial_of(policy))
+    decisions = list(selectors.decision_list(tenant=request.tenant, policy_id=policy.pk)[:TIMELINE_LENGTH])
+    points = selectors.signal_series(tenant=request.tenant, policy=policy).order_by("-at", "-id")[
+        :SIGNAL_POINTS
+    ]
+    return render(
+        request,
+        "console/evolution_policy.html",
+        {
+            "policy": policy,
+            "form": form,
+            "figures": signal_figures(reversed(list(points)), thresholds=policy.signals),
+            "timeline": [
+                (
+                    decision,
+                    evidence_summary(decision.evidence),
+                    started_links(decision.started, model=policy.model),
+                )
+                for decision in decisions
+            ],
+            "clusters": selectors.cluster_list(tenant=request.tenant, policy_id=policy.pk)[:PAGE_SIZE],
+            "stream": STREAM,
+            "can_manage": can_manage,
+            "can_approve": role_can(role, Action.EVOLUTION_APPROVE),
+            "proposed": DecisionStatus.PROPOSED,
+            "labels": {"kind": dict(DecisionKind.choices), "status": dict(DecisionStatus.choices)},
+        },
+        status=status,
+    )
+
+
+@console_page(Action.EVOLUTION_VIEW)
+def policy_detail(request, policy_id):
+    policy = selectors.policy_get(tenant=request.tenant, policy_id=policy_id)
+    return _policy_page(request, policy)
+
+
+@require_POST
+@console_page(Action.EVOLUTION_MANAGE)
+def policy_edit(request, policy_id):
+    policy = selectors.policy_get(tenant=request.tenant, policy_id=policy_id)  # another tenant's: 404
+    form = PolicyForm(request.POST)
+    stale = False
+    if form.is_valid():
+        try:
+            policies.policy_update(
+                tenant=request.tenant,
+                actor=request.actor,
+                policy_id=policy.pk,
+                revision=form.cleaned_data["revision"],
+                **form.service_arguments(),
+            )
+        except DomainError as error:
+            stale = error.code == "policy_stale"
+            form.add_service_errors(error)
+        else:
+            messages.success(request, "Policy saved. Decisions already under way keep their settings.")
+            return redirect("console:evolution-policy", policy_id=policy.pk)
+    return _policy_page(request, policy, form=form, status=409 if stale else 400)
+
+
+@require_POST
+@console_page(Action.EVOLUTION_MANAGE)
+def policy_delete(request, policy_id):
+    policy = selectors.policy_get(tenant=request.tenant, policy_id=policy_id)  # another tenant's: 404
+    deleted = console_action(
+        request,
+        lambda: (
+            policies.policy_delete(tenant=request.tenant, actor=request.actor, policy_id=policy.pk) or True
+        ),
+        success="Policy deleted.",
+    )
+    if deleted:
+        return redirect("console:evolution")
+    return redirect("console:evolution-policy", policy_id=policy.pk)
+
+
+@require_POST
+@console_page(Action.EVOLUTION_APPROVE)
+def decision_approve_view(request, decision_id):
+    decision = selectors.decision_get(tenant=request.tenant, decision_id=decision_id)  # another tenant's: 404
+    console_action(
+        request,
+        lambda: decision_approve(tenant=request.tenant, actor=request.actor, decision_id=decision.pk),
+        success="Approved.",
+    )
+    return redirect("console:evolution-policy", policy_id=decision.policy_id)
+
+
+@require_POST
+@console_page(Action.EVOLUTION_APPROVE)
+def decision_reject_view(request, decision_id):
+    decision = selectors.decision_get(tenant=request.tenant, decision_id=decision_id)  # another tenant's: 404
+    console_action(
+        request,
+        lambda: decision_reject(
+            tenant=request.tenant,
+            actor=request.actor,
+            decision_id=decision.pk,
+            reason=request.POST.get("reason", "")[:500],
+        ),
+        success="Rejected: nothing was started.",
+    )
+    return redirect("console:evolution-policy", policy_id=decision.policy_id)
