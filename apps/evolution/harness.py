@@ -176,7 +176,9 @@ def harness_propose(
     )
 
 
-def model_complete(*, tenant: Tenant, model: str, timeout: float = 60.0) -> Callable[[list[dict]], str]:
+def model_complete(
+    *, tenant: Tenant, model: str, max_tokens: int = 1024, timeout: float = 60.0
+) -> Callable[[list[dict]], str]:
     """A `complete(messages) -> text` for `ModelProposer` over one of the tenant's healthy backends of
     `model` (apps.inference: its candidates, and its egress-checked HTTP client). Not recorded as a step:
     it is the control plane's own call, not agent traffic."""
@@ -190,7 +192,7 @@ def model_complete(*, tenant: Tenant, model: str, timeout: float = 60.0) -> Call
         with backend_http_client(timeout=timeout) as client:
             response = client.post(
                 backend.base_url.rstrip("/") + "/v1/chat/completions",
-                json={"model": model, "messages": messages, "max_tokens": 1024, "temperature": 0},
+                json={"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0},
             )
         response.raise_for_status()
         choices = response.json().get("choices") or [{}]

@@ -1,6 +1,8 @@
 """Harness versions: validated, numbered per model, audited; the candidate model version that carries one over
 production's weights; inherited by versions registered from a harnessed parent; what the gateway applies."""
 
+import time
+
 import pytest
 
 from apps.audit.models import AuditEvent
@@ -11,12 +13,17 @@ from apps.evolution.harness import (
     harness_for_version,
     harness_propose,
     harness_version_create,
+    model_complete,
     version_serving,
     version_serving_clear,
 )
 from apps.evolution.models import HarnessVersion
+from apps.inference.models import BackendKind, BackendState
 from apps.training.models import VersionStatus
 from apps.training.services import model_version_register
+from tests.gateway.conftest import embedded_backend_url  # noqa: F401  (a real embedded server)
+from tests.inference.factories import BackendFactory
+from tests.workers.inference.conftest import default_model_dir  # noqa: F401  (its model)
 from workers.evolution.proposers import ModelProposer, RuleProposer
 
 pytestmark = pytest.mark.django_db
@@ -186,8 +193,6 @@ def test_a_version_registered_after_the_map_was_read_is_found(tenant):
     assert harness_for_version(tenant.pk, "weather", 1) is None  # not registered yet
     harness = harness_version_create(tenant=tenant, actor=PERSON, model="weather", system_prompt="Be brief.")
     harness_candidate_create(tenant=tenant, actor=PERSON, harness=harness, production_version=base)
-    import time
-
     time.sleep(1.05)  # a newer number is looked up again after a second, without waiting for the period
     assert harness_for_version(tenant.pk, "weather", 1).label == "h1"
 
@@ -231,3 +236,35 @@ def test_a_model_proposal_that_refuses_stores_nothing(tenant):
     )
     assert proposal is None
     assert not HarnessVersion.objects.exists()
+
+
+def test_the_model_proposer_reaches_a_backend_of_the_tenant(
+    tenant,
+    other_tenant,
+    embedded_backend_url,  # noqa: F811
+):
+    """`model_complete` over the tenant's own healthy backend (a real embedded server on loopback)."""
+    BackendFactory(
+        tenant=tenant,
+        name="embedded",
+        base_url=embedded_backend_url,
+        kind=BackendKind.EMBEDDED,
+        served_model="policy-small",
+        model_version="0",
+        state=BackendState.UP,
+    )
+    asked = []
+    complete = model_complete(tenant=tenant, model="policy-small", max_tokens=6)
+
+    def recording(messages):
+        asked.append(messages)
+        return complete(messages)
+
+    reply = recording([{"role": "user", "content": "Rewrite: be brief."}])
+    assert isinstance(reply, str)
+    assert reply  # the random model still writes six tokens
+    ModelProposer(recording).propose({"tool": "get_weather"}, None, [])
+    assert asked[-1][0]["role"] == "system"
+    with pytest.raises(ValidationFailed) as refused:  # another tenant has no backend of that model
+        model_complete(tenant=other_tenant, model="policy-small")([{"role": "user", "content": "x"}])
+    assert refused.value.code == "no_backend_available"
