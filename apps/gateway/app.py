@@ -5,10 +5,12 @@ Paths: /v1/chat/completions, /v1/completions, /v1/messages (Anthropic), /v1/mode
 and AReaL's un-prefixed /chat/completions. Everything else goes to Django (console, REST API).
 
 Per request: authenticate (cached) → parse and validate → policy (scope, model, PII block, rate
-limits, budget reservation) → attribute the session → route to a backend (session-affine) → forward
-with token ids and logprobs → stream or return the answer → journal the step before the response is
-released → settle the budget (a generation request's handling is generation.py). Steps reach the database
-through the journal's batched flusher.
+limits, budget reservation) → attribute the session → route to a backend (session-affine; a harness-only
+version is served by the backends of the version whose weights it uses) → apply the routed version's
+harness (apps.evolution) → forward with token ids and logprobs → stream or return the answer (the harness's
+tool routing applied to it) → journal the step before the response is released → settle the budget (a
+generation request's handling is generation.py). Steps reach the database through the journal's batched
+flusher.
 """
 
 import asyncio

@@ -278,9 +278,8 @@ async def _stream(
                     break
                 chunk = json.loads(data)
                 draft.add_chunk(chunk, elapsed_ms=(time.perf_counter() - started) * 1000)
-                chunk = harness_rewrite_chunk(
-                    chunk, harness
-                )  # a new dict when renamed: the draft keeps the model's
+                # renamed for the agent in a new dict: the draft keeps the chunk the model produced
+                chunk = harness_rewrite_chunk(chunk, harness)
                 chunk["id"] = draft.response_id()
                 if translator is not None:
                     out = b"".join(
