@@ -14,7 +14,8 @@ import pytest
 from apps.audit.services import Actor
 from apps.evolution.harness import harness_candidate_create, harness_version_create, version_serving_clear
 from apps.inference.models import BackendKind, BackendState
-from apps.releases.routing import routing_cache_clear
+from apps.releases.models import RoutingState
+from apps.releases.routing import routing_cache_clear, session_bucket
 from apps.training.models import VersionStatus
 from apps.training.services import model_version_register
 from apps.trajectories.models import Step
@@ -237,3 +238,50 @@ def test_anthropic_messages_get_the_harness_too(gateway, tool_backend, agent_key
         assert [tool["function"]["name"] for tool in step.observation["tools"]] == ["get_weather"]
         assert step.action["tool_calls"][0]["function"]["name"] == "get_weather"
         assert step.state == {"prompt_version": "h1", "tool_versions": {"get_weather": "2"}}
+
+
+def test_a_canary_of_a_harness_shares_the_backend_and_each_session_keeps_its_arm(
+    gateway, backend, agent_key, tenant, default_model_dir
+):
+    """Both arms are served by version 1's one backend; the session's routed version decides the harness and
+    the recorded version, on every turn, whether the gateway minted the session or the agent named it."""
+    served = serve(
+        tenant, name=MODEL, model_dir=default_model_dir, base_number=1, system_prompt="Answer in one word."
+    )
+    RoutingState.objects.filter(tenant=tenant, model=MODEL).update(
+        stable=served.parent, canary=served, canary_percent=50
+    )
+    routing_cache_clear()
+    names = [f"arm-{number}" for number in range(40)]
+    to_canary = [name for name in names if session_bucket(tenant_id=tenant.pk, session_id=name) < 50][:2]
+    to_stable = [name for name in names if session_bucket(tenant_id=tenant.pk, session_id=name) >= 50][:2]
+    url, gw = gateway
+    key = agent_key("inference")
+    for session_id in to_canary + to_stable:
+        client = sdk(url, key, default_headers={"X-Session-Id": session_id})
+        messages = [{"role": "user", "content": f"Hello from {session_id}"}]
+        first = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=3)
+        messages += [
+            first.choices[0].message.model_dump(exclude_none=True),
+            {"role": "user", "content": "And?"},
+        ]
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=3)
+    minted = sdk(url, key)
+    for number in range(6):
+        minted.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": f"new {number}"}], max_tokens=2
+        )
+    drain(gw)
+    steps = list(Step.objects.filter(tenant=tenant).select_related("trajectory"))
+    assert len(steps) == 2 * 4 + 6
+    for step in steps:
+        harnessed = step.observation["messages"][0] == {"role": "system", "content": "Answer in one word."}
+        assert step.model_version == ("2" if harnessed else "1")
+        assert step.backend_name == "embedded"
+        assert step.state == ({"prompt_version": "h1"} if harnessed else {})
+        session_id = step.trajectory.session_id
+        if session_id in to_canary + to_stable:
+            assert harnessed == (session_id in to_canary)
+    for step in steps:  # the sessions the gateway minted follow the same stable hash
+        expected = session_bucket(tenant_id=tenant.pk, session_id=step.trajectory.session_id) < 50
+        assert (step.model_version == "2") == expected
