@@ -19,7 +19,7 @@ from apps.evolution.harness import (
 )
 from apps.evolution.models import HarnessVersion
 from apps.inference.models import BackendKind, BackendState
-from apps.training.models import VersionStatus
+from apps.training.models import ModelVersion, VersionStatus
 from apps.training.services import model_version_register
 from tests.gateway.conftest import embedded_backend_url  # noqa: F401  (a real embedded server)
 from tests.inference.factories import BackendFactory
@@ -268,3 +268,38 @@ def test_the_model_proposer_reaches_a_backend_of_the_tenant(
     with pytest.raises(ValidationFailed) as refused:  # another tenant has no backend of that model
         model_complete(tenant=other_tenant, model="policy-small")([{"role": "user", "content": "x"}])
     assert refused.value.code == "no_backend_available"
+
+
+def test_an_online_run_from_a_harnessed_version_registers_versions_with_that_harness(
+    tenant,
+    default_model_dir,
+    settings,
+    tmp_path,  # noqa: F811
+):
+    """The online runner registers each published version with parent = the version it trains from."""
+    from apps.training import runners
+    from apps.training.online import online_run_start
+    from tests.training.helpers import base_version, qualified_trajectories
+
+    settings.AREAL_MODELS_DIR = tmp_path / "models"
+    base = base_version(tenant, default_model_dir)
+    harness = harness_version_create(tenant=tenant, actor=PERSON, model=base.name, system_prompt="Be brief.")
+    harnessed = harness_candidate_create(
+        tenant=tenant, actor=PERSON, harness=harness, production_version=base
+    )
+    run = online_run_start(
+        tenant=tenant,
+        actor=PERSON,
+        base_version=harnessed,
+        hyperparameters={"learning_rate": 1e-3},
+        samples_per_step=4,
+        staleness_bound=1,
+        max_steps=1,
+        publish_to_backends=False,
+    )
+    qualified_trajectories(tenant)  # sampled by version 0, whose weights the harnessed version 1 serves
+    assert runners.online_run_execute(run_id=run.pk, poll_seconds=0)["version"] == 2
+    learnt = ModelVersion.objects.get(tenant=tenant, name=base.name, number=2)
+    assert (learnt.parent, learnt.harness, learnt.weights_of) == (harnessed, harness, None)
+    assert learnt.checkpoint_path != base.checkpoint_path
+    assert harness_for_version(tenant.pk, base.name, 2).label == "h1"
