@@ -101,6 +101,8 @@ async def handle_generation(
         harness = None
         if endpoint != "completions":  # a raw prompt has no system message or tools to apply a harness to
             harness = (await gateway.serving(principal.tenant_id, model, state.version)).harness
+            if harness is not None:
+                harness = harness.for_request(chat_body.get("tools"))  # routes to tools the agent offers
         model_body = chat_body
         if harness is not None:
             model_body = harness_apply(chat_body, harness, wire="chat")  # Anthropic's was translated to chat

@@ -11,17 +11,19 @@ harness's routing applied:
   `tool_v2` (`rewrite_response`, `rewrite_chunk`), and the agent's history, which holds `tool_v2` calls, is
   shown to the model with `tool` again, so the prompt stays consistent from turn to turn.
 
-Both wires are handled: OpenAI chat completions bodies (`messages`, `tools` with `function`) and Anthropic
+A route applies to a request only when the agent offers its target (`HarnessSpec.for_request`). Both wires
+are handled: OpenAI chat completions bodies (`messages`, `tools` with `function`) and Anthropic
 Messages bodies (`system`, `tools` with `input_schema`, `tool_use` blocks). On the Anthropic wire the
-exemplars become a memory block at the end of the system prompt (its messages must alternate user and
-assistant, so they cannot be inserted as turns).
+exemplars become a text memory block after the harness system prompt, before the agent's own (its messages
+must alternate user and assistant, so they cannot be inserted as turns). The gateway translates Anthropic
+requests to chat first, so there the chat rules hold.
 """
 
 import copy
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 EXEMPLAR_ROLES = frozenset({"user", "assistant", "tool"})
@@ -58,6 +60,20 @@ class HarnessSpec:
 
     def is_empty(self) -> bool:
         return not (self.system_prompt or self.exemplars or self.tool_routing)
+
+    def for_request(self, tools) -> "HarnessSpec":
+        """The harness for one request offering `tools`: a route whose target the request does not offer is
+        left out (the agent could not run a call renamed to it); a request without tools keeps every route,
+        so the calls in its history are still shown to the model by the names it knows."""
+        if not tools:
+            return self
+        offered = set(offered_tool_names(tools))
+        routing = {
+            name: rule
+            for name, rule in self.tool_routing.items()
+            if rule.get("action") != "route" or rule.get("to") in offered
+        }
+        return self if len(routing) == len(self.tool_routing) else replace(self, tool_routing=routing)
 
 
 # ---- validation ---------------------------------------------------------------------------------------

@@ -231,3 +231,18 @@ def test_two_tools_routed_to_one_target_are_refused():
         tool_versions={},
     )
     assert errors == {"tool_routing": ["two tools are routed to z"]}
+
+
+def test_a_route_applies_only_to_requests_that_offer_its_target():
+    only_old = ROUTED.for_request([chat_tool("get_weather"), chat_tool("get_time")])
+    assert dict(only_old.tool_routing) == {"get_time": {"action": "disable"}}
+    answer = {
+        "choices": [
+            {"message": {"tool_calls": [{"id": "c", "function": {"name": "get_weather", "arguments": "{}"}}]}}
+        ]
+    }
+    assert rewrite_response(answer, only_old) == answer  # the agent has no get_weather_v2 to run
+    assert tool_versions(only_old, [chat_tool("get_weather")]) == {}
+    both = [chat_tool("get_weather"), chat_tool("get_weather_v2")]
+    assert ROUTED.for_request(both) is ROUTED
+    assert ROUTED.for_request(None) is ROUTED  # no tools: the history is still shown by the known names
