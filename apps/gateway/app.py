@@ -5,10 +5,12 @@ Paths: /v1/chat/completions, /v1/completions, /v1/messages (Anthropic), /v1/mode
 and AReaL's un-prefixed /chat/completions. Everything else goes to Django (console, REST API).
 
 Per request: authenticate (cached) → parse and validate → policy (scope, model, PII block, rate
-limits, budget reservation) → attribute the session → route to a backend (session-affine) → forward
-with token ids and logprobs → stream or return the answer → journal the step before the response is
-released → settle the budget (a generation request's handling is generation.py). Steps reach the database
-through the journal's batched flusher.
+limits, budget reservation) → attribute the session → route to a backend (session-affine; a harness-only
+version is served by the backends of the version whose weights it uses) → apply the routed version's
+harness (apps.evolution) → forward with token ids and logprobs → stream or return the answer (the harness's
+tool routing applied to it) → journal the step before the response is released → settle the budget (a
+generation request's handling is generation.py). Steps reach the database through the journal's batched
+flusher.
 """
 
 import asyncio
@@ -220,20 +222,23 @@ class Gateway:
             backend is not None
             and backend.served_model == model
             and getattr(backend, "healthy", True)
-            and (plan is None or plan.allows(backend.model_version))
+            and (plan is None or plan.allows(state.version or backend.model_version))
         ):
             return backend
+        tenant_id = principal.tenant_id
         if minted:  # a session created by this request: nothing to read (apps/gateway/routing.py)
-            version = fresh_session_version(
-                tenant_id=principal.tenant_id, session_id=state.session_id, plan=plan
-            )
+            version = fresh_session_version(tenant_id=tenant_id, session_id=state.session_id, plan=plan)
             snapshot = await candidates_for(
-                tenant_id=principal.tenant_id, model=model, version=version, load=database
+                tenant_id=tenant_id,
+                model=model,
+                version=(await self.serving(tenant_id, model, version)).backend_version if version else None,
+                load=database,
             )
             if snapshot.backends:
                 backend = state.backend = snapshot.pick()
+                state.version = version or backend.model_version
                 remember_fresh_route(
-                    tenant_id=principal.tenant_id,
+                    tenant_id=tenant_id,
                     model=model,
                     session_id=state.session_id,
                     backend_id=backend.pk,
@@ -242,15 +247,25 @@ class Gateway:
                 return backend
 
         def choose():
+            from apps.evolution.harness import version_serving
             from apps.tenants.models import Tenant
 
-            tenant = Tenant.objects.get(pk=principal.tenant_id)
+            tenant = Tenant.objects.get(pk=tenant_id)
             version = routing_version_for_session(
-                tenant_id=principal.tenant_id, model=model, session_id=state.session_id, plan=plan
+                tenant_id=tenant_id, model=model, session_id=state.session_id, plan=plan
+            )
+            # a harness-only version is served by the backends of the version whose weights it uses
+            backend_version = (
+                version_serving(tenant_id=tenant_id, model=model, number=version).backend_version
+                if version
+                else None
             )
             try:
-                return backend_for_session(
-                    tenant=tenant, served_model=model, session_id=state.session_id, model_version=version
+                chosen = backend_for_session(
+                    tenant=tenant,
+                    served_model=model,
+                    session_id=state.session_id,
+                    model_version=backend_version,
                 )
             except NoBackendAvailable:
                 if not backend_list(tenant=tenant, served_model=model).exists():
@@ -265,12 +280,25 @@ class Gateway:
                     "no_backend_available",
                     retry_after=5,
                 ) from None
+            return chosen, version
 
-        backend = await database(choose)()
+        backend, version = await database(choose)()
         if backend.state != BackendState.UP:
             raise GatewayError(503, f"no healthy backend serves {model!r} right now", "no_backend_available")
-        state.backend = backend
+        state.backend, state.version = backend, version or backend.model_version
         return backend
+
+    async def serving(self, tenant_id: int, model: str, version: str | None):
+        """How the routed `version` is served (its backends' version, its harness), from the per-process
+        map of apps.evolution.harness; read from the database at most once per routing-cache period."""
+        from apps.evolution.harness import VersionServing, version_serving, version_serving_cached
+
+        if not version:
+            return VersionServing(backend_version=version or "", harness=None)
+        cached = version_serving_cached(tenant_id=tenant_id, model=model, number=version)
+        if cached is not None:
+            return cached
+        return await database(version_serving)(tenant_id=tenant_id, model=model, number=version)
 
 
 async def handle_models(gateway, scope, receive, send, headers, session_from_path):

@@ -27,6 +27,10 @@ from apps.gateway.forward import (
 from apps.gateway.policy import budget_reserve, budget_settle, policy_for
 from apps.gateway.recording import StepDraft, journal_check, record_step
 from apps.gateway.sessions import extend_hash
+from workers.evolution.harness import apply_to_request as harness_apply
+from workers.evolution.harness import rewrite_chunk as harness_rewrite_chunk
+from workers.evolution.harness import rewrite_response as harness_rewrite_response
+from workers.evolution.harness import tool_versions as harness_tool_versions
 
 if TYPE_CHECKING:
     from apps.gateway.app import Gateway
@@ -91,8 +95,23 @@ async def handle_generation(
         if state.ended:
             raise GatewayError(410, f"session {session_id} has ended", "session_ended")
         backend = await gateway.route(principal, model, state, minted=minted)
-        draft.attach(session=state, prompt_hash=hashes[-1] if hashes else None, backend=backend)
-        forward_body = dict(chat_body)
+        draft.attach(
+            session=state, prompt_hash=hashes[-1] if hashes else None, backend=backend, version=state.version
+        )
+        harness = None
+        if endpoint != "completions":  # a raw prompt has no system message or tools to apply a harness to
+            harness = (await gateway.serving(principal.tenant_id, model, state.version)).harness
+            if harness is not None:
+                harness = harness.for_request(chat_body.get("tools"))  # routes to tools the agent offers
+        model_body = chat_body
+        if harness is not None:
+            model_body = harness_apply(chat_body, harness, wire="chat")  # Anthropic's was translated to chat
+            await draft.apply_harness(
+                request=model_body,
+                label=harness.label,
+                tool_versions=harness_tool_versions(harness, chat_body.get("tools")),
+            )
+        forward_body = dict(model_body)
         await caps.apply_cap(forward_body, reserved=max_tokens, backend=backend)
         forward_body["return_token_ids"] = True
         if endpoint == "completions":
@@ -105,11 +124,11 @@ async def handle_generation(
         url = backend_url(backend.base_url, path)  # refused before any connection unless allowed (egress.py)
         if chat_body.get("stream"):
             actual_cost = await _stream(
-                gateway, receive, send, draft, url, forward_body, started, anthropic, client_model
+                gateway, receive, send, draft, url, forward_body, started, anthropic, client_model, harness
             )
         else:
             actual_cost = await _unary(
-                gateway, send, draft, url, forward_body, started, anthropic, client_model
+                gateway, send, draft, url, forward_body, started, anthropic, client_model, harness
             )
         if messages is not None and draft.reply_message is not None and draft.recorded:
             conversation = extend_hash(hashes[-1] if hashes else None, draft.reply_message)
@@ -139,7 +158,9 @@ def _transport_failure(error) -> str:
     return f"the inference backend failed: {type(error).__name__}"
 
 
-async def _unary(gateway, send, draft, url, forward_body, started, anthropic, client_model) -> float:
+async def _unary(
+    gateway, send, draft, url, forward_body, started, anthropic, client_model, harness=None
+) -> float:
     import aiohttp
 
     try:
@@ -179,7 +200,10 @@ async def _unary(gateway, send, draft, url, forward_body, started, anthropic, cl
     draft.complete_unary(payload, latency_ms=(time.perf_counter() - started) * 1000)
     payload["id"] = draft.response_id()
     await draft.sanitize_response()
-    record_step(gateway, draft)
+    record_step(gateway, draft)  # the action as the model produced it
+    if harness is not None:  # the agent receives calls to routed tools under their targets' names
+        payload = harness_rewrite_response(payload, harness)
+        draft.agent_reply(harness)
     if anthropic:
         payload = anthropic_wire.chat_response_to_message(payload, model=client_model)
         payload["id"] = draft.response_id(anthropic=True)
@@ -204,7 +228,7 @@ async def _watch_disconnect(receive, flag: asyncio.Event):
 
 
 async def _stream(
-    gateway, receive, send, draft, url, forward_body, started, anthropic, client_model
+    gateway, receive, send, draft, url, forward_body, started, anthropic, client_model, harness=None
 ) -> float:
     import aiohttp
 
@@ -256,6 +280,8 @@ async def _stream(
                     break
                 chunk = json.loads(data)
                 draft.add_chunk(chunk, elapsed_ms=(time.perf_counter() - started) * 1000)
+                # renamed for the agent in a new dict: the draft keeps the chunk the model produced
+                chunk = harness_rewrite_chunk(chunk, harness)
                 chunk["id"] = draft.response_id()
                 if translator is not None:
                     out = b"".join(
@@ -284,6 +310,8 @@ async def _stream(
     draft.finish_stream(latency_ms=(time.perf_counter() - started) * 1000)
     await draft.sanitize_response()
     record_step(gateway, draft, delivered=True)  # journalled before the final bytes are released
+    if harness is not None:
+        draft.agent_reply(harness)
     if not draft.aborted:
         tail = (
             b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())

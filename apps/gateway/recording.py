@@ -58,6 +58,7 @@ class StepDraft:
     session_id: str = ""
     prompt_hash: str | None = None
     backend: object = None
+    routed_version: str = ""  # the routed model version (a harness-only one differs from its backend's)
     parsed: object = None
     chunks: list = field(default_factory=list)
     ttft_ms: float | None = None
@@ -143,13 +144,37 @@ class StepDraft:
                 "pii_policy_invalid",
             ) from None
 
-    def attach(self, *, session, prompt_hash, backend) -> None:
+    def attach(self, *, session, prompt_hash, backend, version: str | None = None) -> None:
         self.session, self.session_id, self.prompt_hash, self.backend = (
             session,
             session.session_id,
             prompt_hash,
             backend,
         )
+        self.routed_version = version or ""
+
+    async def apply_harness(self, *, request: dict, label: str, tool_versions: dict) -> None:
+        """The routed version's harness was applied: the step keeps what the model sees (`request`, scanned
+        again under PII mode `redact`), `state.prompt_version` = the harness label (the agent's own
+        X-Prompt-Version, if any, is kept as `state.agent_prompt_version`) and `state.tool_versions`."""
+        self.request = request
+        state = {"prompt_version": label}
+        if self.state_header.get("prompt_version"):
+            state["agent_prompt_version"] = self.state_header["prompt_version"]
+        if tool_versions:
+            state["tool_versions"] = dict(tool_versions)
+        self.state_header = state
+        if self.observation_scan is not None:
+            self.observation_scan = None
+            await self.sanitize_request()
+
+    def agent_reply(self, harness) -> None:
+        """The reply as the agent received it (routed tools renamed), for the session's conversation hash:
+        the agent's next request carries it in its history."""
+        from workers.evolution.harness import rewrite_message
+
+        if self.reply_message is not None:
+            self.reply_message = rewrite_message(self.reply_message, harness)
 
     def response_id(self, *, anthropic: bool = False) -> str:
         return ("msg_" if anthropic else "") + self.step_id
@@ -229,8 +254,12 @@ class StepDraft:
         }
 
     def _model_version(self) -> str:
-        """The backend row's version; for a row registered without one, the version the server reported: in
-        this answer (the embedded server's `policy_version`) or at its last check (vLLM's weight version)."""
+        """The routed version (a harness-only version is served by another version's backends but recorded
+        under its own number); else the backend row's version; for a row registered without one, the version
+        the server reported: in this answer (the embedded server's `policy_version`) or at its last check
+        (vLLM's weight version)."""
+        if self.routed_version:
+            return self.routed_version
         if getattr(self.backend, "model_version", ""):
             return self.backend.model_version
         if self.parsed is not None and self.parsed.policy_version is not None:

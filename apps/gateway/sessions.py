@@ -48,6 +48,9 @@ def extend_hash(previous: str | None, message: dict) -> str:
 class SessionState:
     session_id: str
     backend: object | None = None  # the routed InferenceBackend (name, base_url, model_version)
+    version: str | None = (
+        None  # the routed model version (a harness-only one is served by another's backends)
+    )
     last_step_id: str | None = None
     last_parent_id: str | None = None
     last_prompt_hash: str | None = None

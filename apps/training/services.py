@@ -43,9 +43,14 @@ def model_version_register(
     metrics: dict | None = None,
     description: str = "",
     number: int | None = None,
+    harness=None,
+    weights_of: ModelVersion | None = None,
 ) -> ModelVersion:
     """Registers the next version of `name` (0 for the first). Tenancy: the parent must be this tenant's and
     of the same model; its tokenizer must match (a version with another tokenizer is a new model).
+    Harness (apps.evolution): without `harness`, a version inherits its parent's, so the weights an online
+    run or a training job learns from a harnessed version are served with the harness they were learnt
+    under; `weights_of` makes a harness-only version (served by that version's backends).
     Locking: the tenant row serializes numbering (through the audit append)."""
     if not name or not checkpoint_path or not tokenizer_hash:
         raise ValidationFailed("a model version needs a name, a checkpoint path and a tokenizer hash")
@@ -63,6 +68,18 @@ def model_version_register(
                 fields={"tokenizer_hash": ["differs from the parent's"]},
                 code="tokenizer_mismatch",
             )
+    if harness is None and parent is not None:
+        harness = parent.harness
+    if harness is not None and (harness.tenant_id != tenant.pk or harness.model != name):
+        raise ValidationFailed(
+            f"the harness must be this tenant's, for the model {name}",
+            fields={"harness": ["not of this model"]},
+        )
+    if weights_of is not None and (weights_of.tenant_id != tenant.pk or weights_of.name != name):
+        raise ValidationFailed(
+            "weights_of must be a version of the same model in this tenant",
+            fields={"weights_of": ["not a version of this model"]},
+        )
     type(tenant).objects.select_for_update().filter(pk=tenant.pk).values_list("pk", flat=True).get()
     if number is None:
         highest = ModelVersion.objects.filter(tenant=tenant, name=name).aggregate(top=Max("number"))["top"]
@@ -81,14 +98,15 @@ def model_version_register(
         metrics=metrics or {},
         description=description,
         created_by=actor.label,
+        harness=harness,
+        weights_of=weights_of,
     )
-    audit_record(
-        tenant=tenant,
-        actor=actor,
-        verb="model_version.register",
-        target=version,
-        data={"name": name, "number": number, "parent": parent.number if parent else None, "status": status},
-    )
+    data = {"name": name, "number": number, "parent": parent.number if parent else None, "status": status}
+    if harness is not None:
+        data["harness"] = harness.label
+    if weights_of is not None:
+        data["weights_of"] = weights_of.number
+    audit_record(tenant=tenant, actor=actor, verb="model_version.register", target=version, data=data)
     return version
 
 

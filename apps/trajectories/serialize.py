@@ -61,7 +61,7 @@ def step_to_atdp(step: Step) -> dict:
         "versions": {
             "model_version": step.model_version or None,
             "policy_version": step.policy_version,
-            "tools": {},
+            "tools": dict((step.state or {}).get("tool_versions") or {}),  # the harness's (apps.evolution)
             "prompt_version": (step.state or {}).get("prompt_version") or None,
             "gateway": "areal-web/1",
         },

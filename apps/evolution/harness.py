@@ -1,0 +1,287 @@
+"""Harness versions: their writes (created validated, numbered per model, audited; a candidate model version
+that carries one), the proposals that lead to them, and what the gateway applies (`harness_for_version`,
+`version_serving`, cached per process).
+
+A harness-only model version keeps its own number (recorded on every step it serves, so releases measure it
+as an arm of its own) and is served by the backends of `weights_of`. The gateway keeps, per process and
+model, a map of the versions that have a harness or another version's weights, read again every
+`AREAL_ROUTING_CACHE_SECONDS` like the routing plan (and at once, at most every second, for a version newer
+than the map: one registered a moment ago); every other version is served by itself without a harness.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max, Q
+
+from apps.audit.services import Actor, audit_record
+from apps.core.errors import ValidationFailed
+from apps.evolution.models import HarnessVersion
+from apps.tenants.models import Tenant
+from workers.evolution.harness import HarnessSpec, exemplar_messages, validate_harness
+from workers.evolution.proposers import Proposer
+
+PROPOSER_NAME_CHARS = 40
+RATIONALE_CHARS = 2000
+MISSING_RELOAD_SECONDS = 1.0  # a version newer than the cached map is looked up again at most this often
+
+
+def harness_spec(harness: HarnessVersion) -> HarnessSpec:
+    return HarnessSpec(
+        label=harness.label,
+        system_prompt=harness.system_prompt,
+        exemplars=tuple(exemplar_messages(exemplar) or [] for exemplar in harness.exemplars),
+        tool_routing=dict(harness.tool_routing),
+        tool_versions=dict(harness.tool_versions),
+    )
+
+
+def _normalized_exemplars(exemplars: list) -> list[dict]:
+    return [
+        {"situation": str(exemplar.get("situation", ""))[:300], "messages": exemplar["messages"]}
+        if isinstance(exemplar, dict)
+        else {"situation": "", "messages": exemplar}
+        for exemplar in exemplars
+    ]
+
+
+@transaction.atomic
+def harness_version_create(
+    *,
+    tenant: Tenant,
+    actor: Actor,
+    model: str,
+    system_prompt: str = "",
+    exemplars: list | None = None,
+    tool_routing: dict | None = None,
+    tool_versions: dict | None = None,
+    parent: HarnessVersion | None = None,
+    proposer: str = "",
+    rationale: str = "",
+) -> HarnessVersion:
+    """The next harness version of `model` (h1, h2, ...). Validation (field errors, nothing written): the
+    tool routing's entries, exemplars as lists of messages with roles, bounded sizes, a parent of this tenant
+    and model. Tenancy: the tenant row's lock serializes numbering. Audited `harness_version.create`."""
+    exemplars, tool_routing, tool_versions = exemplars or [], tool_routing or {}, tool_versions or {}
+    fields = validate_harness(
+        system_prompt=system_prompt,
+        exemplars=exemplars,
+        tool_routing=tool_routing,
+        tool_versions=tool_versions,
+    )
+    if not model:
+        fields.setdefault("model", []).append("required")
+    if parent is not None and (parent.tenant_id != tenant.pk or parent.model != model):
+        fields.setdefault("parent", []).append("not a harness of this model")
+    if len(proposer) > PROPOSER_NAME_CHARS:
+        fields.setdefault("proposer", []).append(f"at most {PROPOSER_NAME_CHARS} characters")
+    if len(rationale) > RATIONALE_CHARS:
+        fields.setdefault("rationale", []).append(f"at most {RATIONALE_CHARS} characters")
+    if fields:
+        raise ValidationFailed("the harness is invalid", fields=fields, code="invalid_harness")
+    type(tenant).objects.select_for_update().filter(pk=tenant.pk).values_list("pk", flat=True).get()
+    highest = HarnessVersion.objects.filter(tenant=tenant, model=model).aggregate(top=Max("number"))["top"]
+    harness = HarnessVersion.objects.create(
+        tenant=tenant,
+        model=model,
+        number=(highest or 0) + 1,
+        parent=parent,
+        system_prompt=system_prompt,
+        exemplars=_normalized_exemplars(exemplars),
+        tool_routing=tool_routing,
+        tool_versions=tool_versions,
+        proposer=proposer,
+        rationale=rationale,
+        created_by=actor.label,
+    )
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        verb="harness_version.create",
+        target=harness,
+        data={
+            "model": model,
+            "label": harness.label,
+            "parent": parent.label if parent else None,
+            "proposer": proposer,
+            "tools": sorted(tool_routing),
+            "exemplars": len(exemplars),
+        },
+    )
+    return harness
+
+
+@transaction.atomic
+def harness_candidate_create(*, tenant: Tenant, actor: Actor, harness: HarnessVersion, production_version):
+    """The model version that carries `harness` over production's weights: the next number of the model,
+    production's checkpoint and tokenizer, parent = production, `weights_of` = the version whose backends
+    serve production's weights, status candidate; it then goes through evaluation, canary and approval like
+    any candidate. Registered (and audited) by apps.training's `model_version_register`."""
+    from apps.training.models import VersionStatus
+    from apps.training.services import model_version_register
+
+    if harness.tenant_id != tenant.pk or production_version.tenant_id != tenant.pk:
+        raise ValidationFailed("the harness and the version must be this tenant's")
+    if harness.model != production_version.name:
+        raise ValidationFailed(
+            f"{harness} is a harness of {harness.model}, not of {production_version.name}",
+            fields={"harness": ["of another model"]},
+        )
+    weights = production_version.weights_of or production_version
+    return model_version_register(
+        tenant=tenant,
+        actor=actor,
+        name=production_version.name,
+        checkpoint_path=production_version.checkpoint_path,
+        tokenizer_hash=production_version.tokenizer_hash,
+        parent=production_version,
+        status=VersionStatus.CANDIDATE,
+        description=f"harness {harness.label} on the weights of {weights.label}",
+        harness=harness,
+        weights_of=weights,
+    )
+
+
+def harness_propose(
+    *,
+    tenant: Tenant,
+    actor: Actor,
+    proposer: Proposer,
+    production_version,
+    cluster: dict,
+    examples: list,
+    rationale: str = "",
+) -> HarnessVersion | None:
+    """Asks `proposer` for a harness from a failing cluster and production's current harness, and stores the
+    proposal as the next harness version (parent: production's harness); None when it proposes nothing. The
+    proposer runs outside any transaction (a model proposer waits on a backend)."""
+    current = production_version.harness
+    spec = proposer.propose(cluster, harness_spec(current) if current else None, examples)
+    if spec is None:
+        return None
+    return harness_version_create(
+        tenant=tenant,
+        actor=actor,
+        model=production_version.name,
+        system_prompt=spec.system_prompt,
+        exemplars=[list(messages) for messages in spec.exemplars],
+        tool_routing=dict(spec.tool_routing),
+        tool_versions=dict(spec.tool_versions),
+        parent=current,
+        proposer=proposer.name,
+        rationale=rationale or f"{cluster.get('tool', '')}: {cluster.get('signature', '')}"[:RATIONALE_CHARS],
+    )
+
+
+def model_complete(
+    *, tenant: Tenant, model: str, max_tokens: int = 1024, timeout: float = 60.0
+) -> Callable[[list[dict]], str]:
+    """A `complete(messages) -> text` for `ModelProposer` over one of the tenant's healthy backends of
+    `model` (apps.inference: its candidates, and its egress-checked HTTP client). Not recorded as a step:
+    it is the control plane's own call, not agent traffic."""
+    from apps.inference.egress import backend_http_client
+    from apps.inference.selectors import backend_candidates
+
+    def complete(messages: list[dict]) -> str:
+        backend = backend_candidates(tenant=tenant, served_model=model).order_by("pk").first()
+        if backend is None:
+            raise ValidationFailed(f"no healthy backend serves {model!r}", code="no_backend_available")
+        with backend_http_client(timeout=timeout) as client:
+            response = client.post(
+                backend.base_url.rstrip("/") + "/v1/chat/completions",
+                json={"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0},
+            )
+        response.raise_for_status()
+        choices = response.json().get("choices") or [{}]
+        return (choices[0].get("message") or {}).get("content") or ""
+
+    return complete
+
+
+# ---- what the gateway applies -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VersionServing:
+    """How one model version is served: `backend_version` is the version string its backends carry (the
+    version itself, or its `weights_of`'s number), `harness` what the gateway applies (None: nothing)."""
+
+    backend_version: str
+    harness: HarnessSpec | None
+
+
+@dataclass(frozen=True)
+class _ModelServing:
+    expires: float
+    reload_after: float  # a number above `highest` is looked up again after this moment
+    highest: int | None
+    versions: dict  # number (text) → VersionServing, of the versions with a harness or weights of another
+
+
+_serving: dict[tuple[int, str], _ModelServing] = {}
+
+
+def version_serving_cached(*, tenant_id: int, model: str, number: str) -> VersionServing | None:
+    """The answer from this process's map of the model's harnessed versions, without touching the
+    database (None: the map must be read again, at most once per routing-cache period)."""
+    entry = _serving.get((tenant_id, model))
+    now = time.monotonic()
+    if entry is None or entry.expires < now:
+        return None
+    found = entry.versions.get(number)
+    if found is not None:
+        return found
+    newer = number.isdigit() and (entry.highest is None or int(number) > entry.highest)
+    if newer and entry.reload_after < now:  # perhaps registered since the map was read
+        return None
+    return VersionServing(backend_version=number, harness=None)
+
+
+def _load(tenant_id: int, model: str) -> _ModelServing:
+    from apps.training.models import ModelVersion
+
+    versions = ModelVersion.objects.filter(tenant_id=tenant_id, name=model)
+    rows = versions.filter(Q(harness__isnull=False) | Q(weights_of__isnull=False)).select_related(
+        "harness", "weights_of"
+    )
+    specs: dict[int, HarnessSpec] = {}
+    served = {}
+    for row in rows:
+        if row.harness_id and row.harness_id not in specs:
+            specs[row.harness_id] = harness_spec(row.harness)
+        served[str(row.number)] = VersionServing(
+            backend_version=str(row.weights_of.number) if row.weights_of_id else str(row.number),
+            harness=specs.get(row.harness_id),
+        )
+    now = time.monotonic()
+    return _ModelServing(
+        expires=now + settings.AREAL_ROUTING_CACHE_SECONDS,
+        reload_after=now + MISSING_RELOAD_SECONDS,
+        highest=versions.aggregate(top=Max("number"))["top"],
+        versions=served,
+    )
+
+
+def version_serving(*, tenant_id: int, model: str, number: str) -> VersionServing:
+    """How version `number` of the tenant's `model` is served (one read of the model's harnessed versions
+    per routing-cache period and process); a version string that names no harnessed version, such as a
+    backend's own reported version, is served by itself without a harness."""
+    cached = version_serving_cached(tenant_id=tenant_id, model=model, number=number)
+    if cached is not None:
+        return cached
+    if len(_serving) > 10_000:
+        _serving.clear()
+    entry = _serving[(tenant_id, model)] = _load(tenant_id, model)
+    return entry.versions.get(number) or VersionServing(backend_version=number, harness=None)
+
+
+def harness_for_version(tenant_id: int, model: str, number) -> HarnessSpec | None:
+    """The harness the gateway applies to a request routed to version `number` of `model` (None: none)."""
+    return version_serving(tenant_id=tenant_id, model=model, number=str(number)).harness
+
+
+def version_serving_clear() -> None:
+    _serving.clear()
