@@ -147,7 +147,7 @@ def decision_approve(*, tenant: Tenant, actor: Actor, decision_id) -> Decision:
     ]
     if len(decision.approvals) >= decision.approvals_required:
         decision.status = DecisionStatus.APPROVED
-    decision.save(update_fields=["approvals", "status", "updated_at"])
+    decision.save(update_fields=["approvals", "status"])
     audit_record(
         tenant=tenant,
         actor=actor,
@@ -169,7 +169,7 @@ def decision_reject(*, tenant: Tenant, actor: Actor, decision_id, reason: str = 
     decision.rejected_by = actor.label
     decision.outcome = (reason or f"rejected by {actor.label}")[:500]
     decision.finished_at = now
-    decision.save(update_fields=["status", "rejected_by", "outcome", "finished_at", "updated_at"])
+    decision.save(update_fields=["status", "rejected_by", "outcome", "finished_at"])
     audit_record(
         tenant=tenant, actor=actor, verb="evolution_decision.reject", target=decision, data={"reason": reason}
     )
@@ -192,7 +192,7 @@ def decisions_expire(*, tenant: Tenant, policy: EvolutionPolicy, now=None) -> in
             decision.status = DecisionStatus.EXPIRED
             decision.outcome = "no one approved it in time"
             decision.finished_at = now
-            decision.save(update_fields=["status", "outcome", "finished_at", "updated_at"])
+            decision.save(update_fields=["status", "outcome", "finished_at"])
             audit_record(
                 tenant=tenant,
                 actor=Actor.system(f"evolution policy {policy.pk}"),
@@ -215,7 +215,7 @@ def decision_start(
     decision.status = DecisionStatus.RUNNING
     decision.started = _merge(decision.started, started or {})
     decision.outcome = outcome[:500]
-    decision.save(update_fields=["status", "started", "outcome", "updated_at"])
+    decision.save(update_fields=["status", "started", "outcome"])
     audit_record(
         tenant=tenant,
         actor=Actor.system(f"evolution policy {decision.policy_id}"),
@@ -247,7 +247,7 @@ def decision_finish(
     decision.started = _merge(decision.started, started or {})
     decision.evidence = {**decision.evidence, **(evidence or {})}
     decision.finished_at = timezone.now()
-    decision.save(update_fields=["status", "outcome", "started", "evidence", "finished_at", "updated_at"])
+    decision.save(update_fields=["status", "outcome", "started", "evidence", "finished_at"])
     audit_record(
         tenant=tenant,
         actor=Actor.system(f"evolution policy {decision.policy_id}"),
