@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.evolution.actions import decision_execute, decision_follow, policy_actor
-from apps.evolution.decisions import decision_finish, decision_record, decisions_expire
+from apps.evolution.decisions import decision_finish, decision_record, decision_reject, decisions_expire
 from apps.evolution.models import Decision, DecisionKind, DecisionStatus, EvolutionPolicy, PolicyMode
 from apps.evolution.selectors import control_state, decision_list, decisions_in_status, policies_to_tick
 from apps.tenants.models import Tenant
@@ -65,6 +65,7 @@ def evolution_tick(
         EvolutionPolicy.objects.filter(pk=policy.pk).update(last_tick_at=now)
         if policy.mode == PolicyMode.OBSERVE or not policy.enabled:
             return result
+        _close_superseded(tenant=tenant, policy=policy)
         state = control_state(tenant=tenant, policy=policy, now=now)
         for proposal in decide(result.signals, policy_view(policy), state):
             decision = _record(tenant=tenant, policy=policy, proposal=proposal)
@@ -79,6 +80,32 @@ def evolution_tick(
         ):
             result.executed.append(_guarded(decision_execute, tenant=tenant, decision=decision))
     return result
+
+
+def _close_superseded(*, tenant: Tenant, policy: EvolutionPolicy) -> None:
+    """A promotion or rollback still waiting while its release already ended (a person promoted or rolled it
+    back in the releases console, or its guardrails did) has nothing left to do: it is closed, saying so."""
+    from apps.releases.models import ACTIVE_STATUSES
+    from apps.releases.selectors import release_get
+
+    waiting = decision_list(tenant=tenant, policy=policy).filter(
+        kind__in=(DecisionKind.PROMOTE, DecisionKind.ROLLBACK),
+        status__in=(DecisionStatus.PROPOSED, DecisionStatus.APPROVED),
+    )
+    for decision in waiting:
+        release_id = decision.evidence.get("release")
+        if not release_id:
+            continue
+        release = release_get(tenant=tenant, release_id=release_id)
+        if release.status in ACTIVE_STATUSES:
+            continue
+        reason = f"release {release.pk} was {release.status.replace('_', ' ')} meanwhile"
+        if release.approved_by:
+            reason += f" (by {release.approved_by})"
+        if decision.status == DecisionStatus.PROPOSED:
+            decision_reject(tenant=tenant, actor=policy_actor(policy), decision_id=decision.pk, reason=reason)
+        else:
+            decision_finish(tenant=tenant, decision_id=decision.pk, succeeded=False, outcome=reason)
 
 
 def _record(*, tenant: Tenant, policy: EvolutionPolicy, proposal) -> Decision | None:

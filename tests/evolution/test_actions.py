@@ -204,3 +204,17 @@ def test_the_beat_ticks_every_enabled_policy_and_the_tasks_have_queues(tenant, o
     resting.refresh_from_db()
     assert resting.last_tick_at is None
     assert not ModelVersion.objects.exists()
+
+
+def test_a_promotion_waiting_while_a_person_promoted_the_release_in_the_console_is_closed(tenant):
+    from apps.releases.services import release_approve
+
+    release = release_at(tenant, ReleaseStatus.AWAITING_APPROVAL, stage_index=0)
+    policy = EvolutionPolicyFactory(tenant=tenant, model=MODEL, approval_mode="one_operator")
+    evolution_tick(tenant=tenant, policy=policy, signals=CALM)
+    operator = UserFactory()
+    release_approve(tenant=tenant, actor=Actor.user(operator), release_id=release.pk)
+    evolution_tick(tenant=tenant, policy=policy, signals=CALM)
+    decision = _only(policy, "promote")
+    assert decision.status == DecisionStatus.REJECTED
+    assert decision.outcome == f"release {release.pk} was promoted meanwhile (by {operator.username})"
