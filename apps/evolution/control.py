@@ -12,10 +12,16 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core.selectors import get_in_tenant
 from apps.evolution.actions import decision_execute, decision_follow, policy_actor
 from apps.evolution.decisions import decision_finish, decision_record, decision_reject, decisions_expire
 from apps.evolution.models import Decision, DecisionKind, DecisionStatus, EvolutionPolicy, PolicyMode
-from apps.evolution.selectors import control_state, decision_list, decisions_in_status, policies_to_tick
+from apps.evolution.selectors import (
+    control_state,
+    dangerously_policies_to_tick,
+    decision_list,
+    decisions_in_status,
+)
 from apps.tenants.models import Tenant
 from workers.evolution.rules import PolicyView, decide
 
@@ -59,7 +65,9 @@ def evolution_tick(
     computing them (a caller that measured them already, or a test)."""
     now = now or timezone.now()
     with transaction.atomic():
-        policy = EvolutionPolicy.objects.select_for_update().get(tenant=tenant, pk=policy.pk)
+        policy = get_in_tenant(
+            EvolutionPolicy.objects.select_for_update(), tenant=tenant, code="policy_not_found", pk=policy.pk
+        )
         result = TickResult(expired=decisions_expire(tenant=tenant, policy=policy, now=now))
         result.signals = signals if signals is not None else _signals(tenant=tenant, policy=policy, now=now)
         EvolutionPolicy.objects.filter(pk=policy.pk).update(last_tick_at=now)
@@ -156,7 +164,7 @@ def evolution_tick_all() -> int:
     """The beat's tick: every enabled policy of every tenant (observe mode computes its signals only).
     A policy whose tick fails is logged and the others still tick. Returns how many ticked."""
     ticked = 0
-    for policy in policies_to_tick():
+    for policy in dangerously_policies_to_tick():
         try:
             evolution_tick(tenant=policy.tenant, policy=policy)
         except Exception:

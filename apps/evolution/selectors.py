@@ -18,7 +18,7 @@ def open_decisions(*, tenant: Tenant, policy: EvolutionPolicy):
     )
 
 
-def policies_to_tick():
+def dangerously_policies_to_tick():
     """Every tenant's enabled policies (the beat's tick: a system read across tenants), by id."""
     return EvolutionPolicy.objects.filter(enabled=True).select_related("tenant").order_by("id")
 

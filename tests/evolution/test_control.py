@@ -208,7 +208,7 @@ def test_ticks_stay_in_their_tenant(tenant, other_tenant):
     evolution_tick(tenant=tenant, policy=ours, signals=FIRED)
     assert _decisions(theirs) == []
     assert not OnlineRun.objects.filter(tenant=other_tenant).exists()
-    with pytest.raises(EvolutionPolicyFactory._meta.model.DoesNotExist):
+    with pytest.raises(NotFound):
         evolution_tick(tenant=tenant, policy=theirs, signals=FIRED)
     assert _decisions(theirs) == []
 
