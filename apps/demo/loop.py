@@ -185,6 +185,7 @@ class LoopMixin:
         serving), its decision settled, and the learner asked to stop."""
         from apps.audit.services import Actor
         from apps.evolution.actions import decision_follow
+        from apps.evolution.decisions import decision_finish
         from apps.evolution.selectors import decisions_in_status
         from apps.releases.models import ACTIVE_STATUSES
         from apps.releases.selectors import release_list
@@ -206,6 +207,13 @@ class LoopMixin:
             for decision in decisions_in_status(tenant=self.tenant, policy=self.policy, status="running"):
                 if decision.kind == "release":
                     decision_follow(tenant=self.tenant, decision=decision)
+                else:  # a gate still measuring, a learner still stopping: nothing is left running
+                    decision_finish(
+                        tenant=self.tenant,
+                        decision_id=decision.pk,
+                        succeeded=False,
+                        outcome="the demo's loop ended before it finished",
+                    )
             self._timeline()
         learner = online_run_active(tenant=self.tenant)
         if learner is not None and learner.model_name == self.model:
