@@ -18,6 +18,8 @@ TASK_QUEUES: dict[str, Queue] = {
     "audit.verify_chains": Queue.DEFAULT,
     "core.ping": Queue.DEFAULT,
     "evaluation.execute_run": Queue.EVAL,
+    "evolution.evaluate": Queue.EVAL,
+    "evolution.tick": Queue.DEFAULT,
     "evaluation.requeue_stale": Queue.DEFAULT,
     "inference.check_backends": Queue.DEFAULT,
     "metrics.overview_tick": Queue.DEFAULT,

@@ -1,113 +1,241 @@
-"""The demo's loop: the online run that learns (started, stopped, restarted from production when a candidate
-fails the offline gate), the held-out measurement of versions, and the turns that decide when to evaluate
-the newest version and when to follow the release under way (apps/demo/releases.py).
+"""The demo's loop: the weather agent's evolution policy (apps.evolution), its first learner, the control
+plane's tick run here every second, and the timeline of its decisions. What to evaluate, release, promote or
+restart is the control plane's to decide; the demo only watches, measures the base, and at the end aborts a
+release its budget cut short and stops the learner.
 """
-
-import time
 
 from django.core.management.base import CommandError
 
 
 class LoopMixin:
-    """Part of apps.demo.run.Demo (whose __init__ declares the state): `learner`, `run_ids`, `production`."""
+    """Part of apps.demo.run.Demo (whose __init__ declares the state): `policy`, `seen`, `production_number`."""
 
-    def _loop(self, traffic) -> None:
-        """Every DEMO_EVAL_EVERY versions (while no release is under way) the newest is evaluated offline and,
-        if not worse than production within DEMO_TOLERANCE, released; a release under way is followed."""
-        from apps.training.online import online_run_get
+    def _gate(self) -> dict:
+        """The policy's gate: the demo's held-out weather cases; a candidate must not be worse than the best
+        version production has had by more than DEMO_TOLERANCE (tolerances do not add up)."""
+        return {
+            "environment": "weather",
+            "cases": self.demo_settings.heldout_cases,
+            "seed": 10_000 + self.seed,
+            "min_gain": -self.demo_settings.tolerance,
+        }
 
-        eval_every = self.demo_settings.eval_every
-        last_evaluated = self.learner.base_version.number
-        while not self.stopping.is_set() and self._loop_seconds() < self.budget:
-            if not self._alive():
-                raise CommandError("a process of the stack exited; see var/demo/logs")
-            current = online_run_get(tenant=self.tenant, run_id=self.learner.pk)
-            if current.status != "running":
-                raise CommandError(f"the online run stopped: {current.error[-400:]}")
-            version = current.current_version
-            if self.release is not None:
-                self._follow_release()
-            elif version.number - last_evaluated >= eval_every:
-                last_evaluated = version.number
-                success = self._measure(version, label="candidate")
-                self._release_start(version, success)
-            self._status(current, traffic)
-            self.stopping.wait(1.0)
-        self.out.write("")
-        if self.release is not None:
-            self._release_close()
-
-    def _start_online(self, base):
+    def _policy_create(self):
+        """The weather agent's policy: automatic, promotions approved by the policy (DEMO_APPROVE=manual: by
+        one operator), the online run's recipe, the gate, and the canary plan with the demo's guardrails."""
         from apps.audit.services import Actor
-        from apps.training.online import online_run_start
+        from apps.evolution.policies import policy_create
 
-        eta = self.demo_settings.eta
-        batch = self.demo_settings.batch
-        run = online_run_start(
+        settings = self.demo_settings
+        self.policy = policy_create(
             tenant=self.tenant,
             actor=Actor.system("demo"),
-            base_version=base,
-            hyperparameters={
-                "learning_rate": self.demo_settings.learning_rate,
+            model=self.model,
+            mode="auto",
+            approval_mode="one_operator" if settings.approve_manually else "automatic",
+            signals={},  # the learner runs from the start; no live signal is needed to train
+            update_kinds=["weights"],
+            recipe={
+                "learning_rate": settings.learning_rate,
                 "std_level": "batch",
                 "behaviour_weight_cap": 5.0,
                 "micro_batch_tokens": 8192,
                 "seed": self.seed,
+                "samples_per_step": settings.batch,
+                "publish_every": settings.publish_every,
+                "staleness_bound": settings.eta,
+                "evaluate_every": settings.eval_every,
             },
-            samples_per_step=batch,
-            publish_every=self.demo_settings.publish_every,
-            staleness_bound=eta,
-            publish_to_backends=False,
+            gate=self._gate(),
+            release_plan={
+                "stages": [settings.canary_percent],
+                "stage_min_seconds": settings.canary_seconds,
+                "failure_limit": 1,
+                "inconclusive_limit": 30,
+                "guardrails": [
+                    {
+                        "metric": "reward_mean",
+                        "direction": "higher_is_better",
+                        "threshold": 0.25,
+                        "min_samples": 10,
+                    },
+                    {
+                        "metric": "error_rate",
+                        "direction": "lower_is_better",
+                        "threshold": 0.05,
+                        "min_samples": 10,
+                    },
+                ],
+            },
+            cooldown_seconds=0,
+            compute_budget_seconds=24 * 3600,
         )
-        self.run_ids.append(run.pk)
         self._say(
-            f"online decoupled PPO from v{base.number}: η={eta}, {batch} samples per step, a version every "
-            f"{run.publish_every} step(s); releases decide what serves"
+            f"evolution policy {self.policy.pk} for {self.model}: automatic, promotions approved "
+            f"{'by an operator' if settings.approve_manually else 'by the policy'}; evaluate every "
+            f"{settings.eval_every} versions on {settings.heldout_cases} held-out cases (tolerance "
+            f"{settings.tolerance:.0%}), canary at {settings.canary_percent:g}% for ≥ {settings.canary_seconds}s"
         )
-        return run
 
-    def _stop_online(self, run) -> None:
+    def _first_learner(self) -> None:
+        """The first learner starts through a `train` decision, as the control plane's own would."""
         from apps.audit.services import Actor
-        from apps.training.online import online_run_stop
+        from apps.evolution.actions import decision_execute
+        from apps.evolution.decisions import decision_record
 
-        online_run_stop(tenant=self.tenant, actor=Actor.system("demo"), run_id=run.pk)
+        decision = decision_record(
+            tenant=self.tenant,
+            policy=self.policy,
+            kind="train",
+            reason="the demo starts learning from production",
+            actor=Actor.system("demo"),
+        )
+        decision_execute(tenant=self.tenant, decision=decision)
+        settings = self.demo_settings
+        self._timeline()
+        self._say(
+            f"online decoupled PPO: η={settings.eta}, {settings.batch} samples per step, a version every "
+            f"{settings.publish_every} step(s); releases decide what serves"
+        )
 
-    def _restart_learner(self) -> None:
-        """A candidate failed the offline gate: the learner has drifted, and its data (served by production,
-        now ever further behind it) would soon all be older than η. It starts again from production."""
-        from apps.training.models import OnlineRun, OnlineRunStatus
+    def _loop(self, traffic) -> None:
+        """Every second: one tick of the control plane, the new decisions on the timeline, the status line."""
+        from apps.evolution.control import evolution_tick
 
-        self._stop_online(self.learner)
-        deadline = time.monotonic() + 120
-        while OnlineRun.objects.filter(pk=self.learner.pk, status=OnlineRunStatus.RUNNING).exists():
-            if time.monotonic() > deadline or self.stopping.is_set():
-                raise CommandError(f"online run {self.learner.pk} did not stop within two minutes")
-            time.sleep(0.5)
-        self.learner = self._start_online(self.production[0])
+        while not self.stopping.is_set() and self._loop_seconds() < self.budget:
+            if not self._alive():
+                raise CommandError("a process of the stack exited; see var/demo/logs")
+            evolution_tick(tenant=self.tenant, policy=self.policy)
+            self._timeline()
+            learner = self._learner()
+            if learner is not None:
+                self._status(learner, traffic)
+            self.stopping.wait(1.0)
+        self.out.write("")
+
+    def _learner(self):
+        """The running online run of the demo's model; None between a stop and a restart. A failed one ends
+        the demo (its error)."""
+        from apps.training.models import OnlineRunStatus
+        from apps.training.online import online_run_active, online_run_list
+
+        active = online_run_active(tenant=self.tenant)
+        if active is not None and active.model_name == self.model:
+            return active
+        last = online_run_list(tenant=self.tenant).filter(model_name=self.model).first()
+        if last is not None and last.status == OnlineRunStatus.FAILED:
+            raise CommandError(f"the online run failed: {last.error[-400:]}")
+        return None
+
+    def _timeline(self) -> None:
+        """Prints each decision once per status it reaches, and adds the table's rows as they end."""
+        from apps.evolution.selectors import decision_timeline
+
+        for decision in decision_timeline(tenant=self.tenant, policy=self.policy):
+            if self.seen.get(decision.pk) == decision.status:
+                continue
+            self.seen[decision.pk] = decision.status
+            self.out.write("")
+            self._say(self._decision_line(decision))
+            self._settle(decision)
+
+    def _decision_line(self, decision) -> str:
+        subject = f" v{decision.version.number}" if decision.version_id else ""
+        text = decision.outcome or decision.reason
+        line = f"decision {decision.pk} {decision.kind}{subject}: {decision.status} — {text}"
+        release_id = decision.evidence.get("release") or next(
+            iter(decision.started.get("releases", [])), None
+        )
+        if decision.kind == "release" and decision.status == "running":
+            percent = self.demo_settings.canary_percent
+            line += f"; canary at {percent:g}% of new sessions ({self.url}/releases/{release_id}/)"
+        if decision.kind == "promote" and decision.status == "proposed":
+            line += (
+                f"; release {release_id} passed its canary and waits for an operator: approve it at "
+                f"{self.url}/releases/{release_id}/"
+            )
+        return line
+
+    def _settle(self, decision) -> None:
+        """Rows of the final table: a candidate the gate rejected, and how each release ended."""
+        from apps.releases.selectors import release_get
+
+        evidence = decision.evidence
+        if decision.kind == "evaluate" and decision.status == "succeeded":
+            score = evidence["gate_score"]
+            self.curve.append(
+                {
+                    "version": decision.version.number,
+                    "seconds": round(self._loop_seconds(), 1),
+                    "heldout": score,
+                }
+            )
+            if not evidence.get("passed"):
+                self._row(decision.version.number, "rejected", score)
+        if decision.kind == "release" and evidence.get("release_status"):
+            release = release_get(tenant=self.tenant, release_id=evidence["release"])
+            extra = {"release": release.pk}
+            if release.approved_by:
+                extra["approved_by"] = release.approved_by
+            role = release.status.replace("_", " ")
+            self._row(release.candidate.number, role, evidence.get("gate_score", 0.0), **extra)
+
+    def _close(self) -> None:
+        """The loop ended (budget, Ctrl-C or a failure): a release under way is aborted (production keeps
+        serving), its decision settled, and the learner asked to stop."""
+        from apps.audit.services import Actor
+        from apps.evolution.actions import decision_follow
+        from apps.evolution.decisions import decision_finish
+        from apps.evolution.selectors import decisions_in_status
+        from apps.releases.models import ACTIVE_STATUSES
+        from apps.releases.selectors import release_list
+        from apps.releases.services import release_abort
+        from apps.training.online import online_run_active, online_run_stop
+
+        actor = Actor.system("demo")
+        for release in release_list(tenant=self.tenant, model=self.model).filter(status__in=ACTIVE_STATUSES):
+            try:
+                release_abort(
+                    tenant=self.tenant,
+                    actor=actor,
+                    release_id=release.pk,
+                    reason="the demo's loop ended before the release finished",
+                )
+            except Exception as error:  # it may have finished meanwhile (promoted or rolled back): say so
+                self._say(f"release {release.pk} was not aborted: {error}")
+        if getattr(self, "policy", None) is not None:
+            for decision in decisions_in_status(tenant=self.tenant, policy=self.policy, status="running"):
+                if decision.kind == "release":
+                    decision_follow(tenant=self.tenant, decision=decision)
+                else:  # a gate still measuring, a learner still stopping: nothing is left running
+                    decision_finish(
+                        tenant=self.tenant,
+                        decision_id=decision.pk,
+                        succeeded=False,
+                        outcome="the demo's loop ended before it finished",
+                    )
+            self._timeline()
+        learner = online_run_active(tenant=self.tenant)
+        if learner is not None and learner.model_name == self.model:
+            online_run_stop(tenant=self.tenant, actor=actor, run_id=learner.pk)
 
     def _measure(self, version, *, label: str) -> float:
-        from apps.training.services import model_version_update_metrics
-        from workers.envs.warmup import heldout_success
+        """The held-out success of `version` by the policy's gate (stored in its metrics, so the control
+        plane's gate reads the base's score instead of measuring it again)."""
+        from apps.evolution.actions import gate_measure
 
         self._since()
-        result = heldout_success(version.checkpoint_path, self.heldout, seed=self.seed)
-        model_version_update_metrics(
-            tenant=self.tenant,
-            version_id=version.pk,
-            metrics={
-                "heldout": {"success": result.success, "cases": result.cases, "reasons": result.reasons}
-            },
-        )
-        elapsed = self._loop_seconds()
+        success = gate_measure(tenant=self.tenant, version=version, gate=self._gate())
+        version.refresh_from_db()
+        reasons = version.metrics.get("heldout", {}).get("reasons", {})
         self.curve.append(
-            {"version": version.number, "seconds": round(elapsed, 1), "heldout": result.success}
+            {"version": version.number, "seconds": round(self._loop_seconds(), 1), "heldout": success}
         )
-        self.out.write("")
         self._say(
-            f"held-out success of {label} v{version.number}: {result.success:.0%} on {result.cases} cases "
-            f"{dict(sorted(result.reasons.items()))}"
+            f"held-out success of {label} v{version.number}: {success:.0%} on "
+            f"{self.demo_settings.heldout_cases} cases {dict(sorted(reasons.items()))}"
         )
         if label == "base":
-            self.production = (version, result.success)
-            self._row(version.number, "base", result.success)
-        return result.success
+            self.production_number = version.number
+            self._row(version.number, "base", success)
+        return success

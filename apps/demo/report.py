@@ -29,7 +29,7 @@ class ReportMixin:
         line = (
             f"\r{bar(elapsed, self.budget, 20)} {elapsed:5.0f}s  v{run.current_version.number}  "
             f"steps {run.steps}  trajectories {stats.episodes}  tokens {self._tokens():,}  "
-            f"prod v{self.production[0].number}  {self._release_label()}  "
+            f"prod v{self._production_number()}  {self._release_label()}  "
             f"live success {'-' if success is None else f'{success:.0%}'}  "
             f"reward {'-' if reward is None else f'{reward:.2f}'}  stale {run.dropped_stale}  "
             f"held back {stats.held_back}   "
@@ -37,11 +37,23 @@ class ReportMixin:
         self.out.write(line, ending="")
         self.out.flush()
 
+    def _production_number(self) -> int:
+        from apps.training.selectors import alias_resolve
+
+        production = alias_resolve(tenant=self.tenant, name=self.model, alias="production")
+        return production.number if production else self.production_number
+
     def _release_label(self) -> str:
-        """The release under way as _follow_release last read it (this loop turn)."""
-        if self.release is None:
+        """The release of the demo's model under way, if any."""
+        from apps.releases.models import ACTIVE_STATUSES
+        from apps.releases.selectors import release_list
+
+        release = (
+            release_list(tenant=self.tenant, model=self.model).filter(status__in=ACTIVE_STATUSES).first()
+        )
+        if release is None:
             return "no release"
-        return f"release v{self.release.candidate.number}: {self.release.status}"
+        return f"release v{release.candidate.number}: {release.status}"
 
     def _tokens(self) -> int:
         from django.db.models import Sum
@@ -82,9 +94,9 @@ class ReportMixin:
 
         from apps.training.models import OnlineRun
 
-        final = OnlineRun.objects.filter(pk__in=self.run_ids).aggregate(
-            steps=Sum("steps"), stale=Sum("dropped_stale")
-        )
+        runs = OnlineRun.objects.filter(tenant=self.tenant, model_name=self.model)
+        final = runs.aggregate(steps=Sum("steps"), stale=Sum("dropped_stale"))
+        online_runs = runs.count()
         wall = time.monotonic() - self.started
         tokens = self._tokens()
         warmup = "reused" if self.base_reused else f"{self.warmup_seconds:.0f}s"
@@ -97,7 +109,7 @@ class ReportMixin:
         gain = (served[-1]["heldout"] - served[0]["heldout"]) if served else 0.0
         self.out.write(
             f"trajectories {traffic.stats.episodes}  tokens {tokens:,}  training steps {final['steps']}  "
-            f"stale dropped {final['stale']}  online runs {len(self.run_ids)}  "
+            f"stale dropped {final['stale']}  online runs {online_runs}  "
             f"held back {traffic.stats.held_back}  "
             f"loop {self._loop_seconds():.0f}s  warm-up {warmup}  wall time {wall:.0f}s  "
             f"gain {gain * 100:+.0f} points"
@@ -121,7 +133,8 @@ class ReportMixin:
             "tokens": tokens,
             "steps": final["steps"],
             "dropped_stale": final["stale"],
-            "online_runs": len(self.run_ids),
+            "online_runs": online_runs,
+            "decisions": self._decisions_summary(),
             "held_back": traffic.stats.held_back,
             "wall_seconds": round(wall, 1),
             "loop_seconds": round(self._loop_seconds(), 1),
@@ -133,3 +146,23 @@ class ReportMixin:
         path = self.demo_settings.summary_path or str(Path(settings.VAR_DIR) / "demo-summary.json")
         Path(path).write_text(json.dumps(summary, indent=2))
         self.out.write(f"summary: {path}")
+
+    def _decisions_summary(self) -> list[dict]:
+        """Every decision of the demo's policy: kind, version, status, outcome and the gate's figures."""
+        from apps.evolution.selectors import decision_timeline
+
+        if getattr(self, "policy", None) is None:
+            return []
+        keys = ("gate_score", "best_production_score", "passed", "release", "release_status")
+        return [
+            {
+                "id": decision.pk,
+                "kind": decision.kind,
+                "version": decision.version.number if decision.version_id else None,
+                "status": decision.status,
+                "outcome": decision.outcome,
+                "parent": decision.parent_id,
+                **{key: decision.evidence[key] for key in keys if key in decision.evidence},
+            }
+            for decision in decision_timeline(tenant=self.tenant, policy=self.policy)
+        ]

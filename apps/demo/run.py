@@ -6,21 +6,22 @@ the previous database instead and adds a new run to it: its model is then `weath
 
 Steps: create the default model; supervised warm-up (a weak but nonzero base: the skills, not the habit);
 register it as version 0 (production); start web, workers, beat and two embedded inference servers (serving
-slots A and B: production on one, a canary candidate on the other); start an online decoupled-PPO run
-(η > 0) on the train worker that registers a new version every K steps but serves none itself; simulated
+slots A and B: production on one, a canary candidate on the other); measure the base on the held-out cases;
+create the weather agent's evolution policy (apps.evolution: automatic; recipe, gate and canary plan from
+the DEMO_* settings) and start its first learner through a `train` decision: an online decoupled-PPO run
+(η > 0) on the train worker that registers a new version every K steps but serves none itself. Simulated
 users drive the unmodified openai-SDK agent through the gateway with a fresh API key and give thumbs and
 corrections through /v1/rewards; a simulated annotator signs in and labels a share of the annotation queue
-through the annotation API; qualification feeds the training queue. Every few versions the newest is
-evaluated offline on the held-out cases (workers.envs.warmup.heldout_success); one not worse (within
-DEMO_TOLERANCE) than the best version production has had is loaded onto the free slot and released through
-apps.releases (one that is worse restarts the learner from production: it has drifted, and its data would
-soon all be older than η): a canary takes DEMO_CANARY_PERCENT of new sessions for at least
-DEMO_CANARY_SECONDS under guardrails (reward mean, error rate), measured by the beat's analysis ticks,
-which roll a bad candidate back; a release awaiting
-approval is approved by the demo (audited as "demo auto-approval") or, with DEMO_APPROVE=manual, waits for
-an operator to approve it in the console. The table at the end has held-out success of the base and of
-every released version, trajectories and tokens used, wall time. The console stays up afterwards (Ctrl-C
-stops everything); DEMO_EXIT=1 exits after the table.
+through the annotation API; qualification feeds the training queue. From then on the control plane decides,
+ticked by the demo every second: every DEMO_EVAL_EVERY versions the newest is evaluated on the held-out cases
+by the eval worker; one not worse (within DEMO_TOLERANCE) than the best version production has had is loaded
+onto the free slot and released (a canary at DEMO_CANARY_PERCENT of new sessions for at least
+DEMO_CANARY_SECONDS under guardrails, measured by the beat's analysis ticks, which roll a bad candidate
+back); one that is worse, or rolled back, restarts the learner from production. A release awaiting approval
+is promoted by the policy or, with DEMO_APPROVE=manual, waits for an operator (the release's or the
+decision's Approve in the console). Each decision is a line of the timeline; the table at the end has the
+held-out success of the base and of every evaluated or released version, trajectories and tokens used, wall
+time. The console stays up afterwards (Ctrl-C stops everything); DEMO_EXIT=1 exits after the table.
 
 The warm-up's base is kept in var/demo-cache, keyed by the seed, the warm-up settings and the initial
 weights, so a second `make demo` starts its loop in seconds (DEMO_FRESH_BASE=1 trains it again).
@@ -41,7 +42,6 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from apps.demo.loop import LoopMixin
-from apps.demo.releases import ReleaseMixin
 from apps.demo.report import ReportMixin
 from apps.demo.settings import MODEL, TENANT, DemoSettings
 from apps.demo.stack import StackMixin
@@ -51,17 +51,15 @@ if TYPE_CHECKING:
     from apps.tenants.models import Tenant
 
 
-class Demo(StackMixin, WarmUpMixin, LoopMixin, ReleaseMixin, ReportMixin):
+class Demo(StackMixin, WarmUpMixin, LoopMixin, ReportMixin):
     """One demo run in the var/demo process; its parts live in the mixins' modules, its state is all here."""
 
-    # Set as the run goes: by _environment, _start_stack, _measure (the base) and _release_start.
+    # Set as the run goes: by _environment, _start_stack, _measure (the base) and _policy_create.
     tenant: "Tenant"
     model: str  # weather, or weather-2, weather-3... under DEMO_KEEP=1
     run_dir: Path
-    heldout: list
     backends: dict  # serving slot → apps.inference.models.InferenceBackend
-    production: tuple  # (the version production serves, its held-out success)
-    release_offline: float  # the held-out success of the release under way's candidate
+    production_number: int  # the version production served when the demo last looked (the base at first)
 
     def __init__(
         self, command: BaseCommand, *, host: str, port: int, inference_port: int, demo_settings: DemoSettings
@@ -74,9 +72,8 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReleaseMixin, ReportMixin):
         self.budget = demo_settings.budget_seconds
         self.processes: dict[str, subprocess.Popen] = {}
         self.slots = {"a": inference_port, "b": inference_port + 1}  # serving slots: production and canary
-        self.release = None  # the release under way (apps.releases.models.Release)
-        self.learner = None  # the online run now learning (a rejected candidate restarts it from production)
-        self.run_ids: list[int] = []
+        self.policy = None  # the weather agent's EvolutionPolicy: the control plane decides from here on
+        self.seen: dict[int, str] = {}  # decision id → the status the timeline last printed
         self.stopping = threading.Event()
         self.started = time.monotonic()
         self.loop_started: float | None = None  # set once the base is measured: the budget counts from there
@@ -103,7 +100,8 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReleaseMixin, ReportMixin):
             self._measure(base, label="base")
             self.loop_started = time.monotonic()
             api_key = self._api_key()
-            self.learner = self._start_online(base)
+            self._policy_create()
+            self._first_learner()
             from workers.envs.traffic import Traffic
 
             traffic = Traffic(
@@ -115,9 +113,9 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReleaseMixin, ReportMixin):
             ).start()
             annotator = self._start_annotator(traffic)
             self._loop(traffic)
+            self._close()
             traffic.stop()
             annotator.stop()
-            self._stop_online(self.learner)
             self._table(traffic, annotator)
             if self.demo_settings.exit_after_table or self.stopping.is_set():
                 return
@@ -127,20 +125,26 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReleaseMixin, ReportMixin):
             while not self.stopping.is_set() and self._alive():
                 self.stopping.wait(0.5)
         finally:
-            if self.release is not None:  # stopped or failed during a release: production keeps serving
-                self._release_close()
+            if (
+                getattr(self, "tenant", None) is not None
+            ):  # a release under way is aborted, the learner stopped
+                self._close()
             if traffic is not None:
                 traffic.stop(timeout=5)
             if annotator is not None:
                 annotator.stop(timeout=5)
-            if self.learner is not None:
-                self._stop_online(self.learner)
             self._shutdown()
-            if self.learner is not None:  # the worker is gone: a run it did not close is closed here
+            if (
+                getattr(self, "tenant", None) is not None
+            ):  # the worker is gone: runs it did not close are closed
                 from apps.training.models import OnlineRunStatus
-                from apps.training.online import online_run_finish
+                from apps.training.online import online_run_finish, online_run_list
 
-                online_run_finish(run_id=self.learner.pk, status=OnlineRunStatus.STOPPED)
+                running = online_run_list(tenant=self.tenant).filter(
+                    model_name=self.model, status=OnlineRunStatus.RUNNING
+                )
+                for run_id in running.values_list("pk", flat=True):
+                    online_run_finish(run_id=run_id, status=OnlineRunStatus.STOPPED)
 
     def _stop(self, *_):
         if self.stopping.is_set():
@@ -161,11 +165,6 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReleaseMixin, ReportMixin):
         self.model = MODEL if MODEL not in taken else f"{MODEL}-{len(taken) + 1}"
         self.run_dir = Path(settings.VAR_DIR) / "runs" / self.model
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        from workers.envs import weather
-
-        self.heldout = weather.make_tasks(
-            split="heldout", count=self.demo_settings.heldout_cases, seed=10_000 + self.seed
-        )
 
     def _api_key(self) -> str:
         from apps.audit.services import Actor

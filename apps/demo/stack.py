@@ -53,6 +53,9 @@ def reset_and_reexec(demo_settings: DemoSettings, *, out) -> None:
     }
     environment.setdefault("AREAL_RELEASE_ANALYSIS_SECONDS", "3")  # canary ticks: seconds, not a minute
     environment.setdefault("AREAL_ANNOTATION_FILL_SECONDS", "5")
+    # The demo ticks the control plane itself, every second, in its own process (apps/demo/README.md): the
+    # beat's tick is off, so that two ticks never race over the one SQLite database.
+    environment["AREAL_EVOLUTION_TICK_SECONDS"] = "0"
     environment.pop("AREAL_TRAINING_DIR", None)
     environment.pop("AREAL_MODELS_DIR", None)
     manage = Path(settings.BASE_DIR) / "manage.py"

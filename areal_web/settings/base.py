@@ -319,6 +319,15 @@ CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {
     "schedule": float(env_int("AREAL_OVERVIEW_TICK_SECONDS", 10)),
 }
 AREAL_METRICS_TOKEN = env_str("AREAL_METRICS_TOKEN", "")
+
+# The evolution control plane (apps.evolution): beat ticks every enabled policy this often (0: no beat tick;
+# whoever runs the stack ticks itself, as `make demo` does in its own process).
+AREAL_EVOLUTION_TICK_SECONDS = env_int("AREAL_EVOLUTION_TICK_SECONDS", 10)
+if AREAL_EVOLUTION_TICK_SECONDS > 0:
+    CELERY_BEAT_SCHEDULE["evolution-tick"] = {
+        "task": "evolution.tick",
+        "schedule": float(AREAL_EVOLUTION_TICK_SECONDS),
+    }
 # Live WebSocket streams (apps/metrics/consumers.py) read the member's membership and role again this often:
 # a removed member is disconnected, a demoted one leaves the streams the new role may not view.
 AREAL_LIVE_RECHECK_SECONDS = env_int("AREAL_LIVE_RECHECK_SECONDS", 30)

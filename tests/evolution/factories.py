@@ -84,3 +84,20 @@ class HarnessVersionFactory(factory.django.DjangoModelFactory):
     system_prompt = "Call get_weather with a city name only."
     tool_routing = factory.LazyFunction(lambda: {"get_weather": {"action": "route", "to": "get_weather_v2"}})
     proposer = "rule"
+
+
+class AutoPolicyFactory(EvolutionPolicyFactory):
+    """An enabled automatic policy of a model of its own, trained on drift and thumbs-down, with no approval."""
+
+    mode = "auto"
+    approval_mode = "automatic"
+    signals = factory.LazyFunction(
+        lambda: {"drift_js": {"op": ">", "threshold": 0.2}, "thumbs_down_rate": {"op": ">", "threshold": 0.3}}
+    )
+    update_kinds = factory.LazyFunction(lambda: ["weights"])
+    recipe = factory.LazyFunction(
+        lambda: {"learning_rate": 1e-4, "samples_per_step": 4, "staleness_bound": 4, "evaluate_every": 2}
+    )
+    gate = factory.LazyFunction(lambda: {"environment": "weather", "cases": 2, "seed": 0, "min_gain": 0.0})
+    release_plan = factory.LazyFunction(lambda: {"stages": [50], "stage_min_seconds": 0})
+    cooldown_seconds = 300

@@ -1,0 +1,156 @@
+"""workers.evolution.rules.decide: every rule, in order, on CPU (no database)."""
+
+from dataclasses import replace
+
+from workers.evolution.rules import ClusterView, ControlState, PolicyView, ReleaseView, decide, fired
+
+POLICY = PolicyView(
+    mode="auto",
+    signals={
+        "drift": {"op": ">", "threshold": 0.2},
+        "thumbs_down_rate": {"op": ">", "threshold": 0.3},
+        "reward_mean": {"op": "<", "threshold": 0.5},
+        "tool_failure_rate": {"op": ">", "threshold": 0.1},
+        "safety_flags": {"op": ">", "threshold": 0.0},
+    },
+    update_kinds=("weights",),
+    evaluate_every=2,
+    cooldown_seconds=300,
+    compute_budget_seconds=3600,
+)
+CALM = {
+    "drift": 0.05,
+    "thumbs_down_rate": 0.1,
+    "reward_mean": 0.8,
+    "tool_failure_rate": 0.0,
+    "safety_flags": 0,
+}
+IDLE = ControlState(now=10_000, production_version=0, best_production_score=0.4)
+RUNNING = replace(IDLE, learner_running=True, learner_version=1, learner_base=0)
+
+
+def kinds(proposals):
+    return [proposal.kind for proposal in proposals]
+
+
+def test_fired_compares_by_op_and_ignores_missing_values():
+    assert fired(0.3, {"op": ">", "threshold": 0.2})
+    assert not fired(0.2, {"op": ">", "threshold": 0.2})
+    assert fired(0.1, {"op": "<", "threshold": 0.2})
+    assert not fired(None, {"op": ">", "threshold": 0.2})
+    assert not fired(0.9, {})
+
+
+def test_stationary_signals_propose_nothing():
+    assert decide(CALM, POLICY, IDLE) == []
+    assert decide(CALM, POLICY, RUNNING) == []
+    assert decide(dict.fromkeys(CALM), POLICY, IDLE) == []
+
+
+def test_a_fired_training_signal_without_a_learner_trains_with_its_evidence():
+    (proposal,) = decide({**CALM, "drift": 0.4, "reward_mean": 0.3}, POLICY, IDLE)
+    assert proposal.kind == "train"
+    assert proposal.evidence["signals"] == {
+        "drift": {"value": 0.4, "op": ">", "threshold": 0.2},
+        "reward_mean": {"value": 0.3, "op": "<", "threshold": 0.5},
+    }
+    assert "drift 0.4 > 0.2" in proposal.reason
+
+
+def test_training_is_not_proposed_while_a_learner_runs_or_one_is_open_or_weights_are_not_allowed():
+    signals = {**CALM, "thumbs_down_rate": 0.5}
+    assert decide(signals, POLICY, replace(RUNNING, learner_version=0)) == []
+    assert decide(signals, POLICY, replace(IDLE, open_kinds=frozenset({"train"}))) == []
+    assert decide(signals, replace(POLICY, update_kinds=("harness",)), IDLE) == []
+
+
+def test_cool_down_and_budget_hold_training_back_with_a_nothing_saying_which():
+    signals = {**CALM, "drift": 0.4}
+    (cool,) = decide(signals, POLICY, replace(IDLE, since_last={"train": 100}))
+    assert cool.kind == "nothing"
+    assert cool.evidence["held_back_by"] == "cooldown"
+    (budget,) = decide(signals, POLICY, replace(IDLE, since_last={"train": 400}, compute_used_seconds=3600))
+    assert budget.kind == "nothing"
+    assert budget.evidence["held_back_by"] == "compute_budget"
+    assert kinds(decide(signals, POLICY, replace(IDLE, since_last={"restart_learner": 400}))) == ["train"]
+
+
+def test_a_learner_is_evaluated_every_n_versions_since_the_last_evaluation():
+    assert decide(CALM, POLICY, replace(RUNNING, learner_version=1)) == []
+    (proposal,) = decide(CALM, POLICY, replace(RUNNING, learner_version=2))
+    assert (proposal.kind, proposal.version) == ("evaluate", 2)
+    assert proposal.evidence == {"version": 2, "since": 0, "every": 2}
+    assert decide(CALM, POLICY, replace(RUNNING, learner_version=3, last_evaluated=2)) == []
+    assert kinds(decide(CALM, POLICY, replace(RUNNING, learner_version=4, last_evaluated=2))) == ["evaluate"]
+
+
+def test_no_evaluation_during_a_release_or_with_one_open():
+    release = ReleaseView(id=7, status="canary", candidate=2)
+    assert decide(CALM, POLICY, replace(RUNNING, learner_version=4, release=release)) == []
+    for kind in ("evaluate", "release", "restart_learner"):
+        state = replace(RUNNING, learner_version=4, open_kinds=frozenset({kind}))
+        assert "evaluate" not in kinds(decide(CALM, POLICY, state))
+
+
+def test_a_release_awaiting_approval_is_promoted_once():
+    release = ReleaseView(id=7, status="awaiting_approval", candidate=2)
+    (proposal,) = decide(CALM, POLICY, replace(RUNNING, release=release))
+    assert (proposal.kind, proposal.release, proposal.version) == ("promote", 7, 2)
+    assert decide(CALM, POLICY, replace(RUNNING, release=release, open_kinds=frozenset({"promote"}))) == []
+
+
+def test_a_rolled_back_release_restarts_the_learner_but_a_promoted_one_does_not():
+    ended = ReleaseView(id=7, status="rolled_back", candidate=2)
+    (proposal,) = decide(CALM, POLICY, replace(RUNNING, release_ended=ended))
+    assert (proposal.kind, proposal.release) == ("restart_learner", 7)
+    assert proposal.evidence["release_status"] == "rolled_back"
+    promoted = ReleaseView(id=7, status="promoted", candidate=2)
+    assert decide(CALM, POLICY, replace(RUNNING, release_ended=promoted)) == []
+
+
+def test_tool_failures_update_the_harness_when_allowed():
+    clusters = (
+        ClusterView(id=3, tool="get_weather", signature="timeout", count=9, first_seen=9_000),
+        ClusterView(id=4, tool="get_weather", signature="bad city", count=2, first_seen=9_500),
+    )
+    signals = {**CALM, "tool_failure_rate": 0.3}
+    state = replace(IDLE, clusters=clusters, harness_allowed=True, last_promotion_at=8_000)
+    (proposal,) = decide(signals, POLICY, state)
+    assert proposal.kind == "update_harness"
+    assert proposal.evidence["clusters"] == [3, 4]
+    assert proposal.evidence["signals"]["tool_failure_rate"]["threshold"] == 0.1
+    assert "timeout" in proposal.reason
+
+
+def test_tool_failures_roll_back_without_harness_updates_only_when_they_began_after_the_last_promotion():
+    clusters = (ClusterView(id=3, tool="get_weather", signature="timeout", count=9, first_seen=9_000),)
+    signals = {**CALM, "tool_failure_rate": 0.3}
+    after = replace(IDLE, clusters=clusters, last_promotion_at=8_000)
+    (proposal,) = decide(signals, POLICY, after)
+    assert proposal.kind == "rollback"
+    assert proposal.evidence["clusters"] == [3]
+    assert decide(signals, POLICY, replace(after, last_promotion_at=9_500)) == []
+    assert decide(signals, POLICY, replace(after, last_promotion_at=None)) == []
+    # Below its threshold, or without a cluster, nothing.
+    assert decide(CALM, POLICY, after) == []
+    assert decide(signals, POLICY, replace(after, clusters=())) == []
+
+
+def test_a_safety_signal_rolls_back_a_release_or_pauses_the_learner_and_holds_the_rest_back():
+    signals = {**CALM, "safety_flags": 2, "drift": 0.5}
+    release = ReleaseView(id=7, status="awaiting_approval", candidate=2)
+    during = decide(signals, POLICY, replace(RUNNING, learner_version=4, release=release))
+    assert kinds(during) == ["rollback"]
+    assert during[0].release == 7
+    assert during[0].evidence["signals"]["safety_flags"]["value"] == 2
+    after = decide(signals, POLICY, replace(RUNNING, learner_version=4))
+    assert kinds(after) == ["pause_learning"]
+    assert decide(signals, POLICY, IDLE) == []  # nothing runs: nothing to stop, and no training
+
+
+def test_never_two_proposals_of_a_kind():
+    release = ReleaseView(id=7, status="canary", candidate=2)
+    clusters = (ClusterView(id=3, tool="t", signature="s", count=9, first_seen=9_000),)
+    signals = {**CALM, "safety_flags": 1, "tool_failure_rate": 0.5}
+    state = replace(RUNNING, release=release, clusters=clusters, last_promotion_at=8_000)
+    assert kinds(decide(signals, POLICY, state)) == ["rollback"]
