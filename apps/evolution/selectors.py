@@ -235,7 +235,7 @@ def decision_timeline(*, tenant: Tenant, policy: EvolutionPolicy, since_id: int 
 
 
 def decisions_in_status(*, tenant: Tenant, policy: EvolutionPolicy, status: str):
-    return decision_list(tenant=tenant, policy=policy).filter(status=status)
+    return decision_timeline(tenant=tenant, policy=policy).filter(status=status)
 
 
 def gate_key(gate: dict) -> str:
