@@ -92,7 +92,7 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReleaseMixin, ReportMixin):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         signal.signal(signal.SIGINT, self._stop)
         signal.signal(signal.SIGTERM, self._stop)
-        traffic = annotator = None
+        traffic = annotator = world = scenario = None
         try:
             call_command("migrate", verbosity=0, interactive=False)
             call_command("bootstrap", tenant=TENANT, stdout=self.out)
@@ -104,21 +104,40 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReleaseMixin, ReportMixin):
             self.loop_started = time.monotonic()
             api_key = self._api_key()
             self.learner = self._start_online(base)
+            from apps.demo.scenario import ScenarioDriver, scenario_world
             from workers.envs.traffic import Traffic
 
+            world = scenario_world(self.demo_settings)  # DEMO_SCENARIO; None: the weather desk as it was
             traffic = Traffic(
                 gateway_url=self.url,
                 api_key=api_key,
                 model=self.model,
                 users=self.demo_settings.users,
                 seed=self.seed,
+                world=world,
             ).start()
+            if world is not None:
+                scenario = ScenarioDriver(
+                    tenant=self.tenant, model=self.model, run_dir=self.run_dir, world=world, say=self._say
+                ).start()
             annotator = self._start_annotator(traffic)
             self._loop(traffic)
             traffic.stop()
             annotator.stop()
             self._stop_online(self.learner)
             self._table(traffic, annotator)
+            if world is not None:
+                from apps.demo.scenario import scenario_summary_write
+
+                scenario.stop()
+                scenario_summary_write(
+                    demo_settings=self.demo_settings,
+                    tenant=self.tenant,
+                    model=self.model,
+                    world=world,
+                    traffic=traffic,
+                    driver=scenario,
+                )
             if self.demo_settings.exit_after_table or self.stopping.is_set():
                 return
             self.out.write(
@@ -129,6 +148,8 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReleaseMixin, ReportMixin):
         finally:
             if self.release is not None:  # stopped or failed during a release: production keeps serving
                 self._release_close()
+            if scenario is not None:
+                scenario.stop(timeout=5)
             if traffic is not None:
                 traffic.stop(timeout=5)
             if annotator is not None:

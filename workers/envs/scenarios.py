@@ -353,7 +353,8 @@ def write_degraded_checkpoint(
     source_dir: str | Path, out_dir: str | Path, *, noise: float = 0.5, seed: int = 0
 ) -> Path:
     """Copies a checkpoint directory (safetensors shards, config, tokenizer) to out_dir with every
-    floating-point weight w replaced by w + noise * std(w) * N(0, 1): the same architecture, tokenizer and
+    floating-point weight w replaced by w + noise * rms(w) * N(0, 1) (the root mean square, so constant
+    tensors such as fresh norm weights move too): the same architecture, tokenizer and
     shapes, so it loads and serves anywhere production does, but answers worse (a release that should
     fail its guardrails). Writes `degraded.json` (noise, seed, source) beside it."""
     import shutil
@@ -371,8 +372,8 @@ def write_degraded_checkpoint(
         tensors = load_file(shard)
         degraded = {}
         for name, tensor in sorted(tensors.items()):
-            if tensor.is_floating_point() and tensor.numel() > 1:
-                spread = tensor.float().std()
+            if tensor.is_floating_point():
+                spread = tensor.float().pow(2).mean().sqrt()
                 draw = torch.randn(tensor.shape, generator=generator, dtype=torch.float32)
                 tensor = (tensor.float() + noise * spread * draw).to(tensor.dtype)
             degraded[name] = tensor.contiguous()
