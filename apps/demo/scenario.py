@@ -9,7 +9,8 @@ scenario's section of the JSON summary (read by bench/evolution).
   `release` decision for it recorded under the demo's evolution policy, as an operator who pushes a release
   past the gate would; the control plane carries it out, its canary breaks a guardrail, and the control
   plane is expected to roll back and restart the learner from production.
-- `scenario_summary_write(...)`: adds `scenario` (name, expectation, switches with their times),
+- `scenario_summary_write(...)`: adds `scenario` (name, expectation, switches with their times, what the
+  host carried out, the demo's policy and how many signal points its ticks stored),
   `decisions` (every decision of the run's model, with unix times and seconds since the scenario's
   start) and `live_success` (live success by 30 s bucket) to the summary the table wrote.
 """
@@ -143,6 +144,20 @@ def _decisions(tenant, model: str, *, origin: float) -> list[dict]:
     ]
 
 
+def _control_plane(tenant, model: str) -> dict:
+    """Whether the control plane ran for the run's model: its policy (mode, revision) and how many signal
+    points its ticks stored (bench/evolution refuses to read figures from a run without them)."""
+    from apps.evolution.models import SignalPoint
+
+    policy = _policy(tenant, model)
+    if policy is None:
+        return {"policy": None, "signal_points": 0}
+    return {
+        "policy": {"id": policy.pk, "mode": policy.mode, "revision": policy.revision},
+        "signal_points": SignalPoint.objects.for_tenant(tenant).filter(policy=policy).count(),
+    }
+
+
 def scenario_summary_write(
     *, demo_settings: DemoSettings, tenant, model: str, world, traffic, driver
 ) -> dict:
@@ -153,6 +168,7 @@ def scenario_summary_write(
     summary = json.loads(path.read_text()) if path.exists() else {}
     scenario = world.summary()
     scenario["host"] = list(driver.done) if driver is not None else []
+    scenario.update(_control_plane(tenant, model))
     started = world.started_at if world.started_at is not None else time.time()
     with traffic.stats.lock:
         history = list(traffic.stats.history)

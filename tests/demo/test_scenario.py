@@ -126,4 +126,6 @@ def test_the_summary_gains_the_scenario_its_decisions_and_live_success(tenant, p
     assert [event["what"] for event in summary["scenario"]["events"]] == ["offer_tools", "tool_faults"]
     assert [(row["kind"], row["status"]) for row in summary["decisions"]] == [("update_harness", "approved")]
     assert 0 <= summary["decisions"][0]["seconds"] < 60
+    assert summary["scenario"]["policy"] == {"id": policy.pk, "mode": "auto", "revision": 1}
+    assert summary["scenario"]["signal_points"] == 0
     assert summary["live_success"] == [{"seconds": 0.0, "episodes": 2, "success": 0.5}]
