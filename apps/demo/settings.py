@@ -56,8 +56,8 @@ class DemoSettings:
     canary_percent: float
     canary_seconds: int
     annotator_share: float
-    scenario: str = ""  # empty: no scenario (the demo as it was)
-    scenario_at: float | None = None  # None: the scenario's own trigger time
+    scenario: str  # empty: no scenario (the demo as it was)
+    scenario_at: float | None  # None: the scenario's own trigger time
 
     def __post_init__(self):
         from workers.envs.scenarios import scenario_named

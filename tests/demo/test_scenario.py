@@ -44,6 +44,8 @@ def _settings(tmp_path, **changes) -> DemoSettings:
         "canary_percent": 50,
         "canary_seconds": 1,
         "annotator_share": 0.0,
+        "scenario": "",
+        "scenario_at": None,
     }
     return DemoSettings(**{**values, **changes})
 
