@@ -6,6 +6,7 @@ import json
 import pytest
 
 from bench.evolution.run import NoControlPlane, analyse, main
+from tests.workers.inference.conftest import default_model_dir  # noqa: F401  (fixture)
 from workers.envs.scenarios import SCENARIOS, World
 
 
@@ -110,3 +111,25 @@ def test_a_run_where_the_control_plane_did_not_run_gives_no_figures_and_a_loud_e
     path.write_text(json.dumps(_summary("tool_failure", [("update_harness", 70)])))
     assert main(["--summary", str(path)]) == 0
     assert "PASSED" in capsys.readouterr().out
+
+
+def test_calibration_measures_each_scenarios_world_and_degraded_copies_on_a_real_checkpoint(
+    default_model_dir, tmp_path
+):
+    from bench.evolution.calibrate import calibrate, scenario_world_on
+
+    world = scenario_world_on("tool_failure")
+    assert [event["what"] for event in world.events] == []  # lazily: the switches come due when consulted
+    assert [tool["function"]["name"] for tool in world.tools()] == ["get_weather", "get_weather_v2"]
+    result = calibrate(default_model_dir, cases=2, noises=[0.5], seed=0, work_dir=tmp_path)
+    assert list(result["rows"]) == [
+        "default world",
+        "tool_failure (all switches on)",
+        "drift (all switches on)",
+        "drift_cities (all switches on)",
+        "degraded, noise 0.5",
+    ]
+    for row in result["rows"].values():
+        assert 0.0 <= row["success"] <= 1.0
+        assert sum(row["reasons"].values()) == 2
+    assert (tmp_path / "noise-0.5" / "degraded.json").exists()
