@@ -63,7 +63,13 @@ class ScenarioDriver:
         try:
             while not self._stop.wait(1.0):
                 for request in self.world.take_requests("bad_release"):
-                    self.done.append(self._bad_release(request))
+                    try:
+                        self.done.append(self._bad_release(request))
+                    except Exception as error:  # noqa: BLE001  (the run goes on; the summary says why)
+                        self.say(f"scenario bad_release failed: {type(error).__name__}: {error}")
+                        self.done.append(
+                            {"what": "bad_release_failed", "error": f"{type(error).__name__}: {error}"[:500]}
+                        )
         finally:
             connection.close()
 

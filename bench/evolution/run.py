@@ -61,6 +61,13 @@ def analyse(summary: dict, *, settle_seconds: float = SETTLE_SECONDS) -> dict:
     ]
     if not decisions and scenario["name"] != "stationary":
         raise NoControlPlane(f"{scenario['name']}: the control plane took no decision at all")
+    host_failures = [
+        entry for entry in scenario.get("host") or [] if entry.get("what", "").endswith("_failed")
+    ]
+    if host_failures:
+        raise NoControlPlane(
+            f"{scenario['name']}: the demo could not carry out its switch: {host_failures[0]['error']}"
+        )
     expects = scenario["expects"]
     trigger = next((event for event in scenario["events"] if event["what"] == expects.get("after")), None)
     trigger_seconds = trigger["seconds"] if trigger else None

@@ -102,6 +102,9 @@ def test_a_run_where_the_control_plane_did_not_run_gives_no_figures_and_a_loud_e
         analyse({**summary, "scenario": {**summary["scenario"], "policy": None}})
     with pytest.raises(NoControlPlane, match="no decisions"):
         analyse({"scenario": summary["scenario"], "rows": []})
+    failed = {**summary["scenario"], "host": [{"what": "bad_release_failed", "error": "no production"}]}
+    with pytest.raises(NoControlPlane, match="could not carry out its switch: no production"):
+        analyse({**_summary("tool_failure", [("update_harness", 70)]), "scenario": failed})
     with pytest.raises(NoControlPlane, match="no scenario section"):
         analyse({"rows": []})
     path = tmp_path / "summary.json"

@@ -131,3 +131,19 @@ def test_the_summary_gains_the_scenario_its_decisions_and_live_success(tenant, p
     assert summary["scenario"]["policy"] == {"id": policy.pk, "mode": "auto", "revision": 1}
     assert summary["scenario"]["signal_points"] == 0
     assert summary["live_success"] == [{"seconds": 0.0, "episodes": 2, "success": 0.5}]
+
+
+def test_a_bad_release_that_cannot_be_made_is_said_and_recorded_not_swallowed(tenant, tmp_path):
+    EvolutionPolicy.objects.create(tenant=tenant, model="weather", mode=PolicyMode.AUTO)
+    world = scenario_world(_settings(tmp_path, scenario="bad_release", scenario_at=0))
+    said: list[str] = []
+    driver = _driver(tenant, tmp_path, world, said)
+    world.start()
+    driver.start()  # no production version at all: the degraded copy cannot be made
+    deadline = time.monotonic() + 10
+    while not driver.done and time.monotonic() < deadline:
+        time.sleep(0.1)
+    driver.stop()
+    assert driver.done[0]["what"] == "bad_release_failed"
+    assert "scenario bad_release failed" in said[0]
+    assert not Decision.objects.exists()
