@@ -88,7 +88,7 @@ class ScenarioDriver:
         write_degraded_checkpoint(
             production.checkpoint_path,
             out,
-            noise=float(value.get("noise", 0.5)),
+            noise=float(value.get("noise", 0.25)),
             seed=int(value.get("seed", 0)),
         )
         version = model_version_register(
@@ -98,7 +98,7 @@ class ScenarioDriver:
             checkpoint_path=str(out),
             tokenizer_hash=production.tokenizer_hash,
             parent=production,
-            description=f"scenario bad_release: v{production.number} with noise {value.get('noise', 0.5)}",
+            description=f"scenario bad_release: v{production.number} with noise {value.get('noise', 0.25)}",
         )
         policy = _policy(self.tenant, self.model)
         if policy is None:

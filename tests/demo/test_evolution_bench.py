@@ -123,7 +123,7 @@ def test_calibration_measures_each_scenarios_world_and_degraded_copies_on_a_real
 
     world = scenario_world_on("tool_failure")
     assert [event["what"] for event in world.events] == []  # lazily: the switches come due when consulted
-    assert [tool["function"]["name"] for tool in world.tools()] == ["get_weather", "get_weather_v2"]
+    assert world.right_tools() == ("get_weather", "get_weather_v2")
     result = calibrate(default_model_dir, cases=2, noises=[0.5], seed=0, work_dir=tmp_path)
     assert list(result["rows"]) == [
         "default world",

@@ -7,8 +7,11 @@ tool results are `weather.tool_result`'s, tasks are the traffic's own. A scenari
 their time (seconds after `World.start()`), read lazily by every call under one lock, so the traffic's
 threads and the agent's tool calls see one state; `World.switch()` switches by hand. The switches:
 
-- `offer_tools` (a list of tool names): the agent's tool list also offers them; `get_weather_v2` answers as
-  `get_weather` does and is judged a right tool, so a harness can route the agent to it;
+- `offer_tools` (a list of tool names): the agent can run them (its registry has them) though the tool
+  list it sends is unchanged; `get_weather_v2` answers as `get_weather` does and is judged a right tool, so
+  a harness that routes the model's `get_weather` calls to it (at the gateway) reaches a working tool;
+- `advertise_tools` (a list of tool names): offered, and also added to the tool list the agent sends (the
+  model then sees them in its prompt: the demo's base stops calling tools at all when it does);
 - `tool_faults` (`{tool: [city, ...]}`): that tool answers `{"error": "station <city> offline"}` for
   those cities (the failed tool results a tool-failure cluster groups);
 - `city_shift` (`{"cities": [...], "share": x}`): a share of the traffic asks about other cities
@@ -46,10 +49,20 @@ EXTRA_TOOLS = {
     },
 }
 EQUIVALENT_TOOLS = {WEATHER_V2: weather.TOOL_NAME}  # a tool version → the tool whose answers it gives
-SWITCHES = ("offer_tools", "tool_faults", "city_shift", "question_shift", "bad_release", "reset")
+SWITCHES = (
+    "offer_tools",
+    "advertise_tools",
+    "tool_faults",
+    "city_shift",
+    "question_shift",
+    "bad_release",
+    "reset",
+)
 # A third of the cities whose station goes offline in the tool-failure scenario.
 FAULTY_CITIES = ("Oslo", "Lima", "Cairo", "Seoul")
-SHIFTED_QUESTION = "{city}: how warm is it outside right now?"
+# A phrasing that costs the demo's base about half its success (22 % → 12 % held-out, bench/evolution/calibrate.py):
+# "{city}: how warm is it now?" costs all of it (0 %: it never calls the tool), and nothing is left to learn from.
+SHIFTED_QUESTION = "{city}: what is the temperature right now?"
 SHIFTED_PREFIX = "shifted-"
 # Decisions that are a reaction to something (not the routine learning loop's evaluate / release / promote):
 # one of them while nothing was switched is a false alarm.
@@ -111,7 +124,8 @@ SCENARIOS: dict[str, Scenario] = {
     "tool_failure": Scenario(
         name="tool_failure",
         description=(
-            "get_weather_v2 is offered from the start; after 60 s get_weather answers "
+            "get_weather_v2 is in the agent's registry from the start (not in the tool list it sends); "
+            "after 60 s get_weather answers "
             '{"error": "station <city> offline"} for a third of the cities. A tool-failure cluster forms '
             "and the control plane routes the tool to get_weather_v2 (a harness update) or rolls back."
         ),
@@ -145,10 +159,11 @@ SCENARIOS: dict[str, Scenario] = {
     "bad_release": Scenario(
         name="bad_release",
         description=(
-            "After 60 s a degraded copy of production (noise of half each weight's spread) is released; "
+            "After 60 s a degraded copy of production (each weight plus a quarter of its RMS times N(0, 1): "
+            "the demo's base goes from 22 % to 3 % held-out) is released; "
             "its canary breaks a guardrail: rollback, and the learner restarted from production."
         ),
-        switches=(Switch(60, "bad_release", {"noise": 0.5, "seed": 0}),),
+        switches=(Switch(60, "bad_release", {"noise": 0.25, "seed": 0}),),
         expects=Expectation(
             kinds=("rollback",), within_seconds=90, after="bad_release", then=("restart_learner",)
         ),
@@ -194,6 +209,7 @@ def _plain(value):
 @dataclass
 class _State:
     offered: tuple[str, ...] = ()
+    advertised: tuple[str, ...] = ()
     faults: dict[str, frozenset[str]] = field(default_factory=dict)  # tool → lower-case cities
     cities: tuple[str, ...] = ()
     city_share: float = 0.0
@@ -245,11 +261,13 @@ class World:
         state = self._state
         if what == "reset":
             self._state = _State()
-        elif what == "offer_tools":
+        elif what in ("offer_tools", "advertise_tools"):
             unknown = [name for name in value if name not in EXTRA_TOOLS]
             if unknown:
                 raise ValueError(f"no such extra tool: {', '.join(unknown)}")
             state.offered = tuple(dict.fromkeys([*state.offered, *value]))
+            if what == "advertise_tools":
+                state.advertised = tuple(dict.fromkeys([*state.advertised, *value]))
         elif what == "tool_faults":
             state.faults = {
                 tool: frozenset(city.lower() for city in cities) for tool, cities in (value or {}).items()
@@ -269,11 +287,13 @@ class World:
     # What the traffic and the agent consult.
 
     def tools(self) -> list[dict]:
-        """The agent's tool list: weather.TOOLS, plus the extra tools on offer."""
+        """The tool list the agent sends: weather.TOOLS, plus the advertised extra tools."""
         with self._lock:
             self._advance()
-            offered = self._state.offered
-        return weather.TOOLS if not offered else [*weather.TOOLS, *(EXTRA_TOOLS[name] for name in offered)]
+            advertised = self._state.advertised
+        return (
+            weather.TOOLS if not advertised else [*weather.TOOLS, *(EXTRA_TOOLS[name] for name in advertised)]
+        )
 
     def right_tools(self) -> tuple[str, ...]:
         """The tools a successful episode may call first: get_weather and the versions of it on offer."""
@@ -350,7 +370,7 @@ class World:
 
 
 def write_degraded_checkpoint(
-    source_dir: str | Path, out_dir: str | Path, *, noise: float = 0.5, seed: int = 0
+    source_dir: str | Path, out_dir: str | Path, *, noise: float = 0.25, seed: int = 0
 ) -> Path:
     """Copies a checkpoint directory (safetensors shards, config, tokenizer) to out_dir with every
     floating-point weight w replaced by w + noise * rms(w) * N(0, 1) (the root mean square, so constant

@@ -10,6 +10,7 @@ from workers.envs import weather
 from workers.envs.scenarios import (
     FAULTY_CITIES,
     SCENARIOS,
+    SHIFTED_QUESTION,
     WEATHER_V2,
     World,
     scenario_named,
@@ -60,7 +61,7 @@ def test_the_tool_failure_scenario_breaks_get_weather_for_some_cities_at_its_tim
     world = World(SCENARIOS["tool_failure"], clock=clock).start()
     oslo = weather.Task("t1", "Oslo", 7, "Oslo: what is the temperature now?")
     paris = weather.Task("t2", "Paris", 9, "Paris: what is the temperature now?")
-    assert [tool["function"]["name"] for tool in world.tools()] == [weather.TOOL_NAME, WEATHER_V2]
+    assert world.tools() is weather.TOOLS  # the agent can run v2, but the tool list it sends is unchanged
     assert json.loads(world.tool_result(oslo, weather.TOOL_NAME, '{"city": "Oslo"}'))["temperature"] == 7
     clock.now += 59.9
     assert "error" not in json.loads(world.tool_result(oslo, weather.TOOL_NAME, '{"city": "Oslo"}'))
@@ -94,7 +95,7 @@ def test_drift_shifts_the_phrasing_and_the_task_ids_and_city_shift_moves_a_share
     clock.now += 10
     shifted = [world.shape(task) for task in tasks]
     assert all(task.task_id.startswith("shifted-") for task in shifted)
-    assert all(task.question == f"{task.city}: how warm is it outside right now?" for task in shifted)
+    assert all(task.question == SHIFTED_QUESTION.format(city=task.city) for task in shifted)
     assert [(task.city, task.temperature) for task in shifted] == [
         (task.city, task.temperature) for task in tasks
     ]
@@ -155,7 +156,7 @@ def test_the_bad_release_comes_due_once_even_when_many_threads_consult_the_world
     for thread in threads:
         thread.join()
     assert len(taken) == 1
-    assert taken[0]["value"] == {"noise": 0.5, "seed": 0}
+    assert taken[0]["value"] == {"noise": 0.25, "seed": 0}
     assert [event["what"] for event in world.events] == ["bad_release"]
 
 
@@ -218,3 +219,15 @@ def test_a_degraded_checkpoint_keeps_the_layout_and_moves_every_weight(tmp_path)
     assert torch.equal(again["layer.weight"], degraded["layer.weight"])
     with pytest.raises(FileNotFoundError):
         write_degraded_checkpoint(tmp_path / "bad" / "nothing", tmp_path / "x")
+
+
+def test_an_advertised_tool_joins_the_list_the_agent_sends():
+    world = World().start()
+    world.switch("offer_tools", [WEATHER_V2])
+    assert world.tools() is weather.TOOLS
+    assert world.right_tools() == (weather.TOOL_NAME, WEATHER_V2)
+    world.switch("advertise_tools", [WEATHER_V2])
+    assert [tool["function"]["name"] for tool in world.tools()] == [weather.TOOL_NAME, WEATHER_V2]
+    world.switch("reset")
+    assert world.tools() is weather.TOOLS
+    assert world.right_tools() == (weather.TOOL_NAME,)
