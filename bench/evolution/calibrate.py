@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from workers.envs import weather
-from workers.envs.scenarios import SCENARIOS, World, write_degraded_checkpoint
+from workers.envs.scenarios import FAULTY_CITIES, SCENARIOS, WEATHER_V2, World, write_degraded_checkpoint
 from workers.envs.warmup import heldout_success
 
 WORLD_SCENARIOS = ("tool_failure", "drift", "drift_cities")
@@ -39,6 +39,20 @@ def scenario_world_on(name: str) -> World:
     return world
 
 
+class _RoutedWorld(World):
+    """`tool_failure`'s world as a harness route `get_weather → get_weather_v2` leaves it to the model (what
+    the gateway does, simulated): the default tool list, and every `get_weather` call reaching v2."""
+
+    def __init__(self):
+        super().__init__()
+        self.start()
+        self.switch("offer_tools", [WEATHER_V2])
+        self.switch("tool_faults", {weather.TOOL_NAME: list(FAULTY_CITIES)})
+
+    def tool_result(self, task, name, arguments):
+        return super().tool_result(task, WEATHER_V2 if name == weather.TOOL_NAME else name, arguments)
+
+
 def calibrate(base: Path, *, cases: int, noises: list[float], seed: int, work_dir: Path) -> dict:
     tasks = weather.make_tasks(split="heldout", count=cases, seed=10_000 + seed)
     rows = {}
@@ -48,6 +62,8 @@ def calibrate(base: Path, *, cases: int, noises: list[float], seed: int, work_di
         world = scenario_world_on(name)
         measured = heldout_success(base, [world.shape(task) for task in tasks], seed=seed, world=world)
         rows[f"{name} (all switches on)"] = {"success": measured.success, "reasons": measured.reasons}
+    measured = heldout_success(base, tasks, seed=seed, world=_RoutedWorld())
+    rows["tool_failure routed to v2 (simulated)"] = {"success": measured.success, "reasons": measured.reasons}
     for noise in noises:
         degraded = write_degraded_checkpoint(base, work_dir / f"noise-{noise:g}", noise=noise, seed=seed)
         measured = heldout_success(degraded, tasks, seed=seed)
@@ -72,7 +88,7 @@ def main(argv=None) -> int:
         )
     for label, row in result["rows"].items():
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(row["reasons"].items()))
-        print(f"{label:<32} {row['success']:>5.0%}  ({reasons})")
+        print(f"{label:<40} {row['success']:>5.0%}  ({reasons})")
     print(json.dumps(result, indent=1))
     return 0
 

@@ -123,13 +123,14 @@ def test_calibration_measures_each_scenarios_world_and_degraded_copies_on_a_real
 
     world = scenario_world_on("tool_failure")
     assert [event["what"] for event in world.events] == []  # lazily: the switches come due when consulted
-    assert world.right_tools() == ("get_weather", "get_weather_v2")
+    assert [tool["function"]["name"] for tool in world.tools()] == ["get_weather_v2", "get_weather"]
     result = calibrate(default_model_dir, cases=2, noises=[0.5], seed=0, work_dir=tmp_path)
     assert list(result["rows"]) == [
         "default world",
         "tool_failure (all switches on)",
         "drift (all switches on)",
         "drift_cities (all switches on)",
+        "tool_failure routed to v2 (simulated)",
         "degraded, noise 0.5",
     ]
     for row in result["rows"].values():

@@ -125,7 +125,7 @@ def test_the_summary_gains_the_scenario_its_decisions_and_live_success(tenant, p
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert summary["seed"] == 0
     assert summary["scenario"]["name"] == "tool_failure"
-    assert [event["what"] for event in summary["scenario"]["events"]] == ["offer_tools", "tool_faults"]
+    assert [event["what"] for event in summary["scenario"]["events"]] == ["advertise_tools", "tool_faults"]
     assert [(row["kind"], row["status"]) for row in summary["decisions"]] == [("update_harness", "approved")]
     assert 0 <= summary["decisions"][0]["seconds"] < 60
     assert summary["scenario"]["policy"] == {"id": policy.pk, "mode": "auto", "revision": 1}

@@ -8,10 +8,12 @@ their time (seconds after `World.start()`), read lazily by every call under one 
 threads and the agent's tool calls see one state; `World.switch()` switches by hand. The switches:
 
 - `offer_tools` (a list of tool names): the agent can run them (its registry has them) though the tool
-  list it sends is unchanged; `get_weather_v2` answers as `get_weather` does and is judged a right tool, so
-  a harness that routes the model's `get_weather` calls to it (at the gateway) reaches a working tool;
-- `advertise_tools` (a list of tool names): offered, and also added to the tool list the agent sends (the
-  model then sees them in its prompt: the demo's base stops calling tools at all when it does);
+  list it sends is unchanged; `get_weather_v2` answers as `get_weather` does and is judged a right tool;
+- `advertise_tools` (a list of tool names): offered, and also in the tool list the agent sends, before
+  `get_weather` (after it, the demo's base stops calling tools at all: 0 % held-out; before it, 16 %
+  against 22 %). The gateway applies a harness route `get_weather → get_weather_v2` only to requests that
+  offer the target, hides the target from the model and renames its `get_weather` calls, so a routed
+  request shows the model the default tool list again;
 - `tool_faults` (`{tool: [city, ...]}`): that tool answers `{"error": "station <city> offline"}` for
   those cities (the failed tool results a tool-failure cluster groups);
 - `city_shift` (`{"cities": [...], "share": x}`): a share of the traffic asks about other cities
@@ -124,13 +126,13 @@ SCENARIOS: dict[str, Scenario] = {
     "tool_failure": Scenario(
         name="tool_failure",
         description=(
-            "get_weather_v2 is in the agent's registry from the start (not in the tool list it sends); "
-            "after 60 s get_weather answers "
-            '{"error": "station <city> offline"} for a third of the cities. A tool-failure cluster forms '
-            "and the control plane routes the tool to get_weather_v2 (a harness update) or rolls back."
+            "get_weather_v2 is in the agent's tool list from the start (before get_weather); after 60 s "
+            'get_weather answers {"error": "station <city> offline"} for a third of the cities. A '
+            "tool-failure cluster forms and the control plane routes get_weather to get_weather_v2 (a "
+            "harness update: the model then sees the default tool list, its calls reach v2) or rolls back."
         ),
         switches=(
-            Switch(0, "offer_tools", [WEATHER_V2]),
+            Switch(0, "advertise_tools", [WEATHER_V2]),
             Switch(60, "tool_faults", {weather.TOOL_NAME: list(FAULTY_CITIES)}),
         ),
         expects=Expectation(kinds=("update_harness", "rollback"), within_seconds=120, after="tool_faults"),
@@ -287,12 +289,12 @@ class World:
     # What the traffic and the agent consult.
 
     def tools(self) -> list[dict]:
-        """The tool list the agent sends: weather.TOOLS, plus the advertised extra tools."""
+        """The tool list the agent sends: weather.TOOLS, after the advertised extra tools."""
         with self._lock:
             self._advance()
             advertised = self._state.advertised
         return (
-            weather.TOOLS if not advertised else [*weather.TOOLS, *(EXTRA_TOOLS[name] for name in advertised)]
+            weather.TOOLS if not advertised else [*(EXTRA_TOOLS[name] for name in advertised), *weather.TOOLS]
         )
 
     def right_tools(self) -> tuple[str, ...]:

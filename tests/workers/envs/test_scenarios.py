@@ -61,7 +61,7 @@ def test_the_tool_failure_scenario_breaks_get_weather_for_some_cities_at_its_tim
     world = World(SCENARIOS["tool_failure"], clock=clock).start()
     oslo = weather.Task("t1", "Oslo", 7, "Oslo: what is the temperature now?")
     paris = weather.Task("t2", "Paris", 9, "Paris: what is the temperature now?")
-    assert world.tools() is weather.TOOLS  # the agent can run v2, but the tool list it sends is unchanged
+    assert [tool["function"]["name"] for tool in world.tools()] == [WEATHER_V2, weather.TOOL_NAME]
     assert json.loads(world.tool_result(oslo, weather.TOOL_NAME, '{"city": "Oslo"}'))["temperature"] == 7
     clock.now += 59.9
     assert "error" not in json.loads(world.tool_result(oslo, weather.TOOL_NAME, '{"city": "Oslo"}'))
@@ -80,7 +80,7 @@ def test_the_tool_failure_scenario_breaks_get_weather_for_some_cities_at_its_tim
     assert set(FAULTY_CITIES) < set(weather.CITIES)
     events = world.summary()["events"]
     assert [(event["what"], event["seconds"]) for event in events] == [
-        ("offer_tools", 0),
+        ("advertise_tools", 0),
         ("tool_faults", 60),
     ]
     assert events[1]["at"] == 1_060.0
@@ -227,7 +227,7 @@ def test_an_advertised_tool_joins_the_list_the_agent_sends():
     assert world.tools() is weather.TOOLS
     assert world.right_tools() == (weather.TOOL_NAME, WEATHER_V2)
     world.switch("advertise_tools", [WEATHER_V2])
-    assert [tool["function"]["name"] for tool in world.tools()] == [weather.TOOL_NAME, WEATHER_V2]
+    assert [tool["function"]["name"] for tool in world.tools()] == [WEATHER_V2, weather.TOOL_NAME]
     world.switch("reset")
     assert world.tools() is weather.TOOLS
     assert world.right_tools() == (weather.TOOL_NAME,)
