@@ -89,7 +89,7 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReportMixin):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         signal.signal(signal.SIGINT, self._stop)
         signal.signal(signal.SIGTERM, self._stop)
-        traffic = annotator = None
+        traffic = annotator = world = scenario = None
         try:
             call_command("migrate", verbosity=0, interactive=False)
             call_command("bootstrap", tenant=TENANT, stdout=self.out)
@@ -102,21 +102,41 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReportMixin):
             api_key = self._api_key()
             self._policy_create()
             self._first_learner()
+            from apps.demo.scenario import ScenarioDriver, scenario_world
+
             from workers.envs.traffic import Traffic
 
+            world = scenario_world(self.demo_settings)  # DEMO_SCENARIO; None: the weather desk as it was
             traffic = Traffic(
                 gateway_url=self.url,
                 api_key=api_key,
                 model=self.model,
                 users=self.demo_settings.users,
                 seed=self.seed,
+                world=world,
             ).start()
+            if world is not None:
+                scenario = ScenarioDriver(
+                    tenant=self.tenant, model=self.model, run_dir=self.run_dir, world=world, say=self._say
+                ).start()
             annotator = self._start_annotator(traffic)
             self._loop(traffic)
             self._close()
             traffic.stop()
             annotator.stop()
             self._table(traffic, annotator)
+            if world is not None:
+                from apps.demo.scenario import scenario_summary_write
+
+                scenario.stop()
+                scenario_summary_write(
+                    demo_settings=self.demo_settings,
+                    tenant=self.tenant,
+                    model=self.model,
+                    world=world,
+                    traffic=traffic,
+                    driver=scenario,
+                )
             if self.demo_settings.exit_after_table or self.stopping.is_set():
                 return
             self.out.write(
@@ -125,6 +145,8 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReportMixin):
             while not self.stopping.is_set() and self._alive():
                 self.stopping.wait(0.5)
         finally:
+            if scenario is not None:
+                scenario.stop(timeout=5)
             if (
                 getattr(self, "tenant", None) is not None
             ):  # a release under way is aborted, the learner stopped

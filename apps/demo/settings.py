@@ -8,7 +8,9 @@ DEMO_SKILL_STEPS (200), DEMO_SFT_STEPS (60), DEMO_SFT_LR (1e-3), DEMO_USERS (3),
 DEMO_ETA (8: production lags the learner by the versions a release takes), DEMO_BATCH (16 samples per step),
 DEMO_PUBLISH_EVERY (1), DEMO_EVAL_EVERY (2 versions), DEMO_LR (1e-4), DEMO_TOLERANCE (0.05),
 DEMO_CANARY_PERCENT (50), DEMO_CANARY_SECONDS (10), DEMO_ANNOTATOR_SHARE (0.3), DEMO_SUMMARY (a JSON file;
-default var/demo/demo-summary.json).
+default var/demo/demo-summary.json), DEMO_SCENARIO (empty: none; a name of workers.envs.scenarios.SCENARIOS:
+the world the traffic meets, see apps/demo/scenario.py), DEMO_SCENARIO_AT (empty: the scenario's own time;
+seconds after the traffic starts at which its trigger switches).
 """
 
 import os
@@ -54,6 +56,13 @@ class DemoSettings:
     canary_percent: float
     canary_seconds: int
     annotator_share: float
+    scenario: str  # empty: no scenario (the demo as it was)
+    scenario_at: float | None  # None: the scenario's own trigger time
+
+    def __post_init__(self):
+        from workers.envs.scenarios import scenario_named
+
+        scenario_named(self.scenario, at=self.scenario_at)  # an unknown name fails here, before the warm-up
 
     @classmethod
     def from_environment(cls) -> "DemoSettings":
@@ -80,4 +89,6 @@ class DemoSettings:
             canary_percent=_env_float("DEMO_CANARY_PERCENT", 50),
             canary_seconds=_env_int("DEMO_CANARY_SECONDS", 10),
             annotator_share=_env_float("DEMO_ANNOTATOR_SHARE", 0.3),
+            scenario=os.environ.get("DEMO_SCENARIO", "").strip(),
+            scenario_at=float(os.environ["DEMO_SCENARIO_AT"]) if os.environ.get("DEMO_SCENARIO_AT") else None,
         )

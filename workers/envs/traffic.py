@@ -10,11 +10,13 @@ outcome by session id (`outcomes`, the latest `OUTCOMES_KEPT`): the simulated an
 
 import random
 import threading
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from workers.envs import weather
 from workers.envs.agent import run_episode
+from workers.envs.scenarios import World
 from workers.envs.users import SimulatedUser
 
 OUTCOMES_KEPT = 20_000
@@ -33,6 +35,9 @@ class TrafficStats:
     recent: deque = field(
         default_factory=lambda: deque(maxlen=64)
     )  # (success, reward) of the latest episodes
+    history: deque = field(
+        default_factory=lambda: deque(maxlen=OUTCOMES_KEPT)
+    )  # (unix time, success) of every episode, for success before and after a scenario's switch
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def recent_success(self) -> float | None:
@@ -54,16 +59,20 @@ class Traffic:
         users: int = 3,
         seed: int = 0,
         user: SimulatedUser | None = None,
+        world: World | None = None,
     ):
         self.gateway_url, self.api_key, self.model = gateway_url.rstrip("/"), api_key, model
         self.users, self.seed = users, seed
         self.user = user or SimulatedUser()
+        self.world = world  # a scenario's world (workers/envs/scenarios.py); None: the weather desk as is
         self.stats = TrafficStats()
         self.outcomes: OrderedDict = OrderedDict()  # session id -> the episode's Outcome (ground truth)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
     def start(self) -> "Traffic":
+        if self.world is not None:
+            self.world.start()
         for number in range(self.users):
             thread = threading.Thread(
                 target=self._user, args=(number,), name=f"demo-user-{number}", daemon=True
@@ -86,7 +95,7 @@ class Traffic:
         http = httpx.Client(base_url=self.gateway_url, timeout=60)
         headers = {"Authorization": f"Bearer {self.api_key}"}
         while not self._stop.is_set():
-            task = next(tasks)
+            task = next(tasks) if self.world is None else self.world.shape(next(tasks))
             try:
                 started = http.post("/rl/start_session", json={"task_id": task.task_id}, headers=headers)
                 if started.status_code == 429:
@@ -99,7 +108,7 @@ class Traffic:
                 client = openai.OpenAI(
                     base_url=f"{self.gateway_url}/v1", api_key=session["api_key"], max_retries=2
                 )
-                episode = run_episode(client, model=self.model, task=task)
+                episode = run_episode(client, model=self.model, task=task, world=self.world)
                 outcome = episode.outcome
                 feedback = self.user.react(task, outcome, rng)
                 session_headers = {"Authorization": f"Bearer {session['api_key']}"}
@@ -142,6 +151,7 @@ class Traffic:
                     self.stats.thumbs_up += feedback.thumbs_up
                     self.stats.corrections += feedback.correction is not None
                     self.stats.recent.append((outcome.success, 1.0 if feedback.thumbs_up else 0.0))
+                    self.stats.history.append((time.time(), outcome.success))
             except (httpx.HTTPError, openai.OpenAIError, KeyError, ValueError):
                 with self.stats.lock:
                     self.stats.errors += 1

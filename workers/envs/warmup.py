@@ -129,9 +129,19 @@ def train_base(
 
 
 def run_episodes(
-    engine, tokenizer, tasks, *, temperature: float = 1.0, max_tokens: int = 40, seed: int | None = None
+    engine,
+    tokenizer,
+    tasks,
+    *,
+    temperature: float = 1.0,
+    max_tokens: int = 40,
+    seed: int | None = None,
+    world=None,
 ) -> list[tuple[weather.Task, list[dict]]]:
-    """The agent's two-turn loop for many tasks at once (the engine batches them)."""
+    """The agent's two-turn loop for many tasks at once (the engine batches them); a scenario's `world`
+    (workers/envs/scenarios.py) gives the tool list and the tools' answers, as in run_episode."""
+    tools = weather.TOOLS if world is None else world.tools()
+    answer = weather.tool_result if world is None else world.tool_result
     from workers.inference.chat import parse_assistant_text
     from workers.inference.sampling import SamplingParams
 
@@ -140,7 +150,7 @@ def run_episodes(
     for turn in range(2):
         streams = []
         for number in live:
-            prompt = _render(tokenizer, episodes[number][1], generation_prompt=True)
+            prompt = _render(tokenizer, episodes[number][1], generation_prompt=True, tools=tools)
             params = SamplingParams(
                 max_tokens=max_tokens,
                 temperature=temperature,
@@ -164,9 +174,7 @@ def run_episodes(
                     {
                         "role": "tool",
                         "tool_call_id": call["id"],
-                        "content": weather.tool_result(
-                            task, call["function"]["name"], call["function"]["arguments"]
-                        ),
+                        "content": answer(task, call["function"]["name"], call["function"]["arguments"]),
                     }
                 )
             if calls:
@@ -177,16 +185,20 @@ def run_episodes(
     return episodes
 
 
-def heldout_success(model_dir, tasks, *, temperature: float = 1.0, seed: int = 0) -> HeldOut:
-    """Success rate of the policy in `model_dir` on `tasks` (sampled at the agent's temperature, seeded)."""
+def heldout_success(model_dir, tasks, *, temperature: float = 1.0, seed: int = 0, world=None) -> HeldOut:
+    """Success rate of the policy in `model_dir` on `tasks` (sampled at the agent's temperature, seeded);
+    in a scenario's `world` when given (its tools, answers and judging; the caller shapes the tasks)."""
     from workers.inference.engine import InferenceEngine
 
     engine = InferenceEngine(model_dir, max_batch_size=64).start()
     try:
-        episodes = run_episodes(engine, engine.tokenizer, tasks, temperature=temperature, seed=seed)
+        episodes = run_episodes(
+            engine, engine.tokenizer, tasks, temperature=temperature, seed=seed, world=world
+        )
     finally:
         engine.stop()
-    outcomes = [weather.check(task, messages) for task, messages in episodes]
+    judge = weather.check if world is None else world.check
+    outcomes = [judge(task, messages) for task, messages in episodes]
     reasons = Counter(outcome.reason for outcome in outcomes)
     return HeldOut(
         success=sum(outcome.success for outcome in outcomes) / max(len(outcomes), 1),

@@ -33,6 +33,9 @@ CITIES = (
     "Rome",
     "Quito",
 )
+# Cities that never occur in training traffic or held-out cases (make_tasks draws from CITIES only): a
+# scenario shifts live traffic to them (workers/envs/scenarios.py) so that the drift can be measured.
+NEW_CITIES = ("Nairobi", "Hanoi", "Dublin", "Perth")
 TEMPERATURES = range(0, 36)  # each " N" is one token of the default tokenizer
 # The city opens the message, as in a chat ("Oslo: how warm is it?"): it is then the same token as in the
 # tool call's JSON (the default tokenizer has one token for " Oslo" and another for "Oslo").
@@ -149,9 +152,10 @@ def _call_arguments(function: dict) -> dict:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def check(task: Task, transcript: list[dict]) -> Outcome:
+def check(task: Task, transcript: list[dict], *, right_tools: tuple[str, ...] = (TOOL_NAME,)) -> Outcome:
     """Judges an episode from its messages (the opening, then the agent's and the tool's turns): the
-    first tool call must be `get_weather` for the task's city, and the last answer must hold the number."""
+    first tool call must be `get_weather` (or another of `right_tools`: a scenario's world may offer a
+    second version of it) for the task's city, and the last answer must hold the number."""
     calls = [
         call
         for message in transcript
@@ -169,7 +173,7 @@ def check(task: Task, transcript: list[dict]) -> Outcome:
     if not calls:
         return Outcome(False, False, bool(answers), right_temperature, "no tool call", right_tool=False)
     function = calls[0].get("function", calls[0])
-    right_tool = function.get("name") == TOOL_NAME
+    right_tool = function.get("name") in right_tools
     right_city = str(_call_arguments(function).get("city", "")).strip().lower() == task.city.lower()
     if not answers:
         return Outcome(True, right_city, False, False, "no final answer", right_tool=right_tool)
