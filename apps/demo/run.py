@@ -103,7 +103,6 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReportMixin):
             self._policy_create()
             self._first_learner()
             from apps.demo.scenario import ScenarioDriver, scenario_world
-
             from workers.envs.traffic import Traffic
 
             world = scenario_world(self.demo_settings)  # DEMO_SCENARIO; None: the weather desk as it was
