@@ -19,6 +19,7 @@ TASK_QUEUES: dict[str, Queue] = {
     "core.ping": Queue.DEFAULT,
     "evaluation.execute_run": Queue.EVAL,
     "evolution.evaluate": Queue.EVAL,
+    "evolution.propose": Queue.EVAL,
     "evolution.tick": Queue.DEFAULT,
     "evaluation.requeue_stale": Queue.DEFAULT,
     "inference.check_backends": Queue.DEFAULT,

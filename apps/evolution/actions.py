@@ -14,7 +14,11 @@ next tick. A service's refusal (a domain error) fails the decision with the refu
 - release → the candidate loaded on the policy model's backend not serving production (a harness-only
   candidate is served by its `weights_of` backends: nothing to load), then a release with the policy's plan;
 - promote → `release_approve` by the person who approved the decision (or the policy, automatic mode);
-- rollback → `release_rollback` of the release under way;
+- rollback → `release_rollback` of the release under way, else production back to its previous version
+  (`apps.releases.services.production_restore`);
+- update_harness → the policy's proposer (rule or model) drafts a harness from the failing cluster in the
+  `evolution.propose` task (eval queue); it becomes a candidate version over production's weights, and a
+  child `evaluate` decision takes it through the same gate, canary and approval as weights;
 - restart_learner → stop the learner, and once it left `running`, start a new one from production;
 - pause_learning → stop the learner.
 """
@@ -537,12 +541,7 @@ def _rollback(*, tenant, decision, policy) -> Decision:
 
     release = _release_under_way(tenant=tenant, decision=decision, policy=policy)
     if release is None:
-        return _fail(
-            tenant,
-            decision,
-            "no release is under way to roll back; moving production back to an earlier version is an "
-            "operator's release",
-        )
+        return _restore_previous(tenant=tenant, decision=decision, policy=policy)
     release = release_rollback(
         tenant=tenant, actor=_approver(decision, policy), release_id=release.pk, reason=decision.reason
     )
@@ -554,8 +553,156 @@ def _rollback(*, tenant, decision, policy) -> Decision:
     )
 
 
+def _restore_previous(*, tenant, decision, policy) -> Decision:
+    """No release under way: production goes back to the version it had before (apps.releases'
+    production_restore: statuses, alias and routing, audited), and the learner is not touched."""
+    from apps.releases.services import production_restore
+    from apps.training.models import VersionStatus
+
+    current = _production(tenant=tenant, policy=policy)
+    earlier = [
+        version
+        for version in production_versions(tenant=tenant, model=policy.model)
+        if current is not None and version.pk != current.pk and version.status == VersionStatus.RETIRED
+    ]
+    if not earlier:
+        return _fail(tenant, decision, "production has no earlier version to go back to")
+    previous = earlier[-1]
+    production_restore(
+        tenant=tenant,
+        actor=_approver(decision, policy),
+        current=current,
+        previous=previous,
+        reason=decision.reason,
+    )
+    return _succeed(
+        tenant,
+        decision,
+        f"production rolled back from v{current.number} to v{previous.number}",
+        started={"versions": [previous.pk]},
+    )
+
+
 def _update_harness(*, tenant, decision, policy) -> Decision:
-    return _fail(tenant, decision, "no harness proposer is installed yet (apps.evolution.harness)")
+    """The proposer runs in the `evolution.propose` task (eval queue): a model proposer waits on a backend,
+    which the tick must not (it holds the policy's lock)."""
+    production = _production(tenant=tenant, policy=policy)
+    if production is None:
+        return _fail(tenant, decision, "no production version to put a harness on")
+    if not decision.evidence.get("clusters"):
+        return _fail(tenant, decision, "the decision names no failing cluster")
+    _note(decision)
+    started = decision_start(
+        tenant=tenant,
+        decision_id=decision.pk,
+        outcome=f"the {policy.harness_proposer} proposer drafts a harness over production v{production.number}",
+    )
+    transaction.on_commit(lambda: _enqueue_proposal(tenant.pk, decision.pk))
+    return started
+
+
+def _enqueue_proposal(tenant_id: int, decision_id: int) -> None:
+    from apps.evolution.tasks import propose
+
+    propose.delay(tenant_id, decision_id)
+
+
+def _proposer(*, tenant, policy):
+    from apps.evolution.harness import model_complete
+    from apps.evolution.models import HarnessProposer
+    from workers.evolution.proposers import ModelProposer, RuleProposer
+
+    if policy.harness_proposer == HarnessProposer.MODEL:
+        return ModelProposer(model_complete(tenant=tenant, model=policy.harness_model))
+    return RuleProposer()
+
+
+def harness_run(*, tenant_id: int, decision_id: int) -> str:
+    """The `evolution.propose` task's body: the policy's proposer drafts a harness from the decision's failing
+    cluster (rule: memory from qualified successes; model: a prompt rewritten from the failures); the
+    harness becomes a candidate version over production's weights, the decision succeeds, and a child
+    `evaluate` decision takes the candidate through the same gate, canary and approval as weights."""
+    import httpx
+
+    from apps.evolution.harness import harness_candidate_create, harness_propose
+    from apps.evolution.models import HarnessProposer
+    from apps.evolution.selectors import harness_inputs
+
+    tenant = Tenant.objects.get(pk=tenant_id)
+    decision = decision_get(tenant=tenant, decision_id=decision_id)
+    if decision.status != DecisionStatus.RUNNING or decision.kind != DecisionKind.UPDATE_HARNESS:
+        return f"skipped: the decision is {decision.status}"
+    policy = decision.policy
+    production = _production(tenant=tenant, policy=policy)
+    inputs = harness_inputs(tenant=tenant, policy=policy, cluster_ids=decision.evidence.get("clusters") or [])
+    if production is None or inputs is None:
+        _fail(tenant, decision, "production or the failing cluster is gone")
+        return "failed"
+    cluster, successes, failures = inputs
+    examples = failures if policy.harness_proposer == HarnessProposer.MODEL else successes
+    try:
+        harness = harness_propose(
+            tenant=tenant,
+            actor=policy_actor(policy),
+            proposer=_proposer(tenant=tenant, policy=policy),
+            production_version=production,
+            cluster=cluster,
+            examples=examples,
+        )
+    except (DomainError, httpx.HTTPError) as error:
+        _fail(tenant, decision, f"the proposer failed: {error}")
+        return "failed"
+    if harness is None:
+        _fail(
+            tenant,
+            decision,
+            f"the {policy.harness_proposer} proposer had nothing to propose for {cluster['tool']}",
+        )
+        return "failed"
+    with transaction.atomic():
+        candidate = harness_candidate_create(
+            tenant=tenant, actor=policy_actor(policy), harness=harness, production_version=production
+        )
+        Decision.objects.filter(pk=decision.pk).update(harness=harness, version=candidate)
+        finished = _succeed(
+            tenant,
+            decision,
+            f"harness {harness.label} proposed ({_routing_summary(harness)}): candidate v{candidate.number} "
+            f"over production v{production.number}",
+            started={"versions": [candidate.pk], "harness_versions": [harness.pk]},
+        )
+        decision_record(
+            tenant=tenant,
+            policy=policy,
+            kind=DecisionKind.EVALUATE,
+            reason=f"harness {harness.label} (v{candidate.number}) is evaluated like any candidate",
+            evidence={"clusters": [cluster["id"]], "harness": harness.pk},
+            actor=policy_actor(policy),
+            parent=finished,
+            version=candidate,
+            harness=harness,
+        )
+    return f"{harness.label} as v{candidate.number}"
+
+
+def _routing_summary(harness) -> str:
+    parts = [
+        f"{tool} → {route.get('to')}" if route.get("action") == "route" else f"{tool} disabled"
+        for tool, route in sorted(harness.tool_routing.items())
+    ]
+    if harness.system_prompt:
+        parts.append("system prompt")
+    if harness.exemplars:
+        parts.append(f"{len(harness.exemplars)} exemplar(s)")
+    return ", ".join(parts) or "no change"
+
+
+def _follow_update_harness(*, tenant, decision, policy) -> Decision:
+    if _waited(decision) > GATE_WAIT_SECONDS:
+        return _fail(
+            tenant, decision, f"no proposal within {GATE_WAIT_SECONDS} s (is an eval worker running?)"
+        )
+    return decision
 
 
 def _nothing(*, tenant, decision, policy) -> Decision:
@@ -574,6 +721,7 @@ _EXECUTE = {
     DecisionKind.NOTHING: _nothing,
 }
 _FOLLOW = {
+    DecisionKind.UPDATE_HARNESS: _follow_update_harness,
     DecisionKind.EVALUATE: _follow_evaluate,
     DecisionKind.RELEASE: _follow_release,
     DecisionKind.PAUSE_LEARNING: _follow_pause,

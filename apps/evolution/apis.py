@@ -34,6 +34,8 @@ class PolicyOutputSerializer(serializers.Serializer):
     cooldown_seconds = serializers.IntegerField()
     compute_budget_seconds = serializers.IntegerField()
     decision_ttl_seconds = serializers.IntegerField()
+    harness_proposer = serializers.CharField()
+    harness_model = serializers.CharField()
     revision = serializers.IntegerField()
     updated_by = serializers.CharField()
     last_tick_at = serializers.DateTimeField(allow_null=True)
@@ -60,6 +62,8 @@ class PolicySettingsSerializer(serializers.Serializer):
         min_value=0, max_value=INTEGER_COLUMN_MAX, required=False
     )
     decision_ttl_seconds = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, required=False)
+    harness_proposer = serializers.CharField(max_length=16, required=False)
+    harness_model = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
     def to_internal_value(self, data):
         if isinstance(data, dict):

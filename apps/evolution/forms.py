@@ -1,6 +1,6 @@
 from django import forms
 
-from apps.evolution.models import ApprovalMode, PolicyMode, UpdateKind
+from apps.evolution.models import ApprovalMode, HarnessProposer, PolicyMode, UpdateKind
 from apps.evolution.policies import EDITABLE
 
 
@@ -40,6 +40,12 @@ class PolicyForm(forms.Form):
     cooldown_seconds = forms.IntegerField(label="Cool-down (s)", help_text="At most a day.")
     compute_budget_seconds = forms.IntegerField(label="Training budget (s per day)")
     decision_ttl_seconds = forms.IntegerField(label="A proposal expires after (s)")
+    harness_proposer = forms.ChoiceField(
+        choices=HarnessProposer.choices, label="Harness proposer", required=False
+    )
+    harness_model = forms.CharField(
+        max_length=200, required=False, help_text="Proposer model: the served model that rewrites the prompt."
+    )
     revision = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
     @classmethod
@@ -49,6 +55,7 @@ class PolicyForm(forms.Form):
     def service_arguments(self) -> dict:
         data = self.cleaned_data
         values = {name: data[name] for name in EDITABLE}
+        values["harness_proposer"] = values["harness_proposer"] or HarnessProposer.RULE
         for name in ("signals", "recipe", "gate", "release_plan"):
             if values[name] is None:
                 values[name] = {}

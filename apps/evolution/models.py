@@ -25,6 +25,11 @@ class UpdateKind(models.TextChoices):
     HARNESS = "harness"
 
 
+class HarnessProposer(models.TextChoices):
+    RULE = "rule", "Rules (no model)"
+    MODEL = "model", "A model rewrites the prompt"
+
+
 class EvolutionPolicy(TimestampedTenantOwned):
     """How one agent of a tenant evolves: the signals that matter (thresholds), the update kinds allowed, the
     training recipe, the evaluation gate, the release plan, the approval mode, cool-down and daily budget.
@@ -48,6 +53,12 @@ class EvolutionPolicy(TimestampedTenantOwned):
     cooldown_seconds = models.PositiveIntegerField(default=300)
     compute_budget_seconds = models.PositiveIntegerField(default=3600, help_text="Training seconds per day.")
     decision_ttl_seconds = models.PositiveIntegerField(default=3600, help_text="A proposal expires after it.")
+    harness_proposer = models.CharField(
+        max_length=16, choices=HarnessProposer.choices, default=HarnessProposer.RULE
+    )
+    harness_model = models.CharField(
+        max_length=200, blank=True, help_text="The served model that rewrites prompts (proposer model)."
+    )
     revision = models.PositiveIntegerField(default=1, help_text="Bumped by every edit (optimistic locking).")
     updated_by = models.CharField(max_length=150, blank=True)
     last_tick_at = models.DateTimeField(null=True, blank=True)

@@ -19,6 +19,7 @@ from apps.evolution.models import (
     Decision,
     DecisionStatus,
     EvolutionPolicy,
+    HarnessProposer,
     PolicyMode,
     UpdateKind,
 )
@@ -82,6 +83,8 @@ EDITABLE = (
     "cooldown_seconds",
     "compute_budget_seconds",
     "decision_ttl_seconds",
+    "harness_proposer",
+    "harness_model",
 )
 
 
@@ -264,6 +267,16 @@ def _contradictions(values: dict) -> dict:
     return problems
 
 
+def _proposer_problems(proposer, model) -> dict:
+    if proposer not in HarnessProposer.values:
+        return {"harness_proposer": [f"one of {', '.join(HarnessProposer.values)}"]}
+    if not isinstance(model, str) or len(model) > 200:
+        return {"harness_model": ["a served model's name (at most 200 characters)"]}
+    if proposer == HarnessProposer.MODEL and not model.strip():
+        return {"harness_model": ["the model proposer needs the served model that rewrites the prompt"]}
+    return {}
+
+
 def policy_problems(*, tenant: Tenant, values: dict) -> dict[str, list[str]]:
     """Every problem of a policy's settings, by field (`signals.<name>`, `recipe.<key>`, `gate.<key>`,
     `release_plan.<key>` for the parts of the JSON settings); empty when they hold."""
@@ -284,6 +297,7 @@ def policy_problems(*, tenant: Tenant, values: dict) -> dict[str, list[str]]:
     _integer_in(problems, "cooldown_seconds", values["cooldown_seconds"], 0, COOLDOWN_MAX)
     _integer_in(problems, "compute_budget_seconds", values["compute_budget_seconds"], 0, COMPUTE_BUDGET_MAX)
     _integer_in(problems, "decision_ttl_seconds", values["decision_ttl_seconds"], *DECISION_TTL_RANGE)
+    problems.update(_proposer_problems(values["harness_proposer"], values["harness_model"]))
     problems.update(_signal_problems(values["signals"]))
     problems.update(_update_kind_problems(values["update_kinds"], values["mode"]))
     problems.update(_recipe_problems(values["recipe"]))

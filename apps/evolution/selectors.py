@@ -1,6 +1,6 @@
 """Reads of the control plane's tables, always within one tenant."""
 
-from django.db.models import Exists, OuterRef
+from django.db.models import Avg, Exists, OuterRef
 
 from apps.core.selectors import get_in_tenant
 from apps.evolution.models import (
@@ -354,9 +354,93 @@ def control_state(*, tenant: Tenant, policy: EvolutionPolicy, now=None):
                 signature=cluster.signature,
                 count=cluster.count,
                 first_seen=cluster.first_seen.timestamp(),
+                last_seen=cluster.last_seen.timestamp(),
             )
             for cluster in clusters
         ),
         harness_allowed="harness" in (policy.update_kinds or []),
         weights_allowed="weights" in (policy.update_kinds or []),
     )
+
+
+def _conversation(step: dict) -> list[dict]:
+    """The messages of a recorded step followed by the answer it recorded (what a memory exemplar shows)."""
+    messages = list((step.get("observation") or {}).get("messages") or [])
+    action = step.get("action") or {}
+    answer = {"role": "assistant", "content": action.get("content") or ""}
+    if action.get("tool_calls"):
+        answer["tool_calls"] = action["tool_calls"]
+    return [*messages, answer]
+
+
+SUCCESS_REWARD = 0.5  # a trajectory whose mean reward reaches it succeeded (as the task_success signal)
+
+
+def harness_inputs(*, tenant: Tenant, policy: EvolutionPolicy, cluster_ids, examples: int = 5):
+    """What a harness proposer reads for the most frequent of `cluster_ids`: the cluster as a dict (with
+    `offered_tools`, the tools its failing requests offered), the final conversations of up to `examples`
+    qualified trajectories of the policy's traffic that called the failing tool without failing (memory
+    exemplars), and those of the cluster's example trajectories (failures). None when no cluster is left."""
+    cluster = (
+        ToolFailureCluster.objects.for_tenant(tenant)
+        .filter(policy=policy, pk__in=list(cluster_ids))
+        .order_by("-count", "id")
+        .first()
+    )
+    if cluster is None:
+        return None
+    failing_steps = [
+        step
+        for trajectory_id in cluster.examples[-examples:]
+        for step in step_list(tenant=tenant)
+        .filter(trajectory_id=trajectory_id)
+        .values("observation", "action")
+    ]
+    offered = sorted(
+        {
+            (tool.get("function") or {}).get("name", "")
+            for step in failing_steps
+            for tool in (step["observation"] or {}).get("tools") or []
+            if isinstance(tool, dict)
+        }
+        - {""}
+    )
+    qualified = (
+        qualification_list(tenant=tenant, status=QualificationStatus.QUALIFIED)
+        .filter(trajectory__in=policy_traffic(tenant=tenant, policy=policy))
+        .exclude(trajectory_id__in=cluster.examples)
+        .annotate(reward_mean=Avg("trajectory__rewards__value"))
+        .filter(reward_mean__gte=SUCCESS_REWARD)
+        .order_by("-trajectory__started_at")
+        .values_list("trajectory_id", flat=True)[: examples * 4]
+    )
+    successes = []
+    for trajectory_id in qualified:
+        last = (
+            step_list(tenant=tenant)
+            .filter(trajectory_id=trajectory_id)
+            .values("observation", "action")
+            .last()
+        )
+        conversation = _conversation(last) if last else []
+        called = {
+            (call.get("function") or {}).get("name")
+            for message in conversation
+            for call in message.get("tool_calls") or []
+        }
+        if cluster.tool in called and len(conversation) <= 12:
+            successes.append({"situation": f"{cluster.tool} answered", "messages": conversation})
+        if len(successes) >= examples:
+            break
+    failures = [{"messages": _conversation(step)} for step in failing_steps[-examples:]]
+    as_dict = {
+        "id": cluster.pk,
+        "tool": cluster.tool,
+        "kind": cluster.kind,
+        "signature": cluster.signature,
+        "argument_shape": cluster.argument_shape,
+        "count": cluster.count,
+        "example_arguments": cluster.example_arguments,
+        "offered_tools": offered,
+    }
+    return as_dict, successes, failures

@@ -18,3 +18,12 @@ def evaluate(tenant_id: int, decision_id: int) -> dict:
     from apps.evolution.actions import gate_run
 
     return gate_run(tenant_id=tenant_id, decision_id=decision_id)
+
+
+@shared_task(name="evolution.propose", acks_late=True, max_retries=0, soft_time_limit=600, time_limit=660)
+def propose(tenant_id: int, decision_id: int) -> str:
+    """Drafts an update_harness decision's harness with the policy's proposer and registers its candidate
+    version. Idempotent: a decision no longer running is skipped."""
+    from apps.evolution.actions import harness_run
+
+    return harness_run(tenant_id=tenant_id, decision_id=decision_id)

@@ -98,6 +98,7 @@ def policy_new(request):
             "cooldown_seconds": 300,
             "compute_budget_seconds": 3600,
             "decision_ttl_seconds": 3600,
+            "harness_proposer": "rule",
             "signals": {},
             "recipe": {},
             "gate": {},

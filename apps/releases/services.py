@@ -313,6 +313,35 @@ def _set_version_status(*, tenant: Tenant, actor, version, status, reason) -> No
 
 
 @transaction.atomic
+def production_restore(*, tenant: Tenant, actor: Actor, current, previous, reason: str) -> RoutingState:
+    """Rolls production back outside a release: `current` (production) → rolled_back, `previous` (a version
+    production had before, now retired) → production, the alias moved and every new session routed to it.
+    409 when a release of the model is under way (roll that back instead) or `previous` is not retired."""
+    from apps.training.services import alias_move
+
+    if current.name != previous.name or current.pk == previous.pk:
+        raise ValidationFailed("restore an earlier version of the same model")
+    if Release.objects.for_tenant(tenant).filter(model=current.name, status__in=ACTIVE_STATUSES).exists():
+        raise Conflict("a release of this model is under way: roll it back instead", code="release_under_way")
+    if current.status != VersionStatus.PRODUCTION or previous.status != VersionStatus.RETIRED:
+        raise Conflict(
+            f"{current} is {current.status} and {previous} {previous.status}: only production can be rolled "
+            "back to a retired version",
+            code="not_restorable",
+        )
+    _set_version_status(
+        tenant=tenant, actor=actor, version=current, status=VersionStatus.ROLLED_BACK, reason=reason
+    )
+    _set_version_status(
+        tenant=tenant, actor=actor, version=previous, status=VersionStatus.PRODUCTION, reason=reason
+    )
+    alias_move(
+        tenant=tenant, actor=actor, name=current.name, alias="production", version=previous, reason=reason
+    )
+    return _routing_set(tenant=tenant, model=current.name, stable=previous, actor=actor, reason=reason)
+
+
+@transaction.atomic
 def release_start(*, tenant: Tenant, actor: Actor, release_id) -> Release:
     """draft → evaluating: queues one eval run per suite for the candidate and the baseline (on commit); the
     next analysis tick moves on to the first canary stage once they are done. Records who started it (the

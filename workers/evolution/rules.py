@@ -51,6 +51,7 @@ class ClusterView:
     signature: str
     count: int  # failures in the window
     first_seen: float  # seconds, on the clock of ControlState.now
+    last_seen: float | None = None  # seconds, same clock (None: unknown, taken as now)
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,18 @@ def decide(signals: dict[str, float | None], policy: PolicyView, state: ControlS
         )
     # 3. Tool failures.
     tool = _fired(signals, policy, [TOOL_FAILURE_SIGNAL])
-    if tool and state.clusters:
-        clusters = sorted(state.clusters, key=lambda cluster: -cluster.count)
+    # After a harness update only failures seen since then count (the window still holds older ones), and
+    # none is proposed within the cool-down of the last one.
+    harness_since = state.since_last.get("update_harness")
+    failing = [
+        cluster
+        for cluster in state.clusters
+        if harness_since is None
+        or (cluster.last_seen if cluster.last_seen is not None else state.now) > state.now - harness_since
+    ]
+    harness_cooling = harness_since is not None and harness_since < policy.cooldown_seconds
+    if tool and failing and not (state.harness_allowed and harness_cooling):
+        clusters = sorted(failing, key=lambda cluster: -cluster.count)
         evidence = {
             "signals": tool,
             "clusters": [cluster.id for cluster in clusters],
