@@ -6,6 +6,11 @@ release its budget cut short and stops the learner.
 
 from django.core.management.base import CommandError
 
+# The scenario policy's thresholds: a tool failing for a third of the cities fails about a quarter of the
+# tool results, the default world about one in twenty (a wrong city); drift as workers/evolution/drift.py.
+SCENARIO_TOOL_FAILURE_RATE = 0.15
+SCENARIO_DRIFT_JS = 0.1
+
 
 class LoopMixin:
     """Part of apps.demo.run.Demo (whose __init__ declares the state): `policy`, `seen`, `production_number`."""
@@ -33,8 +38,7 @@ class LoopMixin:
             model=self.model,
             mode="auto",
             approval_mode="one_operator" if settings.approve_manually else "automatic",
-            signals={},  # the learner runs from the start; no live signal is needed to train
-            update_kinds=["weights"],
+            **self._watching(),
             recipe={
                 "learning_rate": settings.learning_rate,
                 "std_level": "batch",
@@ -67,7 +71,6 @@ class LoopMixin:
                     },
                 ],
             },
-            cooldown_seconds=0,
             compute_budget_seconds=24 * 3600,
         )
         self._say(
@@ -77,12 +80,36 @@ class LoopMixin:
             f"{settings.tolerance:.0%}), canary at {settings.canary_percent:g}% for ≥ {settings.canary_seconds}s"
         )
 
+    def _watching(self) -> dict:
+        """What the policy watches. The demo as it was: nothing (its learner runs from the start). Under a
+        scenario (DEMO_SCENARIO): tool failures and drift over a one-minute window, with weight and harness
+        updates allowed, so the control plane itself must notice what the scenario switches."""
+        if not self.demo_settings.scenario:
+            return {"signals": {}, "update_kinds": ["weights"], "cooldown_seconds": 0}
+        return {
+            "signals": {
+                "tool_failure_rate": {"op": ">", "threshold": SCENARIO_TOOL_FAILURE_RATE},
+                "drift_js": {"op": ">", "threshold": SCENARIO_DRIFT_JS},
+            },
+            "update_kinds": ["weights", "harness"],
+            "window_seconds": 60,
+            "cooldown_seconds": 60,
+        }
+
+    def _learns_from_the_start(self) -> bool:
+        """The demo's learner starts at once, except under a scenario where the control plane must decide to
+        train itself (all but bad_release, whose rollback restarts a running learner)."""
+        return self.demo_settings.scenario in {"", "bad_release"}
+
     def _first_learner(self) -> None:
         """The first learner starts through a `train` decision, as the control plane's own would."""
         from apps.audit.services import Actor
         from apps.evolution.actions import decision_execute
         from apps.evolution.decisions import decision_record
 
+        if not self._learns_from_the_start():
+            self._say("no learner yet: under this scenario the control plane decides when to train")
+            return
         decision = decision_record(
             tenant=self.tenant,
             policy=self.policy,

@@ -139,7 +139,7 @@ def _record(*, tenant: Tenant, policy: EvolutionPolicy, proposal) -> Decision | 
         evidence=proposal.evidence,
         actor=policy_actor(policy),
         version=version,
-        status=DecisionStatus.SUCCEEDED if proposal.kind == DecisionKind.NOTHING else None,
+        status=DecisionStatus.SUCCEEDED if proposal.kind == DecisionKind.NOTHING or proposal.done else None,
     )
 
 

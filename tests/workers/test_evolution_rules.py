@@ -101,9 +101,12 @@ def test_a_release_awaiting_approval_is_promoted_once():
 
 def test_a_rolled_back_release_restarts_the_learner_but_a_promoted_one_does_not():
     ended = ReleaseView(id=7, status="rolled_back", candidate=2)
-    (proposal,) = decide(CALM, POLICY, replace(RUNNING, release_ended=ended))
-    assert (proposal.kind, proposal.release) == ("restart_learner", 7)
+    rollback, proposal = decide(CALM, POLICY, replace(RUNNING, release_ended=ended))
+    assert (rollback.kind, rollback.release, rollback.done) == ("rollback", 7, True)  # the guardrails' act
+    assert (proposal.kind, proposal.release, proposal.done) == ("restart_learner", 7, False)
     assert proposal.evidence["release_status"] == "rolled_back"
+    open_restart = replace(RUNNING, release_ended=ended, open_kinds=frozenset({"restart_learner"}))
+    assert decide(CALM, POLICY, open_restart) == []  # answered already: the rollback is not said again
     promoted = ReleaseView(id=7, status="promoted", candidate=2)
     assert decide(CALM, POLICY, replace(RUNNING, release_ended=promoted)) == []
 

@@ -82,6 +82,7 @@ class Proposal:
     evidence: dict = field(default_factory=dict)
     version: int | None = None  # the version it is about (evaluate: the learner's newest)
     release: int | None = None  # the release it is about (promote, rollback)
+    done: bool = False  # carried out already (by the release's own guardrails): recorded as succeeded
 
 
 def fired(value: float | None, rule: dict) -> bool:
@@ -136,7 +137,22 @@ def decide(signals: dict[str, float | None], policy: PolicyView, state: ControlS
         )
     # 2. A release its guardrails rolled back.
     ended = state.release_ended
-    if ended is not None and ended.status == "rolled_back" and "weights" in policy.update_kinds:
+    if (
+        ended is not None
+        and ended.status == "rolled_back"
+        and "weights" in policy.update_kinds
+        and "restart_learner" not in taken
+    ):
+        # The rollback itself was the release's guardrails' (apps.releases): it goes on the timeline as done.
+        propose(
+            Proposal(
+                "rollback",
+                f"release {ended.id} (v{ended.candidate}) failed its canary's guardrails and was rolled back",
+                {"release": ended.id, "candidate": ended.candidate, "release_status": ended.status},
+                release=ended.id,
+                done=True,
+            )
+        )
         propose(
             Proposal(
                 "restart_learner",
