@@ -1,3 +1,4 @@
+import json
 from datetime import UTC, datetime, timedelta
 
 from workers.evolution.clusters import (
@@ -5,6 +6,7 @@ from workers.evolution.clusters import (
     MALFORMED_CALL,
     ToolEvent,
     argument_shape,
+    argument_strings,
     cluster,
     event_key,
     failure_signature,
@@ -24,6 +26,26 @@ def test_failure_signature_of_json_errors_and_error_text():
     trace = 'Traceback (most recent call last):\n  File "x.py", line 3\nKeyError: "lima"\n'
     assert failure_signature(trace) == "KeyError: '<s>'"
     assert len(failure_signature("error " + "x" * 500)) == 200
+
+
+def test_the_calls_own_arguments_are_particulars_of_the_signature():
+    # The tool_failure scenario: one station offline per city is one problem, not one cluster per city.
+    offline = [
+        ToolEvent(f"t{index}", "get_weather", json.dumps({"city": city}), json.dumps({"error": error}), START)
+        for index, (city, error) in enumerate(
+            [
+                ("Oslo", "station Oslo offline"),
+                ("Lima", "station lima offline"),
+                ("Cairo", "station Cairo offline"),
+            ]
+        )
+    ]
+    (found,) = cluster(offline)
+    assert (found.signature, found.count) == ("station <s> offline", 3)
+    assert failure_signature("Error: Oslo down", ["Oslo"]) == "Error: <s> down"
+    assert failure_signature("Error: Osloville down", ["Oslo"]) == "Error: Osloville down"  # whole words only
+    assert argument_strings('{"city": "Oslo", "tags": ["a", "new york"], "n": 3}') == ["new york", "Oslo"]
+    assert argument_strings("{city: Oslo") == []
 
 
 def test_results_that_are_not_failures():

@@ -72,13 +72,43 @@ def _error_text(value) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def failure_signature(text: str | None) -> str | None:
+def argument_strings(arguments: str | None) -> list[str]:
+    """The string values of a call's JSON arguments (nested ones too), longest first: the particulars an
+    error may repeat unquoted ("station Oslo offline"). None or text that is not JSON: none."""
+    try:
+        parsed = json.loads(arguments) if arguments else None
+    except (TypeError, ValueError):
+        return []
+    found: set[str] = set()
+    pending = [parsed]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str) and len(value.strip()) >= 2:
+            found.add(value.strip())
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return sorted(found, key=lambda value: (-len(value), value))
+
+
+def _without(text: str, particulars: Iterable[str]) -> str:
+    """`text` with each of `particulars` (as a whole word, any case) replaced by '<s>'."""
+    for value in particulars:
+        text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", "<s>", text, flags=re.IGNORECASE)
+    return text
+
+
+def failure_signature(text: str | None, particulars: Iterable[str] = ()) -> str | None:
     """The normalised error of a tool result, None when the result is not a failure. A failure is a JSON
     object with a non-empty "error" or "errors" key (signature: that error's message) or text that starts with
     error, exception, traceback, failed, failure, fatal, could not, cannot or unable to (signature: its first
-    line; for a traceback, its last line, which names the exception)."""
+    line; for a traceback, its last line, which names the exception). `particulars` (the call's argument
+    values) are taken out of the signature like quoted strings, so "station Oslo offline" and "station Lima
+    offline" are one problem."""
     if text is None:
         return None
+    particulars = list(particulars)
     text = str(text)
     try:
         parsed = json.loads(text)
@@ -90,14 +120,14 @@ def failure_signature(text: str | None) -> str | None:
             return None
         if isinstance(error, list) and error:
             error = error[0]
-        return normalise(_error_text(error)) or "error"
+        return normalise(_without(_error_text(error), particulars)) or "error"
     if isinstance(parsed, str):
         text = parsed
     if not _FAILURE_START.match(text):
         return None
     lines = [line for line in text.strip().splitlines() if line.strip()]
     line = lines[-1] if lines[0].lower().startswith("traceback") else lines[0]
-    return normalise(line) or "error"
+    return normalise(_without(line, particulars)) or "error"
 
 
 def _json_type(value) -> str:
@@ -139,7 +169,7 @@ def event_key(event: ToolEvent) -> tuple[str, str, str, str] | None:
     """(tool, kind, signature, argument shape) of a failing event; None when the event is no failure."""
     if event.malformed:
         return (event.tool, MALFORMED_CALL, MALFORMED_SIGNATURE, argument_shape(event.arguments))
-    signature = failure_signature(event.result_text)
+    signature = failure_signature(event.result_text, argument_strings(event.arguments))
     if signature is None:
         return None
     return (event.tool, FAILED_RESULT, signature, argument_shape(event.arguments))
