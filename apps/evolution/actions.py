@@ -73,7 +73,7 @@ def decision_execute(*, tenant: Tenant, decision: Decision) -> Decision:
     decision = decision_get(tenant=tenant, decision_id=decision.pk)
     if decision.status != DecisionStatus.APPROVED:
         return decision
-    handler = _EXECUTE.get(decision.kind)
+    handler = _EXECUTE.get(DecisionKind(decision.kind))
     if handler is None:
         return _fail(tenant, decision, f"no action carries out a {decision.kind} decision")
     try:
@@ -87,7 +87,7 @@ def decision_follow(*, tenant: Tenant, decision: Decision) -> Decision:
     decision = decision_get(tenant=tenant, decision_id=decision.pk)
     if decision.status != DecisionStatus.RUNNING:
         return decision
-    handler = _FOLLOW.get(decision.kind)
+    handler = _FOLLOW.get(DecisionKind(decision.kind))
     if handler is None:
         return _succeed(tenant, decision, decision.outcome or "done")
     try:

@@ -250,11 +250,11 @@ def _load(tenant_id: int, model: str) -> _ModelServing:
     specs: dict[int, HarnessSpec] = {}
     served = {}
     for row in rows:
-        if row.harness_id and row.harness_id not in specs:
-            specs[row.harness_id] = harness_spec(row.harness)
+        if row.harness is not None and row.harness.pk not in specs:
+            specs[row.harness.pk] = harness_spec(row.harness)
         served[str(row.number)] = VersionServing(
-            backend_version=str(row.weights_of.number) if row.weights_of_id else str(row.number),
-            harness=specs.get(row.harness_id),
+            backend_version=str(row.weights_of.number) if row.weights_of is not None else str(row.number),
+            harness=specs.get(row.harness.pk) if row.harness is not None else None,
         )
     now = time.monotonic()
     return _ModelServing(

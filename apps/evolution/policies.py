@@ -117,7 +117,7 @@ def _signal_problems(signals) -> dict:
         if rule.get("op") not in {">", "<"}:
             errors.append('op must be ">" or "<"')
         threshold = rule.get("threshold")
-        if not _is_number(threshold):
+        if threshold is None or not _is_number(threshold):
             errors.append("threshold must be a number")
         elif name in RATE_SIGNALS and not 0 <= threshold <= 1:
             errors.append("threshold of a rate must be in [0, 1]")

@@ -10,7 +10,7 @@ ATDP records."""
 
 import json
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F
@@ -148,7 +148,7 @@ def _step_calls(step: dict):
 
 
 def _trajectory_tool_events(trajectory_id: str, steps: list[dict]) -> list[ToolEvent]:
-    calls: dict[str, tuple[str, str, object]] = {}
+    calls: dict[str, tuple[str, str, datetime]] = {}
     events: dict[str, ToolEvent] = {}
     for step in steps:
         for call_id, text in _step_results(step):
@@ -258,7 +258,7 @@ def _reward_signals(rewards: list[dict]) -> dict[str, tuple[float | None, dict]]
         by_source[reward["source"]].append(reward["value"])
         by_trajectory[reward["trajectory_id"]].append(reward["value"])
     trajectory_means = [mean(values) for values in by_trajectory.values()]
-    successes = sum(1 for value in trajectory_means if value >= SUCCESS_CUT)
+    successes = sum(1 for value in trajectory_means if value is not None and value >= SUCCESS_CUT)
     evaluator = by_source.get("evaluator", [])
     return {
         "correction_rate": (
@@ -285,7 +285,7 @@ def _reward_signals(rewards: list[dict]) -> dict[str, tuple[float | None, dict]]
         ),
         "evaluator_score": (mean(evaluator), {"count": len(evaluator)}),
         "task_success": (
-            share_at_least(trajectory_means),
+            share_at_least([value for value in trajectory_means if value is not None]),
             {"successes": successes, "rewarded": len(trajectory_means), "cut": SUCCESS_CUT},
         ),
     }
@@ -299,7 +299,8 @@ def _safety_kinds(step: dict) -> set[str]:
     if step["pii_entities"]:
         kinds.add("pii")
     result, action = step["result"] or {}, step["action"] or {}
-    message = action.get("message") if isinstance(action.get("message"), dict) else {}
+    raw_message = action.get("message")
+    message: dict = raw_message if isinstance(raw_message, dict) else {}
     if result.get("finish_reason") in REFUSAL_REASONS or message.get("refusal"):
         kinds.add("refusals")
     error = (step["error"] or "").lower()
@@ -356,7 +357,7 @@ def traffic_samples(trajectories: list[dict], steps: list[dict]) -> list[Traffic
         messages = (own[0]["observation"] or {}).get("messages") or [] if own else []
         messages = [message for message in messages if isinstance(message, dict)]
         prompt_chars = sum(len(content_text(message.get("content"))) for message in messages)
-        first_user = next((message for message in messages if message.get("role") == "user"), {})
+        first_user: dict = next((message for message in messages if message.get("role") == "user"), {})
         samples.append(
             TrafficSample(tools, prompt_chars, content_text(first_user.get("content")), row["task_id"] or "")
         )

@@ -365,7 +365,7 @@ class World:
             }
             if scenario
             else {},
-            "trigger_seconds": scenario.trigger().at if scenario and scenario.trigger() else None,
+            "trigger_seconds": trigger.at if scenario and (trigger := scenario.trigger()) else None,
             "started_at": self.started_at,
             "events": events,
         }

@@ -96,10 +96,11 @@ def profile(samples: Sequence[TrafficSample]) -> TrafficProfile:
 
 def fold(counts: Mapping[str, float], vocabulary: set[str]) -> dict[str, float]:
     """Counts of the words in `vocabulary`, everything else summed under "<other>"."""
-    folded: Counter = Counter()
+    folded: dict[str, float] = {}
     for key, count in counts.items():
-        folded[key if key in vocabulary else OTHER] += count
-    return dict(folded)
+        name = key if key in vocabulary else OTHER
+        folded[name] = folded.get(name, 0.0) + count
+    return folded
 
 
 def _normalised(p: Mapping[str, float], keys: list[str], smoothing: float) -> list[float]:

@@ -362,7 +362,9 @@ def _tool_choice_for_model(choice, spec: HarnessSpec, *, anthropic: bool):
     name = function.get("name") if isinstance(function, dict) else None
     if name in disabled:
         return None
-    return {**choice, "function": {**function, "name": back[name]}} if name in back else choice
+    if name not in back or not isinstance(function, dict):
+        return choice
+    return {**choice, "function": {**function, "name": back[name]}}
 
 
 # ---- answers ------------------------------------------------------------------------------------------

@@ -5,21 +5,33 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('evolution', '0001_initial'),
-        ('training', '0004_online_run_publish_to_backends'),
+        ("evolution", "0001_initial"),
+        ("training", "0004_online_run_publish_to_backends"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='modelversion',
-            name='harness',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='model_versions', to='evolution.harnessversion'),
+            model_name="modelversion",
+            name="harness",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="model_versions",
+                to="evolution.harnessversion",
+            ),
         ),
         migrations.AddField(
-            model_name='modelversion',
-            name='weights_of',
-            field=models.ForeignKey(blank=True, help_text='A harness-only version: the version whose weights (and backends) serve it.', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='training.modelversion'),
+            model_name="modelversion",
+            name="weights_of",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="A harness-only version: the version whose weights (and backends) serve it.",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="training.modelversion",
+            ),
         ),
     ]
