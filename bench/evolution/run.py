@@ -17,8 +17,6 @@ Exit status 0 when every scenario met its expectation, 1 otherwise.
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.demo.process import run_demo  # noqa: E402
 from workers.envs.scenarios import ALARM_KINDS, scenario_named  # noqa: E402
 
 SETTLE_SECONDS = 30.0  # decisions this soon after the traffic starts are the loop's set-up, not alarms
@@ -162,7 +161,7 @@ def run_scenario(
         environment["DEMO_SCENARIO_AT"] = str(at)
     environment.pop("AREAL_VAR_DIR", None)
     started = time.monotonic()
-    returncode, output = _run_demo(environment, timeout=loop_seconds + DEMO_OVERHEAD_SECONDS)
+    returncode, output = run_demo(environment, timeout=loop_seconds + DEMO_OVERHEAD_SECONDS)
     if returncode != 0 or not summary_path.exists():
         return {
             "scenario": {"name": name},
@@ -170,31 +169,6 @@ def run_scenario(
             "wall_seconds": round(time.monotonic() - started),
         }
     return json.loads(summary_path.read_text())
-
-
-def _run_demo(environment: dict, *, timeout: float) -> tuple[int | None, str]:
-    """`manage.py demo` in its own process group; past `timeout` it is asked to stop (SIGTERM: it stops its
-    stack), and the whole group is killed a minute later, so no web, worker or server outlives a scenario."""
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "demo"],
-        cwd=ROOT,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.terminate()
-        try:
-            output, _ = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-        return None, f"timed out after {timeout:.0f} s\n{output or ''}"
-    return process.returncode, output or ""
 
 
 def _percent(value) -> str:
