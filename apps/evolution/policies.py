@@ -26,23 +26,11 @@ from apps.evolution.models import (
 from apps.metrics.publish import metrics_publish
 from apps.tenants.models import Tenant
 from workers.engines.config import TrainConfig
+from workers.evolution.signals import SIGNALS
 
-# The signals a policy may watch (the names workers.evolution.signals computes).
-KNOWN_SIGNALS = (
-    "correction_rate",
-    "thumbs_down_rate",
-    "reward_mean",
-    "reward_trend",
-    "evaluator_score",
-    "task_success",
-    "tool_failure_rate",
-    "cost_per_success",
-    "latency_p95_ms",
-    "safety_events",
-    "drift_js",
-    "qualified_volume",
-    "staleness_versions",
-)
+# The signals a policy may watch: those workers.evolution.signals computes and can fire (production's version
+# number is there for the charts, not to act on).
+KNOWN_SIGNALS = tuple(name for name, doc in SIGNALS.items() if doc.op)
 # Shares and divergences: a threshold outside [0, 1] could never fire (or always would).
 RATE_SIGNALS = frozenset(
     {"correction_rate", "thumbs_down_rate", "task_success", "tool_failure_rate", "drift_js"}
