@@ -46,6 +46,7 @@ def policy_view(policy: EvolutionPolicy) -> PolicyView:
         evaluate_every=int((policy.recipe or {}).get("evaluate_every", 2)),
         cooldown_seconds=float(policy.cooldown_seconds),
         compute_budget_seconds=float(policy.compute_budget_seconds),
+        window_seconds=float(policy.window_seconds),
     )
 
 

@@ -80,6 +80,17 @@ def window_trajectories(
     return list(rows.values("id", "task_id", "started_at")[:limit])
 
 
+def first_traffic_at(*, tenant: Tenant, policy: EvolutionPolicy, since):
+    """When the policy's first trajectory started at or after `since` (None: none yet)."""
+    return (
+        policy_traffic(tenant=tenant, policy=policy)
+        .filter(started_at__gte=since)
+        .order_by("started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+
+
 def trajectory_rows(*, tenant: Tenant, trajectory_ids, limit: int = WINDOW_TRAJECTORY_CAP) -> list[dict]:
     """`id`, `task_id`, `started_at` of the tenant's trajectories among `trajectory_ids` (at most `limit`);
     ids of other tenants or of deleted rows are left out."""

@@ -366,7 +366,8 @@ def traffic_samples(trajectories: list[dict], steps: list[dict]) -> list[Traffic
 
 def _reference(*, tenant: Tenant, policy: EvolutionPolicy, production) -> tuple[str | None, list, list]:
     """The reference traffic: production's training trajectories (`dataset_snapshot.trajectory_ids`), else the
-    traffic of one window before production was promoted, else none."""
+    traffic of one window before production was promoted, else (production served from before any traffic,
+    as a first version does) the first full window of traffic it served, else none."""
     if production is None:
         return None, [], []
     snapshot_ids = (production.dataset_snapshot or {}).get("trajectory_ids") or []
@@ -380,12 +381,21 @@ def _reference(*, tenant: Tenant, policy: EvolutionPolicy, production) -> tuple[
     moment = selectors.promoted_at(tenant=tenant, version=production)
     if moment is None:
         return None, [], []
-    start = moment - timedelta(seconds=policy.window_seconds)
-    rows = selectors.window_trajectories(tenant=tenant, policy=policy, start=start, end=moment)
+    window = timedelta(seconds=policy.window_seconds)
+    rows = selectors.window_trajectories(tenant=tenant, policy=policy, start=moment - window, end=moment)
+    if rows:
+        steps = selectors.trajectory_steps(
+            tenant=tenant, trajectory_ids=[row["id"] for row in rows], before=moment
+        )
+        return "before_promotion", rows, steps
+    first = selectors.first_traffic_at(tenant=tenant, policy=policy, since=moment)
+    if first is None or first + window > timezone.now():
+        return None, [], []
+    rows = selectors.window_trajectories(tenant=tenant, policy=policy, start=first, end=first + window)
     steps = selectors.trajectory_steps(
-        tenant=tenant, trajectory_ids=[row["id"] for row in rows], before=moment
+        tenant=tenant, trajectory_ids=[row["id"] for row in rows], before=first + window
     )
-    return "before_promotion", rows, steps
+    return "first_served", rows, steps
 
 
 def _drift(*, tenant: Tenant, policy: EvolutionPolicy, production, current) -> tuple[float | None, dict]:

@@ -303,3 +303,29 @@ def test_a_tick_reads_a_fixed_number_of_queries(tenant, policy, django_assert_ma
         )
     with django_assert_max_num_queries(len(few.captured_queries)):
         signals_compute(tenant=tenant, policy=policy, now=now)
+
+
+def test_a_version_that_served_before_any_traffic_is_compared_with_the_first_window_it_served(tenant, policy):
+    from apps.audit.services import Actor
+    from apps.training.models import AliasMove
+    from apps.training.services import alias_move
+
+    version = ModelVersionFactory(tenant=tenant, name=MODEL, number=0, status="production")
+    alias_move(tenant=tenant, actor=Actor.system("test"), name=MODEL, alias="production", version=version)
+    now = timezone.now()
+    promoted = now - timedelta(hours=1)  # a first version: production before the agent's first request
+    AliasMove.objects.filter(tenant=tenant).dangerously_writable().update(moved_at=promoted)
+    for index in range(12):  # the first window it served (600 s), then the same kind of traffic
+        conversation(tenant, city=CITIES[index % 4], at=promoted + timedelta(seconds=30 + index))
+    for index in range(12):
+        conversation(tenant, city=CITIES[index % 4], at=now - timedelta(seconds=300 - index))
+    values = signals_compute(tenant=tenant, policy=policy, now=now)
+    details = _point(policy, "drift_js").details
+    assert (details["reference"], details["reference_size"]) == ("first_served", 12)
+    assert values["drift_js"] < 0.1
+    later = now + timedelta(minutes=20)
+    for index in range(12):
+        conversation(
+            tenant, city=["Lima", "Quito", "Bogota"][index % 3], at=later - timedelta(seconds=300 - index)
+        )
+    assert signals_compute(tenant=tenant, policy=policy, now=later)["drift_js"] > 0.1

@@ -125,6 +125,16 @@ def test_tool_failures_update_the_harness_when_allowed():
     assert "timeout" in proposal.reason
 
 
+def test_only_a_new_cluster_is_a_fault_the_agents_chronic_tool_mistakes_are_not():
+    old = ClusterView(id=5, tool="get_weather", signature="no station for <s>", count=30, first_seen=1_000)
+    signals = {**CALM, "tool_failure_rate": 0.3}
+    state = replace(IDLE, clusters=(old,), harness_allowed=True)
+    assert decide(signals, POLICY, state) == []  # first seen 9,000 s ago: 15 windows of 600 s
+    fresh = replace(old, id=6, first_seen=IDLE.now - 2 * POLICY.window_seconds)
+    (proposal,) = decide(signals, POLICY, replace(state, clusters=(old, fresh)))
+    assert (proposal.kind, proposal.evidence["clusters"]) == ("update_harness", [6])
+
+
 def test_tool_failures_roll_back_without_harness_updates_only_when_they_began_after_the_last_promotion():
     clusters = (ClusterView(id=3, tool="get_weather", signature="timeout", count=9, first_seen=9_000),)
     signals = {**CALM, "tool_failure_rate": 0.3}

@@ -5,8 +5,9 @@ Pure (no Django): apps.evolution.control builds `PolicyView` and `ControlState` 
 
 1. a release awaiting approval → promote it;
 2. a release its guardrails just rolled back → restart the learner from production;
-3. an active tool-failure cluster while `tool_failure_rate` fired → update the harness (when harness updates
-   are allowed), else roll back when the failing began after the last promotion;
+3. a new tool-failure cluster (first seen within the last NEW_CLUSTER_WINDOWS windows: a fault, not the
+   agent's chronic mistakes) while `tool_failure_rate` fired → update the harness (when harness updates are
+   allowed), else roll back when the failing began after the last promotion;
 4. a fired training signal (drift, corrections, thumbs-down, reward...) and no learner running → train,
    unless the cool-down or the daily compute budget holds it back (then a `nothing` saying which);
 5. a running learner with `evaluate_every` new versions since the last evaluation, no release under way →
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 
 TOOL_FAILURE_SIGNAL = "tool_failure_rate"
 SAFETY_PREFIX = "safety"
+NEW_CLUSTER_WINDOWS = 2
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class PolicyView:
     evaluate_every: int = 2  # versions of the learner between evaluations
     cooldown_seconds: float = 300.0  # between two trainings
     compute_budget_seconds: float = 3600.0  # training seconds per day
+    window_seconds: float = 600.0  # the signals' window
 
 
 @dataclass(frozen=True)
@@ -167,9 +170,11 @@ def decide(signals: dict[str, float | None], policy: PolicyView, state: ControlS
     # After a harness update only failures seen since then count (the window still holds older ones), and
     # none is proposed within the cool-down of the last one.
     harness_since = state.since_last.get("update_harness")
+    new_since = state.now - NEW_CLUSTER_WINDOWS * policy.window_seconds
+    failing = [cluster for cluster in state.clusters if cluster.first_seen >= new_since]
     failing = [
         cluster
-        for cluster in state.clusters
+        for cluster in failing
         if harness_since is None
         or (cluster.last_seen if cluster.last_seen is not None else state.now) > state.now - harness_since
     ]
