@@ -51,6 +51,7 @@ STEP_FIELDS = (
     "observation",
     "action",
     "result",
+    "state",
     "served_model",
     "latency_ms",
     "cost_usd",
@@ -455,3 +456,14 @@ def harness_inputs(*, tenant: Tenant, policy: EvolutionPolicy, cluster_ids, exam
         "offered_tools": offered,
     }
     return as_dict, successes, failures
+
+
+def harness_inserted_messages(*, tenant: Tenant, model: str) -> dict[str, int]:
+    """{harness label: how many messages its exemplars put before an agent's conversation}, for the model's
+    harness versions: what drift leaves out, so a harness never looks like a shift of the agent's traffic."""
+    return {
+        f"h{number}": sum(len(exemplar.get("messages") or []) for exemplar in exemplars)
+        for number, exemplars in HarnessVersion.objects.for_tenant(tenant)
+        .filter(model=model)
+        .values_list("number", "exemplars")
+    }

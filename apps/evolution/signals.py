@@ -339,9 +339,13 @@ def _step_signals(steps: list[dict], *, policy, trajectories: int, successes: in
 # ---- drift ----------------------------------------------------------------------------------------------
 
 
-def traffic_samples(trajectories: list[dict], steps: list[dict]) -> list[TrafficSample]:
+def traffic_samples(
+    trajectories: list[dict], steps: list[dict], inserted: dict[str, int] | None = None
+) -> list[TrafficSample]:
     """One sample per trajectory: the tools its steps called, the characters of its first prompt's messages,
-    its first user message and its task id."""
+    its first user message and its task id. What a harness added is left out (the agent's traffic is what
+    drifts, not what the gateway shows the model): system messages, and the `inserted[label]` exemplar
+    messages that follow them in a step recorded under harness `label`."""
     by_trajectory: dict = defaultdict(list)
     for step in steps:
         by_trajectory[step["trajectory_id"]].append(step)
@@ -355,7 +359,11 @@ def traffic_samples(trajectories: list[dict], steps: list[dict]) -> list[Traffic
             if isinstance(call, dict)
         ]
         messages = (own[0]["observation"] or {}).get("messages") or [] if own else []
-        messages = [message for message in messages if isinstance(message, dict)]
+        messages = [
+            message for message in messages if isinstance(message, dict) and message.get("role") != "system"
+        ]
+        label = ((own[0].get("state") or {}).get("prompt_version") or "") if own else ""
+        messages = messages[(inserted or {}).get(label, 0) :]
         prompt_chars = sum(len(content_text(message.get("content"))) for message in messages)
         first_user: dict = next((message for message in messages if message.get("role") == "user"), {})
         samples.append(
@@ -401,7 +409,8 @@ def _reference(*, tenant: Tenant, policy: EvolutionPolicy, production) -> tuple[
 def _drift(*, tenant: Tenant, policy: EvolutionPolicy, production, current) -> tuple[float | None, dict]:
     kind, rows, steps = _reference(tenant=tenant, policy=policy, production=production)
     window, window_steps = current
-    result = drift(traffic_samples(rows, steps), traffic_samples(window, window_steps))
+    inserted = selectors.harness_inserted_messages(tenant=tenant, model=policy.model)
+    result = drift(traffic_samples(rows, steps, inserted), traffic_samples(window, window_steps, inserted))
     return result.js_max, {
         "reference": kind,
         "reference_size": result.reference_size,

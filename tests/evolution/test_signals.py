@@ -329,3 +329,30 @@ def test_a_version_that_served_before_any_traffic_is_compared_with_the_first_win
             tenant, city=["Lima", "Quito", "Bogota"][index % 3], at=later - timedelta(seconds=300 - index)
         )
     assert signals_compute(tenant=tenant, policy=policy, now=later)["drift_js"] > 0.1
+
+
+def test_drift_leaves_out_what_a_harness_added_to_the_prompt():
+    from apps.evolution.signals import traffic_samples
+
+    question = {"role": "user", "content": "Oslo: what is the temperature now?"}
+    exemplar = [
+        {"role": "user", "content": "Lima: what is the temperature now?"},
+        {"role": "assistant", "content": "9"},
+    ]
+    plain = {
+        "trajectory_id": "a",
+        "index": 0,
+        "observation": {"messages": [question]},
+        "action": {},
+        "state": {},
+    }
+    harnessed = {
+        "trajectory_id": "b",
+        "index": 0,
+        "observation": {"messages": [{"role": "system", "content": "Use v2."}, *exemplar, question]},
+        "action": {},
+        "state": {"prompt_version": "h1"},
+    }
+    rows = [{"id": "a", "task_id": "t"}, {"id": "b", "task_id": "t"}]
+    first, second = traffic_samples(rows, [plain, harnessed], {"h1": 2})
+    assert (first.prompt_chars, first.first_user_text) == (second.prompt_chars, second.first_user_text)

@@ -167,3 +167,14 @@ def test_never_two_proposals_of_a_kind():
     signals = {**CALM, "safety_flags": 1, "tool_failure_rate": 0.5}
     state = replace(RUNNING, release=release, clusters=clusters, last_promotion_at=8_000)
     assert kinds(decide(signals, POLICY, state)) == ["rollback"]
+
+
+def test_no_second_harness_update_while_one_is_still_on_its_way():
+    fresh = ClusterView(id=6, tool="get_weather", signature="offline", count=9, first_seen=IDLE.now - 60)
+    signals = {**CALM, "tool_failure_rate": 0.3}
+    state = replace(IDLE, clusters=(fresh,), harness_allowed=True)
+    assert kinds(decide(signals, POLICY, state)) == ["update_harness"]
+    canary = replace(state, release=ReleaseView(id=3, status="canary", candidate=1))
+    assert "update_harness" not in kinds(decide(signals, POLICY, canary))
+    evaluating = replace(state, open_kinds=frozenset({"evaluate"}))
+    assert "update_harness" not in kinds(decide(signals, POLICY, evaluating))

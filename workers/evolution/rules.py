@@ -178,7 +178,10 @@ def decide(signals: dict[str, float | None], policy: PolicyView, state: ControlS
         if harness_since is None
         or (cluster.last_seen if cluster.last_seen is not None else state.now) > state.now - harness_since
     ]
-    harness_cooling = harness_since is not None and harness_since < policy.cooldown_seconds
+    # A harness candidate still on its way (evaluated or released) is not followed by another one.
+    harness_cooling = (harness_since is not None and harness_since < policy.cooldown_seconds) or bool(
+        release is not None or {"evaluate", "release", "promote"} & taken
+    )
     if tool and failing and not (state.harness_allowed and harness_cooling):
         clusters = sorted(failing, key=lambda cluster: -cluster.count)
         evidence = {
