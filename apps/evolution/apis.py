@@ -228,6 +228,7 @@ class DecisionListApi(TenantApi):
     actions = {"GET": Action.EVOLUTION_VIEW}
 
     @extend_schema(
+        operation_id="evolution_decision_list",
         parameters=[
             OpenApiParameter("policy", int),
             OpenApiParameter("status", str, enum=DecisionStatus.values),
@@ -250,7 +251,7 @@ class DecisionListApi(TenantApi):
 class DecisionDetailApi(TenantApi):
     actions = {"GET": Action.EVOLUTION_VIEW}
 
-    @extend_schema(responses=dict)
+    @extend_schema(operation_id="evolution_decision_detail", responses=dict)
     def get(self, request, decision_id):
         return Response(decision_payload(selectors.decision_get(tenant=self.tenant, decision_id=decision_id)))
 
