@@ -44,9 +44,14 @@ def body_nesting_exceeds(raw: bytes, body, limit: int = MAX_JSON_DEPTH) -> bool:
     return raw.count(b"[") + raw.count(b"{") > limit and nesting_exceeds(body, limit)
 
 
+MODEL_NAME_MAX = 200
+
+
 def validate_common(body: dict) -> None:
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise _fail("model is required and must be a string", "model")
+    if "\x00" in body["model"] or len(body["model"]) > MODEL_NAME_MAX:  # names are stored (200, no NUL)
+        raise _fail(f"model is a name of at most {MODEL_NAME_MAX} characters without NUL", "model")
     for field in ("max_tokens", "max_completion_tokens"):
         value = body.get(field)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

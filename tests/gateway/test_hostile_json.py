@@ -89,3 +89,13 @@ def test_deeply_nested_json_is_a_400_on_the_rest_api(api_client, path):
     response = method(path, data=body, content_type="application/json")
     assert response.status_code == 400, (path, response.status_code, response.content[:300])
     assert response.json()["error"]["code"] == "parse_error"
+
+
+@pytest.mark.parametrize("model", ["default\x00", "m" * 201])
+def test_a_model_name_with_nul_or_too_long_is_refused_before_any_lookup(model):
+    from apps.gateway.errors import GatewayError
+    from apps.gateway.validation import validate_completion
+
+    with pytest.raises(GatewayError) as refused:
+        validate_completion({"model": model, "prompt": "hi"})
+    assert (refused.value.status, refused.value.field) == (400, "model")

@@ -135,6 +135,15 @@ def _request(action, client, context):
             {"alias": "candidate", "version_id": ModelVersionFactory(tenant=tenant).pk},
             format="json",
         )
+    if action is Action.EVOLUTION_VIEW:
+        return client.get("/api/v1/evolution/policies/")
+    if action is Action.EVOLUTION_MANAGE:
+        return client.post("/api/v1/evolution/policies/", {"model": "matrix-model"}, format="json")
+    if action is Action.EVOLUTION_APPROVE:
+        from tests.evolution.factories import DecisionFactory, EvolutionPolicyFactory
+
+        decision = DecisionFactory(policy=EvolutionPolicyFactory(tenant=tenant))
+        return client.post(f"/api/v1/evolution/decisions/{decision.pk}/approve/")
     raise AssertionError(f"no request for {action}")
 
 
