@@ -63,6 +63,15 @@ class LoopMixin:
                         "threshold": 0.25,
                         "min_samples": 10,
                     },
+                    # A drop that a short canary can tell from noise, however small: the point threshold
+                    # alone let a candidate 16 % → 0 % through on a base near 20 % (bench/evolution).
+                    {
+                        "metric": "reward_mean",
+                        "direction": "higher_is_better",
+                        "threshold": 0.0,
+                        "min_samples": 10,
+                        "judge": "interval",
+                    },
                     {
                         "metric": "error_rate",
                         "direction": "lower_is_better",

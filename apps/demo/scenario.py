@@ -4,11 +4,13 @@ scenario's section of the JSON summary (read by bench/evolution).
 
 - `scenario_world(demo_settings)`: the `World` of DEMO_SCENARIO (None without one: the demo as it was),
   handed to `Traffic(world=)`, whose start starts the scenario's clock.
-- `ScenarioDriver`: a thread that carries out what the world asks of the host. `bad_release`: a degraded
-  copy of production's checkpoint (`write_degraded_checkpoint`) registered as a candidate version, and a
+- `ScenarioDriver`: a thread that carries out what the world asks of the host. `bad_release`: once
+  production's held-out success reaches the request's `production_success`, a degraded copy of production's
+  checkpoint (`write_degraded_checkpoint`) registered as a candidate version, and a
   `release` decision for it recorded under the demo's evolution policy, as an operator who pushes a release
   past the gate would; the control plane carries it out, its canary breaks a guardrail, and the control
-  plane is expected to roll back and restart the learner from production.
+  plane is expected to roll back and restart the learner from production. The driver notes
+  `bad_release_sent` in the world's events when it sent it (the bench measures the reaction from there).
 - `scenario_summary_write(...)`: adds `scenario` (name, expectation, switches with their times, what the
   host carried out, the demo's policy and how many signal points its ticks stored),
   `decisions` (every decision of the run's model, with unix times and seconds since the scenario's
@@ -60,18 +62,48 @@ class ScenarioDriver:
     def _run(self) -> None:
         from django.db import connection
 
+        waiting: list[dict] = []
         try:
             while not self._stop.wait(1.0):
-                for request in self.world.take_requests("bad_release"):
+                waiting.extend(self.world.take_requests("bad_release"))
+                for request in list(waiting):
                     try:
-                        self.done.append(self._bad_release(request))
+                        if not self._production_ready(request):
+                            continue
+                        waiting.remove(request)
+                        done = self._bad_release(request)
+                        self.done.append(done)
+                        self.world.note("bad_release_sent", {"version": done["version"]})
                     except Exception as error:  # noqa: BLE001  (the run goes on; the summary says why)
+                        waiting.remove(request)
                         self.say(f"scenario bad_release failed: {type(error).__name__}: {error}")
                         self.done.append(
                             {"what": "bad_release_failed", "error": f"{type(error).__name__}: {error}"[:500]}
                         )
         finally:
             connection.close()
+
+    def _production_ready(self, request: dict) -> bool:
+        """Whether production's held-out success (measured by the control plane's `evaluate`, or by the
+        warm-up for the base) has reached the request's `production_success`: the bad release waits for it,
+        saying so once."""
+        from apps.training.selectors import alias_resolve
+
+        wanted = float((request.get("value") or {}).get("production_success", 0.0))
+        if wanted <= 0:
+            return True
+        production = alias_resolve(tenant=self.tenant, name=self.model, alias="production")
+        heldout = (production.metrics or {}).get("heldout") or {}
+        success = heldout.get("success")
+        if success is not None and float(success) >= wanted:
+            return True
+        if not request.get("announced"):
+            request["announced"] = True
+            self.say(
+                f"scenario bad_release: waits for production held-out success ≥ {wanted:.0%} "
+                f"(v{production.number}: {'unmeasured' if success is None else f'{float(success):.0%}'})"
+            )
+        return False
 
     def _bad_release(self, request: dict) -> dict:
         from apps.audit.services import Actor

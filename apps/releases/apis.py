@@ -48,6 +48,7 @@ class GuardrailSerializer(serializers.Serializer):
     direction = serializers.CharField()
     threshold = serializers.FloatField()
     min_samples = serializers.IntegerField(default=30)
+    judge = serializers.ChoiceField(choices=["point", "interval"], default="point")
 
 
 class ReleaseListApi(TenantApi):

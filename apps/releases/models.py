@@ -65,7 +65,7 @@ class Release(TimestampedTenantOwned):
     stage_index = models.IntegerField(default=-1)
     stage_min_seconds = models.PositiveIntegerField(default=0)
     guardrails = models.JSONField(
-        default=list, help_text='[{"metric", "direction", "threshold", "min_samples"}]'
+        default=list, help_text='[{"metric", "direction", "threshold", "min_samples", "judge"}]'
     )
     failure_limit = models.PositiveIntegerField(default=0)
     inconclusive_limit = models.PositiveIntegerField(default=3)

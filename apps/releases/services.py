@@ -44,7 +44,7 @@ def release_plan_validate(*, stages, guardrails, failure_limit: int, inconclusiv
     ):
         fields["stages"] = ["a rising list of percentages in (0, 100], e.g. [5, 25, 50, 100]"]
     if not isinstance(guardrails, list):
-        fields["guardrails"] = ["a list of {metric, direction, threshold, min_samples}"]
+        fields["guardrails"] = ["a list of {metric, direction, threshold, min_samples, judge}"]
     else:
         for index, guardrail in enumerate(guardrails):
             problems = (
@@ -675,6 +675,7 @@ def _analyze_evaluation(release: Release) -> Release:
                     direction=guardrail["direction"],
                     threshold=float(guardrail["threshold"]),
                     min_samples=int(guardrail.get("min_samples", 1)),
+                    judge=guardrail.get("judge", "point"),
                 ),
                 [v.score for v in candidate],
                 [v.score for v in baseline],
@@ -720,6 +721,7 @@ def _analyze_live(release: Release) -> Release:
                 direction=g["direction"],
                 threshold=float(g["threshold"]),
                 min_samples=int(g.get("min_samples", 30)),
+                judge=g.get("judge", "point"),
             ),
             arms["candidate"][g["metric"]],
             arms["baseline"][g["metric"]],

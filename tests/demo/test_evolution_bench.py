@@ -17,11 +17,19 @@ class Clock:
         return self.now
 
 
-def _summary(name: str, decisions: list[tuple[str, float]], *, buckets=(), run_seconds: float = 400) -> dict:
-    """A summary as apps/demo/scenario.py writes it: the world run for `run_seconds`, decisions at seconds."""
+def _summary(
+    name: str, decisions: list[tuple[str, float]], *, buckets=(), run_seconds: float = 400, notes=()
+) -> dict:
+    """A summary as apps/demo/scenario.py writes it: the world run for `run_seconds`, the host's notes and
+    the decisions at their seconds."""
     clock = Clock()
     world = World(SCENARIOS[name], clock=clock).start()
-    clock.now += run_seconds
+    started = clock.now
+    for what, seconds in notes:
+        clock.now = started + seconds
+        world.summary()  # the switches due by then take effect first, as the traffic would see them
+        world.note(what)
+    clock.now = started + run_seconds
     scenario = world.summary()
     scenario.update({"host": [], "policy": {"id": 1, "mode": "auto", "revision": 1}, "signal_points": 40})
     return {
@@ -57,18 +65,27 @@ def test_too_late_a_reaction_a_missing_follow_up_and_an_alarm_before_the_trigger
     assert late["reaction_seconds"] == 121
     assert late["reacted"] is False
     assert late["passed"] is False
-    no_restart = analyse(_summary("bad_release", [("rollback", 80)]))
+    # The bad release waits for a good production: the reaction counts from when the host sent it.
+    sent = [("bad_release_sent", 150)]
+    no_restart = analyse(_summary("bad_release", [("rollback", 170)], notes=sent))
+    assert no_restart["trigger_seconds"] == 150
+    assert no_restart["reaction_seconds"] == 20
     assert no_restart["reacted"] is True
     assert no_restart["then"] == {"restart_learner": None}
     assert no_restart["passed"] is False
-    restarted = analyse(_summary("bad_release", [("rollback", 80), ("restart_learner", 85)]))
+    restarted = analyse(_summary("bad_release", [("rollback", 170), ("restart_learner", 175)], notes=sent))
     assert restarted["then"] == {"restart_learner": 25}
     assert restarted["passed"] is True
     alarmed = analyse(
-        _summary("bad_release", [("restart_learner", 45), ("rollback", 80), ("restart_learner", 85)])
+        _summary(
+            "bad_release", [("restart_learner", 45), ("rollback", 170), ("restart_learner", 175)], notes=sent
+        )
     )
     assert alarmed["false_alarms"] == 1
     assert alarmed["passed"] is False
+    never_sent = analyse(_summary("bad_release", [("rollback", 170)]))
+    assert never_sent["trigger_seconds"] is None
+    assert never_sent["passed"] is False
 
 
 def test_stationary_counts_every_alarm_after_the_settling_time_and_drift_must_recover():

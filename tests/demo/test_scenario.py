@@ -147,3 +147,23 @@ def test_a_bad_release_that_cannot_be_made_is_said_and_recorded_not_swallowed(te
     assert driver.done[0]["what"] == "bad_release_failed"
     assert "scenario bad_release failed" in said[0]
     assert not Decision.objects.exists()
+
+
+def test_a_bad_release_waits_until_production_is_good_enough_for_a_canary_to_tell(
+    tenant, production, tmp_path
+):
+    world = scenario_world(_settings(tmp_path, scenario="bad_release", scenario_at=0)).start()
+    said: list[str] = []
+    driver = _driver(tenant, tmp_path, world, said)
+    request = world.take_requests("bad_release")[0]
+    assert request["value"]["production_success"] == 0.5
+    assert not driver._production_ready(request)  # the base has no held-out figure yet
+    assert not driver._production_ready(request)
+    assert said == ["scenario bad_release: waits for production held-out success ≥ 50% (v0: unmeasured)"]
+    production.metrics = {"heldout": {"success": 0.3, "cases": 64}}
+    production.save(update_fields=["metrics"])
+    assert not driver._production_ready(request)
+    production.metrics = {"heldout": {"success": 0.55, "cases": 64}}
+    production.save(update_fields=["metrics"])
+    assert driver._production_ready(request)
+    assert driver._production_ready({"what": "bad_release", "value": {"noise": 0.25}})  # no wait asked

@@ -134,3 +134,40 @@ def test_guardrail_measurement_and_argo_style_limits():
         ).action
         == "wait"
     )
+
+
+def test_an_interval_guardrail_fails_a_significant_drop_that_a_loose_point_threshold_lets_through():
+    # 40 % → 5 % over 40 sessions each: worse by 0.35; significantly worse (the interval excludes 0).
+    baseline, candidate = [1.0] * 16 + [0.0] * 24, [1.0] * 2 + [0.0] * 38
+    loose = Guardrail(metric="reward_mean", direction="higher_is_better", threshold=0.4, min_samples=10)
+    assert measure(loose, candidate, baseline).verdict == Verdict.SUCCESSFUL
+    interval = Guardrail(
+        metric="reward_mean", direction="higher_is_better", threshold=0.0, min_samples=10, judge="interval"
+    )
+    failed = measure(interval, candidate, baseline)
+    assert failed.verdict == Verdict.FAILED
+    assert failed.high is not None
+    assert failed.high < 0
+    assert "95 % interval" in failed.reason
+    # The same gap over 5 sessions each is noise to the interval; the point threshold 0 would fail it.
+    small = Guardrail(
+        metric="reward_mean", direction="higher_is_better", threshold=0.0, min_samples=5, judge="interval"
+    )
+    assert measure(small, [1.0] + [0.0] * 4, [1.0] * 2 + [0.0] * 3).verdict == Verdict.SUCCESSFUL
+    point = Guardrail(metric="reward_mean", direction="higher_is_better", threshold=0.0, min_samples=5)
+    assert measure(point, [1.0] + [0.0] * 4, [1.0] * 2 + [0.0] * 3).verdict == Verdict.FAILED
+    # Lower is better: an error rate significantly above the baseline's by more than the threshold.
+    errors = Guardrail(
+        metric="error_rate", direction="lower_is_better", threshold=0.05, min_samples=10, judge="interval"
+    )
+    assert measure(errors, [1.0] * 20 + [0.0] * 20, [0.0] * 40).verdict == Verdict.FAILED
+    assert measure(errors, [1.0] * 2 + [0.0] * 38, [0.0] * 40).verdict == Verdict.SUCCESSFUL
+
+
+def test_a_guardrail_with_an_unknown_judge_is_refused():
+    from workers.evaluation.analysis import guardrail_problems
+
+    good = {"metric": "reward_mean", "direction": "higher_is_better", "threshold": 0}
+    assert guardrail_problems(good) == {}
+    assert guardrail_problems({**good, "judge": "interval"}) == {}
+    assert guardrail_problems({**good, "judge": "vibes"}) == {"judge": "must be one of point, interval"}

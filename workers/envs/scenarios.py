@@ -20,12 +20,16 @@ threads and the agent's tool calls see one state; `World.switch()` switches by h
   (`weather.NEW_CITIES`, never in training);
 - `question_shift` (`{"question": "{city}: ...", "prefix": "..."}`): the traffic asks in another phrasing,
   and its task ids take a prefix;
-- `bad_release` (`{"noise": x, "seed": n}`): asks the host (the demo) to release a degraded copy of
-  production (`write_degraded_checkpoint`); the world only records the request (`take_requests`);
+- `bad_release` (`{"noise": x, "seed": n, "production_success": s}`): asks the host (the demo) to release a
+  degraded copy of production (`write_degraded_checkpoint`) once production's held-out success is at least
+  `s` (a copy of a poor production is hardly worse than it: nothing for a canary to see); the world only
+  records the request (`take_requests`), and the host notes when it sent the release (`note`:
+  `bad_release_sent`);
 - `reset`: back to the default world.
 
-`World.events` lists each switch with its time (`seconds` after the start and the unix time `at`), for a
-benchmark to measure reaction times against decisions' timestamps.
+`World.events` lists each switch with its time (`seconds` after the start and the unix time `at`), and what
+the host noted it did (`World.note`), for a benchmark to measure reaction times against decisions'
+timestamps.
 """
 
 import hashlib
@@ -87,12 +91,15 @@ class Switch:
 @dataclass(frozen=True)
 class Expectation:
     """What the control plane should decide: a decision of one of `kinds` within `within_seconds` of the
-    switch named `after` (the reaction), then one of each of `then`; `recovers`: live success comes back to
-    its level before the switch. No `kinds`: no decision at all (every alarm is a false one)."""
+    event named `after` (the reaction: a switch, or what the host noted), then one of each of `then`;
+    `recovers`: live success comes back to its level before the switch. `trigger`: the switch that sets it
+    going, when `after` is the host's note rather than a switch. No `kinds`: no decision at all (every alarm
+    is a false one)."""
 
     kinds: tuple[str, ...] = ()
     within_seconds: float = 0.0
     after: str = ""
+    trigger: str = ""
     then: tuple[str, ...] = ()
     recovers: bool = False
 
@@ -107,7 +114,8 @@ class Scenario:
 
     def trigger(self) -> Switch | None:
         """The switch the reaction time counts from (the expectation's `after`)."""
-        return next((switch for switch in self.switches if switch.what == self.expects.after), None)
+        name = self.expects.trigger or self.expects.after
+        return next((switch for switch in self.switches if switch.what == name), None)
 
     def with_trigger_at(self, seconds: float) -> "Scenario":
         """The same scenario with its trigger moved to `seconds` (the demo's DEMO_SCENARIO_AT); the
@@ -161,15 +169,20 @@ SCENARIOS: dict[str, Scenario] = {
     "bad_release": Scenario(
         name="bad_release",
         description=(
-            "After 60 s a degraded copy of production (each weight plus a quarter of its RMS times N(0, 1): "
-            "the demo's base goes from 22 % to 3 % held-out) is released; "
-            "its canary breaks a guardrail: rollback, and the learner restarted from production."
+            "After 60 s, once production's held-out success is at least 50 %, a degraded copy of production "
+            "(each weight plus a quarter of its RMS times N(0, 1): the demo's base goes from 22 % to 3 % "
+            "held-out) is released; its canary breaks a guardrail: rollback, and the learner restarted from "
+            "production."
         ),
-        switches=(Switch(60, "bad_release", {"noise": 0.25, "seed": 0}),),
+        switches=(Switch(60, "bad_release", {"noise": 0.25, "seed": 0, "production_success": 0.5}),),
         expects=Expectation(
-            kinds=("rollback",), within_seconds=90, after="bad_release", then=("restart_learner",)
+            kinds=("rollback",),
+            within_seconds=90,
+            after="bad_release_sent",
+            trigger="bad_release",
+            then=("restart_learner",),
         ),
-        duration_seconds=300,
+        duration_seconds=420,
     ),
     "stationary": Scenario(
         name="stationary",
@@ -250,6 +263,16 @@ class World:
             self._advance()
             now = self._clock()
             self._apply(what, value, now, now - (self.started_at if self.started_at is not None else now))
+
+    def note(self, what: str, value=None) -> None:
+        """Records in `events` what the host did for the scenario (the demo's `bad_release_sent`), with its
+        time, so that a reaction can be measured from it."""
+        with self._lock:
+            now = self._clock()
+            seconds = now - (self.started_at if self.started_at is not None else now)
+            self.events.append(
+                {"what": what, "value": _plain(value), "seconds": round(seconds, 3), "at": round(now, 3)}
+            )
 
     def _advance(self) -> None:
         if self.started_at is None:

@@ -9,6 +9,7 @@ from enum import StrEnum
 from workers.evaluation.compare import bootstrap_difference
 from workers.stats import percentile
 
+JUDGES = ("point", "interval")
 METRICS = ("reward_mean", "user_correction_rate", "error_rate", "latency_p95", "cost_per_task", "eval_score")
 # Which way each metric gets worse; a guardrail may say otherwise.
 WORSE_WHEN_HIGHER = {"user_correction_rate", "error_rate", "latency_p95", "cost_per_task"}
@@ -23,12 +24,17 @@ class Verdict(StrEnum):
 @dataclass(frozen=True)
 class Guardrail:
     """`threshold`: the most the candidate may be worse than the baseline (absolute units of the metric);
-    `direction`: "lower_is_better" or "higher_is_better"; `min_samples`: per arm, below it → Inconclusive."""
+    `direction`: "lower_is_better" or "higher_is_better"; `min_samples`: per arm, below it → Inconclusive;
+    `judge`: "point" fails a candidate whose measured deficit exceeds the threshold, "interval" one whose
+    deficit exceeds it over the whole 95 % bootstrap interval (with threshold 0: significantly worse at
+    all; for short canaries on noisy metrics, where a point threshold must be loose to spare good
+    candidates). A p95 metric has no interval and is judged on its point value."""
 
     metric: str
     direction: str
     threshold: float
     min_samples: int = 30
+    judge: str = "point"
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,8 @@ def guardrail_problems(guardrail: dict) -> dict[str, str]:
             problems["threshold"] = "must be ≥ 0"
     except (KeyError, TypeError, ValueError):
         problems["threshold"] = "must be a number"
+    if guardrail.get("judge", "point") not in JUDGES:
+        problems["judge"] = f"must be one of {', '.join(JUDGES)}"
     minimum = guardrail.get("min_samples", 30)
     if not isinstance(minimum, int) or isinstance(minimum, bool) or minimum < 1:
         problems["min_samples"] = "must be a positive integer"
@@ -94,6 +102,25 @@ def measure(
     )
     interval = bootstrap_difference(candidate, baseline, resamples=500) if aggregate == "mean" else None
     low, high = (interval.low, interval.high) if interval else (None, None)
+    if guardrail.judge == "interval" and low is not None and high is not None:
+        # The least deficit the interval allows (candidate − baseline is [low, high]).
+        least = low if guardrail.direction == "lower_is_better" else -high
+        if least > guardrail.threshold:
+            return Measurement(
+                **common,
+                verdict=Verdict.FAILED,
+                low=low,
+                high=high,
+                reason=f"candidate worse by {worse_by:.4g}, at least {least:.4g} over the 95 % interval "
+                f"(> {guardrail.threshold:g})",
+            )
+        return Measurement(
+            **common,
+            verdict=Verdict.SUCCESSFUL,
+            low=low,
+            high=high,
+            reason=f"the 95 % interval allows a deficit within {guardrail.threshold:g} of the baseline",
+        )
     if worse_by > guardrail.threshold:
         return Measurement(
             **common,

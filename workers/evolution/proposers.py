@@ -97,12 +97,16 @@ class RuleProposer:
         if tool not in routing:
             alternative = alternative_version(tool, list(cluster.get("offered_tools") or []))
             if alternative is not None and alternative[0] not in routing:
+                # A route fixes the failure where it happens, and the model reads the same request as before:
+                # the proposal is the route alone. (On the demo's small model the route with two exemplars
+                # took live success from 16 % to 0 % after promotion; the route alone is worth +11 points
+                # held-out in bench/evolution/calibrate.py.)
                 routing[tool] = {"action": "route", "to": alternative[0], "version": alternative[1]}
-            else:
-                routing[tool] = {"action": "disable"}
-                line = self.unavailable_line(tool, cluster.get("argument_shape") or "")
-                if line not in prompt:
-                    prompt = f"{prompt}\n{line}".strip()
+                return replace(current, label=PROPOSED_LABEL, tool_routing=routing)
+            routing[tool] = {"action": "disable"}
+            line = self.unavailable_line(tool, cluster.get("argument_shape") or "")
+            if line not in prompt:
+                prompt = f"{prompt}\n{line}".strip()
         disabled = {name for name, rule in routing.items() if rule.get("action") == "disable"}
         exemplars = list(current.exemplars)
         for example in examples:

@@ -156,8 +156,16 @@ def test_the_bad_release_comes_due_once_even_when_many_threads_consult_the_world
     for thread in threads:
         thread.join()
     assert len(taken) == 1
-    assert taken[0]["value"] == {"noise": 0.25, "seed": 0}
+    assert taken[0]["value"] == {"noise": 0.25, "seed": 0, "production_success": 0.5}
     assert [event["what"] for event in world.events] == ["bad_release"]
+    clock.now += 4
+    world.note("bad_release_sent", {"version": 7})
+    assert world.events[-1] == {
+        "what": "bad_release_sent",
+        "value": {"version": 7},
+        "seconds": 35,
+        "at": 1_035,
+    }
 
 
 def test_every_scenario_states_what_it_expects_and_the_trigger_can_be_moved():

@@ -33,14 +33,15 @@ def test_the_highest_offered_version_is_the_alternative():
     assert alternative_version("get_weather", ["get_weather"]) is None
 
 
-def test_an_offered_alternative_version_is_routed_to_with_exemplars_of_success():
+def test_an_offered_alternative_version_is_routed_to_and_nothing_else_changes():
     cluster = {**CLUSTER, "offered_tools": ["get_weather", "get_weather_v2"]}
-    proposal = RuleProposer().propose(cluster, HarnessSpec("h1", "Be brief."), [{"messages": SUCCESS}])
+    current = HarnessSpec("h1", "Be brief.", exemplars=(SUCCESS[1:5],))
+    proposal = RuleProposer().propose(cluster, current, [{"messages": SUCCESS}, SUCCESS])
     assert proposal.tool_routing == {
         "get_weather": {"action": "route", "to": "get_weather_v2", "version": "2"}
     }
     assert proposal.system_prompt == "Be brief."
-    assert proposal.exemplars == (SUCCESS[1:5],)  # no system message, ends at the resolution
+    assert proposal.exemplars == (SUCCESS[1:5],)  # what the model reads stays as it was: no new exemplar
     fields = validate_harness(
         system_prompt=proposal.system_prompt,
         exemplars=list(proposal.exemplars),
