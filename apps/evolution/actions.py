@@ -29,7 +29,7 @@ from django.db import transaction
 
 from apps.audit.services import Actor
 from apps.core.errors import DomainError
-from apps.evolution.decisions import decision_finish, decision_record, decision_start
+from apps.evolution.decisions import decision_finish, decision_note, decision_record, decision_start
 from apps.evolution.models import Decision, DecisionKind, DecisionStatus, EvolutionPolicy
 from apps.evolution.selectors import decision_get, gate_key, gate_score, production_versions
 from apps.tenants.models import Tenant
@@ -299,9 +299,12 @@ def _note(decision: Decision, **values) -> None:
     does not change it) and when it started (what waits on a worker gives up after a while)."""
     from django.utils import timezone
 
-    evidence = {**decision.evidence, "started_at": timezone.now().isoformat(), **values}
-    Decision.objects.filter(pk=decision.pk).update(evidence=evidence)
-    decision.evidence = evidence
+    noted = decision_note(
+        tenant=decision.tenant,
+        decision_id=decision.pk,
+        evidence={"started_at": timezone.now().isoformat(), **values},
+    )
+    decision.evidence = noted.evidence
 
 
 def _waited(decision: Decision) -> float:
@@ -663,7 +666,7 @@ def harness_run(*, tenant_id: int, decision_id: int) -> str:
         candidate = harness_candidate_create(
             tenant=tenant, actor=policy_actor(policy), harness=harness, production_version=production
         )
-        Decision.objects.filter(pk=decision.pk).update(harness=harness, version=candidate)
+        decision_note(tenant=tenant, decision_id=decision.pk, harness=harness, version=candidate)
         finished = _succeed(
             tenant,
             decision,

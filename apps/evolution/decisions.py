@@ -259,6 +259,30 @@ def decision_finish(
     return decision
 
 
+@transaction.atomic
+def decision_note(
+    *, tenant: Tenant, decision_id, evidence: dict | None = None, harness=None, version=None
+) -> Decision:
+    """Adds to an open decision what its action learnt on the way (evidence merged; the harness and
+    version it proposed). Not audited: the decision's start and end are, and carry these."""
+    decision = _lock(tenant=tenant, decision_id=decision_id)
+    if decision.status not in {DecisionStatus.APPROVED, DecisionStatus.RUNNING}:
+        raise Conflict(f"the decision is {decision.status}, not under way", code="decision_not_running")
+    fields = []
+    if evidence:
+        decision.evidence = {**decision.evidence, **evidence}
+        fields.append("evidence")
+    if harness is not None:
+        decision.harness = harness
+        fields.append("harness")
+    if version is not None:
+        decision.version = version
+        fields.append("version")
+    if fields:
+        decision.save(update_fields=fields)
+    return decision
+
+
 def _merge(current: dict, more: dict) -> dict:
     merged = {key: list(values) for key, values in current.items()}
     for key, values in more.items():
