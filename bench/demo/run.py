@@ -5,7 +5,9 @@ var directory, so the warm-up runs every time), default settings. Prints each se
 loop whose held-out success is at least 70 % and at least 30 points above a base of at most 40 %. The warm-up that makes the
 base (SFT, about 2.5 minutes on an idle 2-core machine) is timed apart and printed with the figures.
 
-    .venv/bin/python bench/demo/run.py [--seeds 0 1 2] [--budget 600]
+    .venv/bin/python bench/demo/run.py [--seeds 0 1 2] [--budget 600] [--cache var/demo-bench-cache]
+
+`--cache` keeps the bases between runs (the loop's figures do not depend on how long the warm-up took).
 
 The machine's load is printed with the figures: on a shared 2-core machine the same run is 2-3x slower.
 """
@@ -28,9 +30,14 @@ DEMO_OVERHEAD_SECONDS = 1800
 GOAL_POINTS, BASE_AT_MOST, FINAL_AT_LEAST = 30, 0.40, 0.70
 
 
-def run_seed(seed: int, budget: int, port: int) -> dict:
+def run_seed(seed: int, budget: int, port: int, cache: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"demo-bench-{seed}-") as scratch:
         summary_path = Path(scratch) / "summary.json"
+        if cache is not None:
+            # The demo keeps its warm-up's base in <var>/../demo-cache, keyed by the seed, the warm-up's
+            # settings and the initial weights: a kept cache lets a rerun skip only the warm-up.
+            cache.mkdir(parents=True, exist_ok=True)
+            (Path(scratch) / "demo-cache").symlink_to(cache.resolve(), target_is_directory=True)
         environment = {
             **os.environ,
             "DEMO_VAR_DIR": str(Path(scratch) / "demo"),
@@ -71,11 +78,17 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--port", type=int, default=8750)
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="keep the warm-up's bases here and reuse them (default: every seed warms up from scratch)",
+    )
     arguments = parser.parse_args(argv)
     results = []
     for seed in arguments.seeds:
         load = os.getloadavg()[0]
-        summary = run_seed(seed, arguments.budget, arguments.port)
+        summary = run_seed(seed, arguments.budget, arguments.port, arguments.cache)
         summary["load_before"] = round(load, 2)
         summary["load_after"] = round(os.getloadavg()[0], 2)
         results.append(summary)
