@@ -308,7 +308,8 @@ def control_state(*, tenant: Tenant, policy: EvolutionPolicy, now=None):
         score for score in (gate_score(version, policy.gate) for version in production) if score is not None
     ]
     promotions = alias_history(tenant=tenant, name=policy.model, alias="production").order_by("-moved_at")
-    last_promotion = promotions.first()
+    # A promotion replaces a version; the alias's first assignment (the base) is not one.
+    last_promotion = promotions.filter(from_version__isnull=False).first()
     releases = Release.objects.for_tenant(tenant).filter(model=policy.model).select_related("candidate")
     under_way = releases.filter(status__in=ACTIVE_STATUSES).order_by("-id").first()
     ours = {

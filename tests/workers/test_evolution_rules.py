@@ -178,3 +178,16 @@ def test_no_second_harness_update_while_one_is_still_on_its_way():
     assert "update_harness" not in kinds(decide(signals, POLICY, canary))
     evaluating = replace(state, open_kinds=frozenset({"evaluate"}))
     assert "update_harness" not in kinds(decide(signals, POLICY, evaluating))
+
+
+def test_no_harness_update_before_production_served_a_whole_window_since_its_promotion():
+    # The bench's tool_failure run: h1 (a route) was promoted, and 3 s later the window still held the
+    # baseline arm's failures from the canary: a second update followed for failures that were not h1's.
+    fresh = ClusterView(id=6, tool="get_weather", signature="offline", count=12, first_seen=IDLE.now - 90)
+    signals = {**CALM, "tool_failure_rate": 0.6}
+    promoted = replace(IDLE, clusters=(fresh,), harness_allowed=True, last_promotion_at=IDLE.now - 3)
+    window = 60
+    policy = replace(POLICY, window_seconds=window)
+    assert "update_harness" not in kinds(decide(signals, policy, promoted))
+    later = replace(promoted, last_promotion_at=IDLE.now - window - 1)
+    assert kinds(decide(signals, policy, later)) == ["update_harness"]

@@ -178,9 +178,16 @@ def decide(signals: dict[str, float | None], policy: PolicyView, state: ControlS
         if harness_since is None
         or (cluster.last_seen if cluster.last_seen is not None else state.now) > state.now - harness_since
     ]
-    # A harness candidate still on its way (evaluated or released) is not followed by another one.
-    harness_cooling = (harness_since is not None and harness_since < policy.cooldown_seconds) or bool(
-        release is not None or {"evaluate", "release", "promote"} & taken
+    # A harness candidate still on its way (evaluated or released) is not followed by another one; nor is
+    # one proposed before production has served a whole window since its last promotion (until then the
+    # window mixes the versions before it, and their failures are not production's).
+    promoted_within_window = (
+        state.last_promotion_at is not None and state.now - state.last_promotion_at < policy.window_seconds
+    )
+    harness_cooling = (
+        (harness_since is not None and harness_since < policy.cooldown_seconds)
+        or promoted_within_window
+        or bool(release is not None or {"evaluate", "release", "promote"} & taken)
     )
     if tool and failing and not (state.harness_allowed and harness_cooling):
         clusters = sorted(failing, key=lambda cluster: -cluster.count)
