@@ -245,6 +245,25 @@ def convert_gguf(
     )
 
 
+def ensure_converted(path, out_dir, **options) -> tuple[Path, bool]:
+    """(out_dir, reused): out_dir as it is when its manifest names this very GGUF file (same sha256) and
+    every file still matches its checksum; otherwise converted afresh (convert_gguf's options), after
+    removing whatever was there. For caches of a model converted once (the real-model tier)."""
+    from workers.models.manifest import manifest_problems, read_manifest
+
+    path, out_dir = Path(path), Path(out_dir)
+    manifest = read_manifest(out_dir) if out_dir.exists() else None
+    source = (manifest or {}).get("source") or {}
+    if (
+        source.get("kind") == "gguf"
+        and source.get("sha256") == file_sha256(path)
+        and not manifest_problems(out_dir)
+    ):
+        return out_dir, True
+    remove_directory(out_dir)
+    return convert_gguf(path, out_dir, **options).path, False
+
+
 def _write_model(path: Path, target: Path, chat_template: str | None) -> tuple[str, str]:
     """Loads through transformers, writes into target; (chat template origin, tokenizer fingerprint)."""
     import torch

