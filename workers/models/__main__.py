@@ -16,9 +16,9 @@ from workers.models.templates import ChatTemplateError
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workers.models", description=__doc__.splitlines()[0])
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--package", help="an installed distribution shipping a .gguf")
-    source.add_argument("--gguf", help="a .gguf file")
+    origin = parser.add_mutually_exclusive_group(required=True)
+    origin.add_argument("--package", help="an installed distribution shipping a .gguf")
+    origin.add_argument("--gguf", help="a .gguf file")
     parser.add_argument("--out", required=True, help="the directory to write or reuse")
     arguments = parser.parse_args(argv)
     started = time.monotonic()
