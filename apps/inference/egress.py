@@ -234,7 +234,9 @@ class BackendTransport(httpx.HTTPTransport):
     checked (the Host header and TLS server name stay the URL's), so resolution cannot change in between."""
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        url = str(request.url)
+        # The address is what is checked: a query on the request is the caller's own (vLLM's
+        # `/pause?mode=wait`), whereas one in a registered base URL is refused by backend_url_check.
+        url = str(request.url.copy_with(query=None, fragment=None))
         target = backend_url_check(url)
         address = target.addresses[0]
         if address != target.host:

@@ -22,5 +22,10 @@ urlpatterns = [
         apis.ModelVersionPublishApi.as_view(),
         name="model-version-publish",
     ),
+    path(
+        "model-versions/<int:version_id>/chat-template/",
+        apis.ModelVersionChatTemplateApi.as_view(),
+        name="model-version-chat-template",
+    ),
     path("model-aliases/", apis.ModelAliasListApi.as_view(), name="model-alias-list"),
 ]

@@ -6,9 +6,10 @@ from rest_framework.response import Response
 
 from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.tenants.permissions import Action
-from apps.training import selectors, services
+from apps.training import imports, selectors, services
 from apps.training.models import Algorithm
 from apps.training.publication import model_version_publish
+from workers.models.templates import MAX_TEMPLATE_CHARS
 
 
 @extend_schema_serializer(component_name="ModelVersion")
@@ -182,6 +183,42 @@ class ModelVersionPublishApi(TenantApi):
         version = selectors.model_version_get(tenant=self.tenant, version_id=version_id)
         outcomes = model_version_publish(tenant=self.tenant, actor=self.actor, version=version)
         return Response({"version": version.label, "backends": [vars(outcome) for outcome in outcomes]})
+
+
+class ModelVersionChatTemplateApi(TenantApi):
+    """GET: the chat template the version's directory carries. POST: a new candidate version, child of this
+    one, serving `chat_template` over the same weights (apps/training/imports.py); the template is checked by
+    rendering a probe conversation (tools, a tool call, a tool result, a generation prompt) first."""
+
+    actions = {"GET": Action.MODEL_VERSION_VIEW, "POST": Action.TRAINING_MANAGE}
+
+    @extend_schema_serializer(component_name="ModelVersionChatTemplate")
+    class InputSerializer(serializers.Serializer):
+        chat_template = serializers.CharField(max_length=MAX_TEMPLATE_CHARS, trim_whitespace=False)
+
+    @extend_schema_serializer(component_name="ModelVersionChatTemplateOut")
+    class OutputSerializer(serializers.Serializer):
+        version = serializers.CharField()
+        chat_template = serializers.CharField(allow_null=True)
+
+    @extend_schema(responses=OutputSerializer)
+    def get(self, request, version_id):
+        version = selectors.model_version_get(tenant=self.tenant, version_id=version_id)
+        template = imports.model_version_chat_template(tenant=self.tenant, version=version)
+        return Response(self.OutputSerializer({"version": version.label, "chat_template": template}).data)
+
+    @extend_schema(request=InputSerializer, responses={201: VersionOutputSerializer})
+    def post(self, request, version_id):
+        version = selectors.model_version_get(tenant=self.tenant, version_id=version_id)
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        created = imports.model_version_set_chat_template(
+            tenant=self.tenant,
+            actor=self.actor,
+            version=version,
+            chat_template=body.validated_data["chat_template"],
+        )
+        return Response(VersionOutputSerializer(created).data, status=201)
 
 
 class ModelAliasListApi(TenantApi):

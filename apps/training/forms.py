@@ -2,6 +2,7 @@ from django import forms
 
 from apps.training.models import Algorithm
 from apps.training.services import training_hyperparameters
+from workers.models.templates import MAX_TEMPLATE_CHARS
 
 SCHEDULES = [("constant", "constant"), ("linear", "linear"), ("cosine", "cosine")]
 
@@ -65,3 +66,21 @@ class TrainingJobForm(forms.Form):
             "max_trajectories": data["max_trajectories"],
             "description": data["description"],
         }
+
+
+class ChatTemplateForm(forms.Form):
+    """The model page's chat-template form: a new candidate version over the chosen version's weights."""
+
+    version = forms.TypedChoiceField(coerce=int, label="Over the weights of")
+    chat_template = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 16, "cols": 100, "spellcheck": "false"}),
+        max_length=MAX_TEMPLATE_CHARS,
+        strip=False,
+        label="Chat template (jinja)",
+        help_text="Checked by rendering a conversation with a tool, a tool call, a tool result and a generation "
+        "prompt; tool calls must be written as <tool_call>{json}</tool_call>.",
+    )
+
+    def __init__(self, *args, versions=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = [(v.pk, f"{v.label} ({v.status})") for v in versions]

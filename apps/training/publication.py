@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 
 from apps.audit.services import Actor, audit_record
+from apps.core.errors import NotFound
 from apps.inference.egress import (
     BackendAddressRefused,
     BackendTransport,
@@ -32,6 +33,7 @@ from apps.inference.models import BackendKind, BackendState
 from apps.inference.selectors import backend_list
 from apps.inference.services import backend_record_health, backend_update
 from apps.training.models import ModelVersion
+from apps.training.selectors import model_version_by_number
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ def model_version_publish(
     ]
     outcomes = []
     for backend in backends:
+        template_change = _chat_template_change(tenant=tenant, backend=backend, version=version)
+        if template_change:
+            outcomes.append(PublishOutcome(backend.pk, backend.name, False, 0.0, template_change))
+            continue
         others_up = any(other.pk != backend.pk and other.state == BackendState.UP for other in backends)
         outcomes.append(
             _publish_one(
@@ -85,6 +91,29 @@ def model_version_publish(
             data={"backends": [{"name": o.backend, "ok": o.ok, "error": o.error[:200]} for o in outcomes]},
         )
     return outcomes
+
+
+def _chat_template_change(*, tenant, backend, version: ModelVersion) -> str:
+    """Why `version` cannot be loaded into the running `backend`, or "": servers read the chat template when
+    they start and a weight swap keeps it, so a version whose template differs from the one of the version
+    the backend serves (a template version, apps/training/imports.py) needs a server started on its
+    directory. Serving it by a swap would record its number over prompts rendered with the old template."""
+    from workers.models import read_chat_template
+
+    serving = backend.model_version
+    if not serving.isdigit() or int(serving) == version.number:
+        return ""
+    try:
+        current = model_version_by_number(tenant=tenant, name=version.name, number=int(serving))
+    except NotFound:
+        return ""
+    if read_chat_template(current.checkpoint_path) == read_chat_template(version.checkpoint_path):
+        return ""
+    return (
+        f"{version.label}'s chat template differs from that of {current.label}, which {backend.name} serves; a "
+        f"server reads its template when it starts: start one on {version.checkpoint_path} and register it "
+        f"as a backend serving version {version.number}"
+    )
 
 
 def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, timeout) -> PublishOutcome:

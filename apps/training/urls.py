@@ -11,4 +11,5 @@ urlpatterns = [
     path("training/jobs/<int:job_id>/cancel/", views.training_job_cancel, name="training-job-cancel"),
     path("models/", views.model_versions, name="model-versions"),
     path("models/<str:name>/lineage/", views.model_lineage, name="model-lineage"),
+    path("models/<str:name>/chat-template/", views.model_chat_template, name="model-chat-template"),
 ]

@@ -7,8 +7,8 @@ from django.views.decorators.http import require_POST
 from apps.console.access import console_page
 from apps.core.errors import DomainError
 from apps.tenants.permissions import Action, role_can
-from apps.training import selectors, services
-from apps.training.forms import TrainingJobForm
+from apps.training import imports, selectors, services
+from apps.training.forms import ChatTemplateForm, TrainingJobForm
 
 CHARTS = [  # (chart id, title, metric keys)
     ("loss", "Loss", ["loss"]),
@@ -205,11 +205,65 @@ def lineage_figure(tree: list[dict]) -> dict:
 
 @console_page(Action.MODEL_VERSION_VIEW)
 def model_lineage(request, name):
+    return _lineage_page(request, name)
+
+
+def _lineage_page(request, name, *, form=None):
     tree = lineage_tree(selectors.model_lineage(tenant=request.tenant, name=name))
     if not tree:
         from django.http import Http404
 
         raise Http404("no such model")
-    return render(
-        request, "console/lineage.html", {"name": name, "tree": tree, "figure": lineage_figure(tree)}
-    )
+    context = {"name": name, "tree": tree, "figure": lineage_figure(tree)}
+    if role_can(request.membership.role, Action.TRAINING_MANAGE):
+        versions = list(selectors.model_version_list(tenant=request.tenant, name=name))
+        if form is None:
+            current = (
+                selectors.alias_resolve(tenant=request.tenant, name=name, alias="production") or versions[0]
+            )
+            form = ChatTemplateForm(
+                initial={
+                    "version": current.pk,
+                    "chat_template": imports.model_version_chat_template(
+                        tenant=request.tenant, version=current
+                    )
+                    or "",
+                },
+                versions=versions,
+            )
+        context["template_form"] = form
+    return render(request, "console/lineage.html", context, status=400 if form and form.errors else 200)
+
+
+@require_POST
+@console_page(Action.TRAINING_MANAGE)
+def model_chat_template(request, name):
+    """A new candidate version serving another chat template over a version's weights (apps/training/imports)."""
+    versions = list(selectors.model_version_list(tenant=request.tenant, name=name))
+    if not versions:
+        from django.http import Http404
+
+        raise Http404("no such model")
+    form = ChatTemplateForm(request.POST, versions=versions)
+    if form.is_valid():
+        try:
+            created = imports.model_version_set_chat_template(
+                tenant=request.tenant,
+                actor=request.actor,
+                version=selectors.model_version_get(
+                    tenant=request.tenant, version_id=form.cleaned_data["version"]
+                ),
+                chat_template=form.cleaned_data["chat_template"],
+            )
+        except DomainError as error:
+            form.add_error(
+                "chat_template" if "chat_template" in (error.fields or {}) else None, error.message
+            )
+        else:
+            messages.success(
+                request,
+                f"Registered {created.label}, a candidate: {created.parent.label}'s weights with this chat "
+                "template. A server serves it once started on its directory.",
+            )
+            return redirect("console:model-lineage", name=name)
+    return _lineage_page(request, name, form=form)

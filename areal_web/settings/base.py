@@ -309,6 +309,9 @@ AREAL_MODELS_DIR = Path(env_str("AREAL_MODELS_DIR", str(VAR_DIR / "models")))
 AREAL_TRAINING_STALE_SECONDS = env_int("AREAL_TRAINING_STALE_SECONDS", 300)
 AREAL_TRAINING_THREADS = env_int("AREAL_TRAINING_THREADS", 2)
 AREAL_TRAINING_DEVICE = env_str("AREAL_TRAINING_DEVICE", "") or None
+# Model import (manage.py importmodel, workers/models): the largest model, in bytes of float32 weights, a
+# conversion may load (a GGUF is de-quantized to float32 in memory; the process peaks near twice this).
+AREAL_MODEL_IMPORT_MAX_BYTES = env_int("AREAL_MODEL_IMPORT_MAX_BYTES", 8 << 30)
 CELERY_BEAT_SCHEDULE["training-requeue-stale"] = {"task": "training.requeue_stale", "schedule": 60.0}
 
 # Live overview (apps.metrics.outcomes): a worker publishes each tenant's reward/success point this often.

@@ -81,3 +81,31 @@ def test_publication_follows_no_redirect(api_client, tenant, default_model_dir):
         outcomes = publish(api_client, base)
     assert [outcome["ok"] for outcome in outcomes] == [False]
     assert target_hits == []
+
+
+def test_publication_to_vllm_sends_its_pause_query_through_the_checked_transport(
+    api_client, tenant, default_model_dir
+):
+    """vLLM's full-weight publication pauses with `/pause?mode=wait&clear_cache=true`: the egress check
+    reads the request's address, not its query (a query in a registered base URL is still refused)."""
+    base = base_version(tenant, default_model_dir)
+    routes = {
+        ("POST", "/pause?mode=wait&clear_cache=true"): (200, {}, {}),
+        ("POST", "/collective_rpc"): (200, {}, {"results": [None]}),
+        ("POST", "/update_weight_version"): (200, {}, {}),
+        ("POST", "/resume"): (200, {}, {}),
+    }
+    with scripted_http_server(routes) as (url, received):
+        backend = BackendFactory(
+            tenant=tenant,
+            name="vllm",
+            base_url=url,
+            kind=BackendKind.VLLM,
+            served_model=MODEL,
+            model_version="7",
+        )
+        outcomes = publish(api_client, base)
+    assert [(outcome["ok"], outcome["error"]) for outcome in outcomes] == [(True, "")]
+    assert received == list(routes)
+    backend.refresh_from_db()
+    assert backend.model_version == str(base.number)

@@ -32,10 +32,14 @@ class AssistantReply:
 
 
 def render_chat_prompt(
-    tokenizer, messages, *, tools=None, add_generation_prompt=True, template_kwargs=None
+    tokenizer, messages, *, tools=None, add_generation_prompt=True, template_kwargs=None, chat_template=None
 ) -> str:
-    if not getattr(tokenizer, "chat_template", None):
+    """The prompt text of `messages` under the tokenizer's chat template, or under `chat_template` (a
+    candidate template being checked before it is stored, workers/models/templates.py)."""
+    if not (chat_template or getattr(tokenizer, "chat_template", None)):
         raise ValueError("this model has no chat template; use /v1/completions instead")
+    if chat_template:
+        template_kwargs = {**(template_kwargs or {}), "chat_template": chat_template}
     return tokenizer.apply_chat_template(
         [_normalize_message(message) for message in messages],
         tools=list(tools) if tools else None,
