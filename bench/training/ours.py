@@ -70,6 +70,7 @@ def main() -> None:
     )
     out = {
         "train_seconds": [],
+        "train_cpu_seconds": [],  # the process's CPU time (all threads) in the training phase
         "generation_seconds": [],
         "loss_tokens": [],
         "tokens": [],
@@ -89,11 +90,14 @@ def main() -> None:
             seed=step,
         )
         generated = time.perf_counter()
+        cpu_started = time.process_time()
         metrics = trainer.step(samples)
+        cpu_seconds = time.process_time() - cpu_started
         trained = time.perf_counter()
         if step >= arguments.warmup:
             out["generation_seconds"].append(generated - started)
             out["train_seconds"].append(trained - generated)
+            out["train_cpu_seconds"].append(cpu_seconds)
             out["loss_tokens"].append(metrics.loss_tokens)
             out["tokens"].append(metrics.tokens)
             out["samples"].append(metrics.samples)

@@ -95,8 +95,14 @@ def summarize(runs):
             strict=True,
         )
     ]
+    cpu = [
+        t / s
+        for run in runs
+        for t, s in zip(run["loss_tokens"], run.get("train_cpu_seconds", []), strict=False)
+    ]
     return {
         "train_tokens_per_s": statistics.median(train),
+        "train_tokens_per_cpu_s": statistics.median(cpu) if cpu else None,
         "samples_per_s": statistics.median(step),
         "train_seconds": statistics.median([s for run in runs for s in run["train_seconds"]]),
         "generation_seconds": statistics.median([g for run in runs for g in run["generation_seconds"]]),
@@ -138,6 +144,7 @@ def main() -> None:
     modes = ["full", "lora"] if arguments.mode == "both" else [arguments.mode]
     results: dict[str, dict[str, list]] = {mode: {} for mode in modes}
     per_round: dict[str, list] = {mode: [] for mode in modes}
+    per_round_cpu: dict[str, list] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as folder:
         if arguments.model == "toy":
             from workers.inference.modelgen import create_default_model
@@ -159,11 +166,16 @@ def main() -> None:
                     results[mode].setdefault(name, []).append(run)
                     this_round[name] = summarize([run])
                 ratio = this_round["ours"]["train_tokens_per_s"] / this_round["trl"]["train_tokens_per_s"]
+                cpu_ratio = (
+                    this_round["ours"]["train_tokens_per_cpu_s"] / this_round["trl"]["train_tokens_per_cpu_s"]
+                )
                 per_round[mode].append(ratio)
+                per_round_cpu[mode].append(cpu_ratio)
                 print(
                     f"round {round_index + 1}/{arguments.rounds} {mode}: "
                     f"ours {this_round['ours']['train_tokens_per_s']:.0f} vs "
-                    f"TRL {this_round['trl']['train_tokens_per_s']:.0f} training tokens/s = {ratio:.2f}x; "
+                    f"TRL {this_round['trl']['train_tokens_per_s']:.0f} training tokens/s = {ratio:.2f}x "
+                    f"(per CPU second {cpu_ratio:.2f}x); "
                     f"peak RSS {this_round['ours']['peak_rss_mb']:.0f} vs {this_round['trl']['peak_rss_mb']:.0f} MB "
                     f"(order {'/'.join(order)}, {time.time() - started:.0f} s, load {load_average():.2f})",
                     flush=True,
@@ -190,6 +202,11 @@ def main() -> None:
             part["ours"]["train_tokens_per_s"] / part["trl"]["train_tokens_per_s"]
         )
         part["ratio_train_tokens_per_s_per_round"] = per_round[mode]
+        part["ratio_train_tokens_per_cpu_s_per_round"] = per_round_cpu[mode]
+        if part["ours"]["train_tokens_per_cpu_s"] and part["trl"]["train_tokens_per_cpu_s"]:
+            part["ratio_train_tokens_per_cpu_s"] = (
+                part["ours"]["train_tokens_per_cpu_s"] / part["trl"]["train_tokens_per_cpu_s"]
+            )
         part["ratio_samples_per_s"] = part["ours"]["samples_per_s"] / part["trl"]["samples_per_s"]
         part["ratio_peak_rss"] = part["ours"]["peak_rss_mb"] / part["trl"]["peak_rss_mb"]
         summary[mode] = part

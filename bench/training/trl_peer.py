@@ -54,13 +54,22 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     total_steps = arguments.warmup + arguments.steps
-    timings = {"step": [], "generation": [], "loss_tokens": [], "tokens": [], "samples": []}
+    timings = {
+        "step": [],
+        "step_cpu": [],
+        "generation": [],
+        "generation_cpu": [],
+        "loss_tokens": [],
+        "tokens": [],
+        "samples": [],
+    }
 
     class Timed(GRPOTrainer):
         def _generate_and_score_completions(self, inputs):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             output = super()._generate_and_score_completions(inputs)
             timings["generation"].append(time.perf_counter() - started)
+            timings["generation_cpu"].append(time.process_time() - cpu_started)
             timings["loss_tokens"].append(int(output["completion_mask"].sum()))
             timings["tokens"].append(int(output["completion_mask"].sum() + output["prompt_mask"].sum()))
             timings["samples"].append(int(output["completion_mask"].shape[0]))
@@ -68,10 +77,11 @@ def main() -> None:
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
-            self.started = time.perf_counter()
+            self.started, self.cpu_started = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kwargs):
             timings["step"].append(time.perf_counter() - self.started)
+            timings["step_cpu"].append(time.process_time() - self.cpu_started)
 
     tokenizer = AutoTokenizer.from_pretrained(arguments.model)
     model = AutoModelForCausalLM.from_pretrained(arguments.model, dtype=torch.float32)
@@ -135,6 +145,9 @@ def main() -> None:
     generation = timings["generation"][warm:]
     out = {
         "train_seconds": [s - g for s, g in zip(steps, generation, strict=True)],
+        "train_cpu_seconds": [
+            s - g for s, g in zip(timings["step_cpu"][warm:], timings["generation_cpu"][warm:], strict=True)
+        ],
         "generation_seconds": generation,
         "loss_tokens": timings["loss_tokens"][warm:],
         "tokens": timings["tokens"][warm:],
