@@ -242,10 +242,62 @@ def _scatter_columns(full: torch.Tensor, columns: torch.Tensor, values: torch.Te
 
 
 def _picked(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    return torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    """log softmax(logits / temperature) at `targets` (float32), differentiable: see TargetLogprob."""
+    return TargetLogprob.apply(logits, targets, float(temperature))
+
+
+ROW_BLOCK_ELEMENTS = 1 << 20  # a block of rows of about 4 MB in float32
+
+
+class TargetLogprob(torch.autograd.Function):
+    """log softmax(logits / T)[..., target] over the last dimension, in float32 whatever the logits' dtype.
+
+    The same values and gradients as `gather(log_softmax(x / T), target)`, computed a block of rows at a
+    time: the forward keeps only the logits (as autograd would) and one logsumexp per row, and the backward
+    writes the gradient, (onehot(target) - softmax(x / T)) * g / T, straight into its one output tensor.
+    Autograd's own path allocates several temporaries the size of the logits (rows x vocabulary: 50 MB for
+    256 positions of a 49k vocabulary) in each direction."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+        vocabulary = logits.shape[-1]
+        flat = logits.reshape(-1, vocabulary)
+        index = targets.reshape(-1, 1)
+        rows = max(1, ROW_BLOCK_ELEMENTS // vocabulary)
+        logsumexp = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device)
+        for start in range(0, flat.shape[0], rows):
+            block = flat[start : start + rows].float()
+            if temperature != 1.0:
+                block = block / temperature
+            logsumexp[start : start + rows] = torch.logsumexp(block, dim=-1)
+        picked = flat.gather(1, index).squeeze(1).float() / temperature - logsumexp
+        ctx.save_for_backward(logits, targets, logsumexp)
+        ctx.temperature = temperature
+        return picked.reshape(logits.shape[:-1])
+
+    @staticmethod
+    def backward(ctx, *grad_outputs: torch.Tensor):
+        logits, targets, logsumexp = ctx.saved_tensors
+        temperature = ctx.temperature
+        vocabulary = logits.shape[-1]
+        flat = logits.reshape(-1, vocabulary)
+        scale = grad_outputs[0].reshape(-1, 1).float() / temperature  # g / T per row
+        grad = torch.empty_like(flat)
+        rows = max(1, ROW_BLOCK_ELEMENTS // vocabulary)
+        for start in range(0, flat.shape[0], rows):
+            end = start + rows
+            block = flat[start:end].float()
+            if temperature != 1.0:
+                block = block / temperature
+            if grad.dtype == torch.float32:
+                probabilities = torch.sub(block, logsumexp[start:end, None], out=grad[start:end])
+            else:
+                probabilities = block - logsumexp[start:end, None]
+            probabilities.exp_().mul_(-scale[start:end])
+            if probabilities.data_ptr() != grad[start:end].data_ptr():
+                grad[start:end] = probabilities
+        grad.scatter_add_(1, targets.reshape(-1, 1), scale.to(grad.dtype))
+        return grad.reshape(logits.shape), None, None
 
 
 def _dtype(model) -> torch.dtype:
