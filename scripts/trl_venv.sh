@@ -21,6 +21,7 @@ import sys
 from importlib.metadata import version
 assert version("trl") == sys.argv[1]
 from trl import GRPOConfig, GRPOTrainer  # noqa: F401
+import peft  # noqa: F401  (the LoRA mode of bench/training)
 PY
 }
 
@@ -34,7 +35,7 @@ echo "trl_venv: building $venv with trl==$trl_version and torch==$torch_version 
 echo "*" > "$venv/.gitignore"  # keep the venv out of git status whatever the repository's .gitignore says
 quiet_pip install --quiet --upgrade pip
 quiet_pip install --quiet "torch==$torch_version"
-quiet_pip install --quiet "trl==$trl_version" "transformers>=5,<6" tokenizers safetensors psutil
+quiet_pip install --quiet "trl==$trl_version" "transformers>=5,<6" tokenizers safetensors psutil "peft>=0.17,<1"
 
 if ! is_ready; then
     echo "trl_venv: $venv was built but trl does not import" >&2

@@ -7,12 +7,13 @@ Three layouts (TrainConfig.layout):
   mask. No padding at all; with varlen kernels attention costs sum(n_i^2).
 - "padded": the sequences right-padded to the longest of the micro-batch, [B, L] with a 2-D mask.
   Micro-batches are planned by length (longest first), so the padding stays small.
-- "prefix": the context a sequence starts with (every token before its first generated one) runs once
-  for all the sequences that start with it, the G samples of a GRPO group sharing their prompt: one
-  padded pass over the distinct prefixes keeps their keys and values, a second padded pass runs each
-  sequence's remainder on top of its prefix's. Gradients reach the prefix from every sequence that
-  reads it, so the result and its gradients equal the padded layout's; what is saved is (G - 1) prompt
-  forwards and backwards per group. A micro-batch in which no prefix is shared runs padded.
+- "prefix": the context a sequence starts with (every token before its first generated one, less the
+  last) runs once for all the sequences that start with it, the G samples of a GRPO group sharing their
+  prompt: one padded pass over the distinct contexts keeps their keys and values, a second padded pass
+  runs each sequence's tail (the prompt's last token and what follows) on top of its context's.
+  Gradients reach the context from every sequence that reads it, so the result and its gradients equal
+  the padded layout's; what is saved is (G - 1) prompt forwards and backwards per group. A micro-batch
+  in which no prefix is shared runs padded.
 - "auto" (default): packed where a varlen kernel runs (flash attention), prefix otherwise (padded when
   gradient checkpointing is on: a recomputed layer would append its keys to the shared cache twice).
   Without a varlen kernel the block-diagonal mask makes attention cost (sum n_i)^2, which on CPU
@@ -163,10 +164,12 @@ def micro_batch_logprobs(
 
 
 def _prefix_logprobs(model, sequences, loss_masks, prefixes, temperature: float) -> torch.Tensor:
-    """The "prefix" layout: pass 1 over the distinct prefixes (right-padded) keeps every layer's keys and
-    values and the logits at each prefix's last position (they predict each sequence's first generated
-    token); pass 2 runs every remainder (right-padded) with its prefix's keys and values gathered in as
-    the cache, positions continuing from the prefix's length."""
+    """The "prefix" layout. A sequence's context is its prefix less the prefix's last token; pass 1 runs
+    the distinct contexts (right-padded) and keeps every layer's keys and values (its logits are not used,
+    so no gradient flows through the output head there); pass 2 runs every tail (the prefix's last token
+    and what follows, right-padded) on its context's keys and values, positions continuing from the
+    context's length. Every logprob, the first generated token's included, comes from pass 2, so the
+    output head, its log-softmax and their backward run once, over generated positions only."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -176,39 +179,39 @@ def _prefix_logprobs(model, sequences, loss_masks, prefixes, temperature: float)
     live = [i for i, prefix in enumerate(prefixes) if len(prefix) < lengths[i]]  # something generated
     if not live:
         return torch.zeros(total, device=device)
+    contexts = {i: tuple(sequences[i][: len(prefixes[i]) - 1]) for i in live}
     distinct: dict[tuple[int, ...], int] = {}
     for i in live:
-        distinct.setdefault(prefixes[i], len(distinct))
-    prefix_width = max(len(prefix) for prefix in distinct)
-    prefix_ids = torch.zeros(len(distinct), prefix_width, dtype=torch.long)
-    prefix_mask = torch.zeros(len(distinct), prefix_width, dtype=torch.long)
-    for prefix, row in distinct.items():
-        prefix_ids[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
-        prefix_mask[row, : len(prefix)] = 1
-    last = torch.tensor([len(prefix) - 1 for prefix in distinct])
-    last_columns, last_at = torch.unique(last, return_inverse=True)
+        if contexts[i]:
+            distinct.setdefault(contexts[i], len(distinct))
+    if not distinct:  # every prefix is a single token: nothing to share
+        return micro_batch_logprobs(model, sequences, loss_masks, layout="padded", temperature=temperature)
+    context_width = max(len(context) for context in distinct)
+    context_ids = torch.zeros(len(distinct), context_width, dtype=torch.long)
+    context_mask = torch.zeros(len(distinct), context_width, dtype=torch.long)
+    for context, row in distinct.items():
+        context_ids[row, : len(context)] = torch.tensor(context, dtype=torch.long)
+        context_mask[row, : len(context)] = 1
     first = model(
-        input_ids=prefix_ids.to(device),
-        attention_mask=prefix_mask.to(device),
+        input_ids=context_ids.to(device),
+        attention_mask=context_mask.to(device),
         use_cache=True,
-        logits_to_keep=last_columns.to(device),
+        logits_to_keep=1,
     )
-    rows = torch.tensor([distinct[prefixes[i]] for i in live])  # each live sequence's prefix row
-    first_logits = first.logits[rows.to(device), last_at[rows].to(device)]  # [N, V]
-    first_targets = torch.tensor([sequences[i][len(prefixes[i])] for i in live])
-    values = [_picked(first_logits, first_targets.to(device), temperature)]
-    positions = [torch.tensor([starts[i] + len(prefixes[i]) for i in live])]
+    # a sequence with an empty context reads row 0's keys and values fully masked
+    rows = torch.tensor([distinct.get(contexts[i], 0) for i in live])
+    offsets = torch.tensor([len(contexts[i]) for i in live])
+    read_mask = context_mask[rows] * (offsets > 0).unsqueeze(1)
 
-    rest_width = max(lengths[i] - len(prefixes[i]) for i in live)
-    rest_ids = torch.zeros(len(live), rest_width, dtype=torch.long)
-    rest_mask = torch.zeros(len(live), rest_width, dtype=torch.long)
-    wanted = torch.zeros(len(live), rest_width, dtype=torch.bool)  # column t predicts rest token t + 1
+    tail_width = max(lengths[i] - len(contexts[i]) for i in live)
+    tail_ids = torch.zeros(len(live), tail_width, dtype=torch.long)
+    tail_mask = torch.zeros(len(live), tail_width, dtype=torch.long)
+    wanted = torch.zeros(len(live), tail_width, dtype=torch.bool)  # column t predicts tail token t + 1
     for r, i in enumerate(live):
-        rest = sequences[i][len(prefixes[i]) :]
-        rest_ids[r, : len(rest)] = torch.tensor(rest, dtype=torch.long)
-        rest_mask[r, : len(rest)] = 1
-        wanted[r, : len(rest) - 1] = torch.tensor(loss_masks[i][len(prefixes[i]) + 1 :], dtype=torch.bool)
-    offsets = torch.tensor([len(prefixes[i]) for i in live])
+        tail = sequences[i][len(contexts[i]) :]
+        tail_ids[r, : len(tail)] = torch.tensor(tail, dtype=torch.long)
+        tail_mask[r, : len(tail)] = 1
+        wanted[r, : len(tail) - 1] = torch.tensor(loss_masks[i][len(contexts[i]) + 1 :], dtype=torch.bool)
     cache = DynamicCache(
         ddp_cache_data=[
             (layer.keys.index_select(0, rows.to(device)), layer.values.index_select(0, rows.to(device)))
@@ -216,22 +219,21 @@ def _prefix_logprobs(model, sequences, loss_masks, prefixes, temperature: float)
         ]
     )
     columns = torch.nonzero(wanted.any(0)).squeeze(-1)
-    if columns.numel():
-        logits = model(
-            input_ids=rest_ids.to(device),
-            past_key_values=cache,
-            use_cache=False,
-            attention_mask=torch.cat([prefix_mask[rows], rest_mask], dim=1).to(device),
-            position_ids=(offsets.unsqueeze(1) + torch.arange(rest_width)).to(device),
-            logits_to_keep=columns.to(device),
-        ).logits  # [N, K, V]
-        picked = _picked(logits, rest_ids[:, columns + 1].to(device), temperature)
-        keep = wanted[:, columns]
-        flat = (torch.tensor([starts[i] for i in live]) + offsets).unsqueeze(1) + columns + 1
-        values.append(picked[keep.to(device)])
-        positions.append(flat[keep])
     out = torch.zeros(total, device=device)
-    return out.index_put((torch.cat(positions).to(device),), torch.cat(values))
+    if not columns.numel():
+        return out
+    logits = model(
+        input_ids=tail_ids.to(device),
+        past_key_values=cache,
+        use_cache=False,
+        attention_mask=torch.cat([read_mask, tail_mask], dim=1).to(device),
+        position_ids=(offsets.unsqueeze(1) + torch.arange(tail_width)).to(device),
+        logits_to_keep=columns.to(device),
+    ).logits  # [N, K, V]
+    picked = _picked(logits, tail_ids[:, columns + 1].to(device), temperature)
+    keep = wanted[:, columns]
+    flat = (torch.tensor([starts[i] for i in live]) + offsets).unsqueeze(1) + columns + 1
+    return out.index_put((flat[keep].to(device),), picked[keep.to(device)])
 
 
 def _scatter_columns(full: torch.Tensor, columns: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -240,10 +242,62 @@ def _scatter_columns(full: torch.Tensor, columns: torch.Tensor, values: torch.Te
 
 
 def _picked(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    return torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    """log softmax(logits / temperature) at `targets` (float32), differentiable: see TargetLogprob."""
+    return TargetLogprob.apply(logits, targets, float(temperature))
+
+
+ROW_BLOCK_ELEMENTS = 1 << 20  # a block of rows of about 4 MB in float32
+
+
+class TargetLogprob(torch.autograd.Function):
+    """log softmax(logits / T)[..., target] over the last dimension, in float32 whatever the logits' dtype.
+
+    The same values and gradients as `gather(log_softmax(x / T), target)`, computed a block of rows at a
+    time: the forward keeps only the logits (as autograd would) and one logsumexp per row, and the backward
+    writes the gradient, (onehot(target) - softmax(x / T)) * g / T, straight into its one output tensor.
+    Autograd's own path allocates several temporaries the size of the logits (rows x vocabulary: 50 MB for
+    256 positions of a 49k vocabulary) in each direction."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+        vocabulary = logits.shape[-1]
+        flat = logits.reshape(-1, vocabulary)
+        index = targets.reshape(-1, 1)
+        rows = max(1, ROW_BLOCK_ELEMENTS // vocabulary)
+        logsumexp = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device)
+        for start in range(0, flat.shape[0], rows):
+            block = flat[start : start + rows].float()
+            if temperature != 1.0:
+                block = block / temperature
+            logsumexp[start : start + rows] = torch.logsumexp(block, dim=-1)
+        picked = flat.gather(1, index).squeeze(1).float() / temperature - logsumexp
+        ctx.save_for_backward(logits, targets, logsumexp)
+        ctx.temperature = temperature
+        return picked.reshape(logits.shape[:-1])
+
+    @staticmethod
+    def backward(ctx, *grad_outputs: torch.Tensor):
+        logits, targets, logsumexp = ctx.saved_tensors
+        temperature = ctx.temperature
+        vocabulary = logits.shape[-1]
+        flat = logits.reshape(-1, vocabulary)
+        scale = grad_outputs[0].reshape(-1, 1).float() / temperature  # g / T per row
+        grad = torch.empty_like(flat)
+        rows = max(1, ROW_BLOCK_ELEMENTS // vocabulary)
+        for start in range(0, flat.shape[0], rows):
+            end = start + rows
+            block = flat[start:end].float()
+            if temperature != 1.0:
+                block = block / temperature
+            if grad.dtype == torch.float32:
+                probabilities = torch.sub(block, logsumexp[start:end, None], out=grad[start:end])
+            else:
+                probabilities = block - logsumexp[start:end, None]
+            probabilities.exp_().mul_(-scale[start:end])
+            if probabilities.data_ptr() != grad[start:end].data_ptr():
+                grad[start:end] = probabilities
+        grad.scatter_add_(1, targets.reshape(-1, 1), scale.to(grad.dtype))
+        return grad.reshape(logits.shape), None, None
 
 
 def _dtype(model) -> torch.dtype:

@@ -256,6 +256,35 @@ def test_every_layout_gives_the_packed_reference_logprobs_and_gradients(model_di
         model.zero_grad(set_to_none=True)
 
 
+def test_the_prefix_layout_with_single_token_prefixes(model_dir):
+    """Sequences whose first generated token is their second (a one-token prefix, so no context to share)
+    beside a shared group, and a micro-batch of such sequences alone (run padded): the packed reference's
+    logprobs and gradients either way."""
+    from transformers import AutoModelForCausalLM
+
+    from workers.engines.forward import micro_batch_logprobs
+    from workers.rl.packing import pack_sequences, packed_token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    sequences, masks = grouped_set(seed=9)
+    sequences, masks = sequences[:3], masks[:3]  # the group of three sharing a 7-token prompt
+    sequences += [[5, 60, 61, 62], [5, 70, 71], [8, 80, 81, 82, 83]]
+    masks += [[0, 1, 1, 1], [0, 1, 1], [0, 1, 0, 1, 1]]
+    for ids, loss_masks in ((sequences, masks), (sequences[3:], masks[3:])):
+        mask = torch.tensor([m for loss_mask in loss_masks for m in loss_mask], dtype=torch.bool)
+        model.zero_grad(set_to_none=True)
+        reference = packed_token_logprobs(model, pack_sequences(ids), attention="mask")
+        reference[mask].sum().backward()
+        reference_grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        got = micro_batch_logprobs(model, ids, loss_masks, layout="prefix", attention="mask")
+        assert torch.allclose(got[mask], reference[mask].detach(), atol=1e-5)
+        assert not got[~mask].any()
+        got[mask].sum().backward()
+        for expected, parameter in zip(reference_grads, model.parameters(), strict=True):
+            assert torch.allclose(parameter.grad, expected, atol=1e-4, rtol=1e-4)
+
+
 def test_micro_batch_plans():
     from workers.engines.forward import plan_micro_batches, resolve_layout, shared_prefix_length
 
