@@ -195,7 +195,6 @@ _IBAN_LENGTHS = {
     "XK": 20,
     "YE": 30,
 }
-_IBAN_MIN_LENGTH = 15
 
 
 def may_hold_iban(view: TextView) -> bool:
@@ -203,27 +202,27 @@ def may_hold_iban(view: TextView) -> bool:
 
 
 def iban_span(text: str, match: re.Match[str]) -> Span | None:
-    """The pattern may swallow upper-case words after the IBAN, so each group boundary is a candidate end:
-    the country's registered length first, then the longest. A candidate is tried at every word start of a
-    long run of groups, so this walks the groups once and converts only the candidates to numbers."""
+    """An IBAN's country must be registered and its length is the country's registered length (ISO 13616),
+    so the pattern, which may swallow upper-case words after it, has one candidate end: the group boundary
+    where that length is reached, not followed by a letter or digit."""
     start = match.start()
     if start and text[start - 1] in ALNUM_CHARS:
         return None
     body = match.group()
     registered = _IBAN_LENGTHS.get(body[:2])
-    size, length, end, bban, candidates = len(text), 4, start + 4, "", []
+    if registered is None:
+        return None
+    length, end = 4, start + 4
     for index, part in enumerate(body[4:].split(" ")):
         end += len(part) + (index > 0)
         length += len(part)
-        bban += part
-        if length >= _IBAN_MIN_LENGTH and (end >= size or text[end] not in ALNUM_CHARS):
-            candidates.append((length != registered, -length, end, bban))
-    if candidates:
-        head = body[:4].translate(_IBAN_DIGIT_TABLE)  # country and check digits go behind the BBAN
-        for _, _, candidate_end, candidate in sorted(candidates):
-            if int(candidate.translate(_IBAN_DIGIT_TABLE) + head) % 97 == 1:
-                return start, candidate_end
-    return None
+        if length >= registered:
+            break
+    if length != registered or (end < len(text) and text[end] in ALNUM_CHARS):
+        return None
+    bban = text[start + 4 : end].replace(" ", "")
+    checked = (bban + body[:4]).translate(_IBAN_DIGIT_TABLE)  # country and check digits go behind the BBAN
+    return (start, end) if int(checked) % 97 == 1 else None
 
 
 _IBAN_DIGIT_TABLE = str.maketrans(

@@ -7,7 +7,8 @@ says no.
                     ``020 7946 0958``. Bare digit runs, years, prices, dates and times are not phones.
 ``credit_card``     13-19 digits, optionally grouped by spaces or dashes (4-4-4-4, 4-6-5, ...), first digit
                     2-6 (every major network; Unix timestamps and snowflake ids start with 1), Luhn-checked.
-``iban``            country code, check digits and BBAN, spaces allowed, mod-97 checked (upper case only).
+``iban``            country code, check digits and BBAN, spaces allowed, mod-97 checked (upper case only);
+                    a registered country's IBAN only at its registered length.
 ``ip_address``      IPv4 with octets up to 255 (not ``1.2.3`` or ``v1.2.3.4``) and IPv6, compressed forms
                     included; ``::``, ``::1`` and two-digit forms such as the slice ``[1::2]`` are left alone.
 ``api_key``         ``sk-`` (OpenAI, ``sk-proj-``, Anthropic ``sk-ant-``), ``ak-`` (areal-web keys), GitHub

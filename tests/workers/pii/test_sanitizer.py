@@ -125,6 +125,8 @@ def test_ordinary_text_is_not_flagged(text):
         "card 0000 0000 0000 0000",  # passes Luhn, but no card number starts with 0
         "iban DE89 3704 0044 0532 0130 01",  # wrong check digits
         "iban GB82WEST12345698765433",
+        "iban XX46370400440532013000",  # passes mod 97, but XX is no registered country
+        "iban DE863704004405320130",  # passes mod 97, but German IBANs have 22 characters, not 20
         "ip 256.1.1.1 and 192.168.1",
         "ip v10.0.0.1",
         f"token {JWT_WITHOUT_ALG}",

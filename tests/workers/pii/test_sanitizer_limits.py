@@ -42,6 +42,7 @@ HOSTILE = {
     "aws_access_key: labels": _repeat("aws_secret_access_key = "),
     "aws_access_key: label then blanks": "secret_access_key:" + _repeat(" "),
     "iban: country and check digits repeated": _repeat("DE12 "),
+    "iban: unregistered country repeated": _repeat("XX12 "),
     "iban: single characters": _repeat("AB12 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 "),
     "credit_card: groups failing Luhn": _repeat("4000 "),
     "credit_card: cards": _repeat("4111 1111 1111 1111 "),
