@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter (common.LORA_*) only")
     parser.add_argument("--layout", default="auto", help="TrainConfig.layout (auto: shared prefixes on CPU)")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
     from transformers import AutoTokenizer
@@ -67,6 +68,7 @@ def main() -> None:
             lora=lora,
             gradient_checkpointing=arguments.gradient_checkpointing,
         ),
+        device=arguments.device,
     )
     out = {
         "train_seconds": [],
@@ -103,6 +105,8 @@ def main() -> None:
             out["samples"].append(metrics.samples)
             out["reward_mean"].append(metrics.reward_mean)
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if arguments.device == "cuda":
+        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     print(json.dumps(out))
 
 

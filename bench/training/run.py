@@ -26,6 +26,7 @@ from pathlib import Path as _Path
 _sys.path.insert(0, str(_Path(__file__).resolve().parents[2]))
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,11 +51,13 @@ def load_average() -> float:
 
 
 def measure(trainer, model, arguments, extra=(), env=None):
-    python, script = (OURS_PYTHON, "ours.py") if trainer == "ours" else (TRL_PYTHON, "trl_peer.py")
+    python, script = (
+        (arguments.ours_python, "ours.py") if trainer == "ours" else (arguments.trl_python, "trl_peer.py")
+    )
     before = load_average()
     done = subprocess.run(
         [
-            str(python),
+            python,
             str(ROOT / "bench" / "training" / script),
             "--model",
             str(model),
@@ -68,6 +71,8 @@ def measure(trainer, model, arguments, extra=(), env=None):
             str(arguments.group_size),
             "--completion-tokens",
             str(arguments.completion_tokens),
+            "--device",
+            arguments.device,
             *extra,
         ],
         cwd=ROOT,
@@ -107,6 +112,7 @@ def summarize(runs):
         "train_seconds": statistics.median([s for run in runs for s in run["train_seconds"]]),
         "generation_seconds": statistics.median([g for run in runs for g in run["generation_seconds"]]),
         "peak_rss_mb": max(run["peak_rss_mb"] for run in runs),
+        "peak_gpu_mb": max((run.get("peak_gpu_mb") or 0.0) for run in runs) or None,
         "steps": len(train),
     }
 
@@ -114,7 +120,15 @@ def summarize(runs):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=sorted(MODELS), default="toy")
-    parser.add_argument("--model-dir", type=Path, default=None, help="smollm2: the prepared directory")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="smollm2: where it is prepared; a directory that already holds a config.json is used as it is",
+    )
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both trainers run")
+    parser.add_argument("--ours-python", default=str(OURS_PYTHON), help="the interpreter of ours.py")
+    parser.add_argument("--trl-python", default=str(TRL_PYTHON), help="the interpreter of trl_peer.py")
     parser.add_argument("--mode", choices=("full", "lora", "both"), default="full")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=6)
@@ -136,8 +150,8 @@ def main() -> None:
     arguments = parser.parse_args()
     if arguments.group_size is None:
         arguments.group_size = MODELS[arguments.model]["group_size"]
-    if not TRL_PYTHON.exists():
-        sys.exit("run scripts/trl_venv.sh first")
+    if not shutil.which(arguments.trl_python):
+        sys.exit(f"{arguments.trl_python} is missing: run scripts/trl_venv.sh first")
     env = dict(os.environ)
     if arguments.omp_passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
@@ -150,6 +164,8 @@ def main() -> None:
             from workers.inference.modelgen import create_default_model
 
             model = create_default_model(Path(folder) / "model", seed=0)
+        elif arguments.model_dir and (arguments.model_dir / "config.json").exists():
+            model = arguments.model_dir
         else:
             from bench.training.real_model import DEFAULT_OUT, prepare
 
@@ -194,6 +210,7 @@ def main() -> None:
         "prompts": 2,
         "completion_tokens": arguments.completion_tokens,
         "threads": arguments.threads,
+        "device": arguments.device,
         "omp_wait_policy": env.get("OMP_WAIT_POLICY", "default"),
     }
     for mode in modes:

@@ -44,6 +44,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: bf16 autocast, as our trainer does"
+    )
     parser.add_argument("--group-size", type=int, default=GROUP_SIZE)
     parser.add_argument("--completion-tokens", type=int, default=COMPLETION_TOKENS)
     parser.add_argument("--lora", action="store_true", help="train a peft LoRA adapter (common.LORA_*) only")
@@ -80,6 +83,8 @@ def main() -> None:
             self.started, self.cpu_started = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kwargs):
+            if arguments.device == "cuda":
+                torch.cuda.synchronize()  # the step's kernels are queued; the clock waits for them
             timings["step"].append(time.perf_counter() - self.started)
             timings["step_cpu"].append(time.process_time() - self.cpu_started)
 
@@ -89,8 +94,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as output_dir:
         config = GRPOConfig(
             output_dir=output_dir,
-            use_cpu=True,
-            bf16=False,
+            use_cpu=arguments.device == "cpu",
+            bf16=arguments.device == "cuda",
             use_vllm=False,
             report_to="none",
             per_device_train_batch_size=len(PROMPTS) * arguments.group_size,
@@ -156,6 +161,8 @@ def main() -> None:
         "gradient_checkpointing": checkpointing,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+    if arguments.device == "cuda":
+        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     print(json.dumps(out))
 
 

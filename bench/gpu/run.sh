@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The GPU check (bench/gpu/README.md), one prepared script for the device machine: run from the repository
+# root there, with the packed SmolLM2 shape in .gpu/smollm2 and TRL's wheels in .whl (both carried).
+# Writes its JSON results and log under $OUT (or var/gpu-check).
+set -uo pipefail
+out="${OUT:-var/gpu-check}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+export PYTHONPATH="/tmp/site:$PWD"
+{
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    python3 -c "import torch, transformers, peft, trl; print('torch', torch.__version__, 'transformers', \
+transformers.__version__, 'peft', peft.__version__, 'trl', trl.__version__, 'cuda', torch.cuda.is_available())"
+    python3 bench/gpu/shape.py --like .gpu/smollm2 --out /tmp/smollm2-shape
+    echo "== workers.engines.distributed under torchrun (FSDP2, NCCL), SFT"
+    timeout 240 python3 bench/gpu/distributed.py --model /tmp/smollm2-shape --steps 20 --batch-size 32 \
+        --out "$out/distributed-cuda.json"
+    echo "== the trainer benchmark on the GPU: SmolLM2-135M's shape, full and LoRA, ours vs TRL"
+    timeout 300 python3 bench/training/run.py --model smollm2 --model-dir /tmp/smollm2-shape --device cuda \
+        --mode both --rounds "${GPU_ROUNDS:-2}" --steps 5 --group-size "${GPU_GROUP:-32}" --no-variants \
+        --ours-python python3 --trl-python python3 --out "$out/training-smollm2-cuda.json"
+} 2>&1 | tee "$out/gpu-check.log"
