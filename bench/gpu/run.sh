@@ -15,7 +15,7 @@ export PYTHONPATH="/tmp/site:$PWD"
 transformers.__version__, 'peft', peft.__version__, 'trl', trl.__version__, 'cuda', torch.cuda.is_available())"
     python3 bench/gpu/shape.py --like .gpu/smollm2 --out /tmp/smollm2-shape
     echo "== workers.engines.distributed under torchrun (FSDP2, NCCL), SFT"
-    timeout 240 python3 bench/gpu/distributed.py --model /tmp/smollm2-shape --steps 20 --batch-size 32 \
+    timeout 180 python3 bench/gpu/distributed.py --model /tmp/smollm2-shape --steps 20 --batch-size 32 \
         --out "$out/distributed-cuda.json"
     echo "== the trainer benchmark on the GPU: SmolLM2-135M's shape, full and LoRA, ours vs TRL"
     timeout 300 python3 bench/training/run.py --model smollm2 --model-dir /tmp/smollm2-shape --device cuda \
