@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=1, help="processes (one per GPU)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--layout", default="auto", help="the trainer's TrainConfig.layout")
     parser.add_argument("--out", type=Path, default=None, help="also write the summary here (JSON)")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
@@ -62,6 +63,7 @@ def main() -> None:
                     "learning_rate": arguments.learning_rate,
                     "schedule": "constant",
                     "total_steps": arguments.steps,
+                    "layout": arguments.layout,
                 }
             )
         )

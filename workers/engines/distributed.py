@@ -18,6 +18,9 @@
   `--out/export` (plus `metrics.jsonl` with one StepMetrics per step). Checkpoints under FSDP would use
   torch.distributed.checkpoint (sharded); this entry point does not write them yet, so a multi-GPU job
   restarts from its base on failure (the single-process path resumes).
+- Layout: a sharded model trains `padded` (the Trainer refuses `prefix` there). On an H100 (2026-11-26,
+  bench/gpu/README.md) one rank trained SmolLM2-135M's shape at about 15,400 tokens/s with `padded`;
+  the `prefix` layout's two forwards before one backward ended in an illegal memory access.
 """
 
 import argparse

@@ -135,6 +135,14 @@ class Trainer:
             min_lr_ratio=config.min_lr_ratio,
         )
         self.layout = resolve_layout(_unwrap(model), config.layout, config.attention)
+        if model_wrapper is not None and self.layout == "prefix":
+            # The prefix layout forwards the root twice before one backward; under FSDP2 on an H100 the
+            # backward then read freed unsharded weights (CUDA illegal memory access, bench/gpu/README.md).
+            if config.layout == "prefix":
+                raise ValueError(
+                    "layout 'prefix' cannot run on a sharded (FSDP) model; use 'padded' or 'auto'"
+                )
+            self.layout = "padded"
         self.step_count = 0
         self.data_position = 0
 

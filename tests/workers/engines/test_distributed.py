@@ -7,6 +7,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.workers.engines.test_trainer import fixed_set
@@ -64,3 +65,18 @@ def test_two_cpu_ranks_match_one_process(model_dir, tmp_path):
     metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 1
     assert metrics[0]["samples"] == 3
+
+
+def test_a_sharded_model_trains_padded_never_with_the_prefix_layout(model_dir):
+    # Under FSDP2 on an H100 the prefix layout's two forwards before one backward read freed weights
+    # (illegal memory access); a wrapped model takes the padded layout, and an explicit prefix is refused.
+    def unchanged(model):
+        return model
+
+    wrapped = Trainer(model_dir, TrainConfig(algorithm="sft"), device="cpu", model_wrapper=unchanged)
+    assert Trainer(model_dir, TrainConfig(algorithm="sft"), device="cpu").layout == "prefix"
+    assert wrapped.layout == "padded"
+    with pytest.raises(ValueError, match="layout 'prefix' cannot run on a sharded"):
+        Trainer(
+            model_dir, TrainConfig(algorithm="sft", layout="prefix"), device="cpu", model_wrapper=unchanged
+        )
