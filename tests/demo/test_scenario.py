@@ -22,6 +22,7 @@ ACTOR = Actor.system("test")
 
 def _settings(tmp_path, **changes) -> DemoSettings:
     values = {
+        "base_model": "default",
         "var_dir": tmp_path,
         "keep": False,
         "exit_after_table": True,
@@ -32,6 +33,7 @@ def _settings(tmp_path, **changes) -> DemoSettings:
         "budget_seconds": 10,
         "skill_steps": 0,
         "sft_steps": 0,
+        "sft_batch": 1,
         "sft_learning_rate": 1e-3,
         "users": 1,
         "heldout_cases": 1,

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from apps.demo.run import Demo
 from apps.demo.settings import DemoSettings
@@ -27,7 +27,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, host, port, inference_port, **options):
         refuse_busy_ports(host, port=port, inference_port=inference_port)
-        demo_settings = DemoSettings.from_environment()
+        try:
+            demo_settings = DemoSettings.from_environment()
+        except ValueError as error:  # a DEMO_* value that is not a number, a model or scenario not known
+            raise CommandError(str(error)) from error
         if Path(settings.VAR_DIR).resolve() != demo_settings.var_dir:
             reset_and_reexec(demo_settings, out=self.stdout)  # settings are read at import: run again there
             return
