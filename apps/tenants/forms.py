@@ -2,7 +2,7 @@
 
 from django import forms
 
-from apps.tenants.models import ConsentMode, PiiMode
+from apps.tenants.models import MAX_SESSION_IDLE_SECONDS, ConsentMode, PiiMode
 from apps.tenants.permissions import Role, Scope
 from workers.pii import InvalidPattern, patterns_from_policy
 
@@ -52,6 +52,13 @@ class PolicyForm(forms.Form):
         required=False,
         label="Late-reward window (hours)",
         help_text="How long after a session ends its rewards are still accepted.",
+    )
+    session_idle_seconds = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_SESSION_IDLE_SECONDS,
+        label="Session idle timeout (seconds)",
+        help_text="An open session with no step for this long is closed, so it can qualify for training. "
+        "0 never closes a session by idleness.",
     )
     review_required = forms.BooleanField(
         required=False, label="Trajectories need human review before training"
