@@ -56,6 +56,7 @@ class PolicyForm(forms.Form):
     session_idle_seconds = forms.IntegerField(
         min_value=0,
         max_value=MAX_SESSION_IDLE_SECONDS,
+        required=False,
         label="Session idle timeout (seconds)",
         help_text="An open session with no step for this long is closed, so it can qualify for training. "
         "0 never closes a session by idleness.",
@@ -84,4 +85,6 @@ class PolicyForm(forms.Form):
         cleaned = super().clean()
         if cleaned.get("late_reward_hours") is None:
             cleaned.pop("late_reward_hours", None)  # left empty: keep the current window
+        if cleaned.get("session_idle_seconds") is None:
+            cleaned.pop("session_idle_seconds", None)  # left empty: keep the current timeout
         return cleaned

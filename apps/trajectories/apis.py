@@ -23,7 +23,6 @@ from apps.core.schema import ErrorSerializer
 from apps.tenants.permissions import Action
 from apps.trajectories import selectors, services
 from apps.trajectories.lifecycle import trajectory_end_by_request
-from apps.trajectories.models import TrajectoryStatus
 from apps.trajectories.serialize import trajectory_to_atdp
 from workers.atdp.jsonl import read_jsonl
 from workers.atdp.parquet import write_parquet
@@ -282,28 +281,18 @@ class TrajectoryLifecycleApi(TenantApi):
 
 
 class TrajectoryEndApi(TenantApi):
-    """Ends an open trajectory now (reason `api`; status `complete`, or `aborted` when given), audited
-    `trajectory.end`; its qualification runs as for any ended session. An ended trajectory answers 409
-    `trajectory_already_ended` and is left as it is."""
+    """Ends an open trajectory now (status `complete`, reason `api`), audited `trajectory.end`; its
+    qualification runs as for any ended session. An ended trajectory answers 409 `trajectory_already_ended`
+    and is left as it is. No body."""
 
     actions = {"POST": Action.TRAJECTORY_END}
 
-    class InputSerializer(serializers.Serializer):
-        status = serializers.ChoiceField(
-            choices=[TrajectoryStatus.COMPLETE, TrajectoryStatus.ABORTED],
-            default=TrajectoryStatus.COMPLETE,
-        )
-
     @extend_schema(
         operation_id="trajectory_end",
-        request=InputSerializer,
+        request=None,
         responses={200: LifecycleSerializer, 409: ErrorSerializer},
     )
     def post(self, request, trajectory_id):
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        trajectory_end_by_request(
-            tenant=self.tenant, trajectory_id=trajectory_id, actor=self.actor, **data.validated_data
-        )
+        trajectory_end_by_request(tenant=self.tenant, trajectory_id=trajectory_id, actor=self.actor)
         trajectory = selectors.trajectory_lifecycle_get(tenant=self.tenant, trajectory_id=trajectory_id)
         return Response(LifecycleSerializer(trajectory).data)
