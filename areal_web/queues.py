@@ -31,6 +31,7 @@ TASK_QUEUES: dict[str, Queue] = {
     "training.requeue_stale": Queue.DEFAULT,
     "training.run_job": Queue.TRAIN,
     "training.run_online": Queue.TRAIN,
+    "trajectories.close_idle": Queue.DEFAULT,
     "trajectories.purge_expired": Queue.DEFAULT,
     "trajectories.replay": Queue.EVAL,
 }

@@ -62,6 +62,8 @@ OBJECTS = {
     # trajectories
     "trajectory-detail": lambda world: {"trajectory_id": world.trajectory.pk},
     "trajectory-replay": lambda world: {"trajectory_id": world.trajectory.pk},
+    "trajectory-end": lambda world: {"trajectory_id": world.trajectory.pk},
+    "trajectory-lifecycle": lambda world: {"trajectory_id": world.trajectory.pk},
     # inference
     "backend-detail": lambda world: {"backend_id": world.backend.pk},
     "backend-check": lambda world: {"backend_id": world.backend.pk},
@@ -114,6 +116,7 @@ OBJECTS = {
     "console:key-rotate": lambda world: {"key_id": world.key.pk},
     "console:trajectory-detail": lambda world: {"trajectory_id": world.trajectory.pk},
     "console:trajectory-replay": lambda world: {"trajectory_id": world.trajectory.pk},
+    "console:trajectory-end": lambda world: {"trajectory_id": world.trajectory.pk},
     "console:backend-check": lambda world: {"backend_id": world.backend.pk},
     "console:backend-drain": lambda world: {"backend_id": world.backend.pk},
     "console:trajectory-review": lambda world: {"trajectory_id": world.trajectory.pk},

@@ -3,18 +3,21 @@ per-session and un-prefixed forms): parse and validate (Anthropic's Messages tra
 (model, PII block, rate limits, budget reservation), session attribution and routing through the `Gateway`
 (app.py), the forward with token ids and logprobs, the answer returned whole or relayed as a stream
 (translated back to Anthropic's events on /v1/messages), the step handed to the journal (recording.py)
-before the answer is released, and the budget settled.
+before the answer is released, and the budget settled. With `X-Session-End: true` the step is flushed to
+the database and the session's trajectory ended (reason `signal`) before the answer is released.
 """
 
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from apps.gateway import anthropic_wire, caps, validation
+from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import (
     JSON_CONTENT,
@@ -35,8 +38,29 @@ from workers.evolution.harness import tool_versions as harness_tool_versions
 if TYPE_CHECKING:
     from apps.gateway.app import Gateway
 
+logger = logging.getLogger(__name__)
+
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+def _end_signalled_session(tenant_id: int, session_id: str) -> None:
+    from apps.trajectories.lifecycle import session_end_by_signal
+
+    session_end_by_signal(tenant_id=tenant_id, session_id=session_id)
+
+
+async def _end_session_after_step(gateway, draft) -> None:
+    """The agent's end signal: the journal is flushed (the step is in the database), then the session's
+    trajectory is ended, before the answer is released. When that fails the answer still goes out; the
+    session is then closed by the tenant's idle timeout."""
+    if not draft.recorded:
+        return
+    try:
+        await gateway.journal.flush()
+        await database(_end_signalled_session)(draft.principal.tenant_id, draft.session_id)
+    except Exception:
+        logger.exception("X-Session-End: session %s could not be ended now", draft.session_id)
 
 
 def _estimate_prompt_tokens(body: dict) -> int:
@@ -201,6 +225,8 @@ async def _unary(
     payload["id"] = draft.response_id()
     await draft.sanitize_response()
     record_step(gateway, draft)  # the action as the model produced it
+    if draft.end_session:
+        await _end_session_after_step(gateway, draft)
     if harness is not None:  # the agent receives calls to routed tools under their targets' names
         payload = harness_rewrite_response(payload, harness)
         draft.agent_reply(harness)
@@ -310,6 +336,8 @@ async def _stream(
     draft.finish_stream(latency_ms=(time.perf_counter() - started) * 1000)
     await draft.sanitize_response()
     record_step(gateway, draft, delivered=True)  # journalled before the final bytes are released
+    if draft.end_session:
+        await _end_session_after_step(gateway, draft)
     if harness is not None:
         draft.agent_reply(harness)
     if not draft.aborted:

@@ -41,6 +41,19 @@ PARAM_FIELDS = (
 )
 
 
+def _session_end_requested(headers) -> bool:
+    """`X-Session-End`: true or 1 ends the session once this request's step is stored; false, 0 or absent
+    does not; anything else is a 400 before the request is forwarded."""
+    value = headers.get(b"x-session-end", b"").decode("latin-1").strip().lower()
+    if value in ("", "0", "false"):
+        return False
+    if value in ("1", "true"):
+        return True
+    raise GatewayError(
+        400, "X-Session-End must be true or 1 (or false or 0)", "invalid_request", field="X-Session-End"
+    )
+
+
 @dataclass
 class StepDraft:
     principal: object
@@ -68,6 +81,7 @@ class StepDraft:
     cost_usd: float = 0.0
     pii_entities: tuple = ()
     recorded: bool = False
+    end_session: bool = False  # X-Session-End: end the session once this step is stored
     reply_message: dict | None = None
     observation_scan: tuple | None = None  # (redacted observation, entity types), under PII mode `redact`
     action_scan: tuple | None = None
@@ -91,6 +105,7 @@ class StepDraft:
             state_header={"prompt_version": headers.get(b"x-prompt-version", b"").decode("utf-8", "replace")}
             if headers.get(b"x-prompt-version")
             else {},
+            end_session=_session_end_requested(headers),
         )
 
     async def sanitize_request(self) -> None:

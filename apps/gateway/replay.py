@@ -14,7 +14,7 @@ from django.db import transaction
 
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound
-from apps.trajectories.models import Purpose, Step, StepKind, Trajectory, TrajectoryStatus
+from apps.trajectories.models import EndReason, Purpose, Step, StepKind, Trajectory, TrajectoryStatus
 
 ENDPOINT_PATHS = {
     "chat": "/v1/chat/completions",
@@ -205,5 +205,7 @@ def trajectory_replay_run(
             if record is not None:
                 recorded += steps_ingest(records=[record])
             session_advance(draft, record)
-    trajectory_end(tenant=tenant, trajectory_id=replay.pk, status=TrajectoryStatus.COMPLETE)
+    trajectory_end(
+        tenant=tenant, trajectory_id=replay.pk, status=TrajectoryStatus.COMPLETE, reason=EndReason.REPLAY
+    )
     return recorded

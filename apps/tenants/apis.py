@@ -6,7 +6,7 @@ from rest_framework.response import Response
 from apps.core.api import INTEGER_COLUMN_MAX, TenantApi, UserApi
 from apps.tenants import selectors, services
 from apps.tenants.authentication import KeyPrincipal
-from apps.tenants.models import ConsentMode, PiiMode
+from apps.tenants.models import MAX_SESSION_IDLE_SECONDS, ConsentMode, PiiMode
 from apps.tenants.permissions import Action, Role, Scope
 
 
@@ -56,6 +56,9 @@ class PolicyDetailApi(TenantApi):
         price_table = serializers.DictField(child=serializers.DictField(), required=False)
         pii_patterns = serializers.ListField(child=serializers.DictField(), required=False)
         late_reward_hours = serializers.IntegerField(min_value=0, max_value=24 * 366, required=False)
+        session_idle_seconds = serializers.IntegerField(
+            min_value=0, max_value=MAX_SESSION_IDLE_SECONDS, required=False
+        )
         review_required = serializers.BooleanField(required=False)
         two_person_promotion = serializers.BooleanField(required=False)
 
@@ -80,6 +83,7 @@ class PolicyDetailApi(TenantApi):
         price_table = serializers.DictField()
         pii_patterns = serializers.ListField()
         late_reward_hours = serializers.IntegerField()
+        session_idle_seconds = serializers.IntegerField()
         review_required = serializers.BooleanField()
         two_person_promotion = serializers.BooleanField()
         updated_at = serializers.DateTimeField()

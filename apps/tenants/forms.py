@@ -2,7 +2,7 @@
 
 from django import forms
 
-from apps.tenants.models import ConsentMode, PiiMode
+from apps.tenants.models import MAX_SESSION_IDLE_SECONDS, ConsentMode, PiiMode
 from apps.tenants.permissions import Role, Scope
 from workers.pii import InvalidPattern, patterns_from_policy
 
@@ -53,6 +53,14 @@ class PolicyForm(forms.Form):
         label="Late-reward window (hours)",
         help_text="How long after a session ends its rewards are still accepted.",
     )
+    session_idle_seconds = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_SESSION_IDLE_SECONDS,
+        required=False,
+        label="Session idle timeout (seconds)",
+        help_text="An open session with no step for this long is closed, so it can qualify for training. "
+        "0 never closes a session by idleness.",
+    )
     review_required = forms.BooleanField(
         required=False, label="Trajectories need human review before training"
     )
@@ -77,4 +85,6 @@ class PolicyForm(forms.Form):
         cleaned = super().clean()
         if cleaned.get("late_reward_hours") is None:
             cleaned.pop("late_reward_hours", None)  # left empty: keep the current window
+        if cleaned.get("session_idle_seconds") is None:
+            cleaned.pop("session_idle_seconds", None)  # left empty: keep the current timeout
         return cleaned

@@ -27,6 +27,9 @@ class PiiMode(models.TextChoices):
     OFF = "off", "Off"
 
 
+MAX_SESSION_IDLE_SECONDS = 30 * 24 * 3600
+
+
 class TenantPolicy(TenantOwned):
     """What a tenant allows: models, limits, budget, data collection, PII handling and governance."""
 
@@ -51,6 +54,10 @@ class TenantPolicy(TenantOwned):
     late_reward_hours = models.PositiveIntegerField(
         default=168,
         help_text="Rewards for a session still bind this many hours after it ended; later ones are refused.",
+    )
+    session_idle_seconds = models.PositiveIntegerField(
+        default=600,
+        help_text="An open session with no step for this many seconds is closed (0: never by idleness).",
     )
     review_required = models.BooleanField(default=False)
     two_person_promotion = models.BooleanField(default=False)

@@ -36,6 +36,7 @@ class Action(StrEnum):
     TRAJECTORY_VIEW = "trajectory.view"
     TRAJECTORY_IMPORT = "trajectory.import"
     TRAJECTORY_REPLAY = "trajectory.replay"
+    TRAJECTORY_END = "trajectory.end"
     BACKEND_VIEW = "backend.view"
     BACKEND_MANAGE = "backend.manage"
     REWARD_VIEW = "reward.view"
@@ -83,6 +84,7 @@ PERMISSIONS: dict[Action, tuple[frozenset[Role], Scope | None]] = {
     Action.TRAJECTORY_VIEW: (_EVERYONE, Scope.TRAJECTORIES_READ),
     Action.TRAJECTORY_IMPORT: (_OPERATORS, Scope.TRAJECTORIES_WRITE),
     Action.TRAJECTORY_REPLAY: (_OPERATORS, Scope.TRAJECTORIES_WRITE),
+    Action.TRAJECTORY_END: (_OPERATORS, Scope.TRAJECTORIES_WRITE),
     Action.BACKEND_VIEW: (_OPERATORS | {Role.VIEWER}, Scope.ADMIN),
     Action.BACKEND_MANAGE: (_OPERATORS, Scope.ADMIN),
     Action.REWARD_VIEW: (_EVERYONE, Scope.TRAJECTORIES_READ),

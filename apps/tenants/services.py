@@ -30,6 +30,7 @@ POLICY_FIELDS = (
     "price_table",
     "pii_patterns",
     "late_reward_hours",
+    "session_idle_seconds",
     "review_required",
     "two_person_promotion",
 )

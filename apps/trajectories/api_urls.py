@@ -2,8 +2,10 @@ from django.urls import path
 
 from apps.trajectories.apis import (
     TrajectoryDetailApi,
+    TrajectoryEndApi,
     TrajectoryExportApi,
     TrajectoryImportApi,
+    TrajectoryLifecycleApi,
     TrajectoryListApi,
     TrajectoryReplayApi,
 )
@@ -17,5 +19,11 @@ urlpatterns = [
     path("trajectories/<uuid:trajectory_id>/", TrajectoryDetailApi.as_view(), name="trajectory-detail"),
     path(
         "trajectories/<uuid:trajectory_id>/replay/", TrajectoryReplayApi.as_view(), name="trajectory-replay"
+    ),
+    path("trajectories/<uuid:trajectory_id>/end/", TrajectoryEndApi.as_view(), name="trajectory-end"),
+    path(
+        "trajectories/<uuid:trajectory_id>/lifecycle/",
+        TrajectoryLifecycleApi.as_view(),
+        name="trajectory-lifecycle",
     ),
 ]

@@ -22,6 +22,7 @@ from apps.core.parsers import JSONParser
 from apps.core.schema import ErrorSerializer
 from apps.tenants.permissions import Action
 from apps.trajectories import selectors, services
+from apps.trajectories.lifecycle import trajectory_end_by_request
 from apps.trajectories.serialize import trajectory_to_atdp
 from workers.atdp.jsonl import read_jsonl
 from workers.atdp.parquet import write_parquet
@@ -240,3 +241,58 @@ class TrajectoryReplayApi(TenantApi):
             tenant=self.tenant, trajectory_id=trajectory_id, actor=self.actor, **data.validated_data
         )
         return Response(self.OutputSerializer(replay).data, status=202)
+
+
+class LifecycleSerializer(serializers.Serializer):
+    """A trajectory's session lifecycle: not part of the ATDP record (ATDP has no place for why a session
+    ended or for continuations), so neither the detail nor the export carries it."""
+
+    trajectory_id = serializers.UUIDField(source="id")
+    session_id = serializers.CharField()
+    status = serializers.CharField()
+    end_reason = serializers.CharField(
+        allow_blank=True, help_text="agent, signal, api, idle, replay; blank: open or not recorded"
+    )
+    started_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True)
+    last_activity_at = serializers.DateTimeField()
+    step_count = serializers.IntegerField()
+    continues = serializers.UUIDField(
+        source="continues_id",
+        allow_null=True,
+        help_text="the ended trajectory of the same session this one took the late steps of",
+    )
+    continued_by = serializers.UUIDField(
+        source="continued_by_id",
+        allow_null=True,
+        help_text="the continuation this trajectory's late steps went to",
+    )
+
+
+class TrajectoryLifecycleApi(TenantApi):
+    """How the trajectory's session stands: status, why it ended, its last activity and continuations."""
+
+    actions = {"GET": Action.TRAJECTORY_VIEW}
+
+    @extend_schema(operation_id="trajectory_lifecycle", responses=LifecycleSerializer)
+    def get(self, request, trajectory_id):
+        trajectory = selectors.trajectory_lifecycle_get(tenant=self.tenant, trajectory_id=trajectory_id)
+        return Response(LifecycleSerializer(trajectory).data)
+
+
+class TrajectoryEndApi(TenantApi):
+    """Ends an open trajectory now (status `complete`, reason `api`), audited `trajectory.end`; its
+    qualification runs as for any ended session. An ended trajectory answers 409 `trajectory_already_ended`
+    and is left as it is. No body."""
+
+    actions = {"POST": Action.TRAJECTORY_END}
+
+    @extend_schema(
+        operation_id="trajectory_end",
+        request=None,
+        responses={200: LifecycleSerializer, 409: ErrorSerializer},
+    )
+    def post(self, request, trajectory_id):
+        trajectory_end_by_request(tenant=self.tenant, trajectory_id=trajectory_id, actor=self.actor)
+        trajectory = selectors.trajectory_lifecycle_get(tenant=self.tenant, trajectory_id=trajectory_id)
+        return Response(LifecycleSerializer(trajectory).data)

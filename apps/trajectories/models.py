@@ -21,6 +21,16 @@ class TrajectoryStatus(models.TextChoices):
     ABORTED = "aborted"
 
 
+class EndReason(models.TextChoices):
+    """Why a trajectory ended. Blank: not recorded (still open, imported, or ended before reasons were kept)."""
+
+    AGENT = "agent", "The agent called /rl/end_session"
+    SIGNAL = "signal", "The agent sent X-Session-End on its last request"
+    API = "api", "Ended through the end API or the console"
+    IDLE = "idle", "No step for the tenant's session idle timeout"
+    REPLAY = "replay", "The replay finished"
+
+
 class Purpose(models.TextChoices):
     PRODUCTION = "production"
     EVAL = "eval"
@@ -50,6 +60,15 @@ class Trajectory(TenantOwned):
     training_use = models.BooleanField(default=True)
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=16, choices=EndReason.choices, blank=True)
+    continues = models.OneToOneField(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="continuation",
+        help_text="The closed trajectory of the same session whose late steps this one received.",
+    )
     retention_until = models.DateTimeField(null=True, blank=True)
     step_count = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
@@ -68,6 +87,7 @@ class Trajectory(TenantOwned):
             models.Index(fields=["tenant", "-started_at", "id"]),
             models.Index(fields=["tenant", "task_id"]),
             models.Index(fields=["tenant", "group_id"]),
+            models.Index(fields=["status", "tenant"], name="trajectory_status_tenant"),
         ]
 
     def __str__(self) -> str:

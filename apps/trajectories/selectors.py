@@ -1,7 +1,7 @@
 import uuid
 
-from django.db.models import Avg, Count, Exists, OuterRef, Prefetch, Q, Sum
-from django.db.models.functions import TruncMinute
+from django.db.models import Avg, Count, Exists, OuterRef, Prefetch, Q, Subquery, Sum
+from django.db.models.functions import Coalesce, TruncMinute
 from django.http import Http404
 
 from apps.core.errors import NotFound
@@ -97,6 +97,28 @@ def step_list(*, tenant: Tenant, trajectory=None):
 def trajectory_get(*, tenant: Tenant, trajectory_id) -> Trajectory:
     return get_in_tenant(
         trajectory_with_records(Trajectory.objects.select_related("tenant"), tenant=tenant),
+        tenant=tenant,
+        pk=trajectory_id,
+        code="trajectory_not_found",
+        error=TrajectoryNotFound,
+    )
+
+
+def trajectory_lifecycle_get(*, tenant: Tenant, trajectory_id) -> Trajectory:
+    """The trajectory (of `tenant`; another tenant's is TrajectoryNotFound) annotated for its session's
+    lifecycle: `last_activity_at` (its newest step's time, else `started_at`) and `continued_by_id` (the
+    continuation its late steps went to, or None)."""
+    newest_step = (
+        Step.objects.filter(tenant=tenant, trajectory=OuterRef("pk"))
+        .order_by("-created_at")
+        .values("created_at")[:1]
+    )
+    continuation = Trajectory.objects.filter(tenant=tenant, continues=OuterRef("pk")).values("pk")[:1]
+    return get_in_tenant(
+        Trajectory.objects.annotate(
+            last_activity_at=Coalesce(Subquery(newest_step), "started_at"),
+            continued_by_id=Subquery(continuation),
+        ),
         tenant=tenant,
         pk=trajectory_id,
         code="trajectory_not_found",

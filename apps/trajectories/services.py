@@ -1,6 +1,7 @@
 """Writes to trajectories and steps. Steps are only ever inserted; trajectories get appended totals,
 status changes and session metadata."""
 
+import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -15,10 +16,13 @@ from django.utils.dateparse import parse_datetime
 from apps.audit.services import audit_record
 from apps.core.errors import DomainError
 from apps.tenants.models import Tenant
-from apps.trajectories.models import Step, Trajectory, TrajectoryStatus, trajectory_id_for
+from apps.trajectories.lifecycle import late_step_target, session_trajectory_end
+from apps.trajectories.models import EndReason, Step, Trajectory, TrajectoryStatus, trajectory_id_for
 from apps.trajectories.selectors import trajectory_import_conflicts
 from workers.atdp.jsonl import ImportLine
 from workers.atdp.tokens import pack_floats, pack_ids, pack_versions
+
+logger = logging.getLogger(__name__)
 
 STEP_FIELDS = (
     "parent_step_id",
@@ -96,6 +100,7 @@ def _trajectory_row(record: dict, trajectory_id) -> Trajectory:
         agent_version=record.get("agent_version", ""),
         started_at=_moment(record.get("created_at")),
         retention_until=_moment(record["retention_until"]) if record.get("retention_until") else None,
+        continues_id=record.get("continues"),
     )
 
 
@@ -139,6 +144,64 @@ def _storable(value):
     return value
 
 
+def _grouped(records: list[dict]) -> tuple[dict, dict]:
+    """(records by the trajectory id their session derives, the tenant owning each id). Raises StepRefused
+    when records of two tenants derive one id."""
+    by_trajectory: dict[uuid.UUID, list[dict]] = {}
+    for record in records:
+        trajectory_id = trajectory_id_for(tenant_id=record["tenant_id"], session_id=record["session_id"])
+        by_trajectory.setdefault(trajectory_id, []).append(record)
+    owners = {trajectory_id: batch[0]["tenant_id"] for trajectory_id, batch in by_trajectory.items()}
+    if any(
+        record["tenant_id"] != owners[trajectory_id]
+        for trajectory_id, batch in by_trajectory.items()
+        for record in batch
+    ):
+        raise StepRefused("records of two tenants derive the same trajectory id")
+    return by_trajectory, owners
+
+
+def _to_continuation(batch: list[dict], ended: Trajectory) -> None:
+    """Moves late steps (their session's trajectory has ended) to the session's continuation: the open one,
+    or a new one continuing the last ended trajectory (apps/trajectories/lifecycle.py)."""
+    session_id, continues = late_step_target(ended)
+    for record in batch:
+        record["session_id"] = session_id
+        record["continues"] = continues
+    logger.info(
+        "%d late step(s) of ended trajectory %s (session %s) go to %s",
+        len(batch),
+        ended.pk,
+        ended.session_id,
+        session_id,
+    )
+
+
+def _lock_attributed(records: list[dict]) -> tuple[dict, dict, dict]:
+    """Groups the records by trajectory and locks the existing trajectories in primary-key order. A record
+    whose trajectory has ended is moved to its session's continuation and the grouping done again, so no
+    step ever joins an ended trajectory. Returns (records by trajectory id, owner tenant by id, locked rows
+    by id). Tenancy: a row of another tenant under a derived id raises StepRefused."""
+    for _ in range(3):  # the continuations found are open and locked, so a second pass settles
+        by_trajectory, owners = _grouped(records)
+        existing = {}
+        for row in (
+            Trajectory.objects.select_for_update()
+            .filter(id__in=by_trajectory)
+            .order_by("id")
+            .only("id", "tenant_id", "step_count", "status", "session_id", "continues_id")
+        ):
+            if row.tenant_id != owners[row.id]:
+                raise StepRefused(f"trajectory {row.id} belongs to another tenant")
+            existing[row.id] = row
+        ended = [row for row in existing.values() if row.status != TrajectoryStatus.OPEN]
+        if not ended:
+            return by_trajectory, owners, existing
+        for row in ended:
+            _to_continuation(by_trajectory[row.id], row)
+    raise StepRefused("the continuation of an ended session could not be settled")
+
+
 @transaction.atomic
 def steps_ingest(*, records: list[dict]) -> int:
     """Inserts journalled step records; returns how many were new. Idempotent: a record whose step id
@@ -161,32 +224,7 @@ def steps_ingest(*, records: list[dict]) -> int:
     fresh = [record for record in records if uuid.UUID(record["step_id"]) not in stored]
     if not fresh:
         return 0
-    by_trajectory: dict[uuid.UUID, list[dict]] = {}
-    for record in fresh:
-        trajectory_id = trajectory_id_for(tenant_id=record["tenant_id"], session_id=record["session_id"])
-        by_trajectory.setdefault(trajectory_id, []).append(record)
-    owners = {trajectory_id: batch[0]["tenant_id"] for trajectory_id, batch in by_trajectory.items()}
-    if any(
-        record["tenant_id"] != owners[trajectory_id]
-        for trajectory_id, batch in by_trajectory.items()
-        for record in batch
-    ):
-        raise StepRefused("records of two tenants derive the same trajectory id")
-
-    def lock_existing():
-        existing = {}
-        for row in (
-            Trajectory.objects.select_for_update()
-            .filter(id__in=by_trajectory)
-            .order_by("id")
-            .only("id", "tenant_id", "step_count")
-        ):
-            if row.tenant_id != owners[row.id]:
-                raise StepRefused(f"trajectory {row.id} belongs to another tenant")
-            existing[row.id] = row.step_count
-        return existing
-
-    existing = lock_existing()
+    by_trajectory, owners, existing = _lock_attributed(fresh)
     new_ids = [trajectory_id for trajectory_id in by_trajectory if trajectory_id not in existing]
     if new_ids and not _create_trajectories(by_trajectory, new_ids):
         # A concurrent writer created some of them: create the rest empty and count everything as existing.
@@ -194,14 +232,15 @@ def steps_ingest(*, records: list[dict]) -> int:
             [_trajectory_row(by_trajectory[trajectory_id][0], trajectory_id) for trajectory_id in new_ids],
             ignore_conflicts=True,
         )
-        existing, new_ids = lock_existing(), []
+        by_trajectory, owners, existing = _lock_attributed(fresh)
+        new_ids = []
         missing = [trajectory_id for trajectory_id in by_trajectory if trajectory_id not in existing]
         if missing:  # the session is taken by a trajectory under another id (an imported one)
             raise StepRefused(f"the session of trajectory {missing[0]} is stored under another id")
     created = set(new_ids)
     rows: list[Step] = []
     for trajectory_id, batch in by_trajectory.items():
-        start = 0 if trajectory_id in created else existing[trajectory_id]
+        start = 0 if trajectory_id in created else existing[trajectory_id].step_count
         rows.extend(
             _step_row(record, trajectory_id=trajectory_id, index=start + offset)
             for offset, record in enumerate(batch)
@@ -265,14 +304,16 @@ def trajectory_open_rl_session(
     )
 
 
-@transaction.atomic
-def trajectory_end(*, tenant: Tenant, trajectory_id, status: str = TrajectoryStatus.COMPLETE) -> Trajectory:
-    trajectory = Trajectory.objects.select_for_update().get(tenant=tenant, pk=trajectory_id)
-    if trajectory.status == TrajectoryStatus.OPEN:
-        trajectory.status = status
-        trajectory.ended_at = timezone.now()
-        trajectory.save(update_fields=["status", "ended_at"])
-    return trajectory
+def trajectory_end(
+    *,
+    tenant: Tenant,
+    trajectory_id,
+    status: str = TrajectoryStatus.COMPLETE,
+    reason: str = EndReason.AGENT,
+) -> Trajectory:
+    """Ends the session the trajectory records (`lifecycle.session_trajectory_end`: the trajectory, or its
+    open continuation when late steps went on in one), recording `reason`. Idempotent."""
+    return session_trajectory_end(tenant=tenant, trajectory_id=trajectory_id, status=status, reason=reason)
 
 
 def _step_from_atdp(*, tenant: Tenant, trajectory_id, step: dict) -> Step:

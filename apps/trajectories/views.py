@@ -1,5 +1,6 @@
 """Console pages: the trajectory browser (filters, reward mean per row), a trajectory's detail (steps, messages,
-tool calls, tokens shaded by logprob) and its replay against another model version."""
+tool calls, tokens shaded by logprob, how its session ended and its continuations), its replay against another
+model version and ending its session."""
 
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -11,6 +12,7 @@ from apps.console.pages import PAGE_SIZE, console_action, query_without_page
 from apps.inference import selectors as inference_selectors
 from apps.tenants.permissions import Action, role_can
 from apps.trajectories import forms, selectors
+from apps.trajectories.lifecycle import trajectory_end_by_request
 from apps.trajectories.serialize import step_to_atdp
 
 
@@ -68,9 +70,13 @@ def trajectory_detail(request, trajectory_id):
         "console/trajectory_detail.html",
         {
             "trajectory": trajectory,
+            "lifecycle": selectors.trajectory_lifecycle_get(
+                tenant=request.tenant, trajectory_id=trajectory_id
+            ),
             "steps": steps,
             "rewards": trajectory.rewards.all(),
             "replay_targets": replay_targets,
+            "can_end": role_can(request.membership.role, Action.TRAJECTORY_END),
         },
     )
 
@@ -97,4 +103,18 @@ def trajectory_replay(request, trajectory_id):
             request, f"Replay against {model} {model_version} queued; its steps appear here as they land."
         )
         return redirect("console:trajectory-detail", trajectory_id=replay.pk)
+    return redirect("console:trajectory-detail", trajectory_id=trajectory_id)
+
+
+@require_POST
+@console_page(Action.TRAJECTORY_END)
+def trajectory_end(request, trajectory_id):
+    selectors.trajectory_lifecycle_get(tenant=request.tenant, trajectory_id=trajectory_id)  # another's: 404
+    console_action(
+        request,
+        lambda: trajectory_end_by_request(
+            tenant=request.tenant, trajectory_id=trajectory_id, actor=request.actor
+        ),
+        success="Session ended (reason: api); its qualification runs next.",
+    )
     return redirect("console:trajectory-detail", trajectory_id=trajectory_id)

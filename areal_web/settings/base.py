@@ -279,6 +279,15 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(env_int("AREAL_RETENTION_PURGE_SECONDS", 3600)),
     },
 }
+# Idle sessions: open trajectories with no step for their tenant's policy `session_idle_seconds` are closed
+# (apps/trajectories/lifecycle.py) this often, in batches of AREAL_SESSION_IDLE_BATCH_SIZE, at most
+# AREAL_SESSION_IDLE_MAX_BATCHES per tenant per run.
+CELERY_BEAT_SCHEDULE["trajectories-close-idle"] = {
+    "task": "trajectories.close_idle",
+    "schedule": float(env_int("AREAL_SESSION_IDLE_CHECK_SECONDS", 30)),
+}
+AREAL_SESSION_IDLE_BATCH_SIZE = env_int("AREAL_SESSION_IDLE_BATCH_SIZE", 200)
+AREAL_SESSION_IDLE_MAX_BATCHES = env_int("AREAL_SESSION_IDLE_MAX_BATCHES", 10)
 AREAL_RETENTION_BATCH_SIZE = env_int("AREAL_RETENTION_BATCH_SIZE", 200)
 AREAL_RETENTION_MAX_BATCHES_PER_RUN = env_int("AREAL_RETENTION_MAX_BATCHES_PER_RUN", 50)
 

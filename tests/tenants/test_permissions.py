@@ -77,6 +77,11 @@ def _request(action, client, context):
         return client.post(
             f"/api/v1/trajectories/{_replayable_trajectory(tenant)}/replay/", {"model": "m"}, format="json"
         )
+    if action is Action.TRAJECTORY_END:
+        from apps.trajectories.services import trajectory_open
+
+        session = trajectory_open(tenant=tenant, session_id=f"to-end-{victim_member.pk}")
+        return client.post(f"/api/v1/trajectories/{session.pk}/end/", format="json")
     if action is Action.BACKEND_VIEW:
         return client.get("/api/v1/backends/")
     if action is Action.BACKEND_MANAGE:
