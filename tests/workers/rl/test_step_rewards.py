@@ -117,3 +117,13 @@ def test_pieces_with_their_own_rewards_are_grpo_units_of_their_own():
     # three units of the group (mean 0.75): the rewarded step below it, the other two above
     assert advantages.values == pytest.approx((-0.5, 0.25, 0.25))
     assert advantages.reward_mean == pytest.approx(0.75)
+
+
+def test_the_training_setting_is_checked():
+    from workers.engines import TrainConfig
+
+    assert TrainConfig().reward_discount is None
+    assert TrainConfig.from_dict({"reward_discount": 0.9}).reward_discount == 0.9
+    for bad in (0, 1.5, -1):
+        with pytest.raises(ValueError, match="reward_discount"):
+            TrainConfig(reward_discount=bad)
