@@ -2,7 +2,9 @@
 
 Paths: /v1/chat/completions, /v1/completions, /v1/messages (Anthropic), /v1/models, /v1/rewards,
 /rl/start_session, /rl/set_reward, /rl/end_session, the per-session base URL /s/<session_id>/v1/...,
-and AReaL's un-prefixed /chat/completions. Everything else goes to Django (console, REST API).
+AReaL's un-prefixed /chat/completions, and AReaL's older session-in-the-path form
+/v1/<session_id>/{chat/completions, completions, messages, rl/set_reward, rl/end_session}.
+Everything else goes to Django (console, REST API).
 
 Per request: authenticate (cached) → parse and validate → policy (scope, model, PII block, rate
 limits, budget reservation) → attribute the session → route to a backend (session-affine; a harness-only
@@ -31,7 +33,7 @@ from apps.gateway.forward import backend_session_close
 from apps.gateway.generation import JSON_HEADERS, handle_chat, handle_completions, handle_messages
 from apps.gateway.journal import Journal, journal_recover
 from apps.gateway.policy import WindowCounter, policy_for
-from apps.gateway.principals import authenticate
+from apps.gateway.principals import authenticate, presented_key
 from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
 from apps.gateway.routing import candidates_for, fresh_session_version, remember_fresh_route, routes_flush
 from apps.gateway.sessions import SessionIndex, prefix_hashes
@@ -39,6 +41,20 @@ from apps.gateway.sessions import SessionIndex, prefix_hashes
 logger = logging.getLogger(__name__)
 
 GATEWAY_PREFIXES = ("/v1/", "/rl/", "/s/", "/chat/completions", "/completions")
+# What AReaL's older clients send with the session id right after the base URL (/v1/<session_id>/...).
+SESSION_PATH_ROUTES = ("/chat/completions", "/completions", "/messages", "/rl/set_reward", "/rl/end_session")
+
+
+def session_in_path(route: str) -> tuple[str, str] | None:
+    """(session id, route) of `/<session_id>/<endpoint>` (the endpoint optionally under /v1), else None."""
+    parts = route.split("/", 2)
+    if len(parts) < 3 or not parts[1]:
+        return None
+    rest = "/" + parts[2]
+    rest = rest[3:] if rest.startswith("/v1/") else rest
+    return (parts[1], rest) if rest in SESSION_PATH_ROUTES else None
+
+
 MAX_BODY_BYTES = settings.AREAL_GATEWAY_MAX_BODY_BYTES
 
 
@@ -89,6 +105,8 @@ class Gateway:
             session_from_path, path = parts[2], "/" + parts[3]
         if path.startswith("/v1/"):
             route = path[3:]
+            if session_from_path is None and (scope["method"], route) not in ROUTES:
+                session_from_path, route = session_in_path(route) or (None, route)
         elif path.startswith("/rl/"):
             route = path
         else:
@@ -103,6 +121,13 @@ class Gateway:
                     )
                 raise GatewayError(404, f"no endpoint {scope['path']}", "not_found")
             headers = dict(scope["headers"])
+            if session_from_path and presented_key(headers) == session_from_path:
+                raise GatewayError(  # AReaL's oldest client sends the session id as its key
+                    401,
+                    "a session id is not a key: send the tenant's API key (or the session key from "
+                    "/rl/start_session) with the session id in the path",
+                    "session_id_not_a_key",
+                )
             await handler(self, scope, receive, send, headers, session_from_path)
         except GatewayError as error:
             await self._reply(send, error, anthropic=anthropic)
@@ -142,7 +167,8 @@ class Gateway:
             pass
 
     # shared steps ------------------------------------------------------------------------------------
-    async def read_json(self, receive) -> dict:
+    async def read_json(self, receive, *, allow_empty: bool = False) -> dict:
+        """The request's JSON object (400 otherwise); with `allow_empty`, an empty body is {}."""
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -161,6 +187,8 @@ class Gateway:
             "invalid_json",
         )
         raw = b"".join(chunks)
+        if allow_empty and not raw.strip():
+            return {}
         try:
             body = json.loads(raw or b"null")
         except (ValueError, UnicodeDecodeError) as error:

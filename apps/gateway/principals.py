@@ -6,7 +6,9 @@ again through the shared cache (which revocation and rotation evict), so revokin
 keys on every process at once (after at most MEMO_SECONDS where a process had just seen the session key; the
 process that revokes forgets its memo at once). Rotating the key ends the session keys minted before the
 rotation; those minted with the old key during its grace period live until that period ends. An ended
-session's key answers 410 until it expires from the cache; an unknown key answers 401."""
+session's key answers 410 until it expires from the cache; an unknown key answers 401. A session ended by its
+tenant's API key (AReaL's older clients name the session instead of using its key) is marked ended in the
+shared cache by tenant and session id, which every session key of that session is checked against."""
 
 import hashlib
 import secrets
@@ -86,6 +88,19 @@ def session_key_end(raw: str) -> None:
     _memo.pop(raw, None)
 
 
+def _ended_cache_key(tenant_id: int, session_id: str) -> str:
+    return f"session-ended:{tenant_id}:{_hash(session_id)}"
+
+
+def session_mark_ended(*, tenant_id: int, session_id: str) -> None:
+    """Every session key of this session answers 410 from now on, on every process (this one at once, the
+    others within MEMO_SECONDS)."""
+    cache.set(_ended_cache_key(tenant_id, session_id), True, SESSION_KEY_SECONDS)
+    for raw, (_, principal) in list(_memo.items()):
+        if principal.tenant_id == tenant_id and principal.session_id == session_id:
+            _memo.pop(raw, None)
+
+
 def session_key_forget(raw: str) -> None:
     cache.delete(_session_cache_key(raw))
     _memo.pop(raw, None)
@@ -118,7 +133,7 @@ def _resolve(raw: str) -> Principal:
         ):  # unknown, expired, or minted before parents were kept
             raise GatewayError(401, "unknown or expired session key", "invalid_session_key")
         _check_parent(data)
-        if data["ended"]:
+        if data["ended"] or cache.get(_ended_cache_key(data["tenant_id"], data["session_id"])):
             raise GatewayError(410, f"session {data['session_id']} has ended", "session_ended")
         return Principal(
             tenant_id=data["tenant_id"],
@@ -145,10 +160,15 @@ def _resolve(raw: str) -> Principal:
     )
 
 
-async def authenticate(headers: dict[bytes, bytes]) -> tuple[Principal, str]:
+def presented_key(headers: dict[bytes, bytes]) -> str:
+    """The key a request presents: `Authorization: Bearer <key>`, else `x-api-key`; "" when none."""
     authorization = headers.get(b"authorization", b"").decode("latin-1")
     raw = authorization[7:].strip() if authorization[:7].lower() == "bearer " else ""
-    raw = raw or headers.get(b"x-api-key", b"").decode("latin-1").strip()
+    return raw or headers.get(b"x-api-key", b"").decode("latin-1").strip()
+
+
+async def authenticate(headers: dict[bytes, bytes]) -> tuple[Principal, str]:
+    raw = presented_key(headers)
     if not raw:
         raise GatewayError(
             401, "no API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'", "missing_key"

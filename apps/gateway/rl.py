@@ -3,9 +3,19 @@
 POST /rl/start_session {task_id, group_size?} → {session_id, api_key, group_id?}: the returned key is
 bound to the session; the agent uses it for its completions and for set_reward / end_session. While the
 tenant's online run has no capacity left (apps.training.online.online_capacity) it answers 429 + Retry-After.
-POST /rl/set_reward {reward, interaction_id?}: no interaction id → the session's last completion.
-POST /rl/end_session: the trajectory is complete; later calls with the key answer 410 (until the key expires
-from the cache: then 401, like any unknown key).
+POST /rl/set_reward {reward, interaction_id?}: no interaction id → the session's last completion. The
+interaction must be one of the session's own (404 otherwise). Idempotent: the same reward again for the same
+interaction (a client's retry) stores nothing; a new value replaces the agent's reward for it, recorded as a
+new reward naming the one it replaces (apps.rewards.services.reward_set_for_interaction).
+POST /rl/end_session {final_reward?}: with `final_reward` (a finite number) it is recorded first, like
+set_reward without an interaction id (on the session's last completion, or the trajectory when it has none);
+a bad one is a 422 that ends nothing. Then the trajectory is complete; later calls with the key answer 410
+(until the key expires from the cache: then 401, like any unknown key). The body may be empty.
+The session of set_reward / end_session is the session key's; AReaL's older clients name it instead, with
+the tenant's API key: in the path (/v1/<session_id>/rl/..., /s/<session_id>/rl/..., the way they also send
+completions to /v1/<session_id>/chat/completions) or as `session_id` in the body (`completion_id` is taken for
+`interaction_id`). A session the tenant does not have answers 404 whether or not another tenant has it; a
+session key naming another session than its own answers 409.
 /rl/start_session is rate limited per tenant (AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE, and the tenant's
 requests-per-minute limit): 429 + Retry-After.
 POST /v1/rewards {session_id | step_id | interaction_id, value, kind?, source?, comment?, idempotency_key?}.
@@ -16,13 +26,14 @@ POST /v1/rewards {session_id | step_id | interaction_id, value, kind?, source?, 
 import json
 import math
 import uuid
+from dataclasses import dataclass
 
 from django.conf import settings
 
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.policy import policy_for
-from apps.gateway.principals import session_key_end, session_key_mint
+from apps.gateway.principals import session_key_end, session_key_mint, session_mark_ended
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -124,30 +135,84 @@ async def handle_start_session(gateway, scope, receive, send, headers, session_f
     await _respond(send, payload)
 
 
-async def _session_principal(gateway, headers):
+@dataclass(frozen=True)
+class RlSession:
+    """The session a set_reward / end_session call acts on, in the caller's tenant."""
+
+    principal: object
+    raw_key: str
+    session_id: str
+    trajectory_id: uuid.UUID
+    ended: bool
+
+
+def _session_row(tenant_id: int, session_id: str) -> tuple[uuid.UUID, bool] | None:
+    from apps.trajectories.models import Trajectory, TrajectoryStatus, trajectory_id_for
+
+    trajectory_id = trajectory_id_for(tenant_id=tenant_id, session_id=session_id)
+    status = (
+        Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id)
+        .values_list("status", flat=True)
+        .first()
+    )
+    return None if status is None else (trajectory_id, status != TrajectoryStatus.OPEN)
+
+
+async def _rl_session(gateway, headers, session_from_path, body) -> RlSession:
+    """The session key's own session, or the one a tenant key names (path, else body `session_id`)."""
     principal, raw = await gateway.authorize(headers, "inference")
-    if not principal.session_id:
+    named = session_from_path or _text(body, "session_id")
+    if principal.session_id:
+        if named and named != principal.session_id:
+            raise GatewayError(
+                409,
+                "this session key is bound to another session: name none, or the key's own",
+                "session_mismatch",
+                field="session_id",
+            )
+        named = principal.session_id
+    elif not named:
         raise GatewayError(
-            400, "use the session key returned by /rl/start_session for this call", "session_key_required"
+            400,
+            "name the session: use the session key returned by /rl/start_session, or the tenant key with "
+            "/v1/<session_id>/rl/..., /s/<session_id>/rl/... or session_id in the body",
+            "session_key_required",
         )
-    return principal, raw
+    if len(named) > 200 or "\x00" in named:
+        raise GatewayError(400, "session ids are at most 200 characters", "invalid_session_id")
+    await gateway.journal.flush()  # a session whose only completion is still in the journal exists
+    found = await database(_session_row)(principal.tenant_id, named)
+    if found is None:  # the same answer whether another tenant has a session of that name or nobody does
+        raise GatewayError(404, f"no session {named!r} in this tenant", "session_not_found")
+    trajectory_id, ended = found
+    ended = ended or gateway.sessions.get(principal.tenant_id, named).ended
+    return RlSession(principal, raw, named, trajectory_id, ended)
 
 
-def _last_step_id(principal, state) -> str | None:
+def _last_step_id(session: RlSession, state) -> str | None:
     if state.last_step_id:
         return state.last_step_id
-    from apps.trajectories.models import Step, trajectory_id_for
+    from apps.trajectories.models import Step
 
     last = (
-        Step.objects.filter(
-            tenant_id=principal.tenant_id,
-            trajectory_id=trajectory_id_for(tenant_id=principal.tenant_id, session_id=principal.session_id),
-        )
+        Step.objects.filter(tenant_id=session.principal.tenant_id, trajectory_id=session.trajectory_id)
         .order_by("-index")
         .values_list("id", flat=True)
         .first()
     )
     return str(last) if last else None
+
+
+def _session_has_step(session: RlSession, step_id: str) -> bool:
+    from apps.trajectories.models import Step
+
+    try:
+        step_uuid = uuid.UUID(step_id)
+    except ValueError:
+        return False
+    return Step.objects.filter(
+        tenant_id=session.principal.tenant_id, trajectory_id=session.trajectory_id, pk=step_uuid
+    ).exists()
 
 
 def _reward_value(raw, field: str = "reward") -> float:
@@ -158,53 +223,109 @@ def _reward_value(raw, field: str = "reward") -> float:
     return float(raw)
 
 
-async def handle_set_reward(gateway, scope, receive, send, headers, session_from_path):
-    principal, _ = await _session_principal(gateway, headers)
-    body = await gateway.read_json(receive)
-    value = _reward_value(body.get("reward"))
-    state = gateway.sessions.get(principal.tenant_id, principal.session_id)
-    if state.ended:
-        raise GatewayError(410, f"session {principal.session_id} has ended", "session_ended")
+def _interaction_id(body: dict) -> str:
+    """`interaction_id`, or `completion_id` as AReaL's oldest client names it."""
     interaction_id = _text(body, "interaction_id")
-    await gateway.journal.flush()  # the step being rewarded must be in the database first
-    step_id = interaction_id or await database(_last_step_id)(principal, state)
-    if not step_id:
-        raise GatewayError(404, "this session has no completion to reward yet", "no_completion")
-    reward = await database(_append)(
-        principal,
-        session_id=principal.session_id,
+    completion_id = _text(body, "completion_id")
+    if interaction_id and completion_id and interaction_id != completion_id:
+        raise GatewayError(
+            422, "interaction_id and completion_id name different completions", "invalid_request"
+        )
+    return interaction_id or completion_id
+
+
+def _set_reward(session: RlSession, *, step_id: str | None, value: float, timing: str) -> dict:
+    from apps.rewards.services import reward_set_for_interaction
+
+    return reward_set_for_interaction(
+        tenant_id=session.principal.tenant_id,
+        trajectory_id=session.trajectory_id,
         step_id=step_id,
         value=value,
-        kind="numeric",
-        source="agent",
-        comment="",
-        idempotency_key=None,
-        timing="immediate",
+        timing=timing,
+        created_by=session.principal.key_prefix,
     )
-    await _respond(send, {"status": "ok", "reward_id": reward["reward_id"], "interaction_id": step_id})
 
 
-def _end(principal) -> None:
+async def handle_set_reward(gateway, scope, receive, send, headers, session_from_path):
+    body = await gateway.read_json(receive)
+    value = _reward_value(body.get("reward"))
+    interaction_id = _interaction_id(body)
+    session = await _rl_session(gateway, headers, session_from_path, body)
+    if session.ended:
+        raise GatewayError(410, f"session {session.session_id} has ended", "session_ended")
+    state = gateway.sessions.get(session.principal.tenant_id, session.session_id)
+    if interaction_id:
+        if not await database(_session_has_step)(session, interaction_id):
+            raise GatewayError(
+                404,
+                f"no interaction {interaction_id!r} in session {session.session_id}",
+                "interaction_not_found",
+                field="interaction_id",
+            )
+        step_id = interaction_id
+    else:
+        step_id = await database(_last_step_id)(session, state)
+    if not step_id:
+        raise GatewayError(404, "this session has no completion to reward yet", "no_completion")
+    reward = await database(_set_reward)(session, step_id=step_id, value=value, timing="immediate")
+    await _respond(
+        send,
+        {
+            "status": "ok",
+            "reward_id": reward["reward_id"],
+            "interaction_id": step_id,
+            "created": reward["created"],
+            "replaces": reward["replaces"],
+        },
+    )
+
+
+def _end(session: RlSession) -> tuple[int, int]:
+    """(steps, interactions) of the session's trajectory, which is now complete."""
     from apps.tenants.models import Tenant
-    from apps.trajectories.models import trajectory_id_for
+    from apps.trajectories.models import Step, StepKind
     from apps.trajectories.services import trajectory_end
 
-    tenant = Tenant.objects.get(pk=principal.tenant_id)
-    trajectory_end(
-        tenant=tenant, trajectory_id=trajectory_id_for(tenant_id=tenant.pk, session_id=principal.session_id)
-    )
+    tenant = Tenant.objects.get(pk=session.principal.tenant_id)
+    trajectory = trajectory_end(tenant=tenant, trajectory_id=session.trajectory_id)
+    interactions = Step.objects.filter(
+        tenant=tenant, trajectory_id=trajectory.pk, kind=StepKind.LLM_CALL
+    ).count()
+    return trajectory.step_count, interactions
 
 
 async def handle_end_session(gateway, scope, receive, send, headers, session_from_path):
-    principal, raw = await _session_principal(gateway, headers)
-    state = gateway.sessions.get(principal.tenant_id, principal.session_id)
-    if state.ended:
+    body = await gateway.read_json(receive, allow_empty=True)
+    final = body.get("final_reward")
+    final_reward = None if final is None else _reward_value(final, "final_reward")
+    session = await _rl_session(gateway, headers, session_from_path, body)
+    if session.ended:
         raise GatewayError(410, "this session has already ended", "session_ended")
-    await gateway.journal.flush()
-    await database(_end)(principal)
+    state = gateway.sessions.get(session.principal.tenant_id, session.session_id)
+    reward = None
+    if final_reward is not None:  # recorded before the end: a refused one (422) ends nothing
+        step_id = await database(_last_step_id)(session, state)
+        reward = await database(_set_reward)(session, step_id=step_id, value=final_reward, timing="terminal")
+    steps, interactions = await database(_end)(session)
     state.ended = True
-    await database(session_key_end)(raw)
-    await _respond(send, {"status": "ok", "session_id": principal.session_id, "steps": len(state.step_ids)})
+    if session.principal.session_id:
+        await database(session_key_end)(session.raw_key)
+    await database(session_mark_ended)(tenant_id=session.principal.tenant_id, session_id=session.session_id)
+    payload = {
+        "status": "ok",
+        "session_id": session.session_id,
+        "steps": steps,
+        "interaction_count": interactions,
+    }
+    if reward is not None:
+        payload["final_reward"] = {
+            "reward_id": reward["reward_id"],
+            "target": reward["target"],
+            "step_id": reward["step_id"],
+            "value": reward["value"],
+        }
+    await _respond(send, payload)
 
 
 def _append(

@@ -1,6 +1,7 @@
 """Reads of reward specs and rewards, tenant first."""
 
 import json
+from dataclasses import dataclass, field
 
 from django.db.models import Count, Q
 
@@ -98,19 +99,110 @@ def reward_get(*, tenant: Tenant, reward_id) -> Reward:
     )
 
 
-def training_reward(*, tenant: Tenant, trajectory) -> float | None:
-    """The trajectory's training reward by its agent's training spec and that spec's combination rule.
-    Without a training spec: every non-critique reward, annotator over user over evaluator over the rest."""
+# The namespace of the rewards the session endpoints (/rl/set_reward, /rl/end_session's final_reward) write:
+# one key per target and sequence, `<step id or trajectory:<id>>#<n>`; the highest n is the current one.
+SET_REWARD_SCOPE = "agent/set_reward"
+
+
+def set_reward_target(*, trajectory_id, step_id) -> str:
+    return str(step_id) if step_id else f"trajectory:{trajectory_id}"
+
+
+def set_reward_number(idempotency_key: str) -> int:
+    return int(idempotency_key.rsplit("#", 1)[1])
+
+
+def set_reward_current(*, tenant_id: int, trajectory_id, step_id) -> Reward | None:
+    """The agent's current reward for one interaction (or, without a step, for the session) from the session
+    endpoints: the newest in their sequence; the ones it replaced stay stored, superseded."""
+    rows = Reward.objects.select_related("spec").filter(
+        tenant_id=tenant_id,
+        trajectory_id=trajectory_id,
+        step_id=step_id or None,
+        idempotency_scope=SET_REWARD_SCOPE,
+    )
+    return max(rows, key=lambda row: set_reward_number(row.idempotency_key), default=None)
+
+
+def _superseded(rows: list[dict]) -> set:
+    """Ids of session-endpoint rewards a later one for the same target replaced."""
+    newest: dict = {}
+    for row in rows:
+        if row["idempotency_scope"] != SET_REWARD_SCOPE:
+            continue
+        number = set_reward_number(row["idempotency_key"])
+        if row["step_id"] not in newest or number > newest[row["step_id"]][0]:
+            newest[row["step_id"]] = (number, row["id"])
+    return {
+        row["id"]
+        for row in rows
+        if row["idempotency_scope"] == SET_REWARD_SCOPE and row["id"] != newest[row["step_id"]][1]
+    }
+
+
+@dataclass(frozen=True)
+class TrainingRewards:
+    """A trajectory's rewards as training uses them (workers.rl.step_rewards).
+    `trajectory`: the one number for the whole trajectory (`training_reward`); `outcome`: the rewards that
+    name the trajectory rather than a step, combined; `steps`: each step's own rewards, combined (steps
+    without a trusted one are absent; empty when an operator overrode the whole trajectory)."""
+
+    trajectory: float | None
+    outcome: float | None = None
+    steps: dict[str, float] = field(default_factory=dict)
+
+
+def training_rewards(*, tenant: Tenant, trajectory) -> TrainingRewards:
+    """The trajectory's rewards by its agent's training spec and that spec's combination rule (without a
+    training spec: every non-critique reward, annotator over user over evaluator over the rest), combined
+    over the whole trajectory, over its trajectory-level rewards, and per step. Rewards a later session-
+    endpoint reward replaced are left out. An override of the whole trajectory beats every step's own."""
     spec = reward_spec_for(tenant_id=tenant.pk, agent_name=trajectory.agent_name)
     rewards = Reward.objects.for_tenant(tenant).filter(trajectory_id=trajectory.pk)
     rewards = rewards.filter(spec=spec) if spec else rewards.exclude(kind=RewardKind.CRITIQUE)
-    points = [
-        RewardPoint(value=value, source=source, created_at=created_at, is_override=is_override)
-        for value, source, created_at, is_override in rewards.values_list(
-            "value", "source", "created_at", "is_override"
+    rows = list(
+        rewards.values(
+            "id",
+            "value",
+            "source",
+            "created_at",
+            "is_override",
+            "step_id",
+            "idempotency_scope",
+            "idempotency_key",
         )
-    ]
-    return combine(points, combination_rule(spec))
+    )
+    superseded = _superseded(rows)
+    by_target: dict = {}
+    for row in rows:
+        if row["id"] not in superseded:
+            by_target.setdefault(row["step_id"], []).append(
+                RewardPoint(
+                    value=row["value"],
+                    source=row["source"],
+                    created_at=row["created_at"],
+                    is_override=row["is_override"],
+                )
+            )
+    rule = combination_rule(spec)
+    trajectory_level = by_target.pop(None, [])
+    steps = {
+        str(step_id): value
+        for step_id, points in by_target.items()
+        if (value := combine(points, rule)) is not None
+    }
+    if any(point.is_override for point in trajectory_level):
+        steps = {}
+    return TrainingRewards(
+        trajectory=combine(trajectory_level + [p for points in by_target.values() for p in points], rule),
+        outcome=combine(trajectory_level, rule),
+        steps=steps,
+    )
+
+
+def training_reward(*, tenant: Tenant, trajectory) -> float | None:
+    """The trajectory's training reward: one number for the whole trajectory (`training_rewards`)."""
+    return training_rewards(tenant=tenant, trajectory=trajectory).trajectory
 
 
 def feedback_summary(*, tenant: Tenant, trajectory_id=None) -> dict:

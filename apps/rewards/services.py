@@ -21,7 +21,15 @@ from apps.rewards.models import (
     RewardTarget,
     RewardTiming,
 )
-from apps.rewards.selectors import reward_spec_for, spec_data, trajectory_outcome
+from apps.rewards.selectors import (
+    SET_REWARD_SCOPE,
+    reward_spec_for,
+    set_reward_current,
+    set_reward_number,
+    set_reward_target,
+    spec_data,
+    trajectory_outcome,
+)
 from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory, trajectory_id_for
 from workers.rewards.evaluators import EVALUATORS, run_evaluator
@@ -255,6 +263,80 @@ def reward_append_for_agent(
         spec=spec,
     )
     return _payload(reward, created=created)
+
+
+SET_REWARD_ATTEMPTS = 5
+
+
+def reward_set_for_interaction(
+    *, tenant_id: int, trajectory_id, step_id: str | None, value: float, timing: str, created_by: str
+) -> dict:
+    """The session endpoints' reward (AReaL's `/rl/set_reward`, `/rl/end_session`'s `final_reward`): the
+    agent's reward for one interaction (`step_id`, a step of the trajectory) or, without a step, for the
+    trajectory. Tenancy: the trajectory must be `tenant_id`'s (404 otherwise); the gateway has checked that
+    the session is the caller's and the step one of its own.
+    Idempotent: the same value again for the same target stores nothing and returns the current reward
+    (`created` false), so a client's retry never adds a second reward. A different value replaces the
+    current one: a new reward whose `reason` names the one it replaces, audited `reward.replace`; the
+    replaced reward stays stored and no longer counts (`selectors.training_rewards`). Rewards live in their
+    own namespace (`SET_REWARD_SCOPE`, key `<target>#<n>`): concurrent calls for one target are ordered by
+    the unique key of their number, the loser looks again. Checked against the agent's training spec (422
+    naming it). Enqueues the trajectory's qualification on commit."""
+    agent_name = (
+        Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id)
+        .values_list("agent_name", flat=True)
+        .first()
+    )
+    if agent_name is None:
+        raise NotFound("no such session in this tenant", code="session_not_found")
+    spec, kind, value, label = _checked(
+        tenant_id=tenant_id, agent_name=agent_name, spec_name="", kind="numeric", value=value, label=""
+    )
+    target = set_reward_target(trajectory_id=trajectory_id, step_id=step_id)
+    for _ in range(SET_REWARD_ATTEMPTS):
+        current = set_reward_current(tenant_id=tenant_id, trajectory_id=trajectory_id, step_id=step_id)
+        if current is not None and current.value == value:
+            return {**_payload(current, created=False), "replaces": None}
+        number = set_reward_number(current.idempotency_key) + 1 if current else 1
+        with transaction.atomic():
+            reward, created = _store(
+                tenant_id=tenant_id,
+                idempotency_scope=SET_REWARD_SCOPE,
+                idempotency_key=f"{target}#{number}",
+                trajectory_id=trajectory_id,
+                step_id=step_id or None,
+                target=RewardTarget.STEP if step_id else RewardTarget.TRAJECTORY,
+                value=value,
+                kind=kind,
+                label=label,
+                source=RewardSource.AGENT,
+                timing=timing,
+                created_by=created_by,
+                spec=spec,
+                reason=f"replaces reward {current.pk} (value {current.value})" if current else "",
+            )
+            if created and current is not None:
+                audit_record(
+                    tenant=Tenant.objects.get(pk=tenant_id),
+                    actor=Actor(kind="api_key", id="", label=created_by),
+                    verb="reward.replace",
+                    target=reward,
+                    data={
+                        "trajectory_id": str(trajectory_id),
+                        "step_id": str(step_id) if step_id else None,
+                        "value": value,
+                        "replaces": str(current.pk),
+                        "replaced_value": current.value,
+                    },
+                )
+        if created:
+            return {**_payload(reward, created=True), "replaces": str(current.pk) if current else None}
+        if reward.value == value:  # a concurrent retry of this very call stored it first
+            return {**_payload(reward, created=False), "replaces": None}
+    raise Conflict(
+        "the reward of this interaction is being changed by concurrent calls; retry",
+        code="reward_conflict",
+    )
 
 
 @transaction.atomic

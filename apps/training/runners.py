@@ -75,10 +75,12 @@ def _train(job, lease: str) -> dict:
     ):
         raise ValidationFailed("the dataset changed since the job was created (content hash differs)")
     current_version = base.number
+    config = TrainConfig.from_dict(job.config)
     sample_set = build_samples(
         training_records(tenant=tenant, trajectory_ids=snapshot["trajectory_ids"]),
         current_version=current_version,
         eta=job.staleness_bound,
+        reward_discount=config.reward_discount,
     )
     counts = dict(vars(sample_set.counts).items())
     counts["staleness_histogram"] = [list(pair) for pair in sample_set.staleness_histogram]
@@ -87,7 +89,6 @@ def _train(job, lease: str) -> dict:
     if not samples:
         raise ValidationFailed(f"no trainable sample in the snapshot: {counts}")
 
-    config = TrainConfig.from_dict(job.config)
     run_dir = Path(settings.AREAL_TRAINING_DIR) / f"job-{job.pk}"
     resume = latest_checkpoint(run_dir / "checkpoints")
     if resume is not None:
@@ -207,7 +208,11 @@ def _learn(run, poll_seconds: float) -> dict:
                 for record in training_records(tenant=tenant, trajectory_ids=pending)
             }
             intake = staleness.classify(
-                pending, records, current_version=version.number, eta=run.staleness_bound
+                pending,
+                records,
+                current_version=version.number,
+                eta=run.staleness_bound,
+                reward_discount=config.reward_discount,
             )
             waiting += intake.waiting
             online_run_take(

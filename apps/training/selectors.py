@@ -6,7 +6,7 @@ from django.db.models import Count
 
 from apps.core.selectors import get_in_tenant
 from apps.qualification.models import Qualification, QualificationStatus
-from apps.rewards.selectors import training_reward as reward_training_value
+from apps.rewards.selectors import training_rewards
 from apps.tenants.models import Tenant
 from apps.training.models import (
     AliasMove,
@@ -139,8 +139,10 @@ def _snapshot_hash(pairs) -> str:
 
 def training_records(*, tenant: Tenant, trajectory_ids) -> list[dict]:
     """ATDP records of the snapshot's trajectories (in snapshot order) whose reward list is the single
-    training reward apps.rewards computes (the combination rule of the agent's spec), ready for
-    workers.rl.samples. A trajectory deleted since the snapshot is left out."""
+    training reward apps.rewards computes (the combination rule of the agent's spec), and whose
+    `step_rewards` ({"steps": {step id: its own reward}, "outcome": the trajectory-level rewards combined})
+    keeps the rewards of single steps, ready for workers.rl.samples (a step with its own reward trains with
+    it). A trajectory deleted since the snapshot is left out."""
     trajectories = trajectory_with_records(
         Trajectory.objects.for_tenant(tenant).filter(pk__in=trajectory_ids).select_related("tenant"),
         tenant=tenant,
@@ -152,8 +154,10 @@ def training_records(*, tenant: Tenant, trajectory_ids) -> list[dict]:
         if trajectory is None:
             continue
         record = trajectory_to_atdp(trajectory, trajectory.steps.all(), [])
-        value = reward_training_value(tenant=tenant, trajectory=trajectory)
+        rewards = training_rewards(tenant=tenant, trajectory=trajectory)
+        value = rewards.trajectory
         record["rewards"] = [] if value is None else [{"target": "trajectory", "value": value}]
+        record["step_rewards"] = {"steps": dict(rewards.steps), "outcome": rewards.outcome}
         records.append(record)
     return records
 

@@ -29,6 +29,14 @@ ROUTES_COVERED = {
         "/completions",
     ): "test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant",
     ("POST", "/messages"): "test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant",
+    (
+        "POST",
+        "/rl/set_reward",
+    ): "test_set_reward_and_end_session_naming_another_tenants_session_are_not_found",
+    (
+        "POST",
+        "/rl/end_session",
+    ): "test_set_reward_and_end_session_naming_another_tenants_session_are_not_found",
 }
 NO_OBJECT_IN_REQUEST = {
     ("GET", "/models"): "lists the caller's tenant's served models; takes no id",
@@ -36,8 +44,6 @@ NO_OBJECT_IN_REQUEST = {
         "POST",
         "/rl/start_session",
     ): "creates a session of the caller's tenant; the body names a task, not a row",
-    ("POST", "/rl/set_reward"): "the session is the one the session key was minted for (its tenant's)",
-    ("POST", "/rl/end_session"): "the session is the one the session key was minted for (its tenant's)",
 }
 
 
@@ -115,3 +121,40 @@ def test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tena
     mine = Trajectory.objects.get(tenant=tenant, session_id="shared-name")
     assert mine.pk == trajectory_id_for(tenant_id=tenant.pk, session_id="shared-name") != theirs.pk
     assert Step.objects.filter(trajectory=mine, tenant=tenant).count() == 3
+
+
+def test_set_reward_and_end_session_naming_another_tenants_session_are_not_found(
+    gateway, backend, agent_key, tenant, other_tenant
+):
+    """AReaL's older form names the session (path or body) with the tenant key: another tenant's session
+    answers exactly like one nobody has, and nothing of theirs changes."""
+    url, gw = gateway
+    their_key = agent_key("inference", of=other_tenant)
+    their_session = httpx.post(
+        f"{url}/rl/start_session", json={"task_id": "t"}, headers={"Authorization": f"Bearer {their_key}"}
+    ).json()["session_id"]
+    drain(gw)
+    before = _their_state(other_tenant)
+    headers = {"Authorization": f"Bearer {agent_key('inference', 'rewards:write')}"}
+
+    def calls(session_id: str) -> list[tuple[str, dict]]:
+        return [
+            (f"/v1/{session_id}/rl/set_reward", {"reward": 1.0}),
+            (f"/s/{session_id}/rl/set_reward", {"reward": 1.0}),
+            ("/rl/set_reward", {"session_id": session_id, "reward": 1.0}),
+            (f"/v1/{session_id}/rl/end_session", {"final_reward": 1.0}),
+            ("/v1/rl/end_session", {"session_id": session_id, "final_reward": 1.0}),
+        ]
+
+    for (path, body), (absent_path, absent_body) in zip(
+        calls(their_session), calls("nobody-has-this"), strict=True
+    ):
+        refused = httpx.post(f"{url}{path}", json=body, headers=headers)
+        absent = httpx.post(f"{url}{absent_path}", json=absent_body, headers=headers)
+        assert refused.status_code == absent.status_code == 404, (path, refused.text)
+        assert refused.json()["error"]["code"] == absent.json()["error"]["code"] == "session_not_found"
+        assert refused.json()["error"]["message"].replace(their_session, "X") == absent.json()["error"][
+            "message"
+        ].replace("nobody-has-this", "X")
+    assert _their_state(other_tenant) == before
+    assert Trajectory.objects.get(tenant=other_tenant, session_id=their_session).status == "open"

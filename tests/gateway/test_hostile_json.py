@@ -66,7 +66,8 @@ def test_deeply_nested_json_is_a_400_on_the_gateway(gateway, backend, agent_key,
     assert httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 200
 
 
-def test_end_session_ignores_its_body(gateway, agent_key):
+def test_end_session_refuses_a_deeply_nested_body_and_ends_nothing(gateway, agent_key):
+    """end_session reads its body (final_reward, session_id): one too deep is a 400, the session stays open."""
     url, _ = gateway
     key = httpx.post(
         f"{url}/rl/start_session", json={}, headers={"Authorization": f"Bearer {agent_key('inference')}"}
@@ -76,7 +77,10 @@ def test_end_session_ignores_its_body(gateway, agent_key):
         content=_nested(10_000),
         headers={"Authorization": f"Bearer {key}", "content-type": "application/json"},
     )
-    assert response.status_code == 200
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"
+    empty = httpx.post(f"{url}/rl/end_session", headers={"Authorization": f"Bearer {key}"})
+    assert empty.status_code == 200, empty.text
 
 
 @pytest.mark.parametrize(

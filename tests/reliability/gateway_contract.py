@@ -359,6 +359,16 @@ def gateway_contract(model: str) -> dict:
             "properties": {
                 "reward": {"type": "number", "minimum": -1e6, "maximum": 1e6},
                 "interaction_id": {"type": "string", "maxLength": 200},
+                "completion_id": {"type": "string", "maxLength": 200},
+                "session_id": {"type": "string", "maxLength": 200},
+            },
+        },
+        "EndSessionRequest": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "final_reward": {"type": "number", "minimum": -1e6, "maximum": 1e6},
+                "session_id": {"type": "string", "maxLength": 200},
             },
         },
         "RewardRequest": {
@@ -467,8 +477,8 @@ def gateway_contract(model: str) -> dict:
             "/rl/end_session": {
                 "post": _operation(
                     operation_id="end_session",
-                    body=None,
-                    errors=[400, 401, 403, 410],
+                    body="EndSessionRequest",
+                    errors=[400, 401, 403, 404, 409, 410, 413, 422],
                     success=_json(200, {"type": "object", "required": ["status", "session_id", "steps"]}),
                 )
             },

@@ -155,7 +155,12 @@ def test_rl_set_reward_stores_an_agent_reward_whatever_the_body_claims(gateway_u
     )
     assert set_reward.status_code == 200, set_reward.text
     stored = Reward.objects.get(pk=set_reward.json()["reward_id"])
-    assert (stored.source, stored.idempotency_key) == ("agent", None)
+    # the session endpoints' own namespace and key, never the body's (apps.rewards.selectors.SET_REWARD_SCOPE)
+    assert (stored.source, stored.idempotency_scope, stored.idempotency_key) == (
+        "agent",
+        "agent/set_reward",
+        f"{step.pk}#1",
+    )
 
 
 @pytest.mark.django_db

@@ -57,6 +57,9 @@ class TrainConfig:
     std_level: str = "group"
     leave_one_out: bool = False
     turn_discount: float = 1.0
+    # AReaL's backpropagation of per-step rewards (workers.rl.step_rewards); None: a step without its own
+    # reward trains with the trajectory's
+    reward_discount: float | None = None
     eps_clip: float = 0.2
     eps_clip_high: float | None = None
     behaviour_weight_cap: float | None = 5.0  # decoupled PPO only
@@ -91,6 +94,8 @@ class TrainConfig:
             problems.append("max_grad_norm must be > 0 or None")
         if self.temperature <= 0:
             problems.append("temperature must be > 0")
+        if self.reward_discount is not None and not 0 < self.reward_discount <= 1:
+            problems.append("reward_discount must be in (0, 1] or None")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -14,7 +14,8 @@
   whatever its reward.
 - A unit without a group id (None) is a group of its own, so it takes the batch fallback too.
 - Units are trajectories: a trajectory split into several samples (its token prefix broke) counts once
-  in the statistics and every sample gets its advantage (pass `unit_ids`).
+  in the statistics and every sample gets its advantage (pass `unit_ids`). A piece cut by per-step
+  rewards (workers.rl.samples, `unit_id`) is a unit of its own, as AReaL counts each interaction.
 
 Optional extras, applied in this order:
 1. `kl_penalized_rewards`: R_i - beta * sum_t KL_t(pi || pi_ref) over i's generated tokens, with the k1
@@ -198,7 +199,7 @@ def sample_token_advantages(
         [sample.reward for sample in samples],
         [getattr(sample, group_by) for sample in samples],
         config,
-        unit_ids=[sample.trajectory_id for sample in samples],
+        unit_ids=[getattr(sample, "unit_id", "") or sample.trajectory_id for sample in samples],
     )
     tokens = [
         turn_discounted_token_advantages(value, sample.turns, sample.loss_mask, gamma)

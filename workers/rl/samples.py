@@ -17,6 +17,13 @@ behaviour logprobs and per-token policy versions. This module adds:
   whole rollouts); `staleness="token"` only masks stale tokens from the loss (they stay as context),
   and drops a sample left without generated tokens. Both are counted, and a histogram of V - v over the
   kept generated tokens is returned for the staleness chart.
+- Per-step rewards (workers.rl.step_rewards): a record whose `step_rewards` names rewards of single steps
+  (`{"steps": {step_id: value}, "outcome": value}`, as apps.training.selectors.training_records writes it),
+  or any record under a `reward_discount`, gives each llm_call its own training reward. When those differ
+  within a trajectory, a merged sample is cut where the reward changes: each piece is a sample of its
+  own that trains its steps' completions with their reward, the earlier turns kept as context (loss_mask 0,
+  logprob 0.0, version -1), and each piece is its own unit for GRPO's statistics (`unit_id`). When they are
+  all equal (one reward, or none on any step) the samples are the ones the trajectory's reward gives.
 - Frozen dataclasses out; samples without a reward or without a generated token are dropped, counted.
 """
 
@@ -24,7 +31,14 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from workers.atdp.training_view import training_blockers, training_samples
+from workers.atdp.training_view import (
+    CONTEXT_LOGPROB,
+    CONTEXT_VERSION,
+    training_blockers,
+    training_reward,
+    training_samples,
+)
+from workers.rl.step_rewards import runs_of_equal_rewards, step_rewards
 
 STALENESS_MODES = ("sample", "token")
 
@@ -41,6 +55,12 @@ class TrainingSample:
     task_id: str | None
     trajectory_id: str
     step_ids: tuple[str, ...]
+    unit_id: str = ""  # GRPO's unit when not the whole trajectory: a piece cut by per-step rewards
+
+    @property
+    def unit(self) -> str:
+        """What GRPO counts once: the trajectory, or the piece of it that trains with its own reward."""
+        return self.unit_id or self.trajectory_id
 
     @property
     def generated_count(self) -> int:
@@ -95,9 +115,15 @@ def trajectory_samples(
     eta: int | None = None,
     staleness: str = "sample",
     require_reward: bool = True,
+    reward_discount: float | None = None,
 ) -> SampleSet:
     return build_samples(
-        [record], current_version=current_version, eta=eta, staleness=staleness, require_reward=require_reward
+        [record],
+        current_version=current_version,
+        eta=eta,
+        staleness=staleness,
+        require_reward=require_reward,
+        reward_discount=reward_discount,
     )
 
 
@@ -109,8 +135,11 @@ def build_samples(
     staleness: str = "sample",
     require_reward: bool = True,
     check_blockers: bool = False,
+    reward_discount: float | None = None,
 ) -> SampleSet:
-    """Samples of every record in order. `eta` needs `current_version`; None disables the bound."""
+    """Samples of every record in order. `eta` needs `current_version`; None disables the bound.
+    `reward_discount`: AReaL's backpropagation of per-step rewards (workers.rl.step_rewards); None: a step
+    without its own reward trains with the trajectory's."""
     if staleness not in STALENESS_MODES:
         raise ValueError(f"staleness must be one of {STALENESS_MODES}")
     oldest: int | None = None
@@ -131,8 +160,11 @@ def build_samples(
         counts["aborted_calls"] += len(aborted)
         steps = [step for step in record["steps"] if step["step_id"] not in orphans | aborted]
         by_id = {step["step_id"]: step for step in steps}
-        for view in training_samples({**record, "steps": steps}):
-            sample = _to_sample(view, record, by_id)
+        per_step = _per_step_rewards(record, steps, reward_discount)
+        for sample in _with_step_rewards(
+            [_to_sample(view, record, by_id) for view in training_samples({**record, "steps": steps})],
+            per_step,
+        ):
             if require_reward and sample.reward is None:
                 counts["no_reward"] += 1
                 continue
@@ -179,6 +211,61 @@ def _to_sample(view: dict, record: dict, steps: dict[str, dict]) -> TrainingSamp
         task_id=record.get("task_id"),
         trajectory_id=view["trajectory_id"],
         step_ids=tuple(view["step_ids"]),
+    )
+
+
+def _per_step_rewards(
+    record: dict, steps: list[dict], discount: float | None
+) -> dict[str, float | None] | None:
+    """Each kept llm_call's training reward, or None when the record keeps no per-step rewards and no
+    discount applies (the trajectory's reward then trains every sample, as it always did)."""
+    kept = record.get("step_rewards")
+    if kept is None and discount is None:
+        return None
+    trajectory = training_reward(record)
+    own = (kept or {}).get("steps") or {}
+    outcome = kept.get("outcome") if kept is not None else trajectory
+    calls = [step["step_id"] for step in steps if step["kind"] == "llm_call"]
+    values = step_rewards(
+        [own.get(call) for call in calls], trajectory=trajectory, outcome=outcome, discount=discount
+    )
+    return dict(zip(calls, values, strict=True))
+
+
+def _with_step_rewards(
+    samples: list[TrainingSample], rewards: dict[str, float | None] | None
+) -> list[TrainingSample]:
+    """The trajectory's samples with their steps' rewards: unchanged but for the reward when every trained
+    step has the same, else cut where the reward changes (each piece its own GRPO unit)."""
+    if rewards is None:
+        return samples
+    if len({rewards[step_id] for sample in samples for step_id in sample.step_ids}) <= 1:
+        return [replace(sample, reward=rewards[sample.step_ids[0]]) for sample in samples]
+    pieces = []
+    for sample in samples:
+        values = [rewards[step_id] for step_id in sample.step_ids]
+        pieces += [
+            _piece(sample, first, last, values[first]) for first, last in runs_of_equal_rewards(values)
+        ]
+    return pieces
+
+
+def _piece(sample: TrainingSample, first: int, last: int, reward: float | None) -> TrainingSample:
+    """Turns first..last of a merged sample, trained with `reward`: the tokens of earlier turns become context
+    (AReaL's per-interaction samples: the interaction's whole prompt, then its completion)."""
+    start = next(index for index, turn in enumerate(sample.turns) if turn >= first)
+    end = next((index for index, turn in enumerate(sample.turns) if turn > last), len(sample.turns))
+    step_ids = sample.step_ids[first : last + 1]
+    return replace(
+        sample,
+        input_ids=sample.input_ids[:end],
+        loss_mask=(0,) * start + sample.loss_mask[start:end],
+        logprobs=(CONTEXT_LOGPROB,) * start + sample.logprobs[start:end],
+        versions=(CONTEXT_VERSION,) * start + sample.versions[start:end],
+        turns=(0,) * start + tuple(turn - first for turn in sample.turns[start:end]),
+        reward=reward,
+        step_ids=step_ids,
+        unit_id=f"{sample.trajectory_id}/{step_ids[0]}",
     )
 
 

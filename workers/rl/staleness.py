@@ -60,17 +60,25 @@ def is_fresh(sample: TrainingSample, *, oldest: int) -> bool:
 
 
 def classify(
-    pending: Sequence[str], records: Mapping[str, dict], *, current_version: int, eta: int
+    pending: Sequence[str],
+    records: Mapping[str, dict],
+    *,
+    current_version: int,
+    eta: int,
+    reward_discount: float | None = None,
 ) -> Intake:
     """Sorts `pending` trajectory ids (queue order) by their training records (ATDP dicts, by trajectory id;
-    a missing one is empty) under the bound η against `current_version`."""
+    a missing one is empty) under the bound η against `current_version`; `reward_discount` as in
+    build_samples."""
     waiting, stale, empty = [], [], []
     for trajectory_id in pending:
         record = records.get(trajectory_id)
         if record is None:
             empty.append(trajectory_id)
             continue
-        sample_set = build_samples([record], current_version=current_version, eta=eta)
+        sample_set = build_samples(
+            [record], current_version=current_version, eta=eta, reward_discount=reward_discount
+        )
         if sample_set.samples:
             waiting.append(Waiting(trajectory_id=trajectory_id, samples=sample_set.samples))
         elif sample_set.counts.stale_samples:
