@@ -111,12 +111,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 def clear_cache():
-    """Empties this session's cache. On Redis only this session's keys go: `cache.clear()` would FLUSHDB the
+    """Empties this session's cache and shared state (apps.core.shared_state). On Redis only this session's keys go: `cache.clear()` would FLUSHDB the
     database the Celery broker and the channel layer share, under any other test session on the machine."""
     from django.conf import settings
 
     if not settings.REDIS_URL:
+        from apps.core.shared_state import shared_clear
+
         cache.clear()
+        shared_clear()  # the embedded store of the state web processes share (on Redis: among these keys)
         return
     client = cache._cache.get_client(write=True)
     prefix = settings.CACHES["default"].get("KEY_PREFIX") or ""

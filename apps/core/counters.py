@@ -19,12 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
 
 
 def _redis_client():
-    return cache._cache.get_client(write=True) if isinstance(cache, RedisCache) else None
+    backend = caches["default"]  # the backend itself: `cache` is a proxy, never an instance of RedisCache
+    return backend._cache.get_client(write=True) if isinstance(backend, RedisCache) else None
 
 
 @contextmanager

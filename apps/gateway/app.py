@@ -36,7 +36,7 @@ from apps.gateway.policy import WindowCounter, policy_for
 from apps.gateway.principals import authenticate, presented_key
 from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
 from apps.gateway.routing import candidates_for, fresh_session_version, remember_fresh_route, routes_flush
-from apps.gateway.sessions import SessionIndex, prefix_hashes
+from apps.gateway.sessions import SessionIndex, SessionState, prefix_hashes
 
 logger = logging.getLogger(__name__)
 
@@ -207,27 +207,28 @@ class Gateway:
             raise GatewayError(403, f"this API key lacks the {scope_needed!r} scope", "scope_missing")
         return principal, raw
 
-    def attribute_session(
+    async def attribute_session(
         self, principal, headers, session_from_path, messages
-    ) -> tuple[str, list[str], bool]:
-        """(session id, message-prefix hashes, whether the id was minted by this request)."""
+    ) -> tuple[SessionState, list[str], bool]:
+        """(the session's state with its shared cursor, message-prefix hashes, whether this request minted the
+        session); at most one read of the shared session state (sessions.py)."""
         hashes = prefix_hashes(messages) if messages is not None else []
         session_id = (
             principal.session_id
             or headers.get(b"x-session-id", b"").decode("utf-8", "replace").strip()
             or session_from_path
         )
-        minted = False
-        if not session_id:
-            continued = (
-                self.sessions.continue_by_prefix(principal.tenant_id, principal.key_prefix, hashes)
-                if hashes
-                else None
+        if session_id:
+            if len(session_id) > 200:
+                raise GatewayError(400, "session ids are at most 200 characters", "invalid_session_id")
+            return await self.sessions.resume(principal.tenant_id, session_id), hashes, False
+        if hashes:
+            continued = await self.sessions.continue_by_prefix(
+                principal.tenant_id, principal.key_prefix, messages, hashes
             )
-            session_id, minted = (continued, False) if continued else ("auto-" + uuid.uuid4().hex, True)
-        if len(session_id) > 200:
-            raise GatewayError(400, "session ids are at most 200 characters", "invalid_session_id")
-        return session_id, hashes, minted
+            if continued is not None:
+                return continued, hashes, False
+        return self.sessions.get(principal.tenant_id, "auto-" + uuid.uuid4().hex), hashes, True
 
     async def route(self, principal, model: str, state, *, minted: bool = False):
         from apps.inference.models import BackendState

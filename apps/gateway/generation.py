@@ -28,8 +28,7 @@ from apps.gateway.forward import (
     read_capped,
 )
 from apps.gateway.policy import budget_reserve, budget_settle, policy_for
-from apps.gateway.recording import StepDraft, journal_check, record_step
-from apps.gateway.sessions import extend_hash
+from apps.gateway.recording import StepDraft, journal_check, record_step, session_share
 from workers.evolution.harness import apply_to_request as harness_apply
 from workers.evolution.harness import rewrite_chunk as harness_rewrite_chunk
 from workers.evolution.harness import rewrite_response as harness_rewrite_response
@@ -112,12 +111,11 @@ async def handle_generation(
     reserved = await budget_reserve(policy, policy.price(model, estimated_prompt, max_tokens * n))
     actual_cost = 0.0
     try:
-        session_id, hashes, minted = gateway.attribute_session(
+        state, hashes, minted = await gateway.attribute_session(
             principal, headers, session_from_path, messages
         )
-        state = gateway.sessions.get(principal.tenant_id, session_id)
         if state.ended:
-            raise GatewayError(410, f"session {session_id} has ended", "session_ended")
+            raise GatewayError(410, f"session {state.session_id} has ended", "session_ended")
         backend = await gateway.route(principal, model, state, minted=minted)
         draft.attach(
             session=state, prompt_hash=hashes[-1] if hashes else None, backend=backend, version=state.version
@@ -154,11 +152,6 @@ async def handle_generation(
             actual_cost = await _unary(
                 gateway, send, draft, url, forward_body, started, anthropic, client_model, harness
             )
-        if messages is not None and draft.reply_message is not None and draft.recorded:
-            conversation = extend_hash(hashes[-1] if hashes else None, draft.reply_message)
-            gateway.sessions.remember_conversation(
-                principal.tenant_id, principal.key_prefix, conversation, session_id
-            )
     finally:
         await budget_settle(policy, reserved, actual_cost or draft.cost_usd)  # a 503'd answer's compute too
 
@@ -166,6 +159,7 @@ async def handle_generation(
 async def _backend_failure(gateway, draft, error_status: int, message: str, code: str | None = None):
     draft.fail(message)
     record_step(gateway, draft)
+    await session_share(gateway, draft)  # a retry of the failed call, on any process, is one
     code = code or ("backend_timeout" if error_status == 504 else "backend_error")
     return GatewayError(error_status, message, code)
 
@@ -234,6 +228,7 @@ async def _unary(
         payload = anthropic_wire.chat_response_to_message(payload, model=client_model)
         payload["id"] = draft.response_id(anthropic=True)
     data = json.dumps(payload, separators=(",", ":")).encode()
+    await session_share(gateway, draft)  # before the answer: the agent's next turn may go to another process
     await send(
         {
             "type": "http.response.start",
@@ -340,6 +335,7 @@ async def _stream(
         await _end_session_after_step(gateway, draft)
     if harness is not None:
         draft.agent_reply(harness)
+    await session_share(gateway, draft)  # before the stream ends: the next turn may go to another process
     if not draft.aborted:
         tail = (
             b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())

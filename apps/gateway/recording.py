@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from apps.gateway.errors import GatewayError
 from apps.gateway.journal import JournalUnavailable
+from apps.gateway.sessions import extend_hash
 from workers.inference.client import parse_response, parse_stream
 from workers.pii import UNSCANNED, InvalidPattern, ScanLimits, sanitizer_for
 
@@ -437,3 +438,21 @@ def session_advance(draft: StepDraft, record: dict | None) -> None:
             draft.session.last_step_id = draft.step_id
         draft.session.last_prompt_hash = draft.prompt_hash
         draft.session.step_ids.append(draft.step_id)
+
+
+async def session_share(gateway, draft: StepDraft) -> None:
+    """Shares the session's cursor, and the conversation this answer leads to (prompt + reply, the key of
+    message-prefix continuation), with every web process: called once the step is recorded and before the
+    answer's last bytes are released, so the agent's next turn or retry finds them on any process. A step
+    that was not recorded (consent `none`, a refused journal write) shares nothing."""
+    if draft.session is None or not draft.recorded:
+        return
+    conversation = None
+    if draft.endpoint != "completions" and draft.reply_message is not None:
+        conversation = extend_hash(draft.prompt_hash, draft.reply_message)
+    await gateway.sessions.share(
+        tenant_id=draft.principal.tenant_id,
+        key_prefix=draft.principal.key_prefix,
+        state=draft.session,
+        conversation_hash=conversation,
+    )

@@ -1,18 +1,42 @@
-"""Session attribution and per-session state held in process memory.
+"""Session attribution and per-session state: shared by every web process where it decides attribution,
+held in process memory where it does not.
 
 Order (DESIGN.md): a session key from /rl/start_session; the X-Session-Id header; the per-session base
 URL /s/<session_id>/v1; otherwise message-prefix continuity within (tenant, key): a request whose
 messages begin with an earlier request's messages plus that request's reply continues its session.
 A request whose messages equal the previous call's prompt in the same session is a retry of it.
+
+Shared (apps.core.shared_state: Redis, or the embedded SQLite file), so that a conversation continued or a
+call retried on another process is attributed as on the same one; each entry lives
+AREAL_GATEWAY_CONVERSATION_TTL_SECONDS from the session's last step:
+- the session's cursor, `gateway-session:<tenant>:<session id>`: its last step, that step's parent and its
+  prompt hash (parent links and retry detection);
+- the conversation map, `gateway-conversation:<tenant>:<key prefix>:<hash of prompt + reply>` → session id.
+A request makes at most one read: its session's cursor when it names the session; otherwise one lookup of
+the longest recorded conversation its messages extend together with that session's cursor; none when its
+messages extend no assistant message (a first turn). The cursor and the conversation of an answer are
+written together (one round trip) before the answer's last bytes are released, so the agent's next turn
+finds them on any process. No process keeps a memo of either: the read that finds a session is also what
+tells the request the session's current cursor, which another process may have moved.
+Per process (`SessionState`): the routed backend and version (routing re-resolves them elsewhere), the
+task and group of a session started here, whether it was ended here.
 """
 
+import asyncio
 import hashlib
 import json
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
+from apps.core.shared_state import SharedStateUnavailable, shared_find, shared_get, shared_set_many
+
+logger = logging.getLogger(__name__)
+
 MAX_SESSIONS = 100_000
-MAX_FINGERPRINTS = 200_000
+MAX_CANDIDATES = 256  # conversations looked up per request: its most recent assistant messages
 
 
 def _canonical(message: dict) -> bytes:
@@ -59,13 +83,43 @@ class SessionState:
     ended: bool = False
     step_ids: list = field(default_factory=list)
 
+    def cursor(self) -> str:
+        """The shared part: the last step, its parent and its prompt hash."""
+        return json.dumps([self.last_step_id, self.last_parent_id, self.last_prompt_hash])
+
+    def resume(self, cursor: str | None) -> None:
+        """Takes the shared cursor (None: no step in the TTL, or none recorded) over this process's."""
+        self.last_step_id, self.last_parent_id, self.last_prompt_hash = (
+            json.loads(cursor) if cursor else (None, None, None)
+        )
+
+
+def conversation_candidates(messages: list[dict], hashes: list[str]) -> list[str]:
+    """Hashes of the proper prefixes of `messages` that end with an assistant message, longest first: the
+    only prefixes a recorded conversation (a prompt and its reply) can be."""
+    candidates = []
+    for index in range(len(messages) - 2, -1, -1):
+        if messages[index].get("role") == "assistant":
+            candidates.append(hashes[index])
+            if len(candidates) == MAX_CANDIDATES:
+                break
+    return candidates
+
+
+def _cursor_key(tenant_id: int, session_id: str) -> str:
+    return f"gateway-session:{tenant_id}:{session_id}"
+
+
+def _conversation_key(tenant_id: int, key_prefix: str, conversation_hash: str) -> str:
+    return f"gateway-conversation:{tenant_id}:{key_prefix}:{conversation_hash}"
+
 
 class SessionIndex:
     def __init__(self):
         self.sessions: OrderedDict[tuple[int, str], SessionState] = OrderedDict()
-        self.conversations: OrderedDict[tuple[int, str, str], str] = OrderedDict()
 
     def get(self, tenant_id: int, session_id: str) -> SessionState:
+        """This process's state of the session (its cursor as this process last read or advanced it)."""
         key = (tenant_id, session_id)
         state = self.sessions.get(key)
         if state is None:
@@ -76,18 +130,54 @@ class SessionIndex:
             self.sessions.move_to_end(key)
         return state
 
-    def continue_by_prefix(self, tenant_id: int, key_prefix: str, hashes: list[str]) -> str | None:
-        """The session whose conversation (prompt + reply) is the longest proper prefix of these
-        messages, or None."""
-        for prefix in reversed(hashes[:-1]):
-            session_id = self.conversations.get((tenant_id, key_prefix, prefix))
-            if session_id is not None:
-                return session_id
-        return None
+    async def resume(self, tenant_id: int, session_id: str) -> SessionState:
+        """The session's state with its cursor as every process last left it (one shared read)."""
+        state = self.get(tenant_id, session_id)
+        try:
+            cursor = await asyncio.to_thread(shared_get, _cursor_key(tenant_id, session_id))
+        except SharedStateUnavailable as error:
+            logger.warning(
+                "session %s: shared session state unreadable, using this process's: %s", session_id, error
+            )
+            return state
+        state.resume(cursor)
+        return state
 
-    def remember_conversation(
-        self, tenant_id: int, key_prefix: str, conversation_hash: str, session_id: str
+    async def continue_by_prefix(
+        self, tenant_id: int, key_prefix: str, messages: list[dict], hashes: list[str]
+    ) -> SessionState | None:
+        """The session whose recorded conversation (prompt + reply) is the longest proper prefix of these
+        messages, with its cursor (one shared read; none for messages that extend no assistant message), or
+        None."""
+        candidates = conversation_candidates(messages, hashes)
+        if not candidates:
+            return None
+        try:
+            session_id, cursor = await asyncio.to_thread(
+                shared_find,
+                [_conversation_key(tenant_id, key_prefix, candidate) for candidate in candidates],
+                follow_prefix=_cursor_key(tenant_id, ""),
+            )
+        except SharedStateUnavailable as error:
+            logger.warning("shared session state unreadable, starting a new session: %s", error)
+            return None
+        if session_id is None:
+            return None
+        state = self.get(tenant_id, session_id)
+        state.resume(cursor)
+        return state
+
+    async def share(
+        self, *, tenant_id: int, key_prefix: str, state: SessionState, conversation_hash: str | None
     ) -> None:
-        self.conversations[(tenant_id, key_prefix, conversation_hash)] = session_id
-        if len(self.conversations) > MAX_FINGERPRINTS:
-            self.conversations.popitem(last=False)
+        """Writes the session's cursor and, when given, the conversation that now leads to it (one round
+        trip), each to live AREAL_GATEWAY_CONVERSATION_TTL_SECONDS."""
+        entries = {_cursor_key(tenant_id, state.session_id): state.cursor()}
+        if conversation_hash is not None:
+            entries[_conversation_key(tenant_id, key_prefix, conversation_hash)] = state.session_id
+        try:
+            await asyncio.to_thread(
+                shared_set_many, entries, ttl_seconds=settings.AREAL_GATEWAY_CONVERSATION_TTL_SECONDS
+            )
+        except SharedStateUnavailable as error:
+            logger.warning("session %s: shared session state not written: %s", state.session_id, error)

@@ -244,6 +244,9 @@ AREAL_MAX_BODY_BYTES_BY_PATH = env_int_map(
 AREAL_API_KEY_CACHE_SECONDS = env_int("AREAL_API_KEY_CACHE_SECONDS", 300)
 # /rl/start_session calls per minute and tenant (0: no limit beyond the tenant's requests per minute).
 AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE = env_int("AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE", 1200)
+# How long the gateway's shared session state lives after a session's last step (apps/gateway/sessions.py):
+# its cursor (parent links, retry detection) and its conversations (message-prefix continuation).
+AREAL_GATEWAY_CONVERSATION_TTL_SECONDS = env_int("AREAL_GATEWAY_CONVERSATION_TTL_SECONDS", 3600)
 
 # The gateway's PII scan (workers/pii, called by apps/gateway/recording.py): at most this many characters
 # per scan (a request's messages, a step's observation, its action) and this long in tenant patterns; what
