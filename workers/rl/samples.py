@@ -17,6 +17,11 @@ behaviour logprobs and per-token policy versions. This module adds:
   whole rollouts); `staleness="token"` only masks stale tokens from the loss (they stay as context),
   and drops a sample left without generated tokens. Both are counted, and a histogram of V - v over the
   kept generated tokens is returned for the staleness chart.
+- Unknown versions: a generated token recorded with version -1 (a backend that reported none, and no
+  version the gateway could derive; apps/gateway/versions.py) cannot be aged by the bound, which only
+  compares known versions. `unknown_versions="keep"` (the default) keeps such samples and counts them: the
+  bound lets them through and the log-linear proximal gives them alpha 0 (their proximal logprob is the
+  behaviour one: plain PPO for those tokens). `"drop"` leaves out every sample holding one, counted.
 - Frozen dataclasses out; samples without a reward or without a generated token are dropped, counted.
 """
 
@@ -27,6 +32,7 @@ from dataclasses import dataclass, replace
 from workers.atdp.training_view import training_blockers, training_samples
 
 STALENESS_MODES = ("sample", "token")
+UNKNOWN_VERSION_MODES = ("keep", "drop")
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,8 @@ class SampleCounts:
     stale_samples: int = 0  # samples dropped for staleness
     no_reward: int = 0  # samples dropped for want of a reward
     empty_samples: int = 0  # samples with no generated token
+    unknown_version_samples: int = 0  # samples holding a generated token of version -1: kept or dropped
+    unknown_version_tokens: int = 0  # generated tokens of version -1 in those samples
 
 
 @dataclass(frozen=True)
@@ -95,9 +103,15 @@ def trajectory_samples(
     eta: int | None = None,
     staleness: str = "sample",
     require_reward: bool = True,
+    unknown_versions: str = "keep",
 ) -> SampleSet:
     return build_samples(
-        [record], current_version=current_version, eta=eta, staleness=staleness, require_reward=require_reward
+        [record],
+        current_version=current_version,
+        eta=eta,
+        staleness=staleness,
+        require_reward=require_reward,
+        unknown_versions=unknown_versions,
     )
 
 
@@ -109,10 +123,14 @@ def build_samples(
     staleness: str = "sample",
     require_reward: bool = True,
     check_blockers: bool = False,
+    unknown_versions: str = "keep",
 ) -> SampleSet:
-    """Samples of every record in order. `eta` needs `current_version`; None disables the bound."""
+    """Samples of every record in order. `eta` needs `current_version`; None disables the bound.
+    `unknown_versions`: keep or drop samples holding a generated token of version -1 (module docstring)."""
     if staleness not in STALENESS_MODES:
         raise ValueError(f"staleness must be one of {STALENESS_MODES}")
+    if unknown_versions not in UNKNOWN_VERSION_MODES:
+        raise ValueError(f"unknown_versions must be one of {UNKNOWN_VERSION_MODES}")
     oldest: int | None = None
     if eta is not None:
         if current_version is None or eta < 0:
@@ -146,6 +164,12 @@ def build_samples(
             if not sample.generated_count:
                 counts["empty_samples"] += 1
                 continue
+            unknown = unknown_version_tokens(sample)
+            if unknown:
+                counts["unknown_version_samples"] += 1
+                counts["unknown_version_tokens"] += unknown
+                if unknown_versions == "drop":
+                    continue
             if current_version is not None:
                 histogram.update(
                     current_version - version
@@ -158,6 +182,13 @@ def build_samples(
         samples=tuple(kept),
         counts=SampleCounts(**counts),
         staleness_histogram=tuple(sorted(histogram.items())),
+    )
+
+
+def unknown_version_tokens(sample: TrainingSample) -> int:
+    """Generated tokens of the sample whose policy version is unknown (negative)."""
+    return sum(
+        1 for version, mask in zip(sample.versions, sample.loss_mask, strict=True) if mask and version < 0
     )
 
 
