@@ -5,7 +5,6 @@ old and the new version; a whole answer across a swap gets the old version for e
 a version that cannot be derived is recorded as -1 with a warning on the step, the trajectory page and the
 Prometheus metrics."""
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
@@ -17,7 +16,7 @@ from apps.tenants.permissions import Role
 from apps.trajectories.models import Step
 from tests.gateway.anthropic_app import serve_in_thread
 from tests.gateway.conftest import MODEL
-from tests.gateway.helpers import drain, step_tokens
+from tests.gateway.helpers import drain, step_tokens, wait_until_swap_seen
 from tests.gateway.versionless_server import VersionlessServer
 from tests.inference.factories import BackendFactory
 from tests.metrics.exposition import parse
@@ -69,17 +68,6 @@ def publish(api_client, tenant, number):
     assert [outcome["ok"] for outcome in response.json()["backends"]] == [True], response.json()
 
 
-def wait_until_seen(gateway, backend_id: int, version: str) -> None:
-    """The gateway process has read the swap to `version` (it reads every AREAL_GATEWAY_SWAP_REFRESH_MS)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        entry = gateway.served_versions.entries.get(backend_id)
-        if entry is not None and entry.version_at(time.time()) == version:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"the gateway did not see the swap to {version}")
-
-
 def warning_count(client, tenant, reason: str) -> float:
     _, samples = parse(client.get("/metrics").content.decode())
     return samples.get((WARNINGS, frozenset({("tenant_id", str(tenant.pk)), ("reason", reason)})), 0.0)
@@ -94,7 +82,7 @@ def test_tokens_get_the_version_the_backend_serves_before_and_after_a_publicatio
     unary = ask(client)
     streamed = [chunk.id for chunk in ask(client, stream=True)]
     publish(api_client, tenant, 4)
-    wait_until_seen(gw, backend.pk, "4")
+    wait_until_swap_seen(gw, backend.pk, "4")
     after = ask(client)
     drain(gw)
 
@@ -129,7 +117,7 @@ def test_a_swap_in_the_middle_of_a_stream_splits_its_tokens_between_versions(
     while sum(1 for chunk in received if chunk.choices and chunk.choices[0].delta.content) < 3:
         received.append(next(stream))
     publish(api_client, tenant, 4)
-    wait_until_seen(gw, backend.pk, "4")
+    wait_until_swap_seen(gw, backend.pk, "4")
     server.release()
     received += list(stream)
     drain(gw)
@@ -162,7 +150,7 @@ def test_a_whole_answer_across_a_swap_gets_the_old_version_and_a_warning(
         pending = pool.submit(ask, agent)
         assert server.holding.wait(10)
         publish(api_client, tenant, 4)
-        wait_until_seen(gw, backend.pk, "4")
+        wait_until_swap_seen(gw, backend.pk, "4")
         server.release()
         reply = pending.result(timeout=30)
     drain(gw)
