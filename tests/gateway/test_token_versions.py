@@ -208,3 +208,27 @@ def _signed_in(user) -> Client:
     signed_in = Client()
     signed_in.force_login(user)
     return signed_in
+
+
+def test_a_version_an_operator_sets_on_the_backend_reaches_a_session_already_routed_to_it(
+    gateway, agent_key, tenant, server, api_client, fast_refresh
+):
+    """The session keeps its backend (and the row as it was read) between turns; the new version reaches it
+    through the served-versions record that the backend's update declares."""
+    url, gw = gateway
+    backend = vllm_backend(tenant, server)
+    client = sdk(url, agent_key("inference"))
+    session = {"extra_headers": {"X-Session-Id": "operator-edit"}}
+    first = ask(client, **session)
+    changed = api_client(["admin"]).patch(
+        f"/api/v1/backends/{backend.pk}/", {"model_version": "5"}, format="json"
+    )
+    assert changed.status_code == 200, changed.content
+    wait_until_swap_seen(gw, backend.pk, "5")
+    second = ask(client, **session)
+    drain(gw)
+
+    assert step_tokens(Step.objects.get(pk=first.id))["completion_versions"] == [3] * 6
+    later = Step.objects.get(pk=second.id)
+    assert later.trajectory_id == Step.objects.get(pk=first.id).trajectory_id
+    assert step_tokens(later)["completion_versions"] == [5] * 6
