@@ -60,9 +60,21 @@ def _update(backend_id: int, change) -> None:
         cache.set(served_key(backend_id), swaps_to_json(kept), timeout=ENTRY_SECONDS)
 
 
+def _serving(swaps: list[WeightSwap], fallback: str) -> str:
+    """What the backend serves by the record (the last resumed swap's version), else `fallback` (the row's)."""
+    resumed = [swap for swap in swaps if swap.resumed_at is not None]
+    return resumed[-1].to_version if resumed else fallback
+
+
 def served_swap_begin(*, backend_id: int, from_version: str, to_version: str, paused_at: float) -> None:
-    """The backend paused for a swap to `to_version` (not resumed yet)."""
-    _update(backend_id, lambda swaps: [*swaps, WeightSwap(from_version, to_version, paused_at, None)])
+    """The backend paused for a swap to `to_version` (not resumed yet). A swap still pending from an earlier
+    publication (its publisher died before the resume) is dropped: this one supersedes it."""
+
+    def change(swaps):
+        resumed = [swap for swap in swaps if swap.resumed_at is not None]
+        return [*resumed, WeightSwap(_serving(resumed, from_version), to_version, paused_at, None)]
+
+    _update(backend_id, change)
 
 
 def served_swap_end(
@@ -72,8 +84,8 @@ def served_swap_end(
     adds it when none was made."""
 
     def change(swaps):
-        kept = [swap for swap in swaps if not (swap.resumed_at is None and swap.paused_at == paused_at)]
-        return [*kept, WeightSwap(from_version, to_version, paused_at, resumed_at)]
+        kept = [swap for swap in swaps if swap.resumed_at is not None]
+        return [*kept, WeightSwap(_serving(kept, from_version), to_version, paused_at, resumed_at)]
 
     _update(backend_id, change)
 
@@ -94,7 +106,7 @@ def served_version_declare(*, backend_id: int, from_version: str, to_version: st
     now = time.time()
 
     def change(swaps):
-        current = swaps[-1].to_version if swaps else from_version
+        current = _serving(swaps, from_version)
         if current == to_version:
             return None
         return [*swaps, WeightSwap(current, to_version, now, now)]

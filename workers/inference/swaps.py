@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 UNKNOWN = -1
+PENDING_SECONDS = 600.0  # no publication pauses a backend longer
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,12 @@ class ServedVersions:
         return self.swaps[-1].to_version
 
     def pending_since(self, moment: float) -> bool:
-        """A swap paused at or before `moment` has not resumed (as far as this record knows)."""
-        return any(swap.resumed_at is None and swap.paused_at <= moment for swap in self.swaps)
+        """A swap paused at or before `moment`, and less than PENDING_SECONDS before it, has not resumed (as
+        far as this record knows). An older pending swap is one whose publisher died: it is not waited on."""
+        return any(
+            swap.resumed_at is None and moment - PENDING_SECONDS < swap.paused_at <= moment
+            for swap in self.swaps
+        )
 
     def resumed_between(self, start: float, end: float) -> WeightSwap | None:
         """The last swap that resumed after `start` and no later than `end`."""

@@ -25,6 +25,7 @@ def test_the_version_at_a_moment_changes_at_each_resume_not_at_the_pause():
     assert SERVED.current == "5"
     assert SERVED.pending_since(21.0)
     assert not SERVED.pending_since(19.0)
+    assert not SERVED.pending_since(20.0 + 3600), "a publisher that died long ago is not waited on"
 
 
 def test_a_stream_is_split_at_the_resume_by_when_its_tokens_arrived():
