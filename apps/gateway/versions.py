@@ -82,31 +82,53 @@ class ServedVersionsSnapshot:
             await self.refresh()
 
 
-async def derive_token_versions(draft, snapshot: ServedVersionsSnapshot) -> None:
-    """Sets `draft.token_versions` when the answer has token ids but no per-token versions (nor a top-level
-    `policy_version`, which the embedded server always sends). A no-op otherwise."""
-    parsed, backend = draft.parsed, draft.backend
-    if parsed is None or not parsed.choices or backend is None:
-        return
+def _needs_derivation(draft) -> bool:
+    """The answer has token ids but neither per-token versions nor a top-level `policy_version` (which the
+    embedded server always sends)."""
+    parsed = draft.parsed
+    if parsed is None or not parsed.choices or draft.backend is None:
+        return False
     first = parsed.choices[0]
-    if first.completion_token_ids is None or first.policy_versions is not None:
-        return
-    if parsed.policy_version is not None:
-        return
-    served = await snapshot.get(backend.pk, ended_at=draft.answered_at or time.time())
+    return (
+        first.completion_token_ids is not None
+        and first.policy_versions is None
+        and parsed.policy_version is None
+    )
+
+
+def _derive(draft, served: ServedVersions | None) -> TokenVersions:
+    backend = draft.backend
     fallback = getattr(backend, "model_version", "") or getattr(backend, "reported_version", "") or ""
-    count = len(first.completion_token_ids)
+    count = len(draft.parsed.choices[0].completion_token_ids)
     if draft.chunks:
-        draft.token_versions = stream_versions(
+        return stream_versions(
             served,
             fallback=fallback,
             arrivals=draft.token_arrivals,
             count=count,
             started_at=draft.forwarded_at,
         )
-    else:
-        draft.token_versions = answer_versions(
-            served, fallback=fallback, count=count, started_at=draft.forwarded_at, ended_at=draft.answered_at
+    return answer_versions(
+        served, fallback=fallback, count=count, started_at=draft.forwarded_at, ended_at=draft.answered_at
+    )
+
+
+async def derive_token_versions(draft, snapshot: ServedVersionsSnapshot) -> None:
+    """Sets `draft.token_versions` when the answer carries no versions (`_needs_derivation`), from this
+    process's snapshot. A no-op otherwise."""
+    if _needs_derivation(draft):
+        served = await snapshot.get(draft.backend.pk, ended_at=draft.answered_at or time.time())
+        draft.token_versions = _derive(draft, served)
+
+
+def derive_token_versions_now(draft) -> None:
+    """The same, reading the backend's entry from the shared cache at once: for callers off the event loop
+    (replay runs in a worker)."""
+    from apps.inference.served import served_versions_read
+
+    if _needs_derivation(draft):
+        draft.token_versions = _derive(
+            draft, served_versions_read(backend_ids=[draft.backend.pk]).get(draft.backend.pk)
         )
 
 

@@ -232,3 +232,33 @@ def test_a_version_an_operator_sets_on_the_backend_reaches_a_session_already_rou
     later = Step.objects.get(pk=second.id)
     assert later.trajectory_id == Step.objects.get(pk=first.id).trajectory_id
     assert step_tokens(later)["completion_versions"] == [5] * 6
+
+
+def test_a_replay_against_a_versionless_backend_carries_its_version(
+    gateway, agent_key, tenant, server, api_client
+):
+    """Replays run in a worker, off the gateway: they read the backend's swaps from the cache themselves."""
+    from apps.trajectories.models import Trajectory
+    from apps.trajectories.tasks import replay_trajectory
+
+    url, gw = gateway
+    vllm_backend(tenant, server)
+    reply = ask(sdk(url, agent_key("inference")))
+    drain(gw)
+    source = Step.objects.get(pk=reply.id).trajectory
+    response = api_client(["trajectories:write"]).post(
+        f"/api/v1/trajectories/{source.id}/replay/", {"model": MODEL, "model_version": "3"}, format="json"
+    )
+    assert response.status_code == 202, response.content
+    replay = Trajectory.objects.get(pk=response.json()["trajectory_id"])
+    arguments = {
+        "tenant_id": tenant.pk,
+        "source_id": str(source.id),
+        "session_id": replay.session_id,
+        "model": MODEL,
+        "model_version": "3",
+    }
+    assert replay_trajectory.apply(kwargs=arguments).get() == 1
+    (again,) = replay.steps.all()
+    assert step_tokens(again)["completion_versions"] == [3] * 6
+    assert again.state["token_versions"]["version"] == "3"
