@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('training', '0005_model_version_harness'),
+        ("training", "0005_model_version_harness"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='onlinerun',
-            name='unknown_version_samples',
+            model_name="onlinerun",
+            name="unknown_version_samples",
             field=models.PositiveIntegerField(default=0),
         ),
     ]
