@@ -48,6 +48,15 @@ def env_int(name: str, default: int) -> int:
         raise ConfigurationError(f"environment variable {name}={value!r} is not an integer") from None
 
 
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    if value.strip() not in choices:
+        raise ConfigurationError(f"environment variable {name}={value!r} must be one of {', '.join(choices)}")
+    return value.strip()
+
+
 def env_list(name: str, default: list[str] | None = None) -> list[str]:
     value = os.environ.get(name)
     if value is None or value.strip() == "":

@@ -37,6 +37,7 @@ from apps.gateway.principals import authenticate, presented_key
 from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
 from apps.gateway.routing import candidates_for, fresh_session_version, remember_fresh_route, routes_flush
 from apps.gateway.sessions import SessionIndex, SessionState, prefix_hashes
+from apps.gateway.versions import ServedVersionsSnapshot
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +63,11 @@ class Gateway:
     def __init__(self):
         self.sessions = SessionIndex()
         self.counters = WindowCounter()
+        self.served_versions = ServedVersionsSnapshot()  # per-token versions for vLLM answers (versions.py)
         self.journal: Journal | None = None
         self._flusher: asyncio.Task | None = None
         self._route_writer: asyncio.Task | None = None
+        self._versions_reader: asyncio.Task | None = None
 
     # lifecycle ---------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -73,6 +76,7 @@ class Gateway:
         self.journal = Journal(directory)
         self._flusher = asyncio.get_running_loop().create_task(self.journal.run_flusher())
         self._route_writer = asyncio.get_running_loop().create_task(self._write_routes())
+        self._versions_reader = asyncio.get_running_loop().create_task(self.served_versions.run_refresher())
 
     async def _write_routes(self) -> None:
         while True:
@@ -80,7 +84,7 @@ class Gateway:
             await routes_flush()
 
     async def stop(self) -> None:
-        for task in (self._flusher, self._route_writer):
+        for task in (self._flusher, self._route_writer, self._versions_reader):
             if task:
                 task.cancel()
         await routes_flush()

@@ -29,6 +29,7 @@ from apps.gateway.forward import (
 )
 from apps.gateway.policy import budget_reserve, budget_settle, policy_for
 from apps.gateway.recording import StepDraft, journal_check, record_step, session_share
+from apps.gateway.versions import derive_token_versions
 from workers.evolution.harness import apply_to_request as harness_apply
 from workers.evolution.harness import rewrite_chunk as harness_rewrite_chunk
 from workers.evolution.harness import rewrite_response as harness_rewrite_response
@@ -144,6 +145,7 @@ async def handle_generation(
             forward_body["stream_options"] = {"include_usage": True}
         path = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
         url = backend_url(backend.base_url, path)  # refused before any connection unless allowed (egress.py)
+        draft.forwarded_at = time.time()  # per-token versions of answers that carry none (versions.py)
         if chat_body.get("stream"):
             actual_cost = await _stream(
                 gateway, receive, send, draft, url, forward_body, started, anthropic, client_model, harness
@@ -217,6 +219,7 @@ async def _unary(
         ) from None
     draft.complete_unary(payload, latency_ms=(time.perf_counter() - started) * 1000)
     payload["id"] = draft.response_id()
+    await derive_token_versions(draft, gateway.served_versions)
     await draft.sanitize_response()
     record_step(gateway, draft)  # the action as the model produced it
     if draft.end_session:
@@ -329,6 +332,7 @@ async def _stream(
     finally:
         watcher.cancel()
     draft.finish_stream(latency_ms=(time.perf_counter() - started) * 1000)
+    await derive_token_versions(draft, gateway.served_versions)
     await draft.sanitize_response()
     record_step(gateway, draft, delivered=True)  # journalled before the final bytes are released
     if draft.end_session:

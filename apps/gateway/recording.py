@@ -13,6 +13,7 @@ small thread pool, never on the event loop; a tenant pattern that no longer comp
 """
 
 import asyncio
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -86,6 +87,10 @@ class StepDraft:
     reply_message: dict | None = None
     observation_scan: tuple | None = None  # (redacted observation, entity types), under PII mode `redact`
     action_scan: tuple | None = None
+    forwarded_at: float = 0.0  # wall clock: the request left for the backend
+    answered_at: float = 0.0  # wall clock: the whole answer, or the stream's end, was received
+    token_arrivals: list = field(default_factory=list)  # (wall clock, first choice's tokens) per chunk
+    token_versions: object = None  # workers.inference.swaps.TokenVersions, derived (apps/gateway/versions.py)
 
     @classmethod
     def begin(cls, *, principal, policy, endpoint, request, headers) -> "StepDraft":
@@ -197,6 +202,7 @@ class StepDraft:
 
     # outcomes ----------------------------------------------------------------------------------------
     def complete_unary(self, payload: dict, *, latency_ms: float) -> None:
+        self.answered_at = time.time()
         self.parsed = parse_response(payload)
         self.latency_ms = latency_ms
         self._price()
@@ -205,8 +211,12 @@ class StepDraft:
         if self.ttft_ms is None and chunk.get("choices"):
             self.ttft_ms = elapsed_ms
         self.chunks.append(chunk)
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) == 0 and choice.get("token_ids"):
+                self.token_arrivals.append((time.time(), len(choice["token_ids"])))
 
     def finish_stream(self, *, latency_ms: float) -> None:
+        self.answered_at = time.time()
         self.latency_ms = latency_ms
         if self.chunks:
             self.parsed = parse_stream(self.chunks)
@@ -259,9 +269,14 @@ class StepDraft:
         prompt_ids = parsed.prompt_token_ids or first.prompt_token_ids
         if prompt_ids is None or first.completion_token_ids is None or first.logprobs is None:
             return None
-        versions = first.policy_versions or [
-            parsed.policy_version if parsed.policy_version is not None else -1
-        ] * len(first.completion_token_ids)
+        if first.policy_versions is not None:
+            versions = first.policy_versions
+        elif self.token_versions is not None:  # derived from the backend's served version and swaps
+            versions = self.token_versions.versions
+        else:
+            versions = [parsed.policy_version if parsed.policy_version is not None else -1] * len(
+                first.completion_token_ids
+            )
         return {
             "prompt_ids": list(prompt_ids),
             "completion_ids": list(first.completion_token_ids),
@@ -281,6 +296,15 @@ class StepDraft:
         if self.parsed is not None and self.parsed.policy_version is not None:
             return str(self.parsed.policy_version)
         return getattr(self.backend, "reported_version", "") or ""
+
+    def _policy_version(self) -> int | None:
+        """The version of the answer's last token: the server's, else the derived one when known."""
+        if self.parsed is None:
+            return None
+        if self.parsed.policy_version is not None:
+            return self.parsed.policy_version
+        derived = self.token_versions.versions if self.token_versions is not None else ()
+        return derived[-1] if derived and derived[-1] >= 0 else None
 
     def _observation(self) -> dict:
         return {
@@ -315,7 +339,7 @@ class StepDraft:
             "endpoint": self.endpoint,
             "served_model": self.request.get("model", ""),
             "model_version": self._model_version(),
-            "policy_version": self.parsed.policy_version if self.parsed is not None else None,
+            "policy_version": self._policy_version(),
             "backend_name": getattr(self.backend, "name", "") or "",
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -349,10 +373,15 @@ class StepDraft:
             if entities:
                 tokens = None  # the ids would still encode what was redacted
         self.pii_entities = entities
+        state = self.state_header
+        if tokens is not None and self.token_versions is not None:
+            from apps.gateway.versions import version_note
+
+            state = {**state, "token_versions": version_note(self.token_versions, record["backend_name"])}
         record.update(
             observation=observation,
             action=action,
-            state=self.state_header,
+            state=state,
             pii_entities=list(entities),
             tokens=tokens,
             tokenizer=getattr(self.backend, "served_model", "") if tokens else "",

@@ -131,6 +131,7 @@ def trajectory_replay_run(
     from apps.gateway.principals import Principal
     from apps.gateway.recording import StepDraft, session_advance
     from apps.gateway.sessions import SessionState
+    from apps.gateway.versions import derive_token_versions_now
     from apps.inference.egress import BackendAddressRefused, backend_http_client
     from apps.inference.services import NoBackendAvailable, backend_for_session
     from apps.tenants.models import Tenant
@@ -190,6 +191,7 @@ def trajectory_replay_run(
                     "logprobs": True if endpoint == "chat" else max(int(request.get("logprobs") or 0), 0),
                 }
                 try:
+                    draft.forwarded_at = time.time()
                     response = client.post(backend.base_url + ENDPOINT_PATHS[endpoint], json=forward)
                     if response.status_code >= 400:
                         draft.fail(f"the backend answered {response.status_code}: {response.text[:200]}")
@@ -197,6 +199,7 @@ def trajectory_replay_run(
                         draft.complete_unary(
                             response.json(), latency_ms=(time.perf_counter() - started) * 1000
                         )
+                        derive_token_versions_now(draft)  # a vLLM answer names no versions (versions.py)
                 except httpx.HTTPError as error:
                     draft.fail(f"the inference backend failed: {type(error).__name__}")
                 except BackendAddressRefused as error:

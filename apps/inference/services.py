@@ -9,6 +9,7 @@ from apps.core.selectors import get_in_tenant
 from apps.inference.egress import backend_url_validate
 from apps.inference.models import BackendKind, BackendState, InferenceBackend, SessionAffinity
 from apps.inference.selectors import backend_candidates, dangerously_backend_list_all_tenants
+from apps.inference.served import served_forget, served_version_declare
 from apps.metrics.publish import metrics_publish
 from apps.tenants.models import Tenant
 
@@ -91,7 +92,8 @@ def _lock(*, tenant: Tenant, backend_id) -> InferenceBackend:
 
 @transaction.atomic
 def backend_update(*, tenant: Tenant, actor: Actor, backend_id, changes: dict) -> InferenceBackend:
-    """Changes address, model, version, weight or state (`draining` takes no new sessions)."""
+    """Changes address, model, version, weight or state (`draining` takes no new sessions). A new
+    `model_version` is declared to the gateways on commit (`served.served_version_declare`)."""
     unknown = set(changes) - set(EDITABLE_FIELDS)
     if unknown:
         raise ValidationFailed(f"unknown backend fields: {', '.join(sorted(unknown))}")
@@ -107,7 +109,16 @@ def backend_update(*, tenant: Tenant, actor: Actor, backend_id, changes: dict) -
     if diff:
         backend.save()
         audit_record(tenant=tenant, actor=actor, verb="backend.update", target=backend, data=diff)
+    if "model_version" in diff:
+        _declare_served_version(backend.pk, diff["model_version"]["old"], diff["model_version"]["new"])
     return backend
+
+
+def _declare_served_version(backend_id: int, old: str, new: str) -> None:
+    """On commit: gateways stamp tokens of this backend with `new` from now on (apps/inference/served.py)."""
+    transaction.on_commit(
+        lambda: served_version_declare(backend_id=backend_id, from_version=old, to_version=new)
+    )
 
 
 @transaction.atomic
@@ -120,7 +131,9 @@ def backend_remove(*, tenant: Tenant, actor: Actor, backend_id) -> None:
         target=backend,
         data={"name": backend.name, "base_url": backend.base_url},
     )
+    backend_id = backend.pk
     backend.delete()
+    transaction.on_commit(lambda: served_forget(backend_id=backend_id))
 
 
 @transaction.atomic

@@ -38,7 +38,15 @@ GATEWAY_TOKENS = Counter(
     ("tenant_id", "kind"),
     registry=None,
 )
-PROCESS_METRICS = (GATEWAY_REQUESTS, GATEWAY_LATENCY, GATEWAY_TOKENS)
+GATEWAY_TOKEN_VERSION_WARNINGS = Counter(
+    "areal_gateway_token_version_warnings_total",
+    "Steps recorded whose per-token policy versions carry a warning, by tenant and reason: unknown_version (no "
+    "version could be derived: tokens recorded as -1) or swap_split_unknown (a weight swap finished during a "
+    "whole answer: all tokens given the older version). All processes of this host.",
+    ("tenant_id", "reason"),
+    registry=None,
+)
+PROCESS_METRICS = (GATEWAY_REQUESTS, GATEWAY_LATENCY, GATEWAY_TOKENS, GATEWAY_TOKEN_VERSION_WARNINGS)
 
 
 @dataclass(frozen=True)

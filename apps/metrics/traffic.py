@@ -7,7 +7,12 @@ import logging
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
 
-from apps.metrics.exposition import GATEWAY_LATENCY, GATEWAY_REQUESTS, GATEWAY_TOKENS
+from apps.metrics.exposition import (
+    GATEWAY_LATENCY,
+    GATEWAY_REQUESTS,
+    GATEWAY_TOKEN_VERSION_WARNINGS,
+    GATEWAY_TOKENS,
+)
 from apps.metrics.publish import TRAFFIC_STREAM, metrics_send_now
 
 logger = logging.getLogger(__name__)
@@ -17,6 +22,13 @@ def _outcome(record: dict) -> str:
     if record.get("aborted"):
         return "aborted"
     return "error" if record.get("error") else "ok"
+
+
+def _token_version_warning(record: dict) -> str | None:
+    """The code of the warning the gateway put on the step's per-token versions (state.token_versions)."""
+    note = (record.get("state") or {}).get("token_versions")
+    warning = note.get("warning") if isinstance(note, dict) else None
+    return warning.get("code") if isinstance(warning, dict) else None
 
 
 def traffic_points(records: list[dict]) -> dict[int, dict]:
@@ -42,9 +54,12 @@ def gateway_steps_recorded(records: list[dict]) -> None:
     try:
         # Summed per label set first: one counter write per label set and batch, not per record (each write
         # is a locked memory-mapped update in prometheus_client's multiprocess mode).
-        requests, tokens, latencies = Counter(), Counter(), defaultdict(list)
+        requests, tokens, latencies, warnings = Counter(), Counter(), defaultdict(list), Counter()
         for record in records:
             tenant = str(record["tenant_id"])
+            warning = _token_version_warning(record)
+            if warning:
+                warnings[tenant, warning] += 1
             requests[tenant, record.get("endpoint") or "", _outcome(record)] += 1
             latencies[tenant].append((record.get("latency_ms") or 0) / 1000)
             tokens[tenant, "prompt"] += record.get("prompt_tokens") or 0
@@ -53,6 +68,8 @@ def gateway_steps_recorded(records: list[dict]) -> None:
             GATEWAY_REQUESTS.labels(*labels).inc(count)
         for labels, count in tokens.items():
             GATEWAY_TOKENS.labels(*labels).inc(count)
+        for labels, count in warnings.items():
+            GATEWAY_TOKEN_VERSION_WARNINGS.labels(*labels).inc(count)
         for tenant, values in latencies.items():
             histogram = GATEWAY_LATENCY.labels(tenant)
             for value in values:

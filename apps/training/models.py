@@ -257,6 +257,9 @@ class OnlineRun(TenantOwned):
     steps = models.PositiveIntegerField(default=0)
     consumed = models.PositiveIntegerField(default=0)  # trajectories trained on
     dropped_stale = models.PositiveIntegerField(default=0)  # trajectories dropped as older than η versions
+    # samples holding generated tokens of unknown policy version (-1), which η cannot age; kept or dropped by
+    # AREAL_TRAINING_UNKNOWN_VERSIONS (workers/rl/samples.py)
+    unknown_version_samples = models.PositiveIntegerField(default=0)
     stop_requested = models.BooleanField(default=False)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)

@@ -118,9 +118,17 @@ def online_run_heartbeat(*, run_id: int) -> bool:
 
 
 @transaction.atomic
-def online_run_take(*, run: OnlineRun, waiting: list[str], stale: list[str], empty: list[str]) -> None:
+def online_run_take(
+    *,
+    run: OnlineRun,
+    waiting: list[str],
+    stale: list[str],
+    empty: list[str],
+    unknown_version_samples: int = 0,
+) -> None:
     """Records trajectories taken from the queue, once per (run, trajectory): `waiting` for a step, `stale`
-    (older than η versions: dropped and counted) or `empty` (nothing trainable)."""
+    (older than η versions: dropped and counted) or `empty` (nothing trainable); counts their samples that
+    hold generated tokens of unknown policy version (kept or dropped, AREAL_TRAINING_UNKNOWN_VERSIONS)."""
     now = timezone.now()
     rows = [
         OnlineConsumption(
@@ -135,8 +143,13 @@ def online_run_take(*, run: OnlineRun, waiting: list[str], stale: list[str], emp
         for trajectory_id in ids
     ]
     OnlineConsumption.objects.bulk_create(rows, ignore_conflicts=True)
+    counters = {}
     if stale:
-        OnlineRun.objects.filter(pk=run.pk).update(dropped_stale=F("dropped_stale") + len(stale))
+        counters["dropped_stale"] = F("dropped_stale") + len(stale)
+    if unknown_version_samples:
+        counters["unknown_version_samples"] = F("unknown_version_samples") + unknown_version_samples
+    if counters:
+        OnlineRun.objects.filter(pk=run.pk).update(**counters)
 
 
 @transaction.atomic

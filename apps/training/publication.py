@@ -7,6 +7,12 @@
 - vLLM: `VllmAdmin.publish_full_weights` (pause "wait" → reload → set weight version → resume; in-flight
   requests finish on the old weights, new ones wait) or, for a LoRA job's adapter, `publish_lora_adapter`.
 - Afterwards the backend row's `model_version` is the version number (the gateway stamps it), its state up.
+- Each swap is recorded where every gateway sees it (apps/inference/served.py): a pending swap once the
+  backend paused, then the pause and resume moments, so a gateway gives tokens of a server that reports no
+  per-token versions (vLLM) the version they were sampled by, the old one before the resume and the new one
+  after (workers/inference/swaps.py). A failed load takes the pending record back. vLLM's pause mode is
+  `AREAL_VLLM_PAUSE_MODE`: `wait` (in-flight requests finish on the old weights before the swap) or `keep`
+  (they freeze, and continue on the new weights after it: a stream then spans two versions).
 
 Every call goes to an address checked first (apps/inference/egress.py), follows no redirect, and carries the
 admin token (settings.AREAL_INFERENCE_ADMIN_TOKEN) only to addresses an operator listed: a tenant's backend
@@ -15,6 +21,7 @@ reached through the `public` entry never sees it.
 A backend that fails keeps its old weights and version; the result says which and why.
 """
 
+import logging
 from dataclasses import dataclass
 
 import httpx
@@ -34,6 +41,8 @@ from apps.inference.selectors import backend_list
 from apps.inference.services import backend_record_health, backend_update
 from apps.training.models import ModelVersion
 from apps.training.selectors import model_version_by_number
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,7 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
     import time
 
     started = time.perf_counter()
+    swap = _SwapRecord(backend=backend, to_version=str(version.number))
     if drain:
         backend_update(
             tenant=tenant, actor=actor, backend_id=backend.pk, changes={"state": BackendState.DRAINING}
@@ -131,6 +141,7 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
         token = admin_token if target.operator_listed else None
         if backend.kind == BackendKind.EMBEDDED:
             headers = {"Authorization": f"Bearer {token}"} if token else {}
+            swap.paused(time.time())  # the server swaps at a step boundary during the call
             with backend_http_client(timeout=timeout) as client:
                 response = client.post(
                     f"{backend.base_url.rstrip('/')}/admin/load",
@@ -139,6 +150,7 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
                 )
             if response.status_code != 200:
                 raise RuntimeError(f"/admin/load answered {response.status_code}: {response.text[:300]}")
+            swap.resumed(time.time())
         elif backend.kind == BackendKind.VLLM:
             from workers.inference.vllm import VllmAdmin
 
@@ -151,13 +163,27 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
                 adapter = (
                     version.metrics.get("lora_adapter_path") if isinstance(version.metrics, dict) else None
                 )
+                mode = settings.AREAL_VLLM_PAUSE_MODE
                 if adapter:
-                    admin.publish_lora_adapter(version.name, adapter, version=str(version.number))
+                    result = admin.publish_lora_adapter(
+                        version.name,
+                        adapter,
+                        version=str(version.number),
+                        pause_mode=mode,
+                        on_paused=swap.paused,
+                    )
                 else:
-                    admin.publish_full_weights(version.checkpoint_path, version=str(version.number))
+                    result = admin.publish_full_weights(
+                        version.checkpoint_path,
+                        version=str(version.number),
+                        pause_mode=mode,
+                        on_paused=swap.paused,
+                    )
+            swap.resumed(result.resumed_at)
         else:
             raise RuntimeError(f"a {backend.kind} backend has no weight-update endpoint")
     except (httpx.HTTPError, RuntimeError, OSError, BackendAddressRefused) as error:
+        swap.abandon()
         if drain:
             backend_update(
                 tenant=tenant, actor=actor, backend_id=backend.pk, changes={"state": BackendState.UNKNOWN}
@@ -170,3 +196,49 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
     backend_update(tenant=tenant, actor=actor, backend_id=backend.pk, changes=changes)
     backend_record_health(backend_id=backend.pk, healthy=True)
     return PublishOutcome(backend.pk, backend.name, True, time.perf_counter() - started)
+
+
+class _SwapRecord:
+    """One backend's swap as the gateways learn it (apps/inference/served.py): pending from the pause, done at
+    the resume, taken back when the load failed. A cache failure never fails the publication: the gateways
+    then fall back on the row's version, stamped after the swap."""
+
+    def __init__(self, *, backend, to_version: str):
+        self.backend_id = backend.pk
+        self.from_version = backend.model_version or backend.reported_version
+        self.to_version = to_version
+        self.paused_at: float | None = None
+
+    def paused(self, moment: float) -> None:
+        from apps.inference.served import served_swap_begin
+
+        self.paused_at = moment
+        self._record(served_swap_begin, paused_at=moment)
+
+    def resumed(self, moment: float) -> None:
+        from apps.inference.served import served_swap_end
+
+        self._record(served_swap_end, paused_at=self.paused_at or moment, resumed_at=moment)
+        self.paused_at = None
+
+    def abandon(self) -> None:
+        from apps.inference.served import served_swap_abandon
+
+        if self.paused_at is not None:
+            self._write(served_swap_abandon, backend_id=self.backend_id, paused_at=self.paused_at)
+
+    def _record(self, write, **moments) -> None:
+        self._write(
+            write,
+            backend_id=self.backend_id,
+            from_version=self.from_version,
+            to_version=self.to_version,
+            **moments,
+        )
+
+    @staticmethod
+    def _write(write, **arguments) -> None:
+        try:
+            write(**arguments)
+        except Exception:
+            logger.exception("could not record a weight swap in the shared cache")

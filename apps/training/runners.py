@@ -81,6 +81,7 @@ def _train(job, lease: str) -> dict:
         current_version=current_version,
         eta=job.staleness_bound,
         reward_discount=config.reward_discount,
+        unknown_versions=settings.AREAL_TRAINING_UNKNOWN_VERSIONS,
     )
     counts = dict(vars(sample_set.counts).items())
     counts["staleness_histogram"] = [list(pair) for pair in sample_set.staleness_histogram]
@@ -103,6 +104,10 @@ def _train(job, lease: str) -> dict:
             message=f"started: {len(samples)} samples ({counts['stale_samples']} stale "
             f"dropped, η={job.staleness_bound}) on {trainer.device}",
         )
+        if counts["unknown_version_samples"]:
+            services.training_job_log(
+                job=job, message=_warn_unknown_versions(f"job {job.pk}", counts["unknown_version_samples"])
+            )
     group_key = config.group_by
     plan = plan_batches(
         [getattr(sample, group_key) for sample in samples],
@@ -213,6 +218,7 @@ def _learn(run, poll_seconds: float) -> dict:
                 current_version=version.number,
                 eta=run.staleness_bound,
                 reward_discount=config.reward_discount,
+                unknown_versions=settings.AREAL_TRAINING_UNKNOWN_VERSIONS,
             )
             waiting += intake.waiting
             online_run_take(
@@ -220,7 +226,9 @@ def _learn(run, poll_seconds: float) -> dict:
                 waiting=[item.trajectory_id for item in intake.waiting],
                 stale=list(intake.stale),
                 empty=list(intake.empty),
+                unknown_version_samples=intake.unknown_version_samples,
             )
+            _warn_unknown_versions(f"online run {run.pk}", intake.unknown_version_samples)
         if not staleness.is_ready(waiting, samples_per_step=run.samples_per_step):
             time.sleep(poll_seconds)
             continue
@@ -263,6 +271,25 @@ def _learn(run, poll_seconds: float) -> dict:
     final = OnlineRun.objects.get(pk=run.pk)
     online_run_finish(run_id=run.pk, status=OnlineRunStatus.STOPPED)
     return {"run": run.pk, "status": "stopped", "steps": final.steps, "version": version.number}
+
+
+def _warn_unknown_versions(who: str, samples: int) -> str:
+    """Logs (as a warning) how many samples held generated tokens of unknown policy version and what was done
+    with them; returns the message ("" when there were none)."""
+    if not samples:
+        return ""
+    kept = settings.AREAL_TRAINING_UNKNOWN_VERSIONS == "keep"
+    message = (
+        f"{who}: {samples} sample(s) hold generated tokens of unknown policy version (-1: the backend reported "
+        "none and the gateway could derive none, see the steps' state.token_versions); "
+        + (
+            "kept: the staleness bound cannot age them and the log-linear proximal treats them as on-policy"
+            if kept
+            else "dropped (AREAL_TRAINING_UNKNOWN_VERSIONS=drop)"
+        )
+    )
+    logger.warning(message)
+    return message
 
 
 def _summary(metrics) -> dict:

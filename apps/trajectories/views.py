@@ -52,6 +52,13 @@ def _token_view(tokens: dict | None, tokenizer_name: str) -> list[dict]:
     return rows
 
 
+def _token_version_warning(state) -> bool:
+    """The gateway warned about this step's per-token policy versions (state.token_versions, apps/gateway/
+    versions.py): some are unknown, or a weight swap fell inside a whole answer."""
+    note = state.get("token_versions") if isinstance(state, dict) else None
+    return isinstance(note, dict) and bool(note.get("warning"))
+
+
 @console_page(Action.TRAJECTORY_VIEW)
 def trajectory_detail(request, trajectory_id):
     trajectory = selectors.trajectory_get(tenant=request.tenant, trajectory_id=trajectory_id)
@@ -77,6 +84,7 @@ def trajectory_detail(request, trajectory_id):
             "rewards": trajectory.rewards.all(),
             "replay_targets": replay_targets,
             "can_end": role_can(request.membership.role, Action.TRAJECTORY_END),
+            "version_warnings": sum(1 for step in steps if _token_version_warning(step["state"])),
         },
     )
 

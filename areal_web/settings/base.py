@@ -12,6 +12,7 @@ from pathlib import Path
 
 from areal_web.env import (
     env_bool,
+    env_choice,
     env_int,
     env_int_map,
     env_list,
@@ -321,6 +322,10 @@ AREAL_MODELS_DIR = Path(env_str("AREAL_MODELS_DIR", str(VAR_DIR / "models")))
 AREAL_TRAINING_STALE_SECONDS = env_int("AREAL_TRAINING_STALE_SECONDS", 300)
 AREAL_TRAINING_THREADS = env_int("AREAL_TRAINING_THREADS", 2)
 AREAL_TRAINING_DEVICE = env_str("AREAL_TRAINING_DEVICE", "") or None
+# Generated tokens whose policy version is unknown (-1: no backend version could be derived) cannot be aged by
+# the staleness bound: "keep" trains them (counted and logged; the log-linear proximal treats them as on-policy),
+# "drop" leaves out every sample holding one (counted) (workers/rl/samples.py).
+AREAL_TRAINING_UNKNOWN_VERSIONS = env_choice("AREAL_TRAINING_UNKNOWN_VERSIONS", ("keep", "drop"), "keep")
 # Model import (manage.py importmodel, workers/models): the largest model, in bytes of float32 weights, a
 # conversion may load (a GGUF is de-quantized to float32 in memory; the process peaks near twice this).
 AREAL_MODEL_IMPORT_MAX_BYTES = env_int("AREAL_MODEL_IMPORT_MAX_BYTES", 8 << 30)
@@ -375,6 +380,12 @@ AREAL_BACKEND_ALLOWED_HOSTS = env_list(
 )
 # Largest backend response body the gateway reads (a larger one answers 502 backend_response_too_large).
 AREAL_GATEWAY_MAX_RESPONSE_BYTES = env_int("AREAL_GATEWAY_MAX_RESPONSE_BYTES", 32 * 1024 * 1024)
+# How often a gateway process reads again the served versions and weight swaps of the backends it forwards to
+# (apps/inference/served.py), from which it stamps per-token policy versions on answers that carry none (vLLM).
+AREAL_GATEWAY_SWAP_REFRESH_MS = env_int("AREAL_GATEWAY_SWAP_REFRESH_MS", 250)
+# vLLM's pause mode during a publication: "wait" (in-flight requests finish on the old weights first) or "keep"
+# (they freeze and continue on the new weights; a stream then spans two versions, split by the gateway).
+AREAL_VLLM_PAUSE_MODE = env_choice("AREAL_VLLM_PAUSE_MODE", ("wait", "keep"), "wait")
 # Bearer token of the embedded inference servers' admin API (weight loads, pause): they refuse every admin call
 # without it, and publication sends it (only to operator-listed backend addresses). Unset: derived from
 # DJANGO_SECRET_KEY when that is set (every host of a deployment agrees), else generated once into the var folder.

@@ -39,6 +39,7 @@ def gateway(transactional_db):
     memo_clear()
     candidates_clear()
     with web_server_in_thread() as (url, gateway):
+        gateway.served_versions.clear()  # the application (and its snapshot) lives as long as the process
         yield url, gateway
 
 

@@ -1,4 +1,5 @@
 import asyncio
+import time
 
 from apps.trajectories.models import Step, Trajectory
 from workers.atdp.tokens import unpack_floats, unpack_ids, unpack_versions
@@ -30,3 +31,15 @@ def only_trajectory(tenant) -> Trajectory:
     trajectories = list(Trajectory.objects.filter(tenant=tenant))
     assert len(trajectories) == 1, trajectories
     return trajectories[0]
+
+
+def wait_until_swap_seen(gateway, backend_id: int, version: str, *, timeout: float = 10) -> None:
+    """The gateway process has read the weight swap of this backend to `version` (apps/gateway/versions.py: it
+    reads the swaps every AREAL_GATEWAY_SWAP_REFRESH_MS)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entry = gateway.served_versions.entries.get(backend_id)
+        if entry is not None and entry.version_at(time.time()) == version:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the gateway did not see backend {backend_id}'s swap to version {version}")

@@ -81,3 +81,48 @@ def test_a_publication_ages_the_waiting_trajectories_past_eta(
     assert set(OnlineConsumption.objects.filter(run=run, outcome="stale").values_list("step", flat=True)) == {
         1
     }
+
+
+def test_samples_of_unknown_version_are_counted_and_kept_by_default(
+    tenant, default_model_dir, settings, tmp_path, caplog
+):
+    """Tokens recorded as version -1 (a backend that reported none, no version derived) cannot be aged: the
+    run trains them, as before, but counts them on the run and says so in the log."""
+    settings.AREAL_MODELS_DIR = tmp_path / "models"
+    base = base_version(tenant, default_model_dir)
+    run = start(tenant, base, eta=0, max_steps=1)
+    qualified_trajectories(tenant, groups=1, version=-1)  # 4 trajectories, every generated token -1
+    with caplog.at_level("WARNING", logger="apps.training.runners"):
+        result = runners.online_run_execute(run_id=run.pk, poll_seconds=0)
+    assert result["steps"] == 1
+    run = OnlineRun.objects.get(pk=run.pk)
+    assert (run.consumed, run.dropped_stale, run.unknown_version_samples) == (4, 0, 4)
+    assert outcomes(run) == {"trained": 4}
+    assert any(
+        "4 sample(s) hold generated tokens of unknown policy version" in line for line in caplog.messages
+    )
+
+
+def test_samples_of_unknown_version_are_dropped_when_the_installation_says_so(
+    tenant, default_model_dir, settings, tmp_path, monkeypatch
+):
+    settings.AREAL_MODELS_DIR = tmp_path / "models"
+    settings.AREAL_TRAINING_UNKNOWN_VERSIONS = "drop"
+    base = base_version(tenant, default_model_dir)
+    run = start(tenant, base, eta=1)
+    unknown = qualified_trajectories(tenant, groups=1, version=-1)
+    heartbeat = runners.online_run_heartbeat
+    rounds = []
+
+    def stops_in_the_second_round(*, run_id):
+        rounds.append(run_id)
+        if len(rounds) == 2:
+            online_run_stop(tenant=tenant, actor=SYSTEM, run_id=run_id)
+        return heartbeat(run_id=run_id)
+
+    monkeypatch.setattr(runners, "online_run_heartbeat", stops_in_the_second_round)
+    result = runners.online_run_execute(run_id=run.pk, poll_seconds=0)
+    assert result["steps"] == 0
+    run = OnlineRun.objects.get(pk=run.pk)
+    assert (run.consumed, run.unknown_version_samples) == (0, len(unknown))
+    assert outcomes(run) == {"empty": len(unknown)}

@@ -109,3 +109,37 @@ def test_publication_to_vllm_sends_its_pause_query_through_the_checked_transport
     assert received == list(routes)
     backend.refresh_from_db()
     assert backend.model_version == str(base.number)
+
+
+def test_publication_records_each_swap_for_the_gateways_and_takes_a_failed_one_back(
+    api_client, tenant, default_model_dir
+):
+    """Gateways stamp vLLM's tokens from the swaps publication records (apps/inference/served.py): the pause
+    and resume moments of one that worked; nothing left pending by one whose load failed."""
+    from apps.inference.served import served_versions_read
+
+    base = base_version(tenant, default_model_dir)
+    routes = {
+        ("POST", "/pause?mode=wait&clear_cache=true"): (200, {}, {}),
+        ("POST", "/collective_rpc"): (500, {}, {"error": "no such file"}),
+        ("POST", "/update_weight_version"): (200, {}, {}),
+        ("POST", "/resume"): (200, {}, {}),
+    }
+    with scripted_http_server(routes) as (url, received):
+        backend = BackendFactory(
+            tenant=tenant,
+            name="vllm",
+            base_url=url,
+            kind=BackendKind.VLLM,
+            served_model=MODEL,
+            model_version="7",
+        )
+        failed = publish(api_client, base)
+        assert [outcome["ok"] for outcome in failed] == [False]
+        assert received[-1] == ("POST", "/resume")
+        assert served_versions_read(backend_ids=[backend.pk]) == {}
+        routes[("POST", "/collective_rpc")] = (200, {}, {"results": [None]})
+        assert [outcome["ok"] for outcome in publish(api_client, base)] == [True]
+    (swap,) = served_versions_read(backend_ids=[backend.pk])[backend.pk].swaps
+    assert (swap.from_version, swap.to_version) == ("7", str(base.number))
+    assert swap.paused_at <= swap.resumed_at

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -245,6 +246,10 @@ class PublishResult:
     version: str | None
     paused_s: float  # from the pause being acknowledged to the resume being acknowledged
     total_s: float  # from the first admin call to the resume (or to the load, without a pause)
+    paused_at: float = (
+        0.0  # wall clock (time.time()) when the pause was acknowledged (the load's start without one)
+    )
+    resumed_at: float = 0.0  # wall clock when the resume was acknowledged (the load's end without a pause)
 
 
 class VllmAdmin:
@@ -348,12 +353,24 @@ class VllmAdmin:
         self._call("POST", "/init_weight_transfer_engine", json={"init_info": init_info})
 
     def publish_full_weights(
-        self, weights_path: str | Path, *, version: str | None = None, pause_mode: PauseMode = "wait"
+        self,
+        weights_path: str | Path,
+        *,
+        version: str | None = None,
+        pause_mode: PauseMode = "wait",
+        on_paused: Callable[[float], None] | None = None,
     ) -> PublishResult:
         """Pause, reload every weight from weights_path, record the version, resume. No request fails in
-        the default mode: in-flight ones finish on the old weights, new ones wait for the new."""
+        the default mode: in-flight ones finish on the old weights, new ones wait for the new ("keep":
+        in-flight ones freeze and continue on the new weights after the resume). `on_paused` is called
+        with the wall-clock moment once the pause is acknowledged, before the load."""
         return self._publish(
-            "full", str(weights_path), version, pause_mode, lambda: self.reload_weights(weights_path)
+            "full",
+            str(weights_path),
+            version,
+            pause_mode,
+            lambda: self.reload_weights(weights_path),
+            on_paused,
         )
 
     def publish_lora_adapter(
@@ -363,6 +380,7 @@ class VllmAdmin:
         *,
         version: str | None = None,
         pause_mode: PauseMode | None = "wait",
+        on_paused: Callable[[float], None] | None = None,
     ) -> PublishResult:
         """Hot-load (in place) the adapter at path as model `name`; pause_mode None skips the pause, and
         then a sequence generated across the swap may mix the two versions."""
@@ -372,19 +390,27 @@ class VllmAdmin:
             version,
             pause_mode,
             lambda: self.load_lora_adapter(name, path, load_inplace=True),
+            on_paused,
         )
 
-    def _publish(self, kind, source, version, pause_mode, load) -> PublishResult:
+    def _publish(self, kind, source, version, pause_mode, load, on_paused=None) -> PublishResult:
         started = time.perf_counter()
         if pause_mode is None:
+            loading_at = time.time()
+            if on_paused is not None:
+                on_paused(loading_at)
             load()
             if version is not None:
                 self.set_weight_version(version)
             elapsed = time.perf_counter() - started
-            return PublishResult(kind, source, version, paused_s=0.0, total_s=elapsed)
+            return PublishResult(
+                kind, source, version, 0.0, elapsed, paused_at=loading_at, resumed_at=time.time()
+            )
         self.pause(pause_mode)
-        paused_at = time.perf_counter()
+        paused_at, paused_wall = time.perf_counter(), time.time()
         try:
+            if on_paused is not None:
+                on_paused(paused_wall)
             load()
             if version is not None:
                 self.set_weight_version(version)
@@ -393,5 +419,11 @@ class VllmAdmin:
             self.resume()
         resumed_at = time.perf_counter()
         return PublishResult(
-            kind, source, version, paused_s=resumed_at - paused_at, total_s=resumed_at - started
+            kind,
+            source,
+            version,
+            paused_s=resumed_at - paused_at,
+            total_s=resumed_at - started,
+            paused_at=paused_wall,
+            resumed_at=time.time(),
         )

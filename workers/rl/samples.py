@@ -24,6 +24,11 @@ behaviour logprobs and per-token policy versions. This module adds:
   own that trains its steps' completions with their reward, the earlier turns kept as context (loss_mask 0,
   logprob 0.0, version -1), and each piece is its own unit for GRPO's statistics (`unit_id`). When they are
   all equal (one reward, or none on any step) the samples are the ones the trajectory's reward gives.
+- Unknown versions: a generated token recorded with version -1 (a backend that reported none, and no
+  version the gateway could derive; apps/gateway/versions.py) cannot be aged by the bound, which only
+  compares known versions. `unknown_versions="keep"` (the default) keeps such samples and counts them: the
+  bound lets them through and the log-linear proximal gives them alpha 0 (their proximal logprob is the
+  behaviour one: plain PPO for those tokens). `"drop"` leaves out every sample holding one, counted.
 - Frozen dataclasses out; samples without a reward or without a generated token are dropped, counted.
 """
 
@@ -41,6 +46,7 @@ from workers.atdp.training_view import (
 from workers.rl.step_rewards import runs_of_equal_rewards, step_rewards
 
 STALENESS_MODES = ("sample", "token")
+UNKNOWN_VERSION_MODES = ("keep", "drop")
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,8 @@ class SampleCounts:
     stale_samples: int = 0  # samples dropped for staleness
     no_reward: int = 0  # samples dropped for want of a reward
     empty_samples: int = 0  # samples with no generated token
+    unknown_version_samples: int = 0  # samples holding a generated token of version -1: kept or dropped
+    unknown_version_tokens: int = 0  # generated tokens of version -1 in those samples
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,7 @@ def trajectory_samples(
     staleness: str = "sample",
     require_reward: bool = True,
     reward_discount: float | None = None,
+    unknown_versions: str = "keep",
 ) -> SampleSet:
     return build_samples(
         [record],
@@ -124,6 +133,7 @@ def trajectory_samples(
         staleness=staleness,
         require_reward=require_reward,
         reward_discount=reward_discount,
+        unknown_versions=unknown_versions,
     )
 
 
@@ -136,12 +146,16 @@ def build_samples(
     require_reward: bool = True,
     check_blockers: bool = False,
     reward_discount: float | None = None,
+    unknown_versions: str = "keep",
 ) -> SampleSet:
     """Samples of every record in order. `eta` needs `current_version`; None disables the bound.
     `reward_discount`: AReaL's backpropagation of per-step rewards (workers.rl.step_rewards); None: a step
-    without its own reward trains with the trajectory's."""
+    without its own reward trains with the trajectory's. `unknown_versions`: keep or drop samples holding a
+    generated token of version -1 (module docstring)."""
     if staleness not in STALENESS_MODES:
         raise ValueError(f"staleness must be one of {STALENESS_MODES}")
+    if unknown_versions not in UNKNOWN_VERSION_MODES:
+        raise ValueError(f"unknown_versions must be one of {UNKNOWN_VERSION_MODES}")
     oldest: int | None = None
     if eta is not None:
         if current_version is None or eta < 0:
@@ -178,6 +192,12 @@ def build_samples(
             if not sample.generated_count:
                 counts["empty_samples"] += 1
                 continue
+            unknown = unknown_version_tokens(sample)
+            if unknown:
+                counts["unknown_version_samples"] += 1
+                counts["unknown_version_tokens"] += unknown
+                if unknown_versions == "drop":
+                    continue
             if current_version is not None:
                 histogram.update(
                     current_version - version
@@ -190,6 +210,13 @@ def build_samples(
         samples=tuple(kept),
         counts=SampleCounts(**counts),
         staleness_histogram=tuple(sorted(histogram.items())),
+    )
+
+
+def unknown_version_tokens(sample: TrainingSample) -> int:
+    """Generated tokens of the sample whose policy version is unknown (negative)."""
+    return sum(
+        1 for version, mask in zip(sample.versions, sample.loss_mask, strict=True) if mask and version < 0
     )
 
 

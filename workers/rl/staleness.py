@@ -6,7 +6,8 @@ runners.py) moves trajectories through here in the order the qualified queue gav
 
 - `classify` sorts newly queued trajectories against V: `waiting` (their samples built under η by
   workers.rl.samples.build_samples), `stale` (every sample held a stale token) or `empty` (no record, or
-  nothing trainable).
+  nothing trainable). It counts the samples holding generated tokens of unknown version (-1), which the
+  bound cannot age: kept (and then fresh whatever V is) or dropped, by `unknown_versions` (samples.py).
 - `is_ready`: a step is due once at least `samples_per_step` samples wait.
 - `take_batch` ages the waiting trajectories against V again (a publication since they arrived may have made
   them stale), drops those left without a fresh sample, then takes whole trajectories, oldest first, until
@@ -35,6 +36,7 @@ class Intake:
     waiting: tuple[Waiting, ...]  # in queue order
     stale: tuple[str, ...]  # trajectory ids: every sample held a token older than V − η
     empty: tuple[str, ...]  # trajectory ids: no record, or nothing trainable (no reward, no generated token)
+    unknown_version_samples: int = 0  # samples holding a generated token of version -1 (kept or dropped)
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,9 @@ def oldest_fresh_version(*, current_version: int, eta: int) -> int:
 
 
 def is_fresh(sample: TrainingSample, *, oldest: int) -> bool:
-    """No generated token of the sample is older than `oldest` (context tokens, version -1, never age)."""
+    """No generated token of the sample is older than `oldest`. Context tokens (version -1) never age, and
+    neither do generated tokens of unknown version (-1): `classify` counted them, and dropped their samples
+    when asked to."""
     return all(
         version < 0 or version >= oldest
         for version, mask in zip(sample.versions, sample.loss_mask, strict=True)
@@ -66,26 +70,36 @@ def classify(
     current_version: int,
     eta: int,
     reward_discount: float | None = None,
+    unknown_versions: str = "keep",
 ) -> Intake:
     """Sorts `pending` trajectory ids (queue order) by their training records (ATDP dicts, by trajectory id;
     a missing one is empty) under the bound η against `current_version`; `reward_discount` as in
-    build_samples."""
+    build_samples; samples holding generated tokens of unknown version are kept or dropped by
+    `unknown_versions`, and counted either way."""
     waiting, stale, empty = [], [], []
+    unknown = 0
     for trajectory_id in pending:
         record = records.get(trajectory_id)
         if record is None:
             empty.append(trajectory_id)
             continue
         sample_set = build_samples(
-            [record], current_version=current_version, eta=eta, reward_discount=reward_discount
+            [record],
+            current_version=current_version,
+            eta=eta,
+            reward_discount=reward_discount,
+            unknown_versions=unknown_versions,
         )
+        unknown += sample_set.counts.unknown_version_samples
         if sample_set.samples:
             waiting.append(Waiting(trajectory_id=trajectory_id, samples=sample_set.samples))
         elif sample_set.counts.stale_samples:
             stale.append(trajectory_id)
         else:
             empty.append(trajectory_id)
-    return Intake(waiting=tuple(waiting), stale=tuple(stale), empty=tuple(empty))
+    return Intake(
+        waiting=tuple(waiting), stale=tuple(stale), empty=tuple(empty), unknown_version_samples=unknown
+    )
 
 
 def waiting_sample_count(waiting: Iterable[Waiting]) -> int:

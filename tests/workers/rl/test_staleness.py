@@ -137,3 +137,25 @@ def test_the_queue_passed_in_is_left_as_it_was():
     assert ids(queue) == ["a", "b", "c"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         queue[0].trajectory_id = "x"
+
+
+def _with_unknown_versions(record: dict) -> dict:
+    """The record as a backend that reported no versions leaves it: every generated token -1."""
+    for step in record["steps"]:
+        if step.get("tokens"):
+            step["tokens"]["completion_versions"] = [-1] * len(step["tokens"]["completion_ids"])
+    return record
+
+
+def test_unknown_versions_are_counted_and_kept_or_dropped_as_asked():
+    records = {"unknown": _with_unknown_versions(make_trajectory()), "known": make_trajectory()}
+    # far past η for any known version: only the unknown tokens escape the bound, and are counted
+    kept = classify(["unknown", "known"], records, current_version=100, eta=0)
+    assert (ids(kept.waiting), kept.stale, kept.unknown_version_samples) == (["unknown"], ("known",), 1)
+    counts = build_samples([records["unknown"]], current_version=100, eta=0).counts
+    assert (counts.unknown_version_samples, counts.samples) == (1, 1)
+    assert counts.unknown_version_tokens == sum(kept.waiting[0].samples[0].loss_mask)
+    dropped = classify(["unknown"], records, current_version=100, eta=0, unknown_versions="drop")
+    assert (dropped.waiting, dropped.empty, dropped.unknown_version_samples) == ((), ("unknown",), 1)
+    with pytest.raises(ValueError, match="unknown_versions"):
+        build_samples([records["unknown"]], unknown_versions="fresh")
