@@ -44,6 +44,11 @@ def qualification_get(*, tenant: Tenant, trajectory_id) -> Qualification | None:
     return Qualification.objects.for_tenant(tenant).filter(trajectory_id=trajectory_id).first()
 
 
+def qualification_rows(*, tenant: Tenant):
+    """The tenant's verdicts (one per evaluated trajectory), e.g. to prefetch beside its trajectories."""
+    return Qualification.objects.for_tenant(tenant)
+
+
 def qualification_limits(*, tenant: Tenant) -> Limits:
     row = QualificationLimits.objects.filter(tenant=tenant).first()
     if row is None:

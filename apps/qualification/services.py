@@ -109,6 +109,27 @@ def review_set(
     return review
 
 
+def review_import(*, tenant: Tenant, trajectory: Trajectory, review: dict, recorded_at) -> Review | None:
+    """Appends the review an imported ATDP record carries (`governance.review`) beside `trajectory`, a row of
+    `tenant` the caller's transaction has just created: its status, note, reviewer (as a label: the person
+    belongs to the record's origin, not to this tenant) and time (`recorded_at`; the import's own time when
+    the record gives none). An `unreviewed` record appends nothing. History, not a new judgement: no note is
+    demanded, no audit event of its own (the import's `trajectory.import` names it) and nothing is enqueued
+    here (the imported trajectory's own save enqueues its gates on commit, and they read this review).
+    Importing needs the same permission as reviewing, so this grants nothing new."""
+    if review.get("status", ReviewStatus.UNREVIEWED) == ReviewStatus.UNREVIEWED:
+        return None
+    return Review.objects.create(
+        tenant=tenant,
+        trajectory=trajectory,
+        status=review["status"],
+        reviewer=None,
+        reviewer_label=review.get("reviewer") or "",
+        note=review.get("note") or "",
+        created_at=recorded_at or timezone.now(),
+    )
+
+
 @transaction.atomic
 def qualification_override(
     *, tenant: Tenant, actor: Actor, trajectory_id, status: str, reason: str

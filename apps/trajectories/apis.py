@@ -23,7 +23,7 @@ from apps.core.schema import ErrorSerializer
 from apps.tenants.permissions import Action
 from apps.trajectories import selectors, services
 from apps.trajectories.lifecycle import trajectory_end_by_request
-from apps.trajectories.serialize import trajectory_to_atdp
+from apps.trajectories.serialize import trajectory_record
 from workers.atdp.jsonl import read_jsonl
 from workers.atdp.parquet import write_parquet
 
@@ -58,10 +58,6 @@ def _filtered(view, request):
     return selectors.trajectory_list(tenant=view.tenant, **filters.validated_data)
 
 
-def _atdp(trajectory) -> dict:
-    return trajectory_to_atdp(trajectory, trajectory.steps.all(), trajectory.rewards.all())
-
-
 class TrajectoryListApi(TenantApi):
     """ATDP trajectories, newest first, cursor-paginated (`cursor`, `page_size` ≤ 200)."""
 
@@ -80,7 +76,7 @@ class TrajectoryListApi(TenantApi):
             request,
             view=self,
         )
-        return paginator.get_paginated_response([_atdp(trajectory) for trajectory in page])
+        return paginator.get_paginated_response([trajectory_record(trajectory) for trajectory in page])
 
 
 class TrajectoryDetailApi(TenantApi):
@@ -88,7 +84,9 @@ class TrajectoryDetailApi(TenantApi):
 
     @extend_schema(operation_id="trajectory_detail", responses=inline_serializer("AtdpTrajectoryDetail", {}))
     def get(self, request, trajectory_id):
-        return Response(_atdp(selectors.trajectory_get(tenant=self.tenant, trajectory_id=trajectory_id)))
+        return Response(
+            trajectory_record(selectors.trajectory_get(tenant=self.tenant, trajectory_id=trajectory_id))
+        )
 
 
 def _records(queryset, *, tenant):
@@ -96,7 +94,7 @@ def _records(queryset, *, tenant):
     for trajectory in selectors.trajectory_with_records(queryset, tenant=tenant).iterator(
         chunk_size=EXPORT_CHUNK
     ):
-        yield _atdp(trajectory)
+        yield trajectory_record(trajectory)
 
 
 class ExportFormatNegotiation(DefaultContentNegotiation):

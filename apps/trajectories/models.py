@@ -122,6 +122,9 @@ class Step(TimestampedTenantOwned):
     completion_ids = models.BinaryField(null=True)
     completion_logprobs = models.BinaryField(null=True)
     completion_versions = models.BinaryField(null=True)
+    loss_mask = models.BinaryField(
+        null=True, help_text="ATDP tokens.loss_mask (prompt then completion), run-length packed; null: none."
+    )
     retokenized = models.BooleanField(default=False)
     served_model = models.CharField(max_length=200, blank=True)
     model_version = models.CharField(max_length=64, blank=True)
@@ -136,6 +139,13 @@ class Step(TimestampedTenantOwned):
     pii_entities = models.JSONField(default=list)
     aborted = models.BooleanField(default=False)
     error = models.CharField(max_length=500, blank=True)
+    imported_fields = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="An imported step's ATDP fields no column holds (versions.tools, versions.prompt_version, "
+        "versions.gateway, permissions.data_class, pii.redacted, replayable), exported as they came. "
+        "Null for a step this gateway recorded: those are derived from the row and its state.",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["trajectory", "index"], name="step_unique_index")]

@@ -28,7 +28,8 @@ from apps.trajectories.models import Step, Trajectory
 RETENTION_ACTOR = Actor.system("retention")
 
 
-def _retention_days(tenant) -> int:
+def tenant_retention_days(tenant) -> int:
+    """The tenant policy's `retention_days` (90 without a policy)."""
     from apps.tenants.models import TenantPolicy
 
     days = TenantPolicy.objects.filter(tenant=tenant).values_list("retention_days", flat=True).first()
@@ -38,7 +39,7 @@ def _retention_days(tenant) -> int:
 def trajectories_past_retention(*, tenant, now=None):
     """The tenant's trajectories whose retention has run out at `now` (default: now)."""
     now = now or timezone.now()
-    started_before = now - timedelta(days=_retention_days(tenant))
+    started_before = now - timedelta(days=tenant_retention_days(tenant))
     return Trajectory.objects.for_tenant(tenant).filter(
         Q(retention_until__lte=now) | Q(retention_until__isnull=True, started_at__lte=started_before)
     )
@@ -58,7 +59,7 @@ def retention_summary(*, tenant, now=None) -> dict:
     past = due.count()
     held_count = due.filter(pk__in=held).count() if held else 0
     return {
-        "retention_days": _retention_days(tenant),
+        "retention_days": tenant_retention_days(tenant),
         "past_retention": past,
         "held_by_training": held_count,
         "to_purge": past - held_count,
@@ -105,7 +106,7 @@ def trajectories_purge_expired(
         "held_by_training": due.filter(pk__in=held).count() if held else 0,
         "remaining": purgeable.count() if batches == max_batches else 0,
         "batches": batches,
-        "retention_days": _retention_days(tenant),
+        "retention_days": tenant_retention_days(tenant),
     }
     if summary["trajectories"]:
         with transaction.atomic():

@@ -6,6 +6,7 @@ from django.http import Http404
 
 from apps.core.errors import NotFound
 from apps.core.selectors import get_in_tenant
+from apps.qualification.selectors import qualification_rows, review_list
 from apps.rewards.models import Reward
 from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory
@@ -76,12 +77,16 @@ def trajectory_list_with_reward_mean(*, tenant: Tenant, **filters):
 
 
 def trajectory_with_records(queryset, *, tenant: Tenant):
-    """The queryset (of `tenant`'s trajectories) with steps (in order) and rewards prefetched, for ATDP
-    serialization. Steps and rewards are read by tenant too, not by trajectory id alone: a row of another
+    """The queryset (of `tenant`'s trajectories) with what an ATDP record holds prefetched (for
+    `serialize.trajectory_record`): steps in order, rewards in creation order (ties by id, so two exports
+    agree), reviews newest first (`reviews_newest_first`) and the gates' verdict (`tenant_qualification`,
+    None before the gates ran). All are read by tenant too, not by trajectory id alone: a row of another
     tenant that names one of these trajectories is never read back."""
     return queryset.filter(tenant=tenant).prefetch_related(
         Prefetch("steps", queryset=step_list(tenant=tenant)),
-        Prefetch("rewards", queryset=Reward.objects.for_tenant(tenant).order_by("created_at")),
+        Prefetch("rewards", queryset=Reward.objects.for_tenant(tenant).order_by("created_at", "id")),
+        Prefetch("reviews", queryset=review_list(tenant=tenant), to_attr="reviews_newest_first"),
+        Prefetch("qualification", queryset=qualification_rows(tenant=tenant), to_attr="tenant_qualification"),
     )
 
 

@@ -1,10 +1,18 @@
-"""Rows → ATDP v1 JSON (docs/atdp/v1.schema.json)."""
+"""Rows → ATDP v1 JSON (docs/atdp/v1.schema.json).
+
+A step this gateway recorded derives `versions.tools` and `versions.prompt_version` from its `state` (where
+the gateway records the harness's, apps.gateway.recording) and reports this gateway, `internal` data and
+its kind's replayability. An imported step reports those fields as its record gave them
+(`Step.imported_fields`), so an export of an import says what the import said."""
 
 from apps.trajectories.models import Step, Trajectory
 from workers.atdp.tokens import unpack_floats, unpack_ids, unpack_versions
 
 ATDP_VERSION = "1.0"
+GATEWAY = "areal-web/1"
 RESULT_FIELDS = ("finish_reason", "tool_results", "error", "user_outcome")
+UNREVIEWED: dict = {"status": "unreviewed", "reviewer": None, "at": None, "note": None}
+PENDING: dict = {"status": "pending", "reasons": [], "at": None}
 
 
 def _time(moment) -> str | None:
@@ -20,7 +28,7 @@ def _tokens(step: Step) -> dict | None:
         "completion_ids": unpack_ids(bytes(step.completion_ids)),
         "completion_logprobs": unpack_floats(bytes(step.completion_logprobs)),
         "completion_versions": unpack_versions(bytes(step.completion_versions)),
-        "loss_mask": None,
+        "loss_mask": unpack_versions(bytes(step.loss_mask)) if step.loss_mask is not None else None,
         "retokenized": step.retokenized,
     }
 
@@ -37,9 +45,23 @@ def _result(step: Step) -> dict:
     return result
 
 
+def _versions(step: Step) -> dict:
+    state = step.state or {}
+    versions = {
+        "model_version": step.model_version or None,
+        "policy_version": step.policy_version,
+        "tools": dict(state.get("tool_versions") or {}),  # the harness's (apps.evolution)
+        "prompt_version": state.get("prompt_version") or None,
+        "gateway": GATEWAY,
+    }
+    versions.update((step.imported_fields or {}).get("versions") or {})
+    return versions
+
+
 def step_to_atdp(step: Step) -> dict:
     observation = step.observation or {}
     action = step.action or {}
+    imported = step.imported_fields or {}
     return {
         "step_id": str(step.id),
         "index": step.index,
@@ -58,13 +80,7 @@ def step_to_atdp(step: Step) -> dict:
         },
         "result": _result(step),
         "tokens": _tokens(step),
-        "versions": {
-            "model_version": step.model_version or None,
-            "policy_version": step.policy_version,
-            "tools": dict((step.state or {}).get("tool_versions") or {}),  # the harness's (apps.evolution)
-            "prompt_version": (step.state or {}).get("prompt_version") or None,
-            "gateway": "areal-web/1",
-        },
+        "versions": _versions(step),
         "cost": {
             "prompt_tokens": step.prompt_tokens,
             "completion_tokens": step.completion_tokens,
@@ -72,9 +88,14 @@ def step_to_atdp(step: Step) -> dict:
             "ttft_ms": step.ttft_ms,
             "usd": float(step.cost_usd),
         },
-        "permissions": {"scopes": step.scopes, "data_class": "internal"},
-        "pii": {"redacted": bool(step.pii_entities), "entities": step.pii_entities},
-        "replayable": "approximate" if step.kind == "llm_call" else "non_replayable",
+        "permissions": {"scopes": step.scopes, "data_class": imported.get("data_class", "internal")},
+        "pii": {
+            "redacted": imported.get("pii_redacted", bool(step.pii_entities)),
+            "entities": step.pii_entities,
+        },
+        "replayable": imported.get(
+            "replayable", "approximate" if step.kind == "llm_call" else "non_replayable"
+        ),
         "created_at": _time(step.created_at),
     }
 
@@ -95,7 +116,47 @@ def reward_to_atdp(reward) -> dict:
     }
 
 
-def trajectory_to_atdp(trajectory: Trajectory, steps, rewards) -> dict:
+def review_to_atdp(review) -> dict:
+    """The current review (the newest `apps.qualification` Review), or unreviewed without one."""
+    if review is None:
+        return dict(UNREVIEWED)
+    return {
+        "status": review.status,
+        "reviewer": review.reviewer_label or None,
+        "at": _time(review.created_at),
+        "note": review.note or None,
+    }
+
+
+def qualification_to_atdp(qualification) -> dict:
+    """The effective verdict (`apps.qualification` Qualification: the gates', or an operator's override,
+    `at` the time of whichever decided), or pending before the gates ran."""
+    if qualification is None:
+        return dict(PENDING, reasons=[])
+    decided_at = qualification.overridden_at if qualification.override_status else qualification.evaluated_at
+    return {
+        "status": qualification.status,
+        "reasons": list(qualification.reasons),
+        "at": _time(decided_at),
+    }
+
+
+def trajectory_record(trajectory: Trajectory) -> dict:
+    """The ATDP record of a trajectory read through `selectors.trajectory_with_records` (its steps, rewards,
+    reviews and verdict prefetched for its tenant)."""
+    reviews = trajectory.reviews_newest_first
+    return trajectory_to_atdp(
+        trajectory,
+        trajectory.steps.all(),
+        trajectory.rewards.all(),
+        review=reviews[0] if reviews else None,
+        qualification=trajectory.tenant_qualification,
+    )
+
+
+def trajectory_to_atdp(trajectory: Trajectory, steps, rewards, *, review=None, qualification=None) -> dict:
+    """`review` and `qualification`: the trajectory's current review and verdict rows (unreviewed and
+    pending without them)."""
     return {
         "atdp_version": ATDP_VERSION,
         "trajectory_id": str(trajectory.id),
@@ -114,8 +175,8 @@ def trajectory_to_atdp(trajectory: Trajectory, steps, rewards) -> dict:
             "consent": trajectory.consent,
             "data_class": trajectory.data_class,
             "retention_until": _time(trajectory.retention_until),
-            "review": {"status": "unreviewed", "reviewer": None, "at": None, "note": None},
-            "qualification": {"status": "pending", "reasons": [], "at": None},
+            "review": review_to_atdp(review),
+            "qualification": qualification_to_atdp(qualification),
             "training_use": trajectory.training_use,
         },
         "cost": {

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import IntegrityError, transaction
+from django.db import DataError, IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -16,6 +16,7 @@ from django.utils.dateparse import parse_datetime
 from apps.audit.services import audit_record
 from apps.core.errors import DomainError
 from apps.tenants.models import Tenant
+from apps.trajectories import importing
 from apps.trajectories.lifecycle import late_step_target, session_trajectory_end
 from apps.trajectories.models import EndReason, Step, Trajectory, TrajectoryStatus, trajectory_id_for
 from apps.trajectories.selectors import trajectory_import_conflicts
@@ -316,59 +317,36 @@ def trajectory_end(
     return session_trajectory_end(tenant=tenant, trajectory_id=trajectory_id, status=status, reason=reason)
 
 
-def _step_from_atdp(*, tenant: Tenant, trajectory_id, step: dict) -> Step:
-    tokens = step.get("tokens") or {}
-    cost = step.get("cost") or {}
-    versions = step.get("versions") or {}
-    action = step.get("action") or {}
-    row = Step(
-        id=uuid.UUID(step["step_id"]),
-        tenant=tenant,
-        trajectory_id=trajectory_id,
-        index=step["index"],
-        parent_step_id=step.get("parent_step_id"),
-        kind=step["kind"],
-        observation=step.get("observation") or {},
-        state=step.get("state") or {},
-        action=action,
-        result=step.get("result") or {},
-        tokenizer=tokens.get("tokenizer") or "",
-        model_version=versions.get("model_version") or "",
-        policy_version=versions.get("policy_version"),
-        prompt_tokens=cost.get("prompt_tokens") or 0,
-        completion_tokens=cost.get("completion_tokens") or 0,
-        latency_ms=cost.get("latency_ms") or 0,
-        ttft_ms=cost.get("ttft_ms"),
-        cost_usd=Decimal(str(cost.get("usd") or 0)),
-        scopes=(step.get("permissions") or {}).get("scopes") or [],
-        pii_entities=(step.get("pii") or {}).get("entities") or [],
-        created_at=_moment(step.get("created_at")),
-        retokenized=bool(tokens.get("retokenized")),
-    )
-    if tokens.get("completion_ids") is not None:
-        row.prompt_ids = pack_ids(tokens.get("prompt_ids") or [])
-        row.completion_ids = pack_ids(tokens["completion_ids"])
-        row.completion_logprobs = pack_floats(tokens.get("completion_logprobs") or [])
-        row.completion_versions = pack_versions(tokens.get("completion_versions") or [])
-    return row
-
-
 @transaction.atomic
 def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
     """Stores one validated ATDP trajectory logged by an agent itself (SDK mode), audited as
-    `trajectory.import`. The record's tenant must be this tenant.
+    `trajectory.import`. The record's tenant must be this tenant. Everything the record says is kept
+    (`importing`: token arrays with loss masks, versions, permissions, replayability, retention), so its
+    export says the same; its rewards go through `apps.rewards.services.rewards_import` and its current
+    review through `apps.qualification.services.review_import`. Its qualification is not taken: this
+    tenant's gates judge it (enqueued on commit when the imported trajectory is ended), on the same facts.
+    Its `retention_until` is kept up to this tenant's `retention_days` from now.
 
     The stored trajectory gets a fresh id; the record's `trajectory_id` is kept as `source_trajectory_id`.
     An importer never chooses a primary key, so it cannot take an id the gateway will derive for another
-    tenant's session. Raises Conflict when this tenant already holds the record's id (as an id or a source
-    id) or its session; another tenant's rows are never consulted, so the answer reveals nothing of them."""
+    tenant's session. Raises ValidationFailed naming the field when the record is another tenant's or a
+    value does not fit its column, and Conflict when this tenant already holds the record's id (as an id
+    or a source id) or its session; another tenant's rows are never consulted, so the answer reveals
+    nothing of them."""
     from apps.core.errors import Conflict, ValidationFailed
+    from apps.qualification.services import review_import
     from apps.rewards.services import rewards_import
 
     if record.get("tenant") != tenant.slug:
         raise ValidationFailed(
             f"record belongs to tenant {record.get('tenant')!r}, not {tenant.slug!r}",
             fields={"tenant": ["does not match the API key's tenant"]},
+        )
+    problems = importing.record_problems(record)
+    if problems:
+        field, problem = next(iter(problems.items()))
+        raise ValidationFailed(
+            f"{field}: {problem}", fields={path: [message] for path, message in problems.items()}
         )
     source_id = uuid.UUID(record["trajectory_id"])
     if (
@@ -377,35 +355,24 @@ def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
         .exists()
     ):
         raise Conflict("a trajectory with this id or session already exists", code="trajectory_exists")
-    steps = record.get("steps") or []
-    governance = record.get("governance") or {}
-    agent = record.get("agent") or {}
-    trajectory = Trajectory.objects.create(
-        id=uuid.uuid4(),
-        source_trajectory_id=source_id,
-        tenant=tenant,
-        session_id=record["session_id"],
-        agent_name=agent.get("name") or "",
-        agent_version=agent.get("version") or "",
-        task_id=record.get("task_id") or "",
-        group_id=record.get("group_id") or "",
-        status=record["status"],
-        purpose=record["purpose"],
-        consent=governance.get("consent", "full"),
-        data_class=governance.get("data_class", "internal"),
-        training_use=governance.get("training_use", True),
-        started_at=_moment(record.get("started_at")),
-        ended_at=_moment(record["ended_at"]) if record.get("ended_at") else None,
-        step_count=len(steps),
-        prompt_tokens=sum((step.get("cost") or {}).get("prompt_tokens") or 0 for step in steps),
-        completion_tokens=sum((step.get("cost") or {}).get("completion_tokens") or 0 for step in steps),
-        cost_usd=sum(Decimal(str((step.get("cost") or {}).get("usd") or 0)) for step in steps),
+    retention, retention_shortened = importing.retention_until(
+        tenant=tenant, record=record, now=timezone.now()
     )
+    trajectory = importing.trajectory_row(tenant=tenant, record=record, retention=retention)
+    trajectory.save(force_insert=True)
+    steps = record.get("steps") or []
     Step.objects.bulk_create(
-        [_step_from_atdp(tenant=tenant, trajectory_id=trajectory.pk, step=step) for step in steps]
+        [importing.step_row(tenant=tenant, trajectory_id=trajectory.pk, step=step) for step in steps]
     )
     rewards = record.get("rewards") or []
     rewards_import(tenant=tenant, trajectory=trajectory, rewards=rewards)
+    review = (record.get("governance") or {}).get("review") or {}
+    review_import(
+        tenant=tenant,
+        trajectory=trajectory,
+        review=review,
+        recorded_at=importing.moment(review["at"]) if review.get("at") else None,
+    )
     audit_record(
         tenant=tenant,
         actor=actor,
@@ -416,6 +383,8 @@ def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
             "session_id": trajectory.session_id,
             "steps": len(steps),
             "rewards": len(rewards),
+            "review": review.get("status", "unreviewed"),
+            "retention_shortened": retention_shortened,
         },
     )
     return trajectory
@@ -449,14 +418,27 @@ class TrajectoryImportReport:
     rejected: list[RefusedLine]
 
 
+def _refusals(line_number: int, error: DomainError) -> list[RefusedLine]:
+    """One refusal per field the service named (its message when it named one field, else each field's
+    problems), or one at `trajectory_id` when it named none."""
+    if len(error.fields) <= 1:
+        field = next(iter(error.fields), "trajectory_id")
+        return [RefusedLine(line=line_number, field=field, message=error.message)]
+    return [
+        RefusedLine(line=line_number, field=field, message="; ".join(problems))
+        for field, problems in error.fields.items()
+    ]
+
+
 def trajectories_import(*, tenant: Tenant, actor, lines: Iterable[ImportLine]) -> TrajectoryImportReport:
     """Stores the valid lines of an ATDP JSON Lines import (`workers.atdp.jsonl.read_jsonl`) for `tenant`,
     each through `trajectory_import` in its own transaction (one `trajectory.import` audit event per stored
     trajectory): a bad line is reported and never costs the good ones. A line is refused with its problems
-    when it is not a valid record, with the error's field when the service refuses it (another tenant's
-    record, an id or session this tenant already holds), or with each clashing field
-    (`selectors.trajectory_import_conflicts`) when a step or reward id, or a reward idempotency key, turns
-    out to be taken. Not idempotent: the same lines again are refused as existing trajectories."""
+    when it is not a valid record, with each field the service names when it refuses it (another tenant's
+    record, a value too long for its column, an id or session this tenant already holds), with each
+    clashing field (`selectors.trajectory_import_conflicts`) when a step or reward id, or a reward
+    idempotency key, turns out to be taken, and as a whole when a value no check foresaw does not fit
+    its column. Not idempotent: the same lines again are refused as existing trajectories."""
     stored: list[ImportedLine] = []
     rejected: list[RefusedLine] = []
     for line in lines:
@@ -469,8 +451,7 @@ def trajectories_import(*, tenant: Tenant, actor, lines: Iterable[ImportLine]) -
         try:
             trajectory = trajectory_import(tenant=tenant, record=line.record, actor=actor)
         except DomainError as error:
-            field = next(iter(error.fields), "trajectory_id")
-            rejected.append(RefusedLine(line=line.line_number, field=field, message=error.message))
+            rejected.extend(_refusals(line.line_number, error))
         except IntegrityError:  # a step or reward id, or a reward idempotency key, is taken: say which
             conflicts = trajectory_import_conflicts(tenant=tenant, record=line.record) or {
                 "": "an id or reward idempotency key of this record was stored meanwhile"
@@ -478,6 +459,10 @@ def trajectories_import(*, tenant: Tenant, actor, lines: Iterable[ImportLine]) -
             rejected.extend(
                 RefusedLine(line=line.line_number, field=field, message=message)
                 for field, message in conflicts.items()
+            )
+        except DataError as error:  # a value no check foresaw does not fit its column: the line alone goes
+            rejected.append(
+                RefusedLine(line=line.line_number, field="", message=f"a value does not fit: {error}"[:300])
             )
         else:
             stored.append(ImportedLine(line=line.line_number, trajectory=trajectory))
