@@ -13,4 +13,5 @@ urlpatterns = [
     path("releases/<int:release_id>/resume/", views.release_resume, name="release-resume"),
     path("releases/<int:release_id>/analyze/", views.release_analyze, name="release-analyze"),
     path("serving/", views.serving, name="serving"),
+    path("serving/production/", views.serving_production, name="serving-production"),
 ]

@@ -1,6 +1,7 @@
 """Console pages: releases, a release with live candidate-vs-baseline charts and its verdicts, the approve and
 roll-back actions (shown only to roles allowed to take them), and the serving timeline."""
 
+from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -8,6 +9,7 @@ from apps.console.access import console_page
 from apps.console.pages import console_action
 from apps.releases import selectors, services
 from apps.releases.figures import release_figures, serving_figure
+from apps.releases.forms import ProductionSetForm
 from apps.releases.models import ACTIVE_STATUSES, ReleaseStatus
 from apps.tenants.permissions import Action, role_can
 
@@ -115,8 +117,23 @@ def release_analyze(request, release_id):
 
 @console_page(Action.SERVING_VIEW)
 def serving(request):
+    return _serving_page(request)
+
+
+def _servable_versions(tenant):
+    from apps.training.models import VersionStatus
+    from apps.training.selectors import model_version_list
+
+    return model_version_list(tenant=tenant).filter(
+        status__in=[VersionStatus.CANDIDATE, VersionStatus.PRODUCTION]
+    )
+
+
+def _serving_page(request, *, production_form=None):
     model = request.GET.get("model") or None
     events = list(selectors.serving_history(tenant=request.tenant, model=model))
+    if role_can(request.membership.role, Action.RELEASE_MANAGE) and production_form is None:
+        production_form = ProductionSetForm(versions=_servable_versions(request.tenant))
     return render(
         request,
         "console/serving_timeline.html",
@@ -125,5 +142,31 @@ def serving(request):
             "figure": serving_figure(events),
             "model": model or "",
             "routing": selectors.routing_states(tenant=request.tenant),
+            "production_form": production_form,
         },
+        status=400 if production_form is not None and production_form.errors else 200,
     )
+
+
+@require_POST
+@console_page(Action.RELEASE_MANAGE)
+def serving_production(request):
+    """A model's first production version (apps/releases/serving.py `production_set`)."""
+    from apps.core.errors import DomainError
+    from apps.releases.serving import production_set
+
+    form = ProductionSetForm(request.POST, versions=_servable_versions(request.tenant))
+    if form.is_valid():
+        try:
+            state = production_set(
+                tenant=request.tenant,
+                actor=request.actor,
+                version_id=form.cleaned_data["version"],
+                reason=form.cleaned_data["reason"],
+            )
+        except DomainError as error:
+            form.add_error("version" if error.code.startswith("version_") else None, error.message)
+        else:
+            messages.success(request, f"{state.model} v{state.stable.number} serves every new session.")
+            return redirect("console:serving")
+    return _serving_page(request, production_form=form)
