@@ -87,7 +87,7 @@ def production_set(*, tenant: Tenant, actor: Actor, version_id, reason: str = ""
             code="version_not_served",
         )
     why = reason or f"production set by {actor.label}"
-    model_version_set_status(
+    version = model_version_set_status(
         tenant=tenant, actor=actor, version_id=version.pk, status=VersionStatus.PRODUCTION, reason=why
     )
     alias_move(tenant=tenant, actor=actor, name=version.name, alias="production", version=version, reason=why)
