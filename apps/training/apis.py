@@ -290,6 +290,7 @@ class ModelAliasListApi(TenantApi):
     def post(self, request):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        services.alias_check_movable(alias=body.validated_data["alias"])
         version = selectors.model_version_get(
             tenant=self.tenant, version_id=body.validated_data["version_id"]
         )

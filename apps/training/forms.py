@@ -136,3 +136,18 @@ class OnlineRunForm(forms.Form):
             "max_steps": data["max_steps"],
             "publish_to_backends": data["publish_to_backends"],
         }
+
+
+class AliasMoveForm(forms.Form):
+    """A model page's alias form: point a named alias (not `production`, which moves with what serves) at a
+    version."""
+
+    alias = forms.SlugField(
+        max_length=40, help_text="e.g. candidate, staging; production moves with releases."
+    )
+    version = forms.TypedChoiceField(coerce=int)
+    reason = forms.CharField(max_length=300, required=False)
+
+    def __init__(self, *args, versions=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = [(v.pk, f"{v.label} ({v.status})") for v in versions]

@@ -15,4 +15,5 @@ urlpatterns = [
     path("models/register/", views.model_register, name="model-register"),
     path("models/<str:name>/lineage/", views.model_lineage, name="model-lineage"),
     path("models/<str:name>/chat-template/", views.model_chat_template, name="model-chat-template"),
+    path("models/<str:name>/alias/", views.model_alias_move, name="model-alias-move"),
 ]

@@ -10,7 +10,13 @@ from apps.console.pages import console_action
 from apps.core.errors import DomainError
 from apps.tenants.permissions import Action, role_can
 from apps.training import imports, online, registration, selectors, services
-from apps.training.forms import ChatTemplateForm, ModelRegisterForm, OnlineRunForm, TrainingJobForm
+from apps.training.forms import (
+    AliasMoveForm,
+    ChatTemplateForm,
+    ModelRegisterForm,
+    OnlineRunForm,
+    TrainingJobForm,
+)
 
 CHARTS = [  # (chart id, title, metric keys)
     ("loss", "Loss", ["loss"]),
@@ -296,13 +302,22 @@ def model_lineage(request, name):
     return _lineage_page(request, name)
 
 
-def _lineage_page(request, name, *, form=None):
+def _lineage_page(request, name, *, form=None, alias_form=None):
     tree = lineage_tree(selectors.model_lineage(tenant=request.tenant, name=name))
     if not tree:
         from django.http import Http404
 
         raise Http404("no such model")
-    context = {"name": name, "tree": tree, "figure": lineage_figure(tree)}
+    context = {
+        "name": name,
+        "tree": tree,
+        "figure": lineage_figure(tree),
+        "aliases": selectors.alias_list(tenant=request.tenant, name=name),
+    }
+    if role_can(request.membership.role, Action.MODEL_ALIAS_MANAGE):
+        context["alias_form"] = alias_form or AliasMoveForm(
+            versions=selectors.model_version_list(tenant=request.tenant, name=name)
+        )
     if role_can(request.membership.role, Action.TRAINING_MANAGE):
         versions = list(selectors.model_version_list(tenant=request.tenant, name=name))
         if form is None:
@@ -320,7 +335,38 @@ def _lineage_page(request, name, *, form=None):
                 versions=versions,
             )
         context["template_form"] = form
-    return render(request, "console/lineage.html", context, status=400 if form and form.errors else 200)
+    failed = (form is not None and form.errors) or (alias_form is not None and alias_form.errors)
+    return render(request, "console/lineage.html", context, status=400 if failed else 200)
+
+
+@require_POST
+@console_page(Action.MODEL_ALIAS_MANAGE)
+def model_alias_move(request, name):
+    """Points a named alias of the model at one of its versions (production moves with what serves)."""
+    versions = selectors.model_version_list(tenant=request.tenant, name=name)
+    if not versions.exists():
+        from django.http import Http404
+
+        raise Http404("no such model")
+    form = AliasMoveForm(request.POST, versions=versions)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.alias_check_movable(alias=data["alias"])
+            moved = services.alias_move(
+                tenant=request.tenant,
+                actor=request.actor,
+                name=name,
+                alias=data["alias"],
+                version=selectors.model_version_get(tenant=request.tenant, version_id=data["version"]),
+                reason=data["reason"],
+            )
+        except DomainError as error:
+            _add_domain_error(form, error)
+        else:
+            messages.success(request, f"{name}:{moved.alias} → v{moved.version.number}.")
+            return redirect("console:model-lineage", name=name)
+    return _lineage_page(request, name, alias_form=form)
 
 
 @require_POST
