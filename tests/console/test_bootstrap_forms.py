@@ -187,3 +187,47 @@ def test_suites_of_another_tenant_and_viewers(member, tenant, other_tenant):
     assert b'id="suite-form"' not in viewer.get("/evaluation/").content
     assert viewer.post("/evaluation/suites/new/", {"name": "nope", "kind": "regression"}).status_code == 403
     assert not EvalSuite.objects.filter(tenant=tenant).exists()
+
+
+# ---- annotation queues -------------------------------------------------------------------------------------
+
+
+def test_an_operator_creates_an_annotation_queue_filled_at_once(member, tenant, other_tenant):
+    from apps.annotation.models import AnnotationQueue
+    from tests.rewards.factories import make_spec
+    from tests.trajectories.factories import TrajectoryFactory
+
+    spec = make_spec(tenant)
+    theirs = make_spec(other_tenant)
+    TrajectoryFactory(tenant=tenant, status="complete", purpose="production", task_id="weather")
+    annotator = member(Role.ANNOTATOR)
+    viewer_user = member(Role.VIEWER)
+    operator = _signed_in(member, Role.OPERATOR)
+    page = operator.get("/annotation/")
+    assert b'id="queue-form"' in page.content
+    assert f'value="{theirs.pk}"'.encode() not in page.content
+    assert f'value="{viewer_user.pk}"'.encode() not in page.content  # viewers do not label
+    form = {
+        "name": "weather answers",
+        "spec": spec.pk,
+        "purpose": "production",
+        "status": "complete",
+        "task_id": "weather",
+        "annotators_per_item": 1,
+        "assignees": [annotator.pk],
+    }
+    assert operator.post("/annotation/new/", {**form, "spec": theirs.pk}).status_code == 400
+    assert operator.post("/annotation/new/", {**form, "annotators_per_item": 0}).status_code == 400
+    assert not AnnotationQueue.objects.exists()
+    assert operator.post("/annotation/new/", form).status_code == 302
+    queue = AnnotationQueue.objects.get(tenant=tenant)
+    assert queue.filters == {"purpose": "production", "status": "complete", "task_id": "weather"}
+    assert list(queue.assignees.all()) == [annotator]
+    assert queue.items.count() == 1
+    again = operator.post("/annotation/new/", form)
+    assert again.status_code == 400
+    assert b"exists" in again.content
+    viewer = Client()
+    viewer.force_login(viewer_user)
+    assert viewer.post("/annotation/new/", {**form, "name": "other"}).status_code == 403
+    assert AnnotationQueue.objects.count() == 1
