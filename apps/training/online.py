@@ -139,7 +139,7 @@ def online_run_heartbeat(*, run_id: int) -> bool:
     """Refreshes the heartbeat; False when the run should stop (stop requested or no longer running)."""
     OnlineRun.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
     row = OnlineRun.objects.filter(pk=run_id).values("status", "stop_requested").first()
-    return bool(row) and row["status"] == OnlineRunStatus.RUNNING and not row["stop_requested"]
+    return row is not None and row["status"] == OnlineRunStatus.RUNNING and not row["stop_requested"]
 
 
 @transaction.atomic
