@@ -43,7 +43,10 @@ def model_inbox_resolve(*, tenant: Tenant, directory: str) -> Path:
         raise ValidationFailed("name a directory", fields={"directory": ["required"]})
     inbox = model_inbox(tenant=tenant).resolve()
     candidate = Path(directory.strip())
-    path = (candidate if candidate.is_absolute() else inbox / candidate).resolve()
+    try:
+        path = (candidate if candidate.is_absolute() else inbox / candidate).resolve()
+    except (OSError, ValueError):  # a name the file system cannot hold (a lone surrogate, a loop of links)
+        path = inbox
     if path == inbox or not path.is_relative_to(inbox):
         raise ValidationFailed(
             f"{directory!r} is outside this tenant's model inbox; put the model directory in the inbox and "
@@ -51,7 +54,11 @@ def model_inbox_resolve(*, tenant: Tenant, directory: str) -> Path:
             fields={"directory": ["outside the model inbox"]},
             code="directory_not_allowed",
         )
-    if not path.is_dir():
+    try:
+        present = path.is_dir()
+    except (OSError, ValueError):  # a name too long for the file system, say: no such directory either
+        present = False
+    if not present:
         raise ValidationFailed(
             f"{directory!r} is not a directory in this tenant's model inbox",
             fields={"directory": ["no such directory"]},

@@ -114,6 +114,7 @@ def test_a_key_needs_the_admin_scope(api_client, tenant, place):
         ({"name": "support-bot", "directory": "missing"}, "directory"),
         ({"name": "support-bot", "directory": "../globex/base"}, "directory"),
         ({"name": "support-bot", "directory": "."}, "directory"),
+        ({"name": "support-bot", "directory": "x" * 300}, "directory"),
     ],
 )
 def test_bad_input_names_its_field(api_client, tenant, other_tenant, place, storage, body, field):
@@ -124,6 +125,17 @@ def test_bad_input_names_its_field(api_client, tenant, other_tenant, place, stor
     assert field in response.json()["error"]["fields"]
     assert not ModelVersion.objects.filter(tenant=tenant).exists()
     assert _registered_dirs(storage) == []
+
+
+def test_a_directory_name_the_file_system_cannot_hold_is_a_field_error(api_client, tenant, place):
+    place(tenant)
+    response = api_client().post(
+        "/api/v1/model-versions/",
+        '{"name": "support-bot", "directory": "base\\ud800"}',  # a lone surrogate, escaped in the JSON
+        content_type="application/json",
+    )
+    assert response.status_code == 400, response.content
+    assert "directory" in response.json()["error"]["fields"]
 
 
 def test_another_tenants_inbox_is_out_of_reach_even_by_absolute_path(
