@@ -40,7 +40,7 @@ from tests.inference.factories import BackendFactory
 from tests.releases.helpers import register_versions
 from tests.rewards.factories import EvaluatorFactory, make_spec
 from tests.tenants.factories import MembershipFactory, TenantFactory
-from tests.training.factories import TrainingJobFactory
+from tests.training.factories import OnlineRunFactory, TrainingJobFactory
 from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
@@ -102,6 +102,8 @@ OBJECTS = {
     "model-version-lineage": lambda world: {"version_id": world.candidate.pk},
     "model-version-publish": lambda world: {"version_id": world.candidate.pk},
     "model-version-chat-template": lambda world: {"version_id": world.candidate.pk},
+    "online-run-detail": lambda world: {"run_id": world.online_run.pk},
+    "online-run-stop": lambda world: {"run_id": world.online_run.pk},
     # evolution
     "evolution-policy-detail": lambda world: {"policy_id": world.policy.pk},
     "evolution-policy-signals": lambda world: {"policy_id": world.policy.pk},
@@ -130,6 +132,7 @@ OBJECTS = {
     "console:annotation-resolve": lambda world: {"item_id": world.item.pk},
     "console:eval-suite": lambda world: {"suite_id": world.suite.pk},
     "console:eval-run-start": lambda world: {"suite_id": world.suite.pk},
+    "console:eval-case-create": lambda world: {"suite_id": world.suite.pk},
     "console:eval-run": lambda world: {"run_id": world.run.pk},
     "console:release": lambda world: {"release_id": world.release.pk},
     "console:release-approve": lambda world: {"release_id": world.release.pk},
@@ -137,10 +140,13 @@ OBJECTS = {
     "console:release-start": lambda world: {"release_id": world.release.pk},
     "console:release-resume": lambda world: {"release_id": world.release.pk},
     "console:release-analyze": lambda world: {"release_id": world.release.pk},
+    "console:release-abort": lambda world: {"release_id": world.release.pk},
     "console:training-job": lambda world: {"job_id": world.job.pk},
     "console:training-job-cancel": lambda world: {"job_id": world.job.pk},
+    "console:online-run-stop": lambda world: {"run_id": world.online_run.pk},
     "console:model-lineage": lambda world: {"name": world.candidate.name},
     "console:model-chat-template": lambda world: {"name": world.candidate.name},
+    "console:model-alias-move": lambda world: {"name": world.candidate.name},
     "console:evolution-policy": lambda world: {"policy_id": world.policy.pk},
     "console:evolution-policy-edit": lambda world: {"policy_id": world.policy.pk},
     "console:evolution-policy-delete": lambda world: {"policy_id": world.policy.pk},
@@ -269,6 +275,7 @@ class World:
     policy: object
     decision: object
     harness: object
+    online_run: object
 
 
 def _build_world(slug: str, port: int) -> World:
@@ -358,6 +365,7 @@ def _build_world(slug: str, port: int) -> World:
         policy=policy,
         decision=DecisionFactory(policy=policy),
         harness=HarnessVersionFactory(tenant=tenant, model=f"{slug}-model"),
+        online_run=OnlineRunFactory(tenant=tenant, base_version=baseline),
     )
 
 
@@ -573,6 +581,12 @@ BODY_REFERENCES = {
     ("v1_training_jobs_create", "base_version_id"): BodyReference(
         "training-job-list", lambda mine: {}, lambda mine, ref: {"base_version_id": ref, "algorithm": "grpo"}
     ),
+    ("v1_online_runs_create", "base_version_id"): BodyReference(
+        "online-run-list", lambda mine: {}, lambda mine, ref: {"base_version_id": ref}
+    ),
+    ("v1_routing_create", "version_id"): BodyReference(
+        "routing-list", lambda mine: {}, lambda mine, ref: {"version_id": ref}
+    ),
 }
 
 # Which referenced object each entry names (the `ref` it is called with).
@@ -591,6 +605,8 @@ REFERENCED = {
     ("reward_create", "trajectory_id"): TRAJECTORY,
     ("reward_create", "step_id"): STEP,
     ("v1_training_jobs_create", "base_version_id"): BASELINE,
+    ("v1_online_runs_create", "base_version_id"): BASELINE,
+    ("v1_routing_create", "version_id"): SPARE_CANDIDATE,
 }
 
 # Body fields named like ids that name no object, each with the reason.

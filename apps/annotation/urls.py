@@ -6,6 +6,7 @@ from apps.annotation import views
 
 urlpatterns = [
     path("annotation/", views.queue_list, name="annotation-queues"),
+    path("annotation/new/", views.queue_create, name="annotation-queue-create"),
     path("annotation/<int:queue_id>/", views.queue_detail, name="annotation-queue"),
     path("annotation/<int:queue_id>/work/", views.workspace, name="annotation-workspace"),
     path("annotation/items/<int:item_id>/label/", views.label_submit, name="annotation-label"),

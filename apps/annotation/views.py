@@ -6,6 +6,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from apps.annotation import selectors, services
+from apps.annotation.forms import QueueCreateForm
 from apps.console.access import console_page
 from apps.console.pages import console_action
 from apps.core.errors import DomainError, NotFound
@@ -29,6 +30,10 @@ def _forbidden(request, action):
 
 @console_page(Action.ANNOTATION_VIEW)
 def queue_list(request):
+    return _queue_list_page(request)
+
+
+def _queue_list_page(request, *, form=None):
     manage = role_can(request.membership.role, Action.ANNOTATION_MANAGE)
     queues = selectors.annotation_queue_list(
         tenant=request.tenant, assigned_to=None if manage else request.user
@@ -41,7 +46,49 @@ def queue_list(request):
         }
         for queue in queues
     ]
-    return render(request, "console/annotation_queues.html", {"rows": rows})
+    return render(
+        request,
+        "console/annotation_queues.html",
+        {"rows": rows, "queue_form": form if form is not None else _queue_form(request) if manage else None},
+        status=400 if form is not None and form.errors else 200,
+    )
+
+
+def _queue_form(request, data=None) -> QueueCreateForm:
+    from apps.rewards.selectors import reward_spec_list
+    from apps.tenants.selectors import membership_list
+
+    return QueueCreateForm(
+        data,
+        specs=[spec for spec in reward_spec_list(tenant=request.tenant) if spec.kind != "critique"],
+        members=[
+            membership
+            for membership in membership_list(tenant=request.tenant)
+            if role_can(membership.role, Action.ANNOTATION_LABEL)
+        ],
+    )
+
+
+@require_POST
+@console_page(Action.ANNOTATION_MANAGE)
+def queue_create(request):
+    """A new queue, filled at once with the trajectories that match (apps.annotation.services)."""
+    form = _queue_form(request, request.POST)
+    if form.is_valid():
+        try:
+            queue = services.annotation_queue_create(
+                tenant=request.tenant, actor=request.actor, **form.service_arguments()
+            )
+        except DomainError as error:
+            for field, problems in (error.fields or {}).items():
+                name = {"spec_id": "spec", "assignee_ids": "assignees"}.get(field, field)
+                for problem in problems:
+                    form.add_error(name if name in form.fields else None, problem)
+            form.add_error(None, error.message)
+        else:
+            messages.success(request, f"Queue {queue.name} created.")
+            return redirect("console:annotation-queue", queue_id=queue.pk)
+    return _queue_list_page(request, form=form)
 
 
 @console_page(Action.ANNOTATION_VIEW)

@@ -414,16 +414,11 @@ def _suite_failed(*, tenant, decision) -> str:
 
 
 def free_backend(*, tenant: Tenant, model: str, production):
-    """The backend of `model` that can take a candidate: one not serving production, else (all serve it) the
-    last of two or more, leaving production the others. None when production would lose its only one."""
-    from apps.inference.selectors import backend_list
+    """The backend of `model` that can take a candidate (apps.releases.provisioning.serving_slot_free, the slot
+    a release's start loads its candidate on): one not serving production, else the last of two or more."""
+    from apps.releases.provisioning import serving_slot_free
 
-    backends = list(backend_list(tenant=tenant, served_model=model).order_by("name"))
-    serving = [backend for backend in backends if backend.model_version == str(production.number)]
-    free = [backend for backend in backends if backend not in serving]
-    if free:
-        return free[0]
-    return serving[-1] if len(serving) >= 2 else None
+    return serving_slot_free(tenant=tenant, model=model, baseline=production)
 
 
 def _release(*, tenant, decision, policy) -> Decision:

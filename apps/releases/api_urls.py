@@ -9,6 +9,7 @@ from apps.releases.apis import (
     ReleaseResumeApi,
     ReleaseRollbackApi,
     ReleaseStartApi,
+    RoutingListApi,
     ServingHistoryApi,
 )
 
@@ -22,4 +23,5 @@ urlpatterns = [
     path("releases/<int:release_id>/resume/", ReleaseResumeApi.as_view(), name="release-resume"),
     path("releases/<int:release_id>/analyze/", ReleaseAnalyzeApi.as_view(), name="release-analyze"),
     path("serving-history/", ServingHistoryApi.as_view(), name="serving-history"),
+    path("routing/", RoutingListApi.as_view(), name="routing-list"),
 ]

@@ -246,3 +246,48 @@ class ServingHistoryApi(TenantApi):
                 ]
             }
         )
+
+
+def routing_state_data(state) -> dict:
+    return {
+        "model": state.model,
+        "stable": _version(state.stable),
+        "canary": _version(state.canary),
+        "canary_percent": state.canary_percent,
+        "release": state.release_id,
+        "updated_at": state.updated_at,
+    }
+
+
+class RoutingListApi(TenantApi):
+    """GET: what serves each of the tenant's models now (the routing the gateway follows). POST: makes a
+    model's first production version serve (apps/releases/serving.py `production_set`): production status,
+    the `production` alias, routing and a serving-history row. Refused with 409 and the reason when another
+    version is production (change it through a release), a release is under way, or no backend serves it."""
+
+    actions = {"GET": Action.SERVING_VIEW, "POST": Action.RELEASE_MANAGE}
+    pagination_class = None  # one row per model
+
+    class InputSerializer(serializers.Serializer):
+        version_id = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX)
+        reason = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+    @extend_schema(responses=dict)
+    def get(self, request):
+        return Response(
+            {"results": [routing_state_data(state) for state in selectors.routing_states(tenant=self.tenant)]}
+        )
+
+    @extend_schema(request=InputSerializer, responses=dict)
+    def post(self, request):
+        from apps.releases.serving import production_set
+
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        state = production_set(
+            tenant=self.tenant,
+            actor=self.actor,
+            version_id=body.validated_data["version_id"],
+            reason=body.validated_data["reason"],
+        )
+        return Response(routing_state_data(state))

@@ -341,11 +341,26 @@ def production_restore(*, tenant: Tenant, actor: Actor, current, previous, reaso
     return _routing_set(tenant=tenant, model=current.name, stable=previous, actor=actor, reason=reason)
 
 
-@transaction.atomic
 def release_start(*, tenant: Tenant, actor: Actor, release_id) -> Release:
-    """draft → evaluating: queues one eval run per suite for the candidate and the baseline (on commit); the
-    next analysis tick moves on to the first canary stage once they are done. Records who started it (the
-    two-person rule compares the approver with this person)."""
+    """draft → evaluating, once the candidate is on a serving slot: a draft's candidate is loaded onto a free
+    backend of the model first when none holds its weights (`provisioning.candidate_provision`, outside any
+    transaction: a call to a server), or the start is refused with the reason (409 `version_has_no_weights`,
+    `no_free_slot`, `provision_failed`) and the release stays a draft. Then, in one transaction
+    (`_release_begin`): one eval run per suite for the candidate and the baseline (enqueued on commit); the next
+    analysis tick moves on to the first canary stage once they are done. Records who started it (the two-person
+    rule compares the approver with this person)."""
+    from apps.releases.provisioning import candidate_provision
+
+    release = _lock(tenant=tenant, release_id=release_id)
+    loaded = ""
+    if release.status == ReleaseStatus.DRAFT:
+        _releasable(candidate=release.candidate, baseline=release.baseline)
+        loaded = candidate_provision(tenant=tenant, actor=actor, release=release)
+    return _release_begin(tenant=tenant, actor=actor, release_id=release.pk, loaded=loaded)
+
+
+@transaction.atomic
+def _release_begin(*, tenant: Tenant, actor: Actor, release_id, loaded: str) -> Release:
     from apps.evaluation.services import eval_run_start
 
     release = _lock(tenant=tenant, release_id=release_id)
@@ -360,7 +375,7 @@ def release_start(*, tenant: Tenant, actor: Actor, release_id) -> Release:
         release=release,
         to=ReleaseStatus.EVALUATING,
         actor=actor,
-        reason="started",
+        reason=f"started; {loaded}" if loaded else "started",
         started_by_kind=actor.kind,
         started_by_id=actor.id,
         started_by=actor.label,

@@ -1,6 +1,7 @@
 """Console pages: releases, a release with live candidate-vs-baseline charts and its verdicts, the approve and
 roll-back actions (shown only to roles allowed to take them), and the serving timeline."""
 
+from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -8,6 +9,7 @@ from apps.console.access import console_page
 from apps.console.pages import console_action
 from apps.releases import selectors, services
 from apps.releases.figures import release_figures, serving_figure
+from apps.releases.forms import ProductionSetForm, ReleaseCreateForm
 from apps.releases.models import ACTIVE_STATUSES, ReleaseStatus
 from apps.tenants.permissions import Action, role_can
 
@@ -15,8 +17,65 @@ from apps.tenants.permissions import Action, role_can
 @console_page(Action.RELEASE_VIEW)
 def release_list(request):
     return render(
-        request, "console/releases.html", {"releases": selectors.release_list(tenant=request.tenant)}
+        request,
+        "console/releases.html",
+        {
+            "releases": selectors.release_list(tenant=request.tenant),
+            "can_manage": role_can(request.membership.role, Action.RELEASE_MANAGE),
+        },
     )
+
+
+@console_page(Action.RELEASE_MANAGE)
+def release_new(request):
+    """A draft release of a candidate version; its page has the Start button (which loads the candidate)."""
+    from apps.core.errors import DomainError
+    from apps.evaluation.selectors import eval_suite_list
+    from apps.training.models import VersionStatus
+    from apps.training.selectors import model_version_list
+
+    versions = list(model_version_list(tenant=request.tenant))
+    form = ReleaseCreateForm(
+        request.POST or None,
+        candidates=[version for version in versions if version.status == VersionStatus.CANDIDATE],
+        versions=versions,
+        suites=eval_suite_list(tenant=request.tenant),
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            release = services.release_create(
+                tenant=request.tenant, actor=request.actor, **form.service_arguments()
+            )
+        except DomainError as error:
+            for field, problems in (error.fields or {}).items():
+                name = field.split("[", 1)[0]
+                name = {"candidate_id": "candidate", "baseline_id": "baseline"}.get(name, name)
+                for problem in problems:
+                    form.add_error(name if name in form.fields else None, f"{field}: {problem}")
+            form.add_error(None, error.message)
+        else:
+            messages.success(
+                request, f"Release {release.pk} drafted; start it to load and evaluate the candidate."
+            )
+            return redirect("console:release", release_id=release.pk)
+    return render(request, "console/release_new.html", {"form": form}, status=400 if form.errors else 200)
+
+
+@require_POST
+@console_page(Action.RELEASE_MANAGE)
+def release_abort(request, release_id):
+    selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404
+    console_action(
+        request,
+        lambda: services.release_abort(
+            tenant=request.tenant,
+            actor=request.actor,
+            release_id=release_id,
+            reason=request.POST.get("reason", "")[:300] or f"aborted by {request.actor.label}",
+        ),
+        success="Aborted: the baseline serves every session.",
+    )
+    return redirect("console:release", release_id=release_id)
 
 
 @console_page(Action.RELEASE_VIEW)
@@ -115,8 +174,23 @@ def release_analyze(request, release_id):
 
 @console_page(Action.SERVING_VIEW)
 def serving(request):
+    return _serving_page(request)
+
+
+def _servable_versions(tenant):
+    from apps.training.models import VersionStatus
+    from apps.training.selectors import model_version_list
+
+    return model_version_list(tenant=tenant).filter(
+        status__in=[VersionStatus.CANDIDATE, VersionStatus.PRODUCTION]
+    )
+
+
+def _serving_page(request, *, production_form=None):
     model = request.GET.get("model") or None
     events = list(selectors.serving_history(tenant=request.tenant, model=model))
+    if role_can(request.membership.role, Action.RELEASE_MANAGE) and production_form is None:
+        production_form = ProductionSetForm(versions=_servable_versions(request.tenant))
     return render(
         request,
         "console/serving_timeline.html",
@@ -125,5 +199,31 @@ def serving(request):
             "figure": serving_figure(events),
             "model": model or "",
             "routing": selectors.routing_states(tenant=request.tenant),
+            "production_form": production_form,
         },
+        status=400 if production_form is not None and production_form.errors else 200,
     )
+
+
+@require_POST
+@console_page(Action.RELEASE_MANAGE)
+def serving_production(request):
+    """A model's first production version (apps/releases/serving.py `production_set`)."""
+    from apps.core.errors import DomainError
+    from apps.releases.serving import production_set
+
+    form = ProductionSetForm(request.POST, versions=_servable_versions(request.tenant))
+    if form.is_valid():
+        try:
+            state = production_set(
+                tenant=request.tenant,
+                actor=request.actor,
+                version_id=form.cleaned_data["version"],
+                reason=form.cleaned_data["reason"],
+            )
+        except DomainError as error:
+            form.add_error("version" if error.code.startswith("version_") else None, error.message)
+        else:
+            messages.success(request, f"{state.model} v{state.stable.number} serves every new session.")
+            return redirect("console:serving")
+    return _serving_page(request, production_form=form)

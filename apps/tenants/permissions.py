@@ -60,6 +60,7 @@ class Action(StrEnum):
     TRAINING_VIEW = "training.view"
     TRAINING_MANAGE = "training.manage"
     MODEL_VERSION_VIEW = "model_version.view"
+    MODEL_REGISTER = "model.register"
     MODEL_VERSION_PUBLISH = "model_version.publish"
     MODEL_ALIAS_MANAGE = "model_alias.manage"
     EVOLUTION_VIEW = "evolution.view"
@@ -109,6 +110,7 @@ PERMISSIONS: dict[Action, tuple[frozenset[Role], Scope | None]] = {
     Action.TRAINING_MANAGE: (_OPERATORS, Scope.ADMIN),
     Action.MODEL_VERSION_VIEW: (_EVERYONE, Scope.ADMIN),
     Action.MODEL_VERSION_PUBLISH: (_OPERATORS, Scope.ADMIN),
+    Action.MODEL_REGISTER: (_ADMIN, Scope.ADMIN),  # reads the installation's disk (the tenant's inbox)
     Action.MODEL_ALIAS_MANAGE: (_OPERATORS, Scope.ADMIN),
     Action.EVOLUTION_VIEW: (_OPERATORS | {Role.VIEWER}, Scope.ADMIN),
     Action.EVOLUTION_MANAGE: (_OPERATORS, Scope.ADMIN),

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.training import apis
+from apps.training import apis, online_apis
 
 urlpatterns = [
     path("training-jobs/", apis.TrainingJobListApi.as_view(), name="training-job-list"),
@@ -28,4 +28,7 @@ urlpatterns = [
         name="model-version-chat-template",
     ),
     path("model-aliases/", apis.ModelAliasListApi.as_view(), name="model-alias-list"),
+    path("online-runs/", online_apis.OnlineRunListApi.as_view(), name="online-run-list"),
+    path("online-runs/<int:run_id>/", online_apis.OnlineRunDetailApi.as_view(), name="online-run-detail"),
+    path("online-runs/<int:run_id>/stop/", online_apis.OnlineRunStopApi.as_view(), name="online-run-stop"),
 ]

@@ -6,9 +6,8 @@ from rest_framework.response import Response
 
 from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.tenants.permissions import Action
-from apps.training import imports, selectors, services
+from apps.training import imports, registration, selectors, services
 from apps.training.models import Algorithm
-from apps.training.publication import model_version_publish
 from workers.models.templates import MAX_TEMPLATE_CHARS
 
 
@@ -133,7 +132,19 @@ class TrainingJobCancelApi(TenantApi):
 
 
 class ModelVersionListApi(TenantApi):
-    actions = {"GET": Action.MODEL_VERSION_VIEW}
+    """GET: the tenant's versions. POST (admins): a model directory in the tenant's model inbox registered as
+    a new candidate version: version 0 of a new model, or the next one of an existing model
+    (apps/training/registration.py)."""
+
+    actions = {"GET": Action.MODEL_VERSION_VIEW, "POST": Action.MODEL_REGISTER}
+
+    @extend_schema_serializer(component_name="ModelVersionRegister")
+    class InputSerializer(serializers.Serializer):
+        name = serializers.CharField(max_length=100, help_text="the model name agents will ask for")
+        directory = serializers.CharField(
+            max_length=500, help_text="a directory in this tenant's model inbox, relative to the inbox"
+        )
+        description = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
     @extend_schema(
         parameters=[OpenApiParameter("name", str), OpenApiParameter("status", str)],
@@ -148,6 +159,20 @@ class ModelVersionListApi(TenantApi):
             ),
             VersionOutputSerializer,
         )
+
+    @extend_schema(request=InputSerializer, responses={201: VersionOutputSerializer})
+    def post(self, request):
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        version = registration.model_directory_register(
+            tenant=self.tenant,
+            actor=self.actor,
+            name=data["name"],
+            source_dir=registration.model_inbox_resolve(tenant=self.tenant, directory=data["directory"]),
+            description=data["description"],
+        )
+        return Response(VersionOutputSerializer(version).data, status=201)
 
 
 class ModelVersionDetailApi(TenantApi):
@@ -175,13 +200,17 @@ class ModelVersionLineageApi(TenantApi):
 
 
 class ModelVersionPublishApi(TenantApi):
-    """Loads the version's weights into this tenant's backends serving its model (see publication.py)."""
+    """Direct publication: loads the version's weights into this tenant's backends serving its model (see
+    publication.py); once one took them the version serves (production, alias, routing, serving history:
+    apps/releases/serving.py). 409 during a release of the model, or for a version that cannot serve."""
 
     actions = {"POST": Action.MODEL_VERSION_PUBLISH}
 
     def post(self, request, version_id):
+        from apps.releases.serving import version_publish_directly
+
         version = selectors.model_version_get(tenant=self.tenant, version_id=version_id)
-        outcomes = model_version_publish(tenant=self.tenant, actor=self.actor, version=version)
+        outcomes = version_publish_directly(tenant=self.tenant, actor=self.actor, version=version)
         return Response({"version": version.label, "backends": [vars(outcome) for outcome in outcomes]})
 
 
@@ -261,6 +290,7 @@ class ModelAliasListApi(TenantApi):
     def post(self, request):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        services.alias_check_movable(alias=body.validated_data["alias"])
         version = selectors.model_version_get(
             tenant=self.tenant, version_id=body.validated_data["version_id"]
         )

@@ -84,3 +84,70 @@ class ChatTemplateForm(forms.Form):
     def __init__(self, *args, versions=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["version"].choices = [(v.pk, f"{v.label} ({v.status})") for v in versions]
+
+
+class ModelRegisterForm(forms.Form):
+    """The models page's registration form (admins): a directory of the tenant's model inbox as a new version."""
+
+    name = forms.RegexField(
+        regex=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
+        max_length=100,
+        label="Model name",
+        help_text="The name agents ask for. A new name is version 0; an existing model gets its next version.",
+        error_messages={
+            "invalid": "1 to 100 letters, digits, '.', '-' or '_', starting with a letter or digit."
+        },
+    )
+    directory = forms.CharField(
+        max_length=500,
+        help_text="A Hugging Face model directory in this tenant's model inbox, named relative to the inbox.",
+    )
+    description = forms.CharField(max_length=300, required=False)
+
+
+class OnlineRunForm(forms.Form):
+    """The console's start form of an online run (AReaL's online decoupled PPO); the service validates again."""
+
+    base_version = forms.TypedChoiceField(coerce=int, label="Learn from")
+    learning_rate = forms.FloatField(min_value=1e-9, max_value=1.0, initial=1e-5)
+    samples_per_step = forms.IntegerField(min_value=1, max_value=4096, initial=16, label="Samples per step")
+    publish_every = forms.IntegerField(min_value=1, initial=1, label="A version every (steps)")
+    staleness_bound = forms.IntegerField(min_value=0, initial=1, label="Staleness bound η")
+    max_steps = forms.IntegerField(min_value=1, required=False, help_text="Empty: until stopped.")
+    publish_to_backends = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Serve each version",
+        help_text="On: each version is loaded onto the model's backends and serves at once. Off: versions are only "
+        "registered, and releases decide what serves.",
+    )
+
+    def __init__(self, *args, versions=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["base_version"].choices = [(v.pk, f"{v.label} ({v.status})") for v in versions]
+
+    def service_arguments(self) -> dict:
+        data = self.cleaned_data
+        return {
+            "hyperparameters": {"learning_rate": data["learning_rate"]},
+            "samples_per_step": data["samples_per_step"],
+            "publish_every": data["publish_every"],
+            "staleness_bound": data["staleness_bound"],
+            "max_steps": data["max_steps"],
+            "publish_to_backends": data["publish_to_backends"],
+        }
+
+
+class AliasMoveForm(forms.Form):
+    """A model page's alias form: point a named alias (not `production`, which moves with what serves) at a
+    version."""
+
+    alias = forms.SlugField(
+        max_length=40, help_text="e.g. candidate, staging; production moves with releases."
+    )
+    version = forms.TypedChoiceField(coerce=int)
+    reason = forms.CharField(max_length=300, required=False)
+
+    def __init__(self, *args, versions=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = [(v.pk, f"{v.label} ({v.status})") for v in versions]

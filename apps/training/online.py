@@ -18,8 +18,9 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, ValidationFailed
+from apps.core.selectors import get_in_tenant
 from apps.metrics.publish import metrics_publish
-from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus
+from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus, VersionStatus
 from apps.training.services import JOBS_STREAM
 
 
@@ -45,14 +46,35 @@ def online_run_start(
     if base_version.tenant_id != tenant.pk:
         raise ValidationFailed("the base version must be this tenant's")
     if samples_per_step < 1 or publish_every < 1:
-        raise ValidationFailed("samples_per_step and publish_every must be >= 1")
-    if OnlineRun.objects.filter(tenant=tenant, status=OnlineRunStatus.RUNNING).exists():
-        raise Conflict("this tenant already has a running online run", code="online_run_exists")
+        raise ValidationFailed(
+            "samples_per_step and publish_every must be >= 1",
+            fields={
+                name: ["must be >= 1"]
+                for name, value in (("samples_per_step", samples_per_step), ("publish_every", publish_every))
+                if value < 1
+            },
+        )
+    if staleness_bound < 0:
+        raise ValidationFailed("staleness_bound must be >= 0", fields={"staleness_bound": ["must be >= 0"]})
+    if base_version.status == VersionStatus.TRAINING:
+        raise Conflict(
+            f"{base_version} is still training; learn from a finished version", code="version_training"
+        )
+    running = OnlineRun.objects.filter(tenant=tenant, status=OnlineRunStatus.RUNNING).first()
+    if running is not None:
+        raise Conflict(
+            f"this tenant already has a running online run (#{running.pk}, {running.model_name}); stop it first",
+            code="online_run_exists",
+        )
     values = {"algorithm": "decoupled_ppo", "total_steps": max_steps or 1000, **(hyperparameters or {})}
     try:
         config = TrainConfig.from_dict(values).to_dict()
     except (TypeError, ValueError) as error:
-        raise ValidationFailed(f"invalid hyperparameters: {error}", code="invalid_hyperparameters") from None
+        raise ValidationFailed(
+            f"invalid hyperparameters: {error}",
+            fields={"hyperparameters": [str(error)]},
+            code="invalid_hyperparameters",
+        ) from None
     run = OnlineRun.objects.create(
         tenant=tenant,
         model_name=base_version.name,
@@ -95,8 +117,11 @@ def _enqueue(run_id: int) -> None:
 
 @transaction.atomic
 def online_run_stop(*, tenant, actor: Actor, run_id: int) -> OnlineRun:
-    """Asks the run to stop after its current step. Audited."""
-    run = OnlineRun.objects.select_for_update().get(tenant=tenant, pk=run_id)
+    """Asks the run to stop after its current step (a run that is not running is returned as it is). Audited.
+    Another tenant's run is a NotFound, like a missing one."""
+    run = get_in_tenant(
+        OnlineRun.objects.select_for_update(), tenant=tenant, pk=run_id, code="online_run_not_found"
+    )
     if run.status == OnlineRunStatus.RUNNING and not run.stop_requested:
         run.stop_requested = True
         run.save(update_fields=["stop_requested"])
@@ -114,7 +139,7 @@ def online_run_heartbeat(*, run_id: int) -> bool:
     """Refreshes the heartbeat; False when the run should stop (stop requested or no longer running)."""
     OnlineRun.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
     row = OnlineRun.objects.filter(pk=run_id).values("status", "stop_requested").first()
-    return bool(row) and row["status"] == OnlineRunStatus.RUNNING and not row["stop_requested"]
+    return row is not None and row["status"] == OnlineRunStatus.RUNNING and not row["stop_requested"]
 
 
 @transaction.atomic
@@ -206,7 +231,12 @@ def online_run_list(*, tenant):
 
 
 def online_run_get(*, tenant, run_id) -> OnlineRun:
-    return OnlineRun.objects.select_related("current_version", "base_version").get(tenant=tenant, pk=run_id)
+    return get_in_tenant(
+        OnlineRun.objects.select_related("current_version", "base_version"),
+        tenant=tenant,
+        pk=run_id,
+        code="online_run_not_found",
+    )
 
 
 def online_pending(*, run: OnlineRun, limit: int = 256) -> list[str]:

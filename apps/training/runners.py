@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 
 from apps.audit.services import Actor
-from apps.core.errors import ValidationFailed
+from apps.core.errors import Conflict, ValidationFailed
 from apps.metrics.publish import metrics_publish
 from apps.training import services
 from apps.training.models import JobStatus, OnlineRun, OnlineRunStatus
@@ -28,7 +28,6 @@ from apps.training.online import (
     online_run_stream,
     online_run_take,
 )
-from apps.training.publication import model_version_publish
 from apps.training.selectors import training_job_stop_reason, training_records, training_snapshot_hash
 from workers.rl import staleness
 
@@ -260,7 +259,7 @@ def _learn(run, poll_seconds: float) -> dict:
                 description=f"online run {run.pk}, step {steps}",
             )
             if run.publish_to_backends:
-                model_version_publish(tenant=tenant, actor=actor, version=published)
+                _publish_and_serve(run=run, actor=actor, version=published, step=steps)
             version = published
         online_run_record_step(run_id=run.pk, version=published)
         metrics_publish(
@@ -290,6 +289,20 @@ def _warn_unknown_versions(who: str, samples: int) -> str:
     )
     logger.warning(message)
     return message
+
+
+def _publish_and_serve(*, run, actor, version, step: int) -> None:
+    """AReaL's online mode: the run's new version loaded into the model's backends and, once loaded, serving
+    (production, alias, routing and the serving history: apps.releases.serving). During a release of the model
+    the release decides what serves: the version stays registered only, and the log says so."""
+    from apps.releases.serving import version_publish_directly
+
+    try:
+        version_publish_directly(
+            tenant=run.tenant, actor=actor, version=version, reason=f"online run {run.pk}, step {step}"
+        )
+    except Conflict as refusal:
+        logger.warning("online run %s: %s registered but not published: %s", run.pk, version, refusal.message)
 
 
 def _summary(metrics) -> dict:

@@ -142,6 +142,22 @@ def model_version_update_metrics(*, tenant: Tenant, version_id: int, metrics: di
     return version
 
 
+# Aliases that move only with what serves (apps/releases: a release's promotion, a model's first production,
+# direct publication), never by hand: the gateway's routing, the statuses and the alias must agree.
+SERVING_ALIASES = frozenset({"production"})
+
+
+def alias_check_movable(*, alias: str) -> None:
+    """Refuses (409 `alias_moves_with_serving`) a hand move of an alias that follows what serves."""
+    if alias in SERVING_ALIASES:
+        raise Conflict(
+            f"the {alias} alias moves with what serves: release a version, make a model's first version production "
+            "(POST /api/v1/routing/) or publish one directly",
+            code="alias_moves_with_serving",
+            fields={"alias": ["moves with what serves"]},
+        )
+
+
 @transaction.atomic
 def alias_move(
     *, tenant: Tenant, actor: Actor, name: str, alias: str, version: ModelVersion, reason: str = ""

@@ -2,13 +2,21 @@
 
 from django.contrib import messages
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from apps.console.access import console_page
+from apps.console.pages import console_action
 from apps.core.errors import DomainError
 from apps.tenants.permissions import Action, role_can
-from apps.training import imports, selectors, services
-from apps.training.forms import ChatTemplateForm, TrainingJobForm
+from apps.training import imports, online, registration, selectors, services
+from apps.training.forms import (
+    AliasMoveForm,
+    ChatTemplateForm,
+    ModelRegisterForm,
+    OnlineRunForm,
+    TrainingJobForm,
+)
 
 CHARTS = [  # (chart id, title, metric keys)
     ("loss", "Loss", ["loss"]),
@@ -77,6 +85,45 @@ def training_jobs(request):
 
 
 @console_page(Action.TRAINING_MANAGE)
+def online_run_new(request):
+    """Starts an online run (apps/training/online.py) from a version the operator picks."""
+    versions = selectors.model_version_list(tenant=request.tenant).exclude(status="training")
+    form = OnlineRunForm(request.POST or None, versions=versions, initial={"publish_to_backends": True})
+    if request.method == "POST" and form.is_valid():
+        try:
+            run = online.online_run_start(
+                tenant=request.tenant,
+                actor=request.actor,
+                base_version=selectors.model_version_get(
+                    tenant=request.tenant, version_id=form.cleaned_data["base_version"]
+                ),
+                **form.service_arguments(),
+            )
+        except DomainError as error:
+            _add_domain_error(form, error)
+        else:
+            messages.success(request, f"Online run {run.pk} started from {run.base_version.label}.")
+            return redirect(f"{reverse('console:training-jobs')}#online-{run.pk}")
+    return render(
+        request,
+        "console/online_run_new.html",
+        {"form": form, "running": online.online_run_active(tenant=request.tenant)},
+        status=400 if form.errors else 200,
+    )
+
+
+@require_POST
+@console_page(Action.TRAINING_MANAGE)
+def online_run_stop(request, run_id):
+    run = online.online_run_get(tenant=request.tenant, run_id=run_id)  # another tenant's: 404
+    if console_action(
+        request, lambda: online.online_run_stop(tenant=request.tenant, actor=request.actor, run_id=run.pk)
+    ):
+        messages.success(request, f"Stop requested: online run {run.pk} stops after its current step.")
+    return redirect(f"{reverse('console:training-jobs')}#online-{run.pk}")
+
+
+@console_page(Action.TRAINING_MANAGE)
 def training_job_new(request):
     versions = selectors.model_version_list(tenant=request.tenant)
     form = TrainingJobForm(request.POST or None, versions=versions)
@@ -135,17 +182,64 @@ def training_job_cancel(request, job_id):
     return redirect("console:training-job", job_id=job_id)
 
 
+def _add_domain_error(form, error: DomainError) -> None:
+    """A service's refusal shown on the form: beside the fields it names, else above the form."""
+    named = [field for field in (error.fields or {}) if field in form.fields]
+    for field in named:
+        for problem in error.fields[field]:
+            form.add_error(field, problem)
+    form.add_error(None, error.message)
+
+
 @console_page(Action.MODEL_VERSION_VIEW)
 def model_versions(request):
+    return _versions_page(request)
+
+
+def _versions_page(request, *, register_form=None):
+    can_register = role_can(request.membership.role, Action.MODEL_REGISTER)
+    if can_register and register_form is None:
+        register_form = ModelRegisterForm()
     return render(
         request,
         "console/version_list.html",
         {
             "versions": selectors.model_version_list(
                 tenant=request.tenant, name=request.GET.get("name") or None
-            )
+            ),
+            "register_form": register_form if can_register else None,
         },
+        status=400 if register_form is not None and register_form.errors else 200,
     )
+
+
+@require_POST
+@console_page(Action.MODEL_REGISTER)
+def model_register(request):
+    """A directory of the tenant's model inbox registered as a new candidate version (apps/training/registration)."""
+    form = ModelRegisterForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            version = registration.model_directory_register(
+                tenant=request.tenant,
+                actor=request.actor,
+                name=data["name"],
+                source_dir=registration.model_inbox_resolve(
+                    tenant=request.tenant, directory=data["directory"]
+                ),
+                description=data["description"],
+            )
+        except DomainError as error:
+            _add_domain_error(form, error)
+        else:
+            messages.success(
+                request,
+                f"Registered {version.label}, a candidate. Register a backend serving version {version.number}, "
+                "then make it production on the Serving page (its first version) or release it.",
+            )
+            return redirect("console:model-versions")
+    return _versions_page(request, register_form=form)
 
 
 def lineage_tree(rows: list[dict]) -> list[dict]:
@@ -208,13 +302,22 @@ def model_lineage(request, name):
     return _lineage_page(request, name)
 
 
-def _lineage_page(request, name, *, form=None):
+def _lineage_page(request, name, *, form=None, alias_form=None):
     tree = lineage_tree(selectors.model_lineage(tenant=request.tenant, name=name))
     if not tree:
         from django.http import Http404
 
         raise Http404("no such model")
-    context = {"name": name, "tree": tree, "figure": lineage_figure(tree)}
+    context = {
+        "name": name,
+        "tree": tree,
+        "figure": lineage_figure(tree),
+        "aliases": selectors.alias_list(tenant=request.tenant, name=name),
+    }
+    if role_can(request.membership.role, Action.MODEL_ALIAS_MANAGE):
+        context["alias_form"] = alias_form or AliasMoveForm(
+            versions=selectors.model_version_list(tenant=request.tenant, name=name)
+        )
     if role_can(request.membership.role, Action.TRAINING_MANAGE):
         versions = list(selectors.model_version_list(tenant=request.tenant, name=name))
         if form is None:
@@ -232,7 +335,38 @@ def _lineage_page(request, name, *, form=None):
                 versions=versions,
             )
         context["template_form"] = form
-    return render(request, "console/lineage.html", context, status=400 if form and form.errors else 200)
+    failed = (form is not None and form.errors) or (alias_form is not None and alias_form.errors)
+    return render(request, "console/lineage.html", context, status=400 if failed else 200)
+
+
+@require_POST
+@console_page(Action.MODEL_ALIAS_MANAGE)
+def model_alias_move(request, name):
+    """Points a named alias of the model at one of its versions (production moves with what serves)."""
+    versions = selectors.model_version_list(tenant=request.tenant, name=name)
+    if not versions.exists():
+        from django.http import Http404
+
+        raise Http404("no such model")
+    form = AliasMoveForm(request.POST, versions=versions)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.alias_check_movable(alias=data["alias"])
+            moved = services.alias_move(
+                tenant=request.tenant,
+                actor=request.actor,
+                name=name,
+                alias=data["alias"],
+                version=selectors.model_version_get(tenant=request.tenant, version_id=data["version"]),
+                reason=data["reason"],
+            )
+        except DomainError as error:
+            _add_domain_error(form, error)
+        else:
+            messages.success(request, f"{name}:{moved.alias} → v{moved.version.number}.")
+            return redirect("console:model-lineage", name=name)
+    return _lineage_page(request, name, alias_form=form)
 
 
 @require_POST

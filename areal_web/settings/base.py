@@ -329,6 +329,10 @@ AREAL_TRAINING_UNKNOWN_VERSIONS = env_choice("AREAL_TRAINING_UNKNOWN_VERSIONS", 
 # Model import (manage.py importmodel, workers/models): the largest model, in bytes of float32 weights, a
 # conversion may load (a GGUF is de-quantized to float32 in memory; the process peaks near twice this).
 AREAL_MODEL_IMPORT_MAX_BYTES = env_int("AREAL_MODEL_IMPORT_MAX_BYTES", 8 << 30)
+# Model registration from a directory (API, console, manage.py registermodel): a tenant names a directory inside
+# its own inbox, AREAL_MODEL_INBOX_DIR/<tenant slug>/, and only there (the installation's file system is not
+# tenant input); the registered copy lives under AREAL_MODELS_DIR/<tenant slug>/<model>/.
+AREAL_MODEL_INBOX_DIR = Path(env_str("AREAL_MODEL_INBOX_DIR", str(VAR_DIR / "model-inbox")))
 CELERY_BEAT_SCHEDULE["training-requeue-stale"] = {"task": "training.requeue_stale", "schedule": 60.0}
 
 # Live overview (apps.metrics.outcomes): a worker publishes each tenant's reward/success point this often.

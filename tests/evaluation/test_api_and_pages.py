@@ -9,7 +9,7 @@ from apps.releases.models import ReleaseStatus, RoutingState
 from apps.releases.services import release_analyze, release_create, release_start
 from apps.tenants.permissions import Role
 from tests.evaluation.factories import EvalCaseResultFactory
-from tests.releases.helpers import SYSTEM, register_versions
+from tests.releases.helpers import SYSTEM, register_versions, serve_versions
 
 pytestmark = pytest.mark.django_db
 
@@ -142,7 +142,8 @@ def test_an_offline_regression_rolls_the_release_back_before_any_traffic(
         },
         format="json",
     )
-    _, candidate = register_versions(tenant)
+    baseline, candidate = register_versions(tenant)
+    serve_versions(tenant, baseline, candidate)
     release = release_create(
         tenant=tenant,
         actor=SYSTEM,

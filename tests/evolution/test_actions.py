@@ -17,7 +17,7 @@ from apps.training.online import online_run_finish, online_run_record_step, onli
 from tests.evaluation.factories import EvalCaseFactory, EvalSuiteFactory
 from tests.evolution.factories import AutoPolicyFactory
 from tests.evolution.helpers import CALM, SYSTEM, candidate, production
-from tests.releases.helpers import MODEL, release_at
+from tests.releases.helpers import MODEL, release_at, serve_versions
 from tests.tenants.factories import UserFactory
 from tests.training.factories import ModelVersionFactory
 
@@ -111,6 +111,7 @@ def test_a_harness_candidate_is_released_on_the_backends_of_its_weights(tenant):
     harness_only = ModelVersionFactory(
         tenant=tenant, name=policy.model, number=1, status=VersionStatus.CANDIDATE, weights_of=base
     )
+    serve_versions(tenant, base)  # production's backend serves the harness version's weights
     decision = decision_record(
         tenant=tenant, policy=policy, kind="release", reason="test", actor=SYSTEM, version=harness_only
     )

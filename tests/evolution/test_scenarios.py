@@ -20,7 +20,7 @@ from apps.training.online import online_run_finish, online_run_start
 from apps.training.selectors import alias_resolve
 from tests.evolution.factories import AutoPolicyFactory
 from tests.evolution.helpers import SYSTEM, candidate, production
-from tests.releases.helpers import MODEL, release_at
+from tests.releases.helpers import MODEL, release_at, serve_versions
 from tests.trajectories.factories import StepFactory, TrajectoryFactory
 from workers.envs import weather
 from workers.envs.scenarios import ALARM_KINDS, EXTRA_TOOLS, SHIFTED_QUESTION, WEATHER_V2
@@ -288,6 +288,7 @@ def test_a_release_rolled_back_by_its_guardrails_restarts_the_learner_from_produ
     base = production(tenant, policy)
     learner = online_run_start(tenant=tenant, actor=SYSTEM, base_version=base, publish_to_backends=False)
     degraded = candidate(tenant, base, checkpoint="/models/degraded")
+    serve_versions(tenant, base, degraded)  # the two serving slots, as the demo loads them
     # As the demo's bad_release: a release decision of the degraded copy, its release started by the services.
     release = release_create(
         tenant=tenant, actor=SYSTEM, candidate_id=degraded.pk, baseline_id=base.pk, **plan

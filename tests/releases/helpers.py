@@ -39,11 +39,31 @@ def register_versions(
     return baseline, candidate
 
 
+def serve_versions(tenant, *versions):
+    """A backend row per version holding its weights (the model's serving slots), so a release of them starts
+    without loading anything (apps/releases/provisioning.py): no server behind them."""
+    from tests.inference.factories import BackendFactory
+
+    return [
+        BackendFactory(tenant=tenant, served_model=version.name, model_version=str(version.number))
+        for version in versions
+    ]
+
+
 def release_at(
-    tenant, status: str, *, stage_index: int = -1, started_by: Actor | None = None, **plan
+    tenant,
+    status: str,
+    *,
+    stage_index: int = -1,
+    started_by: Actor | None = None,
+    served: bool = False,
+    **plan,
 ) -> Release:
-    """A release of a fresh candidate put straight into `status` (for state-machine and approval tests)."""
+    """A release of a fresh candidate put straight into `status` (for state-machine and approval tests); with
+    `served`, backend rows hold both versions (serve_versions), so the release can be started."""
     baseline, candidate = register_versions(tenant)
+    if served:
+        serve_versions(tenant, baseline, candidate)
     release = release_create(tenant=tenant, actor=SYSTEM, candidate_id=candidate.pk, **plan)
     fields = {"status": status, "stage_index": stage_index}
     if started_by is not None:

@@ -16,7 +16,7 @@ from apps.releases.services import (
     routing_initialize,
 )
 from apps.tenants.permissions import Role
-from tests.releases.helpers import SYSTEM, register_versions, release_at
+from tests.releases.helpers import SYSTEM, register_versions, release_at, serve_versions
 
 pytestmark = pytest.mark.django_db
 
@@ -65,6 +65,7 @@ def test_what_served_the_tenant_at_a_moment(
     tenant, other_tenant, api_client, member, django_capture_on_commit_callbacks
 ):
     baseline, candidate = register_versions(tenant)
+    serve_versions(tenant, baseline, candidate)
     before_anything = timezone.now()
     time.sleep(0.01)
     routing_initialize(tenant=tenant, actor=SYSTEM, version=baseline)

@@ -30,7 +30,7 @@ def test_a_person_cannot_approve_their_own_release_with_their_own_keys(api_clien
     tenant.policy.save()
     alice, bob = member(Role.ADMIN), member(Role.ADMIN)
     alice_session = api_client(user=alice)
-    release = release_at(tenant, ReleaseStatus.DRAFT)
+    release = release_at(tenant, ReleaseStatus.DRAFT, served=True)
     started = alice_session.post(f"/api/v1/releases/{release.pk}/start/", {}, format="json")
     assert started.status_code == 200, started.content
     Release.objects.filter(pk=release.pk).update(status=ReleaseStatus.AWAITING_APPROVAL, stage_index=3)
@@ -66,7 +66,7 @@ def test_a_release_started_with_a_key_is_the_key_creators(api_client, member, te
     alice, bob = member(Role.ADMIN), member(Role.OPERATOR)
     alice_session = api_client(user=alice)
     alice_key = _with_key(_new_key(alice_session, "alice-deploy"))
-    release = release_at(tenant, ReleaseStatus.DRAFT)
+    release = release_at(tenant, ReleaseStatus.DRAFT, served=True)
     assert alice_key.post(f"/api/v1/releases/{release.pk}/start/", {}, format="json").status_code == 200
     Release.objects.filter(pk=release.pk).update(status=ReleaseStatus.AWAITING_APPROVAL, stage_index=3)
     refused = alice_session.post(f"/api/v1/releases/{release.pk}/approve/", {}, format="json")

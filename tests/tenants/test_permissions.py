@@ -132,6 +132,15 @@ def _request(action, client, context):
         from tests.training.factories import ModelVersionFactory
 
         return client.post(f"/api/v1/model-versions/{ModelVersionFactory(tenant=tenant).pk}/publish/")
+    if action is Action.MODEL_REGISTER:
+        import uuid
+
+        from tests.training.helpers import inbox_model
+
+        directory = inbox_model(tenant, f"matrix-{uuid.uuid4().hex[:8]}")
+        return client.post(
+            "/api/v1/model-versions/", {"name": directory, "directory": directory}, format="json"
+        )
     if action is Action.MODEL_ALIAS_MANAGE:
         from tests.training.factories import ModelVersionFactory
 

@@ -78,3 +78,21 @@ def qualified_trajectories(tenant, *, groups=3, group_size=4, prompt=6, completi
             QualificationFactory(trajectory=trajectory, qualified=True, training_reward=value)
             made.append(trajectory)
     return made
+
+
+def inbox_model(tenant, directory: str = "tiny"):
+    """A minimal model directory (what registration reads: config, safetensors weights, a fast tokenizer, a chat
+    template; nothing a server could load) in the tenant's model inbox; returns its name there."""
+    import json
+
+    from django.conf import settings
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    path = settings.AREAL_MODEL_INBOX_DIR / tenant.slug / directory
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (path / "model.safetensors").write_bytes(b"{}")
+    Tokenizer(WordLevel({"hi": 0, "[UNK]": 1}, unk_token="[UNK]")).save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    return directory

@@ -1,0 +1,97 @@
+"""The serving page's form; the service validates again (apps/releases/serving.py)."""
+
+from django import forms
+
+
+class ProductionSetForm(forms.Form):
+    """A model's first production version: it serves every new session from now on."""
+
+    version = forms.TypedChoiceField(coerce=int, label="Version")
+    reason = forms.CharField(max_length=300, required=False)
+
+    def __init__(self, *args, versions=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = [(v.pk, f"{v.label} ({v.status})") for v in versions]
+
+
+DEFAULT_GUARDRAILS = """[
+  {"metric": "reward_mean", "direction": "higher_is_better", "threshold": 0.1, "min_samples": 30},
+  {"metric": "error_rate", "direction": "lower_is_better", "threshold": 0.05, "min_samples": 30}
+]"""
+
+
+class ReleaseCreateForm(forms.Form):
+    """The releases page's new-release form; `release_create` validates the plan again (field errors)."""
+
+    candidate = forms.TypedChoiceField(coerce=int, label="Candidate")
+    baseline = forms.TypedChoiceField(
+        coerce=int,
+        required=False,
+        empty_value=None,
+        label="Baseline",
+        help_text="Empty: the model's production.",
+    )
+    stages = forms.CharField(
+        initial="5, 25, 50, 100", help_text="Percent of new sessions on the candidate per stage, rising."
+    )
+    stage_min_seconds = forms.IntegerField(min_value=0, initial=300, label="Minimum seconds per stage")
+    guardrails = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 6, "cols": 100, "spellcheck": "false"}),
+        initial=DEFAULT_GUARDRAILS,
+        required=False,
+        help_text='JSON: [{"metric", "direction", "threshold", "min_samples", "judge"}]; metrics: reward_mean, '
+        "user_correction_rate, error_rate, latency_p95, cost_per_task, eval_score.",
+    )
+    eval_suites = forms.TypedMultipleChoiceField(
+        coerce=int,
+        required=False,
+        label="Evaluation suites",
+        help_text="Run on both versions before the canary.",
+    )
+    failure_limit = forms.IntegerField(min_value=0, initial=0)
+    inconclusive_limit = forms.IntegerField(min_value=0, initial=3)
+
+    def __init__(self, *args, candidates=(), versions=(), suites=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["candidate"].choices = [(v.pk, f"{v.label} ({v.status})") for v in candidates]
+        self.fields["baseline"].choices = [("", "production")] + [
+            (v.pk, f"{v.label} ({v.status})") for v in versions
+        ]
+        self.fields["eval_suites"].choices = [(suite.pk, suite.name) for suite in suites]
+
+    def clean_stages(self) -> list:
+        try:
+            return [
+                float(part)
+                for part in self.cleaned_data["stages"].replace(";", ",").split(",")
+                if part.strip()
+            ]
+        except ValueError:
+            raise forms.ValidationError("Numbers separated by commas, e.g. 5, 25, 50, 100.") from None
+
+    def clean_guardrails(self) -> list:
+        import json
+
+        text = self.cleaned_data["guardrails"].strip()
+        if not text:
+            return []
+        try:
+            guardrails = json.loads(text)
+        except ValueError as error:
+            raise forms.ValidationError(f"Not JSON: {error}") from None
+        if not isinstance(guardrails, list) or not all(isinstance(item, dict) for item in guardrails):
+            raise forms.ValidationError("A JSON list of objects.")
+        return guardrails
+
+    def service_arguments(self) -> dict:
+        data = self.cleaned_data
+        return {
+            "candidate_id": data["candidate"],
+            "baseline_id": data["baseline"],
+            "stages": data["stages"],
+            "guardrails": data["guardrails"],
+            "eval_suite_ids": data["eval_suites"],
+            "failure_limit": data["failure_limit"],
+            "inconclusive_limit": data["inconclusive_limit"],
+            "stage_min_seconds": data["stage_min_seconds"],
+        }
