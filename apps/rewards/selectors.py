@@ -160,7 +160,7 @@ def evaluator_has_rewards(*, evaluator: Evaluator) -> bool:
 
 def evaluator_run_list(*, tenant: Tenant, evaluator_id: int, trajectory_id=None, status: str | None = None):
     """The LLM-judge runs of one evaluator of the tenant, newest first."""
-    runs = EvaluatorRun.objects.for_tenant(tenant).filter(evaluator_id=evaluator_id)
+    runs = EvaluatorRun.objects.for_tenant(tenant).filter(evaluator_id=evaluator_id).select_related("reward")
     if trajectory_id:
         runs = runs.filter(trajectory_id=trajectory_id)
     if status:

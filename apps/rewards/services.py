@@ -33,7 +33,7 @@ from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory, trajectory_id_for
 from workers.rewards.evaluators import KINDS as EVALUATOR_KINDS
 from workers.rewards.evaluators import LLM_JUDGE, run_evaluator
-from workers.rewards.judge import judge_config, judge_config_problems
+from workers.rewards.judge import JudgeConfigInvalid, judge_config, judge_config_problems
 from workers.rewards.specs import SpecData, check_reward, spec_problems
 
 
@@ -520,6 +520,15 @@ def evaluator_create(*, tenant: Tenant, actor: Actor, spec_name: str = "", **fie
     return evaluator
 
 
+def _same_judge(kind: str, evaluator: Evaluator, config) -> bool:
+    if kind != LLM_JUDGE or evaluator.kind != LLM_JUDGE:
+        return False
+    try:
+        return judge_config(evaluator.config) == judge_config(config)
+    except JudgeConfigInvalid:
+        return False
+
+
 @transaction.atomic
 def evaluator_update(*, tenant: Tenant, actor: Actor, evaluator_id: int, changes: dict) -> Evaluator:
     """Edits one evaluator version of `tenant` (another tenant's: 404), row-locked, audited
@@ -543,6 +552,8 @@ def evaluator_update(*, tenant: Tenant, actor: Actor, evaluator_id: int, changes
         "spec_name": evaluator.spec.name if evaluator.spec else "",
     }
     changed = {name: value for name, value in changes.items() if value is not None and current[name] != value}
+    if "config" in changed and _same_judge(changes.get("kind", evaluator.kind), evaluator, changed["config"]):
+        del changed["config"]  # the same judge written out another way (defaults spelled, 30 as 30.0)
     if not changed:
         return evaluator
     if set(changed) & set(EVALUATOR_MEANING) and evaluator_has_rewards(evaluator=evaluator):

@@ -141,6 +141,8 @@ def _rubric_problem(rubric) -> str:
         return "required: the text the judge grades by, naming {final_answer} or other placeholders"
     if len(rubric) > MAX_RUBRIC_CHARS:
         return f"at most {MAX_RUBRIC_CHARS} characters"
+    if "\x00" in rubric:
+        return "contains a NUL character"
     names = rubric_placeholders(rubric)
     unknown = [name for name in names if name not in PLACEHOLDERS]
     if unknown:
@@ -205,14 +207,14 @@ def judge_config_problems(config) -> dict[str, str]:
     if problem := _rubric_problem(config.get("rubric")):
         problems["config.rubric"] = problem
     model = config.get("model")
-    if not isinstance(model, str) or not model.strip() or len(model) > 200:
+    if not isinstance(model, str) or not model.strip() or len(model) > 200 or "\x00" in model:
         problems["config.model"] = (
             "required: the model name the tenant's gateway routes (at most 200 characters)"
         )
     version = config.get("version")
     if _is_integer(version):
         version = str(version)
-    if not isinstance(version, str) or not version.strip() or len(version) > 64:
+    if not isinstance(version, str) or not version.strip() or len(version) > 64 or "\x00" in version:
         problems["config.version"] = "required: the judge is pinned to one version of its model"
     if "score" not in config and "verdicts" not in config:
         problems["config.score"] = "give a score range, verdicts, or both"
