@@ -2,8 +2,12 @@
 configuration problem a field error, nothing stored), a used version's meaning fixed, runs listed with their
 failures, another tenant's evaluators and models invisible. The runner hands judges to their own task."""
 
+import uuid
+from datetime import timedelta
+
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from apps.audit.models import AuditEvent
 from apps.rewards.models import Evaluator, EvaluatorRun, Reward
@@ -12,6 +16,7 @@ from apps.rewards.services import evaluator_create, evaluator_reward_store
 from apps.tenants.permissions import Role
 from apps.trajectories.models import Purpose
 from tests.inference.factories import BackendFactory
+from tests.qualification.conftest import eager_tasks  # noqa: F401  (fixture)
 from tests.releases.helpers import register_versions
 from tests.rewards.factories import SYSTEM
 from tests.trajectories.factories import TrajectoryFactory
@@ -275,3 +280,71 @@ def test_the_console_registers_and_edits_a_judge_with_errors_beside_their_fields
     assert operator.post(f"/evaluators/{theirs.pk}/", FORM).status_code == 404
     assert Evaluator.objects.get(pk=theirs.pk).config == JUDGE
     assert "theirs" not in operator.get("/evaluators/").content.decode()
+
+
+def test_a_failed_judge_run_is_run_again_on_request_and_a_held_one_is_left_alone(
+    api_client,
+    tenant,
+    grader,
+    monkeypatch,
+    django_capture_on_commit_callbacks,
+    eager_tasks,  # noqa: F811
+):
+    from apps.rewards import judging
+
+    answers = ["I cannot say.", '{"score": 9, "reason": "clear"}']
+    calls = []
+
+    def judge_call(*, tenant, config, session_id, messages, sleep):
+        calls.append(session_id)
+        return judging.JudgeAnswer(
+            text=answers[len(calls) - 1], step_id=str(uuid.uuid4()), finish_reason="stop", attempts=1
+        )
+
+    monkeypatch.setattr(judging, "judge_call", judge_call)
+    evaluator = evaluator_create(tenant=tenant, actor=SYSTEM, name="judge", kind="llm_judge", config=JUDGE)
+    trajectory = TrajectoryFactory(tenant=tenant)
+    client = api_client(scopes=["admin", "trajectories:read"])
+
+    def run():
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post(
+                f"/api/v1/evaluators/{evaluator.pk}/run/",
+                {"trajectory_id": str(trajectory.pk)},
+                format="json",
+            )
+        assert response.status_code == 202
+        return EvaluatorRun.objects.get(evaluator=evaluator, trajectory=trajectory)
+
+    failed = run()
+    assert (failed.status, failed.error_code, failed.raw_answer) == (
+        "failed",
+        "answer_unparseable",
+        "I cannot say.",
+    )
+    assert not Reward.objects.filter(trajectory=trajectory).exists()
+    succeeded = run()  # a failure is run again
+    assert (succeeded.status, succeeded.attempts, succeeded.error_code, succeeded.raw_answer) == (
+        "succeeded",
+        2,
+        "",
+        "",
+    )
+    listed = client.get("/api/v1/rewards/", {"source": "evaluator", "trajectory_id": str(trajectory.pk)})
+    [reward] = listed.json()["results"]
+    assert (reward["value"], reward["created_by"]) == (9.0, "judge@1")
+    assert reward["evidence"]["judge_step_id"] == str(succeeded.judge_step_id)
+    assert reward["evidence"]["judge_session_id"] == f"judge-{evaluator.pk}-{trajectory.pk}"
+    run()  # a success is final
+    assert len(calls) == 2
+
+    other = TrajectoryFactory(tenant=tenant)
+    EvaluatorRun.objects.create(
+        tenant=tenant, evaluator=evaluator, trajectory=other, started_at=timezone.now()
+    )
+    assert judging.judge_run(evaluator_id=evaluator.pk, trajectory_id=str(other.pk)).status == "running"
+    assert len(calls) == 2  # another worker holds it
+    EvaluatorRun.objects.filter(trajectory=other).update(started_at=timezone.now() - timedelta(hours=1))
+    answers.append('{"score": 3}')
+    taken_over = judging.judge_run(evaluator_id=evaluator.pk, trajectory_id=str(other.pk))
+    assert (taken_over.status, len(calls)) == ("succeeded", 3)  # a killed worker's claim goes stale

@@ -9,6 +9,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from workers.rewards.evaluators import Outcome
 
@@ -119,7 +120,7 @@ def truncated(text: str, limit: int) -> str:
 # configuration -------------------------------------------------------------------------------------------
 
 
-def _is_number(value) -> bool:
+def _is_number(value) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

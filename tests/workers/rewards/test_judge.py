@@ -259,4 +259,5 @@ def test_the_rubric_is_rendered_from_the_outcome_and_never_rendered_twice():
     assert '"score": <a number from 0 to 10>' in messages[0]["content"]
     assert "Answer: 42" in messages[1]["content"]
     long = render_rubric("{final_answer}", Outcome(final_text="x" * 20_000))
-    assert len(long) < 8_100 and long.endswith("more characters cut]")
+    assert len(long) < 8_100
+    assert long.endswith("more characters cut]")
