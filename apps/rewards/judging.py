@@ -260,6 +260,9 @@ def judge_run(*, evaluator_id: int, trajectory_id: str, sleep=time.sleep) -> Eva
         reward, answer = _judge(evaluator, trajectory, session_id, run, sleep)
     except JudgeFailed as failure:
         return _fail(run, failure)
+    except Exception as error:  # a bug or a lost database: the run must not look held until it goes stale
+        _fail(run, JudgeFailed("internal_error", f"the run failed: {type(error).__name__}"))
+        raise
     return _finish(
         run,
         status=EvaluatorRunStatus.SUCCEEDED,

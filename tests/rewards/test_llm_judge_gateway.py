@@ -6,10 +6,12 @@ parsed score or a clear failure, never a made-up score. The judge's calls are ev
 import pytest
 
 from apps.audit.services import Actor
+from apps.gateway.models import BudgetLedger
 from apps.inference.models import BackendKind, BackendState
 from apps.rewards.models import EvaluatorRun, Reward
 from apps.rewards.services import evaluator_create
 from apps.rewards.tasks import run_judge
+from apps.tenants.models import TenantPolicy
 from apps.trajectories.models import Purpose, Step, Trajectory
 from tests.gateway.conftest import backend, embedded_backend_url  # noqa: F401  (fixtures)
 from tests.gateway.helpers import as_recorded, drain
@@ -67,6 +69,9 @@ def _standin_judge(tenant, url, **config):
 def test_a_stand_in_judge_gives_a_reward_through_the_gateway(gateway, tenant, settings):
     url, gw = gateway
     settings.AREAL_GATEWAY_URL = url
+    TenantPolicy.objects.filter(tenant=tenant).update(  # the judge's calls are priced and budgeted as any
+        price_table={"grader": {"prompt_per_1k": 1.0, "completion_per_1k": 2.0}}, monthly_budget_usd=100
+    )
     trajectory = _answered(tenant)
     with judge_standin("grader", ['Checked the tool output.\n{"score": 8, "reason": "right city"}']) as (
         judge_url,
@@ -113,6 +118,8 @@ def test_a_stand_in_judge_gives_a_reward_through_the_gateway(gateway, tenant, se
         "2024-06",
         "standin-judge",
     )
+    assert float(step.cost_usd) == pytest.approx((40 * 1.0 + 12 * 2.0) / 1000)  # the stand-in's usage
+    assert float(BudgetLedger.objects.get(tenant=tenant).spent_usd) == pytest.approx(float(step.cost_usd))
     run = EvaluatorRun.objects.get(evaluator=evaluator, trajectory=trajectory)
     assert (run.status, run.reward_id, str(run.judge_step_id), run.attempts) == (
         "succeeded",
