@@ -28,6 +28,7 @@ TASK_QUEUES: dict[str, Queue] = {
     "releases.analyze": Queue.DEFAULT,
     "releases.analyze_all": Queue.DEFAULT,
     "rewards.run_evaluators": Queue.EVAL,
+    "rewards.run_judge": Queue.EVAL,
     "training.requeue_stale": Queue.DEFAULT,
     "training.run_job": Queue.TRAIN,
     "training.run_online": Queue.TRAIN,

@@ -69,6 +69,8 @@ OBJECTS = {
     "backend-check": lambda world: {"backend_id": world.backend.pk},
     # rewards
     "evaluator-run": lambda world: {"evaluator_id": world.evaluator.pk},
+    "evaluator-detail": lambda world: {"evaluator_id": world.evaluator.pk},
+    "evaluator-run-list": lambda world: {"evaluator_id": world.evaluator.pk},
     "reward-spec-detail": lambda world: {"spec_id": world.spec.pk},
     "reward-trajectory-summary": lambda world: {"trajectory_id": world.trajectory.pk},
     "reward-detail": lambda world: {"reward_id": world.reward.pk},
@@ -152,6 +154,7 @@ OBJECTS = {
     "console:evolution-policy-delete": lambda world: {"policy_id": world.policy.pk},
     "console:evolution-decision-approve": lambda world: {"decision_id": world.decision.pk},
     "console:evolution-decision-reject": lambda world: {"decision_id": world.decision.pk},
+    "console:evaluator": lambda world: {"evaluator_id": world.evaluator.pk},
 }
 
 # Patterns with a path parameter that name no tenant object, each with the reason.

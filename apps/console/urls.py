@@ -19,4 +19,5 @@ urlpatterns = [
     path("", include("apps.releases.urls")),
     path("", include("apps.training.urls")),
     path("", include("apps.evolution.urls")),
+    path("", include("apps.rewards.urls")),
 ]

@@ -1,8 +1,10 @@
 from django.urls import path
 
 from apps.rewards.apis import (
+    EvaluatorDetailApi,
     EvaluatorListApi,
     EvaluatorRunApi,
+    EvaluatorRunListApi,
     RewardDetailApi,
     RewardFeedbackApi,
     RewardListApi,
@@ -13,7 +15,9 @@ from apps.rewards.apis import (
 
 urlpatterns = [
     path("evaluators/", EvaluatorListApi.as_view(), name="evaluator-list"),
+    path("evaluators/<int:evaluator_id>/", EvaluatorDetailApi.as_view(), name="evaluator-detail"),
     path("evaluators/<int:evaluator_id>/run/", EvaluatorRunApi.as_view(), name="evaluator-run"),
+    path("evaluators/<int:evaluator_id>/runs/", EvaluatorRunListApi.as_view(), name="evaluator-run-list"),
     path("reward-specs/", RewardSpecListApi.as_view(), name="reward-spec-list"),
     path("reward-specs/<int:spec_id>/", RewardSpecDetailApi.as_view(), name="reward-spec-detail"),
     path("rewards/", RewardListApi.as_view(), name="reward-list"),

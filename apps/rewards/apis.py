@@ -7,7 +7,14 @@ from rest_framework.response import Response
 from apps.core.api import TenantApi
 from apps.core.errors import Forbidden, NotFound
 from apps.rewards import selectors, services
-from apps.rewards.models import Combination, EvaluatorKind, RewardKind, RewardSource, RewardTiming
+from apps.rewards.models import (
+    Combination,
+    EvaluatorKind,
+    EvaluatorRunStatus,
+    RewardKind,
+    RewardSource,
+    RewardTiming,
+)
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.permissions import Action
 from apps.trajectories.selectors import trajectory_list
@@ -85,6 +92,7 @@ class RewardOutputSerializer(serializers.Serializer):
     idempotency_key = serializers.CharField(allow_null=True)
     is_override = serializers.BooleanField()
     reason = serializers.CharField()
+    evidence = serializers.DictField(help_text="What an evaluator based it on: an LLM judge's step id, model")
 
 
 class RewardListApi(TenantApi):
@@ -199,7 +207,12 @@ class EvaluatorSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120)
     version = serializers.CharField(max_length=40, required=False, default="1")
     kind = serializers.ChoiceField(choices=EvaluatorKind.choices)
-    config = serializers.DictField(required=False, default=dict)
+    config = serializers.DictField(
+        required=False,
+        default=dict,
+        help_text="llm_judge: rubric, model, version, score {min, max, clamp, normalize} and/or verdicts "
+        "{label: value}, max_tokens, timeout_s, retries, retry_backoff_s (apps/rewards/README.md)",
+    )
     agent_name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     spec = serializers.CharField(
         source="spec.name", required=False, allow_blank=True, default="", max_length=120
@@ -209,7 +222,8 @@ class EvaluatorSerializer(serializers.Serializer):
 
 
 class EvaluatorListApi(TenantApi):
-    """Rule evaluators run on workers when a trajectory ends (and on demand)."""
+    """Evaluators run on workers when a trajectory ends (and on demand): rules, programs and LLM judges.
+    An llm_judge's configuration problems are field errors named `config.<field>`."""
 
     actions = {"GET": Action.REWARD_VIEW, "POST": Action.EVALUATOR_MANAGE}
     error_statuses = {422}  # an unknown reward spec
@@ -232,8 +246,88 @@ class EvaluatorListApi(TenantApi):
         return Response(EvaluatorSerializer(evaluator).data, status=201)
 
 
+class EvaluatorDetailApi(TenantApi):
+    """GET: one evaluator version. PATCH: edit it: `enabled` and `agent_name` always; `kind`, `config` and
+    `spec` until it has stored a reward (then 409 `evaluator_version_used`: register a new version)."""
+
+    actions = {"GET": Action.REWARD_VIEW, "PATCH": Action.EVALUATOR_MANAGE}
+    error_statuses = {409, 422}
+
+    @extend_schema_serializer(component_name="EvaluatorUpdate")
+    class InputSerializer(serializers.Serializer):
+        kind = serializers.ChoiceField(choices=EvaluatorKind.choices, required=False)
+        config = serializers.DictField(required=False)
+        agent_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+        spec = serializers.CharField(required=False, allow_blank=True, max_length=120)
+        enabled = serializers.BooleanField(required=False)
+
+    @extend_schema(operation_id="evaluator_detail", responses=EvaluatorSerializer)
+    def get(self, request, evaluator_id):
+        evaluator = selectors.evaluator_get(tenant=self.tenant, evaluator_id=evaluator_id)
+        return Response(EvaluatorSerializer(evaluator).data)
+
+    @extend_schema(operation_id="evaluator_update", request=InputSerializer, responses=EvaluatorSerializer)
+    def patch(self, request, evaluator_id):
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        changes = dict(body.validated_data)
+        if "spec" in changes:
+            changes["spec_name"] = changes.pop("spec")
+        evaluator = services.evaluator_update(
+            tenant=self.tenant, actor=self.actor, evaluator_id=evaluator_id, changes=changes
+        )
+        return Response(EvaluatorSerializer(evaluator).data)
+
+
+class EvaluatorRunOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    evaluator_id = serializers.IntegerField()
+    trajectory_id = serializers.UUIDField()
+    status = serializers.CharField()
+    attempts = serializers.IntegerField()
+    reward_id = serializers.UUIDField(allow_null=True)
+    error_code = serializers.CharField()
+    error = serializers.CharField()
+    raw_answer = serializers.CharField(
+        help_text="The judge's answer when it could not be parsed (cut short)."
+    )
+    judge_session_id = serializers.CharField()
+    judge_step_id = serializers.UUIDField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class EvaluatorRunListApi(TenantApi):
+    """The LLM-judge runs of one evaluator, newest first: succeeded (with the reward) or failed (the code,
+    the reason and, for an answer that could not be parsed, the raw answer)."""
+
+    actions = {"GET": Action.REWARD_VIEW}
+
+    class FilterSerializer(serializers.Serializer):
+        trajectory_id = serializers.UUIDField(required=False)
+        status = serializers.ChoiceField(choices=EvaluatorRunStatus.choices, required=False)
+
+    @extend_schema(
+        operation_id="evaluator_run_list",
+        parameters=[FilterSerializer],
+        responses=EvaluatorRunOutputSerializer(many=True),
+    )
+    def get(self, request, evaluator_id):
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        evaluator = selectors.evaluator_get(tenant=self.tenant, evaluator_id=evaluator_id)
+        return self.paginated(
+            selectors.evaluator_run_list(
+                tenant=self.tenant, evaluator_id=evaluator.pk, **filters.validated_data
+            ),
+            EvaluatorRunOutputSerializer,
+        )
+
+
 class EvaluatorRunApi(TenantApi):
-    """Queues this evaluator over one trajectory (202); its reward appears in /rewards/?source=evaluator."""
+    """Queues this evaluator over one trajectory (202); its reward appears in /rewards/?source=evaluator
+    (an LLM judge's run, succeeded or failed, in /evaluators/<id>/runs/; a failed one is run again)."""
 
     actions = {"POST": Action.EVALUATOR_MANAGE}
     error_statuses = {410, 422}  # a reward out of its spec; a session past its late-reward window

@@ -93,6 +93,11 @@ class Reward(TimestampedTenantOwned):
     )
     is_override = models.BooleanField(default=False, help_text="An operator's override: beats every source.")
     reason = models.TextField(blank=True, help_text="Why an operator overrode.")
+    evidence = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What an evaluator based it on (an LLM judge: its step id, model).",
+    )
 
     class Meta:
         constraints = [
@@ -120,6 +125,7 @@ class EvaluatorKind(models.TextChoices):
     JSON_SCHEMA = "json_schema"
     TOOL_CALL_SUCCEEDED = "tool_call_succeeded"
     PROGRAM = "program"
+    LLM_JUDGE = "llm_judge"
 
 
 class Evaluator(TimestampedTenantOwned):
@@ -142,3 +148,45 @@ class Evaluator(TimestampedTenantOwned):
 
     def __str__(self) -> str:
         return f"{self.name}@{self.version}"
+
+
+class EvaluatorRunStatus(models.TextChoices):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class EvaluatorRun(TimestampedTenantOwned):
+    """One LLM-judge evaluator version over one trajectory: claimed by a conditional update, then succeeded
+    (its reward) or failed (why, and what the judge answered, cut short). A success is final; a failure can be
+    run again on request (`POST /api/v1/evaluators/<id>/run/`)."""
+
+    evaluator = models.ForeignKey(Evaluator, on_delete=models.CASCADE, related_name="runs")
+    trajectory = models.ForeignKey(
+        "trajectories.Trajectory", on_delete=models.CASCADE, related_name="evaluator_runs"
+    )
+    status = models.CharField(
+        max_length=16, choices=EvaluatorRunStatus.choices, default=EvaluatorRunStatus.RUNNING
+    )
+    attempts = models.PositiveIntegerField(default=0, help_text="Judge calls made over every run of it.")
+    reward = models.ForeignKey(Reward, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    error_code = models.CharField(max_length=64, blank=True)
+    error = models.TextField(blank=True)
+    raw_answer = models.TextField(
+        blank=True, help_text="The judge's answer when it could not be parsed (cut)."
+    )
+    judge_session_id = models.CharField(max_length=200, blank=True)
+    judge_step_id = models.UUIDField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "evaluator", "trajectory"], name="evaluatorrun_unique_trajectory"
+            )
+        ]
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.evaluator_id} on {self.trajectory_id}: {self.status}"

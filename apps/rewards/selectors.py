@@ -7,7 +7,14 @@ from django.db.models import Count, Q
 
 from apps.core.selectors import get_in_tenant
 from apps.rewards.errors import RewardRejected
-from apps.rewards.models import Evaluator, Reward, RewardKind, RewardSource, RewardSpec
+from apps.rewards.models import (
+    Evaluator,
+    EvaluatorRun,
+    Reward,
+    RewardKind,
+    RewardSource,
+    RewardSpec,
+)
 from apps.tenants.models import Tenant
 from apps.trajectories.models import Step
 from workers.rewards.combine import DEFAULT_PRIORITY, CombinationRule, RewardPoint, combine
@@ -232,6 +239,65 @@ def evaluator_get(*, tenant: Tenant, evaluator_id) -> Evaluator:
     )
 
 
+def evaluator_has_rewards(*, evaluator: Evaluator) -> bool:
+    """Whether this evaluator version has stored a result (its rewards carry the evaluator workers' key
+    `evaluator:<id>:<trajectory>`): a used version's meaning must not change."""
+    return Reward.objects.filter(
+        tenant_id=evaluator.tenant_id,
+        idempotency_scope=f"{RewardSource.EVALUATOR}/worker",
+        idempotency_key__startswith=f"evaluator:{evaluator.pk}:",
+    ).exists()
+
+
+def evaluator_run_list(*, tenant: Tenant, evaluator_id: int, trajectory_id=None, status: str | None = None):
+    """The LLM-judge runs of one evaluator of the tenant, newest first."""
+    runs = EvaluatorRun.objects.for_tenant(tenant).filter(evaluator_id=evaluator_id).select_related("reward")
+    if trajectory_id:
+        runs = runs.filter(trajectory_id=trajectory_id)
+    if status:
+        runs = runs.filter(status=status)
+    return runs.order_by("-created_at", "-id")
+
+
+@dataclass(frozen=True)
+class JudgeTarget:
+    """The model version an LLM judge is pinned to: a version of the tenant's registry (`model_version`, the
+    gateway pins the session to it) or, for a model the registry does not know, the tenant's backends that
+    serve it at that version (an external provider, for example)."""
+
+    model: str
+    version: str
+    model_version: object | None = None  # apps.training ModelVersion when the registry holds the model
+
+
+def judge_target(*, tenant: Tenant, model: str, version: str) -> tuple[JudgeTarget | None, dict[str, str]]:
+    """(the judge's target, or None with the problem by field `config.model` / `config.version`)."""
+    from apps.inference.selectors import backend_list
+    from apps.training.selectors import model_version_list
+
+    registered = model_version_list(tenant=tenant, name=model)
+    if registered.exists():
+        number = int(version) if version.isdigit() else None
+        found = registered.filter(number=number).first() if number is not None else None
+        if found is None:
+            known = ", ".join(str(n) for n in sorted(registered.values_list("number", flat=True)))
+            return None, {
+                "config.version": f"no version {version!r} of {model!r} in the registry (it has {known})"
+            }
+        return JudgeTarget(model=model, version=str(found.number), model_version=found), {}
+    backends = backend_list(tenant=tenant, served_model=model)
+    if backends.filter(model_version=version).exists():
+        return JudgeTarget(model=model, version=version), {}
+    if backends.exists():
+        served = ", ".join(sorted({v or "(none)" for v in backends.values_list("model_version", flat=True)}))
+        return None, {
+            "config.version": f"no backend serves {model!r} at version {version!r} (they serve {served})"
+        }
+    return None, {
+        "config.model": f"this tenant's gateway routes no model {model!r}: register a backend or a model version"
+    }
+
+
 def _tool_succeeded(content) -> bool:
     if isinstance(content, str):
         try:
@@ -241,29 +307,53 @@ def _tool_succeeded(content) -> bool:
     return not (isinstance(content, dict) and content.get("error"))
 
 
+def _as_text(content) -> str:
+    """A message's content as text: a string as is, a list of parts joined by their text, else JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            (part.get("text") or "") if isinstance(part, dict) else str(part) for part in content
+        ).strip()
+    return json.dumps(content, ensure_ascii=False)
+
+
 def trajectory_outcome(*, trajectory) -> Outcome:
-    """What evaluators judge: the final answer, each tool call with whether its result succeeded (a tool
-    message or result without an error), and the environment's reported outcome (env_event results)."""
+    """What evaluators judge: the task (the first user message), the final answer, each tool call with its
+    arguments, its result and whether that succeeded (a tool message or result without an error), and the
+    environment's reported outcome (env_event results)."""
     steps = list(
         Step.objects.filter(tenant_id=trajectory.tenant_id, trajectory=trajectory)
         .order_by("index")
         .values("kind", "observation", "action", "result")
     )
-    calls: dict[str, str] = {}
-    results: dict[str, bool] = {}
-    final_text = ""
+    calls: dict[str, tuple[str, str]] = {}
+    results: dict[str, tuple[bool, str]] = {}
+    task = final_text = ""
     environment: dict = {}
     for step in steps:
         action, result = step["action"] or {}, step["result"] or {}
         for message in (step["observation"] or {}).get("messages") or []:
-            if isinstance(message, dict) and message.get("role") == "tool" and message.get("tool_call_id"):
-                results[message["tool_call_id"]] = _tool_succeeded(message.get("content"))
+            if not isinstance(message, dict):
+                continue
+            if message.get("role") == "user" and not task:
+                task = _as_text(message.get("content"))
+            if message.get("role") == "tool" and message.get("tool_call_id"):
+                content = message.get("content")
+                results[message["tool_call_id"]] = (_tool_succeeded(content), _as_text(content))
         for item in result.get("tool_results") or []:
             if isinstance(item, dict) and item.get("tool_call_id"):
-                results[item["tool_call_id"]] = not item.get("error")
+                text = _as_text(item.get("error") or item.get("content") or item.get("result"))
+                results[item["tool_call_id"]] = (not item.get("error"), text)
         for call in action.get("tool_calls") or []:
             if isinstance(call, dict):
-                calls[call.get("id") or ""] = (call.get("function") or {}).get("name") or ""
+                function = call.get("function") or {}
+                calls[call.get("id") or ""] = (
+                    function.get("name") or "",
+                    _as_text(function.get("arguments")),
+                )
         if step["kind"] == "env_event":
             environment.update(result)
         elif step["kind"] == "llm_call":
@@ -273,7 +363,17 @@ def trajectory_outcome(*, trajectory) -> Outcome:
             )
     return Outcome(
         task_id=trajectory.task_id,
+        task=task,
         final_text=final_text,
         environment=environment,
-        tool_calls=tuple(ToolCall(call_id, name, results.get(call_id)) for call_id, name in calls.items()),
+        tool_calls=tuple(
+            ToolCall(
+                call_id,
+                name,
+                results[call_id][0] if call_id in results else None,
+                arguments=arguments,
+                result=results[call_id][1] if call_id in results else "",
+            )
+            for call_id, (name, arguments) in calls.items()
+        ),
     )

@@ -1,8 +1,8 @@
-"""Celery tasks of apps.rewards: evaluators over a trajectory (eval queue)."""
+"""Celery tasks of apps.rewards: evaluators over a trajectory, an LLM judge over a trajectory (eval queue)."""
 
 from celery import shared_task
 
-from apps.rewards.runner import evaluators_run
+from apps.rewards.runner import evaluators_run, judge_evaluator_run
 
 
 @shared_task(
@@ -18,3 +18,19 @@ def run_evaluators(trajectory_id: str, evaluator_id: int | None = None) -> dict:
     (terminal); a ConnectionError is retried (at most 3 times, backing off). Each stored reward enqueues the
     trajectory's qualification."""
     return evaluators_run(trajectory_id=trajectory_id, evaluator_id=evaluator_id)
+
+
+@shared_task(
+    name="rewards.run_judge",
+    ignore_result=True,
+    acks_late=True,
+    soft_time_limit=2400,
+    time_limit=2460,
+)
+def run_judge(trajectory_id: str, evaluator_id: int) -> dict:
+    """Judges one trajectory with one llm_judge evaluator through the gateway (apps.rewards.judging). Tenant:
+    the evaluator's, which must be the trajectory's. Idempotent: one reward per evaluator version and
+    trajectory; a run that succeeded, or that another worker holds, is not judged again. Transient gateway
+    errors are retried inside the run (the evaluator's `retries`); a failure is recorded on the run (terminal
+    here: re-run it through the run API). A stored reward enqueues the trajectory's qualification."""
+    return judge_evaluator_run(trajectory_id=trajectory_id, evaluator_id=evaluator_id)

@@ -17,12 +17,15 @@ class ToolCall:
     call_id: str
     name: str
     succeeded: bool | None  # None: no result recorded
+    arguments: str = ""  # as the model wrote them (JSON text)
+    result: str = ""  # the tool's answer as the agent sent it back ("" when none was recorded)
 
 
 @dataclass(frozen=True)
 class Outcome:
     task_id: str = ""
     final_text: str = ""
+    task: str = ""  # the first user message of the trajectory: what the agent was asked
     tool_calls: tuple[ToolCall, ...] = ()
     environment: dict = field(default_factory=dict)
 
@@ -150,9 +153,15 @@ EVALUATORS = {
     "tool_call_succeeded": tool_call_succeeded,
     "program": program_check,
 }
+# The LLM judge is no function of the outcome alone: it calls a model through the gateway (apps.rewards.judging;
+# its prompt and parsing are pure, in workers.rewards.judge).
+LLM_JUDGE = "llm_judge"
+KINDS = (*EVALUATORS, LLM_JUDGE)
 
 
 def run_evaluator(kind: str, config: dict, outcome: Outcome) -> EvaluatorResult:
+    if kind == LLM_JUDGE:
+        raise EvaluatorError("an llm_judge evaluator runs through the gateway (apps.rewards.judging)")
     if kind not in EVALUATORS:
         raise EvaluatorError(f"unknown evaluator kind {kind!r}")
     return EVALUATORS[kind](outcome, config)

@@ -1,0 +1,322 @@
+"""Running an LLM-judge evaluator over one trajectory (the task rewards.run_judge): the rubric rendered from
+the trajectory's outcome, the judge called THROUGH THE GATEWAY, its answer parsed (workers.rewards.judge), and
+the verdict appended as an evaluator reward whose evidence names the judge's step.
+
+The judge's call is ordinary tenant traffic: the worker mints a session key for the evaluator's tenant (scope
+`inference`, key prefix `judge`, forgotten after the call, as evaluation runs do), sends `X-Areal-Purpose:
+eval`, and reaches the gateway at AREAL_GATEWAY_URL, so the call is authorized, rate-limited, budgeted and
+recorded (never trained on) like any other. The session `judge-<evaluator id>-<trajectory id>` is pinned to
+the configured version first: a registry version through the release routing's session pin, otherwise the
+tenant's backends serving the model at that version through the backend router's session affinity.
+
+Every run leaves an EvaluatorRun: claimed by a conditional update (so two workers never judge the same
+pair at once), then succeeded with its reward, or failed with a code, the reason and, when the answer could
+not be parsed, the raw answer cut short. Nothing is stored as a score unless the judge gave it."""
+
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import httpx
+from django.conf import settings
+from django.db.models import F, Q
+from django.utils import timezone
+
+from apps.core.errors import DomainError
+from apps.rewards.models import Evaluator, EvaluatorKind, EvaluatorRun, EvaluatorRunStatus
+from apps.rewards.selectors import judge_target, trajectory_outcome
+from apps.rewards.services import evaluator_reward_existing, evaluator_reward_store
+from apps.trajectories.models import Purpose, Trajectory
+from workers.rewards.judge import (
+    JudgeConfig,
+    JudgeConfigInvalid,
+    UnparseableAnswer,
+    judge_config,
+    judge_messages,
+    parse_verdict,
+    truncated,
+)
+
+RETRYABLE_STATUSES = {429, 500, 502, 503, 504}
+MAX_RETRY_AFTER_SECONDS = 30.0
+ERROR_CHARS = 1000
+
+
+class JudgeFailed(Exception):
+    """The run cannot give a verdict: `code` is stored on the run with the message (and `raw`, the answer)."""
+
+    def __init__(
+        self, code: str, message: str, *, raw: str = "", step_id: str | None = None, attempts: int = 0
+    ):
+        super().__init__(message)
+        self.code, self.message, self.raw, self.step_id = code, message, raw, step_id
+        self.attempts = attempts  # judge calls made
+
+
+@dataclass(frozen=True)
+class JudgeAnswer:
+    text: str
+    step_id: str | None
+    finish_reason: str
+    attempts: int
+
+
+def judge_session_id(*, evaluator: Evaluator, trajectory_id) -> str:
+    return f"judge-{evaluator.pk}-{trajectory_id}"
+
+
+def _pin(*, tenant, config: JudgeConfig, session_id: str) -> None:
+    """Pins the judge's session to its configured version before the call, so the gateway serves that
+    version and no other (or refuses)."""
+    from apps.inference.services import NoBackendAvailable, backend_for_session
+    from apps.releases.services import session_pin
+
+    target, problems = judge_target(tenant=tenant, model=config.model, version=config.version)
+    if target is None:
+        raise JudgeFailed("judge_not_routable", "; ".join(problems.values()))
+    if target.model_version is not None:
+        session_pin(tenant=tenant, version=target.model_version, session_id=session_id)
+        return
+    try:
+        backend_for_session(
+            tenant=tenant, served_model=config.model, session_id=session_id, model_version=config.version
+        )
+    except NoBackendAvailable as error:
+        raise JudgeFailed("judge_unavailable", error.message) from None
+
+
+def _retry_after(response: httpx.Response, backoff: float) -> float:
+    try:
+        return min(float(response.headers.get("retry-after", "")), MAX_RETRY_AFTER_SECONDS)
+    except ValueError:
+        return backoff
+
+
+def _gateway_error(response: httpx.Response) -> str:
+    try:
+        error = response.json()["error"]
+        return f"the gateway answered {response.status_code} {error.get('code')}: {error.get('message')}"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"the gateway answered {response.status_code}"
+
+
+def judge_call(
+    *, tenant, config: JudgeConfig, session_id: str, messages: list[dict], sleep=time.sleep
+) -> JudgeAnswer:
+    """One chat completion from the judge through the gateway, with `config.retries` more tries after a
+    transport error, a timeout or a 429/5xx answer (waiting `retry_backoff_s` doubled each time, or the
+    gateway's Retry-After); any other refusal (403 model not allowed, 404, 422 ...) is not retried. Raises
+    JudgeFailed (`judge_call_failed`, or `judge_unavailable` once the retries are spent)."""
+    from apps.gateway.principals import Principal, session_key_forget, session_key_mint
+
+    body = {
+        "model": config.model,
+        "messages": messages,
+        "temperature": 0,
+        "max_tokens": config.max_tokens,
+    }
+    principal = Principal(
+        tenant_id=tenant.pk, tenant_slug=tenant.slug, key_prefix="judge", scopes=("inference",)
+    )
+    backoff, problem = config.retry_backoff_s, ""
+    with httpx.Client(base_url=settings.AREAL_GATEWAY_URL.rstrip("/"), timeout=config.timeout_s) as client:
+        for attempt in range(1, config.retries + 2):
+            key = session_key_mint(principal=principal, session_id=session_id, task_id="", group_id="")
+            headers = {
+                "Authorization": f"Bearer {key}",
+                "X-Areal-Purpose": "eval",
+                "X-Agent-Name": "areal-judge",
+            }
+            wait = backoff
+            try:
+                response = client.post("/v1/chat/completions", json=body, headers=headers)
+            except httpx.HTTPError as error:
+                problem = f"the gateway could not be reached: {type(error).__name__}"
+            else:
+                if response.status_code == 200:
+                    return _answer(response, attempt)
+                problem = _gateway_error(response)
+                if response.status_code not in RETRYABLE_STATUSES:
+                    raise JudgeFailed(
+                        "judge_call_failed", truncated(problem, ERROR_CHARS), attempts=attempt
+                    ) from None
+                wait = _retry_after(response, backoff)
+            finally:
+                session_key_forget(key)
+            if attempt <= config.retries:
+                sleep(min(wait, MAX_RETRY_AFTER_SECONDS))
+                backoff *= 2
+    raise JudgeFailed(
+        "judge_unavailable",
+        truncated(f"{problem} (after {config.retries + 1} tries)", ERROR_CHARS),
+        attempts=config.retries + 1,
+    )
+
+
+def _answer(response: httpx.Response, attempts: int) -> JudgeAnswer:
+    try:
+        payload = response.json()
+        choice = payload["choices"][0]
+        text = choice["message"].get("content") or ""
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise JudgeFailed(
+            "judge_call_failed", "the gateway's answer is not a chat completion", attempts=attempts
+        ) from None
+    step_id = payload.get("id")
+    try:
+        step_id = str(uuid.UUID(str(step_id)))
+    except ValueError:
+        step_id = None
+    return JudgeAnswer(
+        text=text if isinstance(text, str) else str(text),
+        step_id=step_id,
+        finish_reason=str(choice.get("finish_reason") or ""),
+        attempts=attempts,
+    )
+
+
+def _stale_after(evaluator: Evaluator) -> timedelta:
+    """How long a running claim may last before another worker takes it over: every try at its timeout and
+    backoff, and a minute more."""
+    try:
+        config = judge_config(evaluator.config)
+    except JudgeConfigInvalid:
+        return timedelta(minutes=1)  # it fails at once
+    tries = config.retries + 1
+    per_try = config.timeout_s + min(config.retry_backoff_s * 2**tries, MAX_RETRY_AFTER_SECONDS)
+    return timedelta(seconds=tries * per_try + 60)
+
+
+def _claim(*, evaluator: Evaluator, trajectory: Trajectory) -> tuple[EvaluatorRun, bool]:
+    """(the pair's run, whether this worker now holds it). A new run is created running; a failed one, or one
+    running past `_stale_after` (a killed worker's), is taken over by a conditional update; a succeeded or
+    freshly running one is left alone."""
+    now = timezone.now()
+    run, created = EvaluatorRun.objects.get_or_create(
+        tenant_id=evaluator.tenant_id,
+        evaluator=evaluator,
+        trajectory=trajectory,
+        defaults={"status": EvaluatorRunStatus.RUNNING, "started_at": now},
+    )
+    if created:
+        return run, True
+    taken = (
+        EvaluatorRun.objects.filter(pk=run.pk)
+        .filter(
+            Q(status=EvaluatorRunStatus.FAILED)
+            | Q(status=EvaluatorRunStatus.RUNNING, started_at__lt=now - _stale_after(evaluator))
+        )
+        .update(status=EvaluatorRunStatus.RUNNING, started_at=now, finished_at=None)
+    )
+    run.refresh_from_db()
+    return run, bool(taken)
+
+
+def _finish(run: EvaluatorRun, **fields) -> EvaluatorRun:
+    fields = {"finished_at": timezone.now(), **fields}
+    EvaluatorRun.objects.filter(pk=run.pk).update(**fields)
+    run.refresh_from_db()
+    return run
+
+
+def _fail(run: EvaluatorRun, failure: JudgeFailed) -> EvaluatorRun:
+    return _finish(
+        run,
+        status=EvaluatorRunStatus.FAILED,
+        error_code=failure.code,
+        error=truncated(failure.message, ERROR_CHARS),
+        raw_answer=failure.raw,
+        judge_step_id=failure.step_id,
+    )
+
+
+def judge_run(*, evaluator_id: int, trajectory_id: str, sleep=time.sleep) -> EvaluatorRun | None:
+    """Judges one trajectory with one llm_judge evaluator of the same tenant (anything else: None). Skips
+    the gateway's eval traffic (the judge's own sessions among it, which would otherwise be judged in turn).
+    Idempotent per (evaluator version, trajectory): a succeeded run, or one another worker holds, is returned
+    as it is; a failed one is run again. Stores one reward (`services.evaluator_reward_store`, evidence: the
+    judge's step id, session, model, version, reason) or records why not; enqueues the trajectory's
+    qualification when a reward is stored."""
+    evaluator = (
+        Evaluator.objects.select_related("tenant", "spec")
+        .filter(pk=evaluator_id, kind=EvaluatorKind.LLM_JUDGE)
+        .first()
+    )
+    trajectory = Trajectory.objects.filter(pk=trajectory_id).first()
+    if evaluator is None or trajectory is None or trajectory.tenant_id != evaluator.tenant_id:
+        return None
+    if trajectory.purpose == Purpose.EVAL:
+        return None
+    run, held = _claim(evaluator=evaluator, trajectory=trajectory)
+    if not held:
+        return run
+    existing = evaluator_reward_existing(evaluator=evaluator, trajectory_id=trajectory.pk)
+    if existing is not None:  # stored by a run that died before it could say so
+        return _finish(run, status=EvaluatorRunStatus.SUCCEEDED, reward=existing, error_code="", error="")
+    session_id = judge_session_id(evaluator=evaluator, trajectory_id=trajectory.pk)
+    EvaluatorRun.objects.filter(pk=run.pk).update(judge_session_id=session_id)
+    try:
+        reward, answer = _judge(evaluator, trajectory, session_id, run, sleep)
+    except JudgeFailed as failure:
+        return _fail(run, failure)
+    except Exception as error:  # a bug or a lost database: the run must not look held until it goes stale
+        _fail(run, JudgeFailed("internal_error", f"the run failed: {type(error).__name__}"))
+        raise
+    return _finish(
+        run,
+        status=EvaluatorRunStatus.SUCCEEDED,
+        reward=reward,
+        judge_step_id=answer.step_id,
+        error_code="",
+        error="",
+        raw_answer="",
+    )
+
+
+def _judge(evaluator: Evaluator, trajectory: Trajectory, session_id: str, run: EvaluatorRun, sleep):
+    try:
+        config = judge_config(evaluator.config)
+        messages = judge_messages(config, trajectory_outcome(trajectory=trajectory))
+    except JudgeConfigInvalid as error:
+        raise JudgeFailed("config_invalid", str(error)) from None
+    _pin(tenant=evaluator.tenant, config=config, session_id=session_id)
+    try:
+        answer = judge_call(
+            tenant=evaluator.tenant, config=config, session_id=session_id, messages=messages, sleep=sleep
+        )
+    except JudgeFailed as failure:
+        EvaluatorRun.objects.filter(pk=run.pk).update(attempts=F("attempts") + failure.attempts)
+        raise
+    EvaluatorRun.objects.filter(pk=run.pk).update(attempts=F("attempts") + answer.attempts)
+    try:
+        verdict = parse_verdict(answer.text, config)
+    except UnparseableAnswer as error:
+        reason = error.reason
+        if answer.finish_reason == "length":
+            reason += f" (the answer was cut at max_tokens={config.max_tokens})"
+        raise JudgeFailed("answer_unparseable", reason, raw=error.raw, step_id=answer.step_id) from None
+    evidence = {
+        "judge_step_id": answer.step_id,
+        "judge_session_id": session_id,
+        "model": config.model,
+        "version": config.version,
+        "score": verdict.score,
+        "verdict": verdict.verdict,
+        "clamped": verdict.clamped,
+        "reason": verdict.reason,
+    }
+    try:
+        reward = evaluator_reward_store(
+            evaluator=evaluator,
+            trajectory=trajectory,
+            value=verdict.value,
+            kind=None if verdict.kind == "numeric" else verdict.kind,
+            label=verdict.label,
+            evidence=evidence,
+        )
+    except DomainError as error:  # out of the reward spec (422), past the late-reward window (410)
+        raise JudgeFailed(
+            error.code, error.message, raw=truncated(answer.text, 2000), step_id=answer.step_id
+        ) from None
+    return reward, answer

@@ -1,0 +1,10 @@
+"""Console pages, included into the console's URL namespace."""
+
+from django.urls import path
+
+from apps.rewards import views
+
+urlpatterns = [
+    path("evaluators/", views.evaluators, name="evaluators"),
+    path("evaluators/<int:evaluator_id>/", views.evaluator_detail, name="evaluator"),
+]
