@@ -58,6 +58,7 @@ class StepDraft:
     session_id: str = ""
     prompt_hash: str | None = None
     backend: object = None
+    backend_profile: object = None  # apps.gateway.providers.BackendProfile: what the backend returns
     routed_version: str = ""  # the routed model version (a harness-only one differs from its backend's)
     parsed: object = None
     chunks: list = field(default_factory=list)
@@ -239,13 +240,17 @@ class StepDraft:
         parsed = self.parsed
         if parsed is None or not parsed.choices:
             return None
+        profile = self.backend_profile
+        if profile is not None and not profile.returns_token_data:
+            return None  # text-only: what such a backend sends as ids is not trusted (see _text_only)
         first = parsed.choices[0]
         prompt_ids = parsed.prompt_token_ids or first.prompt_token_ids
         if prompt_ids is None or first.completion_token_ids is None or first.logprobs is None:
             return None
-        versions = first.policy_versions or [
-            parsed.policy_version if parsed.policy_version is not None else -1
-        ] * len(first.completion_token_ids)
+        per_token = first.policy_versions if profile is None or profile.returns_token_versions else None
+        versions = per_token or [parsed.policy_version if parsed.policy_version is not None else -1] * len(
+            first.completion_token_ids
+        )
         return {
             "prompt_ids": list(prompt_ids),
             "completion_ids": list(first.completion_token_ids),
@@ -273,6 +278,14 @@ class StepDraft:
             "tools": self.request.get("tools"),
             "params": {key: self.request[key] for key in PARAM_FIELDS if key in self.request},
         }
+
+    def _text_only(self, tokens, entities) -> bool:
+        """An answer came back without token data (a hosted API, an Anthropic upstream, a server that
+        returns no ids or logprobs): ATDP's `retokenized` with no token arrays. Usable for SFT once whoever
+        trains tokenizes its text; never an on-policy sample (qualification's `token_data_complete` fails,
+        and the training view leaves it out). A redacted step's missing ids are PII's, not this."""
+        answered = self.parsed is not None and bool(self.parsed.choices)
+        return tokens is None and not entities and answered
 
     def to_record(self) -> dict | None:
         consent = self.policy.consent_mode
@@ -338,6 +351,7 @@ class StepDraft:
             action=action,
             state=self.state_header,
             pii_entities=list(entities),
+            retokenized=self._text_only(tokens, entities),
             tokens=tokens,
             tokenizer=getattr(self.backend, "served_model", "") if tokens else "",
         )
