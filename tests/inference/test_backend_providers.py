@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from apps.audit.models import AuditEvent
-from apps.inference.credentials import credential_decrypt, credential_headers
+from apps.inference.credentials import credential_decrypt, credential_encrypt, credential_headers
 from apps.inference.models import InferenceBackend
 from apps.tenants.permissions import Role
 from tests.inference.factories import BackendFactory
@@ -204,3 +204,19 @@ def test_console_registration_with_a_credential(tenant, member):
     bad = admin.post("/backends/", {**BODY, "name": "bad", "weight": 1, "credential": "a b"})
     assert bad.status_code == 422
     assert not InferenceBackend.objects.filter(name="bad").exists()
+
+
+def test_the_control_planes_own_calls_carry_the_credential(tenant):
+    from apps.evolution.harness import model_complete
+    from tests.gateway.anthropic_app import serve_in_thread
+    from tests.gateway.provider_standins import REPLY, openai_standin
+
+    app, upstream = openai_standin(key=SECRET, model="teacher")
+    with serve_in_thread(app) as url:
+        BackendFactory(tenant=tenant, kind="openai_compatible", base_url=url, served_model="teacher")
+        backend = InferenceBackend.objects.get(tenant=tenant)
+        backend.credential_encrypted = credential_encrypt(SECRET)
+        backend.save()
+        answer = model_complete(tenant=tenant, model="teacher")([{"role": "user", "content": "Propose"}])
+    assert answer == REPLY
+    assert upstream.of("/v1/chat/completions")[0]["headers"]["authorization"] == f"Bearer {SECRET}"
