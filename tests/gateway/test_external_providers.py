@@ -406,3 +406,40 @@ def test_another_tenant_sees_neither_the_backend_nor_its_credential(
     assert answer.json()["error"]["code"] == "model_not_found"
     assert upstream.of("/v1/chat/completions") == []
     assert InferenceBackend.objects.get(pk=backend["id"]).credential_last4 == OPENAI_KEY[-4:]
+
+
+def test_the_address_allow_list_still_guards_a_credentialed_anthropic_backend(
+    gateway, tenant, api_client, agent_key, settings
+):
+    url, _ = gateway
+    app, upstream = anthropic_standin(key=ANTHROPIC_KEY, model=CLAUDE)
+    admin = api_client(["admin"])
+    with serve_in_thread(app) as standin_url:
+        register(
+            admin,
+            name="claude",
+            base_url=standin_url,
+            kind="anthropic",
+            served_model=CLAUDE,
+            credential=ANTHROPIC_KEY,
+        )
+        settings.AREAL_BACKEND_ALLOWED_HOSTS = ["public"]  # loopback no longer allowed
+        refused_registration = admin.post(
+            "/api/v1/backends/",
+            {
+                "name": "claude-2",
+                "base_url": standin_url,
+                "kind": "anthropic",
+                "served_model": CLAUDE,
+                "credential": ANTHROPIC_KEY,
+            },
+            format="json",
+        )
+        client = anthropic.Anthropic(base_url=url, api_key=agent_key("inference"), max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            client.messages.create(model=CLAUDE, max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
+    assert refused_registration.status_code == 400
+    assert refused_registration.json()["error"]["fields"] == {"base_url": ["not_allowed"]}
+    assert refused.value.status_code == 502
+    assert upstream.of("/v1/messages") == []  # the key never left for a refused address
+    assert not InferenceBackend.objects.filter(name="claude-2").exists()
