@@ -123,6 +123,7 @@ OBJECTS = {
     "console:trajectory-end": lambda world: {"trajectory_id": world.trajectory.pk},
     "console:backend-check": lambda world: {"backend_id": world.backend.pk},
     "console:backend-drain": lambda world: {"backend_id": world.backend.pk},
+    "console:backend-provider": lambda world: {"backend_id": world.backend.pk},
     "console:trajectory-review": lambda world: {"trajectory_id": world.trajectory.pk},
     "console:trajectory-review-submit": lambda world: {"trajectory_id": world.trajectory.pk},
     "console:trajectory-override": lambda world: {"trajectory_id": world.trajectory.pk},
@@ -615,6 +616,11 @@ REFERENCED = {
 # Body fields named like ids that name no object, each with the reason.
 NOT_OBJECT_FIELDS = {
     ("v1_training_jobs_create", "task_id"): "an agent's task name (free text), not a row",
+    **{
+        (operation, flag): "a backend's capability flag (true or false), not a row"
+        for operation in ("v1_backends_create", "v1_backends_partial_update")
+        for flag in ("returns_token_ids", "accepts_return_token_ids")
+    },
 }
 
 

@@ -182,6 +182,7 @@ def model_complete(
     """A `complete(messages) -> text` for `ModelProposer` over one of the tenant's healthy backends of
     `model` (apps.inference: its candidates, and its egress-checked HTTP client). Not recorded as a step:
     it is the control plane's own call, not agent traffic."""
+    from apps.inference.credentials import CredentialUnreadable, credential_headers
     from apps.inference.egress import backend_http_client
     from apps.inference.selectors import backend_candidates
 
@@ -189,7 +190,11 @@ def model_complete(
         backend = backend_candidates(tenant=tenant, served_model=model).order_by("pk").first()
         if backend is None:
             raise ValidationFailed(f"no healthy backend serves {model!r}", code="no_backend_available")
-        with backend_http_client(timeout=timeout) as client:
+        try:
+            headers = credential_headers(backend)  # a hosted model's API key (apps/inference/credentials.py)
+        except CredentialUnreadable as error:
+            raise ValidationFailed(error.message, code="backend_credential_unreadable") from None
+        with backend_http_client(timeout=timeout, headers=headers) as client:
             response = client.post(
                 backend.base_url.rstrip("/") + "/v1/chat/completions",
                 json={"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0},

@@ -33,8 +33,9 @@ def reserved_cap(body: dict) -> int:
     return requested_cap(body) or settings.AREAL_GATEWAY_DEFAULT_MAX_TOKENS
 
 
-async def model_context_length(backend) -> int | None:
-    """The backend's published context length for the model it serves (cached per process), or None."""
+async def model_context_length(backend, headers: dict | None = None) -> int | None:
+    """The backend's published context length for the model it serves (cached per process), or None.
+    `headers`: the backend's credential (apps/gateway/providers.py)."""
     key = (backend.base_url, backend.served_model)
     cached = _lengths.get(key)
     now = time.monotonic()
@@ -43,7 +44,7 @@ async def model_context_length(backend) -> int | None:
     length = None
     try:
         async with backend_session().get(
-            backend.base_url + "/v1/models", allow_redirects=False, timeout=_probe_timeout()
+            backend.base_url + "/v1/models", headers=headers, allow_redirects=False, timeout=_probe_timeout()
         ) as response:
             if response.status == 200:
                 models = (await response.json(content_type=None)).get("data") or []
@@ -67,7 +68,7 @@ def _probe_timeout():
     return aiohttp.ClientTimeout(total=PROBE_SECONDS)
 
 
-async def apply_cap(forward_body: dict, *, reserved: int, backend) -> None:
+async def apply_cap(forward_body: dict, *, reserved: int, backend, headers: dict | None = None) -> None:
     """Puts the reserved cap into the body sent to the backend (in place)."""
     for name in CAP_FIELDS:
         if forward_body.get(name) is None:
@@ -78,7 +79,7 @@ async def apply_cap(forward_body: dict, *, reserved: int, backend) -> None:
         # for servers that read only it (completions).
         forward_body["max_tokens"] = forward_body.get("max_tokens") or requested
         return
-    length = await model_context_length(backend)
+    length = await model_context_length(backend, headers)
     if length is not None and length <= reserved:
         return  # the backend stops within its context: fewer tokens than were reserved
     forward_body["max_tokens"] = reserved

@@ -28,6 +28,7 @@ from apps.gateway.forward import (
     read_capped,
 )
 from apps.gateway.policy import budget_reserve, budget_settle, policy_for
+from apps.gateway.providers import add_token_parameters, credential_refused, forwarding_profile
 from apps.gateway.recording import StepDraft, journal_check, record_step, session_share
 from apps.gateway.versions import derive_token_versions
 from workers.evolution.harness import apply_to_request as harness_apply
@@ -118,9 +119,12 @@ async def handle_generation(
         if state.ended:
             raise GatewayError(410, f"session {state.session_id} has ended", "session_ended")
         backend = await gateway.route(principal, model, state, minted=minted)
+        # its credential and capability flags (providers.py); refused here when it cannot serve this call
+        profile = await forwarding_profile(backend, endpoint=endpoint, model=model)
         draft.attach(
             session=state, prompt_hash=hashes[-1] if hashes else None, backend=backend, version=state.version
         )
+        draft.backend_profile = profile
         harness = None
         if endpoint != "completions":  # a raw prompt has no system message or tools to apply a harness to
             harness = (await gateway.serving(principal.tenant_id, model, state.version)).harness
@@ -135,18 +139,28 @@ async def handle_generation(
                 tool_versions=harness_tool_versions(harness, chat_body.get("tools")),
             )
         forward_body = dict(model_body)
-        await caps.apply_cap(forward_body, reserved=max_tokens, backend=backend)
-        forward_body["return_token_ids"] = True
-        if endpoint == "completions":
-            forward_body["logprobs"] = max(int(chat_body.get("logprobs") or 0), 0)
-        else:
-            forward_body["logprobs"] = True
-        if forward_body.get("stream"):
-            forward_body["stream_options"] = {"include_usage": True}
+        await caps.apply_cap(forward_body, reserved=max_tokens, backend=backend, headers=profile.headers)
+        add_token_parameters(forward_body, endpoint=endpoint, profile=profile)  # only what it accepts
         path = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
         url = backend_url(backend.base_url, path)  # refused before any connection unless allowed (egress.py)
         draft.forwarded_at = time.time()  # per-token versions of answers that carry none (versions.py)
-        if chat_body.get("stream"):
+        if profile.anthropic:  # an Anthropic Messages API upstream: /v1/messages forwarded as it came
+            from apps.gateway.anthropic_native import forward_messages  # it uses this module's helpers
+
+            actual_cost = await forward_messages(
+                gateway,
+                receive,
+                send,
+                draft,
+                backend=backend,
+                profile=profile,
+                body=body,
+                client_headers=headers,
+                harness=harness,
+                started=started,
+                max_tokens=max_tokens,
+            )
+        elif chat_body.get("stream"):
             actual_cost = await _stream(
                 gateway, receive, send, draft, url, forward_body, started, anthropic, client_model, harness
             )
@@ -164,6 +178,11 @@ async def _backend_failure(gateway, draft, error_status: int, message: str, code
     await session_share(gateway, draft)  # a retry of the failed call, on any process, is one
     code = code or ("backend_timeout" if error_status == 504 else "backend_error")
     return GatewayError(error_status, message, code)
+
+
+def _headers(draft) -> dict:
+    """Content-Type and the backend's credential (providers.py)."""
+    return draft.backend_profile.headers if draft.backend_profile is not None else JSON_CONTENT
 
 
 def _redirect_refused(status: int) -> str:
@@ -185,7 +204,7 @@ async def _unary(
 
     try:
         async with backend_session().post(
-            url, data=encode(forward_body), headers=JSON_CONTENT, allow_redirects=False
+            url, data=encode(forward_body), headers=_headers(draft), allow_redirects=False
         ) as response:
             status, raw = response.status, await read_capped(response)
     except TimeoutError:
@@ -196,6 +215,10 @@ async def _unary(
         raise await _backend_failure(gateway, draft, 502, str(error), "backend_response_too_large") from None
     if 300 <= status < 400:
         raise await _backend_failure(gateway, draft, 502, _redirect_refused(status))
+    if credential_refused(status):
+        raise await _backend_failure(
+            gateway, draft, 502, credential_refused(status), "backend_credential_refused"
+        )
     if status >= 400:
         text = raw.decode("utf-8", "replace")
         try:
@@ -268,10 +291,13 @@ async def _stream(
     headers_sent = False
     try:
         async with backend_session().post(
-            url, data=encode(forward_body), headers=JSON_CONTENT, allow_redirects=False
+            url, data=encode(forward_body), headers=_headers(draft), allow_redirects=False
         ) as response:
             if 300 <= response.status < 400:
                 raise await _backend_failure(gateway, draft, 502, _redirect_refused(response.status))
+            if credential_refused(response.status):
+                refused = credential_refused(response.status)
+                raise await _backend_failure(gateway, draft, 502, refused, "backend_credential_refused")
             if response.status >= 400:
                 detail = (await response.content.read(4096)).decode("utf-8", "replace")[:300]
                 if response.status < 500:

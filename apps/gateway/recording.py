@@ -73,6 +73,7 @@ class StepDraft:
     session_id: str = ""
     prompt_hash: str | None = None
     backend: object = None
+    backend_profile: object = None  # apps.gateway.providers.BackendProfile: what the backend returns
     routed_version: str = ""  # the routed model version (a harness-only one differs from its backend's)
     parsed: object = None
     chunks: list = field(default_factory=list)
@@ -265,12 +266,16 @@ class StepDraft:
         parsed = self.parsed
         if parsed is None or not parsed.choices:
             return None
+        profile = self.backend_profile
+        if profile is not None and not profile.returns_token_data:
+            return None  # text-only: what such a backend sends as ids is not trusted (see _text_only)
         first = parsed.choices[0]
         prompt_ids = parsed.prompt_token_ids or first.prompt_token_ids
         if prompt_ids is None or first.completion_token_ids is None or first.logprobs is None:
             return None
-        if first.policy_versions is not None:
-            versions = first.policy_versions
+        per_token = first.policy_versions if profile is None or profile.returns_token_versions else None
+        if per_token is not None:
+            versions = per_token
         elif self.token_versions is not None:  # derived from the backend's served version and swaps
             versions = self.token_versions.versions
         else:
@@ -313,6 +318,14 @@ class StepDraft:
             "tools": self.request.get("tools"),
             "params": {key: self.request[key] for key in PARAM_FIELDS if key in self.request},
         }
+
+    def _text_only(self, tokens, entities) -> bool:
+        """An answer came back without token data (a hosted API, an Anthropic upstream, a server that
+        returns no ids or logprobs): ATDP's `retokenized` with no token arrays. Usable for SFT once whoever
+        trains tokenizes its text; never an on-policy sample (qualification's `token_data_complete` fails,
+        and the training view leaves it out). A redacted step's missing ids are PII's, not this."""
+        answered = self.parsed is not None and bool(self.parsed.choices)
+        return tokens is None and not entities and answered
 
     def to_record(self) -> dict | None:
         consent = self.policy.consent_mode
@@ -383,6 +396,7 @@ class StepDraft:
             action=action,
             state=state,
             pii_entities=list(entities),
+            retokenized=self._text_only(tokens, entities),
             tokens=tokens,
             tokenizer=getattr(self.backend, "served_model", "") if tokens else "",
         )

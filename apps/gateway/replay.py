@@ -129,6 +129,7 @@ def trajectory_replay_run(
 
     from apps.gateway.policy import policy_load
     from apps.gateway.principals import Principal
+    from apps.gateway.providers import add_token_parameters, credential_refused, profile_of
     from apps.gateway.recording import StepDraft, session_advance
     from apps.gateway.sessions import SessionState
     from apps.gateway.versions import derive_token_versions_now
@@ -183,17 +184,24 @@ def trajectory_replay_run(
                 backend = None
                 draft.fail(str(error))
             draft.attach(session=session, prompt_hash=None, backend=backend)
-            if backend is not None:
+            profile = profile_of(backend) if backend is not None else None
+            draft.backend_profile = profile
+            if profile is not None and (profile.credential_error or profile.anthropic):
+                draft.fail(
+                    profile.credential_error or "replay cannot send chat messages to an anthropic backend"
+                )
+            elif backend is not None:
                 started = time.perf_counter()
-                forward = {
-                    **request,
-                    "return_token_ids": True,
-                    "logprobs": True if endpoint == "chat" else max(int(request.get("logprobs") or 0), 0),
-                }
+                forward = dict(request)
+                add_token_parameters(forward, endpoint=endpoint, profile=profile)  # only what it accepts
                 try:
                     draft.forwarded_at = time.time()
-                    response = client.post(backend.base_url + ENDPOINT_PATHS[endpoint], json=forward)
-                    if response.status_code >= 400:
+                    response = client.post(
+                        backend.base_url + ENDPOINT_PATHS[endpoint], json=forward, headers=profile.headers
+                    )
+                    if credential_refused(response.status_code):
+                        draft.fail(credential_refused(response.status_code))
+                    elif response.status_code >= 400:
                         draft.fail(f"the backend answered {response.status_code}: {response.text[:200]}")
                     else:
                         draft.complete_unary(

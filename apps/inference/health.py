@@ -1,5 +1,6 @@
 """Probing a backend over HTTP. Embedded and vLLM servers answer GET /health; other OpenAI-compatible
-servers are probed with GET /v1/models.
+servers and the Anthropic Messages API are probed with GET /v1/models, with the backend's credential
+(`headers`, from apps/inference/credentials.py), since a hosted API answers nothing without one.
 
 The address is checked before any connection (egress.py) and no redirect is followed. What a tenant sees of a
 failed probe is one generic sentence (so a probe cannot tell a closed port from a silent one, nor show a
@@ -26,11 +27,11 @@ class Probe(NamedTuple):
     version: str | None = None  # None: the server did not say
 
 
-def backend_probe(*, base_url: str, kind: str) -> Probe:
-    path = "/v1/models" if kind == BackendKind.OPENAI_COMPATIBLE else "/health"
+def backend_probe(*, base_url: str, kind: str, headers: dict | None = None) -> Probe:
+    path = "/health" if kind in (BackendKind.EMBEDDED, BackendKind.VLLM) else "/v1/models"
     root = base_url.rstrip("/")
     try:
-        with backend_http_client(timeout=PROBE_TIMEOUT_SECONDS) as client:
+        with backend_http_client(timeout=PROBE_TIMEOUT_SECONDS, headers=headers) as client:
             response = client.get(root + path)
             if response.status_code != 200:
                 logger.warning("backend %s: GET %s answered %s", root, path, response.status_code)

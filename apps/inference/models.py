@@ -8,6 +8,7 @@ class BackendKind(models.TextChoices):
     EMBEDDED = "embedded", "Embedded (areal-web's transformers server)"
     VLLM = "vllm", "vLLM"
     OPENAI_COMPATIBLE = "openai_compatible", "Other OpenAI-compatible server"
+    ANTHROPIC = "anthropic", "Anthropic Messages API"
 
 
 class BackendState(models.TextChoices):
@@ -17,8 +18,18 @@ class BackendState(models.TextChoices):
     DRAINING = "draining", "Draining (no new sessions)"
 
 
+# The capability flags of a backend: what it returns and which of the gateway's extra parameters it accepts.
+CAPABILITY_FIELDS = (
+    "returns_token_ids",
+    "returns_logprobs",
+    "returns_token_versions",
+    "accepts_return_token_ids",
+)
+
+
 class InferenceBackend(TimestampedTenantOwned):
-    """One OpenAI-compatible server replica that serves a model (at a version) for a tenant."""
+    """One server replica (OpenAI-compatible, or Anthropic's Messages API) that serves a model (at a version)
+    for a tenant, with its API credential (encrypted, apps/inference/credentials.py) and capability flags."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="inference_backends")
     name = models.SlugField(max_length=64)
@@ -33,6 +44,21 @@ class InferenceBackend(TimestampedTenantOwned):
     state = models.CharField(max_length=16, choices=BackendState.choices, default=BackendState.UNKNOWN)
     last_checked_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
+    credential_encrypted = models.TextField(
+        blank=True, editable=False, help_text="The API credential, Fernet-encrypted; never shown."
+    )
+    credential_last4 = models.CharField(max_length=4, blank=True, editable=False)
+    credential_updated_at = models.DateTimeField(null=True, blank=True, editable=False)
+    returns_token_ids = models.BooleanField(
+        default=True, help_text="Answers carry prompt and completion ids."
+    )
+    returns_logprobs = models.BooleanField(default=True, help_text="Answers carry per-token logprobs.")
+    returns_token_versions = models.BooleanField(
+        default=True, help_text="Answers carry the policy version of each completion token."
+    )
+    accepts_return_token_ids = models.BooleanField(
+        default=True, help_text="The server accepts the `return_token_ids` request parameter."
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="backend_unique_name")]
@@ -40,6 +66,15 @@ class InferenceBackend(TimestampedTenantOwned):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.base_url})"
+
+    @property
+    def credential_set(self) -> bool:
+        return bool(self.credential_encrypted)
+
+    @property
+    def returns_token_data(self) -> bool:
+        """Whether a step of this backend can carry ATDP tokens (ids and behaviour logprobs)."""
+        return self.returns_token_ids and self.returns_logprobs
 
 
 class SessionAffinity(TimestampedTenantOwned):

@@ -6,14 +6,40 @@ from django.utils import timezone
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, DomainError, ValidationFailed
 from apps.core.selectors import get_in_tenant
+from apps.inference.credentials import (
+    CredentialUnreadable,
+    credential_decrypt,
+    credential_encrypt,
+    credential_validate,
+)
 from apps.inference.egress import backend_url_validate
-from apps.inference.models import BackendKind, BackendState, InferenceBackend, SessionAffinity
+from apps.inference.models import (
+    CAPABILITY_FIELDS,
+    BackendKind,
+    BackendState,
+    InferenceBackend,
+    SessionAffinity,
+)
 from apps.inference.selectors import backend_candidates, dangerously_backend_list_all_tenants
 from apps.inference.served import served_forget, served_version_declare
 from apps.metrics.publish import metrics_publish
 from apps.tenants.models import Tenant
 
-EDITABLE_FIELDS = ("base_url", "kind", "served_model", "model_version", "weight", "state")
+EDITABLE_FIELDS = (
+    "base_url",
+    "kind",
+    "served_model",
+    "model_version",
+    "weight",
+    "state",
+    *CAPABILITY_FIELDS,
+    "credential",
+)
+# What a backend of each kind returns and accepts when its registration does not say. Every kind but Anthropic's
+# defaults to all on (what the gateway always assumed before the flags existed); a hosted OpenAI-compatible API
+# is registered with them off. The Messages API returns no token data at all: its flags are always off.
+KIND_CAPABILITIES = {kind: dict.fromkeys(CAPABILITY_FIELDS, True) for kind in BackendKind.values}
+KIND_CAPABILITIES[BackendKind.ANTHROPIC] = dict.fromkeys(CAPABILITY_FIELDS, False)
 
 
 class NoBackendAvailable(DomainError):
@@ -36,6 +62,36 @@ def _validate(fields: dict) -> None:
         BackendState.UNKNOWN,
     }:
         raise ValidationFailed("unknown state", fields={"state": ["invalid"]})
+    for field in CAPABILITY_FIELDS:
+        if field in fields and not isinstance(fields[field], bool):
+            raise ValidationFailed(f"{field} must be true or false", fields={field: ["invalid"]})
+    if fields.get("credential"):
+        credential_validate(fields["credential"])
+
+
+def _capabilities(*, kind: str, given: dict) -> dict:
+    """The flags to store: those given (None: not given), the rest the kind's defaults. An Anthropic backend
+    cannot claim token data: a flag given as true is refused."""
+    flags = dict(KIND_CAPABILITIES[kind])
+    for field in CAPABILITY_FIELDS:
+        if given.get(field) is not None:
+            if kind == BackendKind.ANTHROPIC and given[field]:
+                raise ValidationFailed(
+                    "an anthropic backend returns no token ids, logprobs or versions and accepts no "
+                    "return_token_ids",
+                    fields={field: ["not_supported_by_kind"]},
+                )
+            flags[field] = given[field]
+    return flags
+
+
+def _store_credential(backend: InferenceBackend, credential: str) -> None:
+    if credential:
+        backend.credential_encrypted = credential_encrypt(credential)
+        backend.credential_last4 = credential[-4:]
+    else:
+        backend.credential_encrypted = backend.credential_last4 = ""
+    backend.credential_updated_at = timezone.now()
 
 
 @transaction.atomic
@@ -49,20 +105,41 @@ def backend_register(
     served_model: str,
     model_version: str = "",
     weight: int = 1,
+    credential: str = "",
+    returns_token_ids: bool | None = None,
+    returns_logprobs: bool | None = None,
+    returns_token_versions: bool | None = None,
+    accepts_return_token_ids: bool | None = None,
 ) -> InferenceBackend:
-    """Registers a replica; its state is `unknown` until the first health check. 409 on a taken name."""
-    _validate({"base_url": base_url, "kind": kind})
+    """Registers a replica; its state is `unknown` until the first health check. 409 on a taken name.
+    `credential` (optional) is stored encrypted; capability flags not given take the kind's defaults
+    (KIND_CAPABILITIES). The audit event says whether a credential was set, never what it is."""
+    given = {
+        "returns_token_ids": returns_token_ids,
+        "returns_logprobs": returns_logprobs,
+        "returns_token_versions": returns_token_versions,
+        "accepts_return_token_ids": accepts_return_token_ids,
+    }
+    _validate(
+        {"base_url": base_url, "kind": kind, "credential": credential}
+        | {field: value for field, value in given.items() if value is not None}
+    )
+    capabilities = _capabilities(kind=kind, given=given)
+    backend = InferenceBackend(
+        tenant=tenant,
+        name=name,
+        base_url=base_url.rstrip("/"),
+        kind=kind,
+        served_model=served_model,
+        model_version=model_version,
+        weight=weight,
+        **capabilities,
+    )
+    if credential:
+        _store_credential(backend, credential)
     try:
         with transaction.atomic():
-            backend = InferenceBackend.objects.create(
-                tenant=tenant,
-                name=name,
-                base_url=base_url.rstrip("/"),
-                kind=kind,
-                served_model=served_model,
-                model_version=model_version,
-                weight=weight,
-            )
+            backend.save(force_insert=True)
     except IntegrityError:
         raise Conflict(
             f"this tenant already has a backend named {name!r}", code="backend_name_taken"
@@ -79,6 +156,8 @@ def backend_register(
             "served_model": served_model,
             "model_version": model_version,
             "weight": weight,
+            **capabilities,
+            "credential_set": bool(credential),
         },
     )
     return backend
@@ -92,13 +171,27 @@ def _lock(*, tenant: Tenant, backend_id) -> InferenceBackend:
 
 @transaction.atomic
 def backend_update(*, tenant: Tenant, actor: Actor, backend_id, changes: dict) -> InferenceBackend:
-    """Changes address, model, version, weight or state (`draining` takes no new sessions). A new
+    """Changes address, kind, model, version, weight, state (`draining` takes no new sessions), capability
+    flags (a change of kind resets the flags not given to the new kind's defaults) and the credential
+    (`credential`: a new one sets or rotates it, "" or None clears it). Audited as `backend.update` (the diff,
+    without the credential) and, for the credential, `backend.credential_set`, `backend.credential_rotate` or
+    `backend.credential_clear` (with the last four characters, never the credential). A new
     `model_version` is declared to the gateways on commit (`served.served_version_declare`)."""
+    changes = dict(changes)
     unknown = set(changes) - set(EDITABLE_FIELDS)
     if unknown:
         raise ValidationFailed(f"unknown backend fields: {', '.join(sorted(unknown))}")
     _validate(changes)
+    credential = changes.pop("credential", False)  # False: not given
     backend = _lock(tenant=tenant, backend_id=backend_id)
+    kind = changes.get("kind", backend.kind)
+    current = {field: getattr(backend, field) for field in CAPABILITY_FIELDS}
+    given = {field: changes.get(field) for field in CAPABILITY_FIELDS}
+    if kind == backend.kind:
+        given = {field: given[field] if given[field] is not None else current[field] for field in given}
+        if kind == BackendKind.ANTHROPIC:  # always all off; only what was asked is checked
+            given = {field: changes.get(field) for field in CAPABILITY_FIELDS}
+    changes.update(_capabilities(kind=kind, given=given))
     diff = {}
     for field, value in changes.items():
         if field == "base_url":
@@ -111,6 +204,8 @@ def backend_update(*, tenant: Tenant, actor: Actor, backend_id, changes: dict) -
         audit_record(tenant=tenant, actor=actor, verb="backend.update", target=backend, data=diff)
     if "model_version" in diff:
         _declare_served_version(backend.pk, diff["model_version"]["old"], diff["model_version"]["new"])
+    if credential is not False:
+        _credential_change(tenant=tenant, actor=actor, backend=backend, credential=credential or "")
     return backend
 
 
@@ -119,6 +214,30 @@ def _declare_served_version(backend_id: int, old: str, new: str) -> None:
     transaction.on_commit(
         lambda: served_version_declare(backend_id=backend_id, from_version=old, to_version=new)
     )
+
+
+def _stored_credential(backend: InferenceBackend) -> str | None:
+    try:
+        return credential_decrypt(backend.credential_encrypted)
+    except CredentialUnreadable:
+        return None
+
+
+def _credential_change(*, tenant: Tenant, actor: Actor, backend: InferenceBackend, credential: str) -> None:
+    had_one, previous_last4 = backend.credential_set, backend.credential_last4
+    if not credential and not had_one:
+        return
+    if credential and had_one and _stored_credential(backend) == credential:
+        return  # the same credential again (an idempotent `registerbackend`): nothing to rotate
+    _store_credential(backend, credential)
+    backend.save(update_fields=["credential_encrypted", "credential_last4", "credential_updated_at"])
+    if not credential:
+        verb, data = "backend.credential_clear", {"previous_last4": previous_last4}
+    elif had_one:
+        verb, data = "backend.credential_rotate", {"previous_last4": previous_last4, "last4": credential[-4:]}
+    else:
+        verb, data = "backend.credential_set", {"last4": credential[-4:]}
+    audit_record(tenant=tenant, actor=actor, verb=verb, target=backend, data=data)
 
 
 @transaction.atomic
@@ -168,9 +287,15 @@ def backend_record_health(
 def backend_check(*, backend: InferenceBackend) -> InferenceBackend | None:
     """Probes the backend now (its address checked first, see egress.py) and records the result. The probe runs
     outside any transaction; the record is its own. None: the backend was deleted meanwhile."""
-    from apps.inference.health import backend_probe
+    from apps.inference.credentials import CredentialUnreadable, credential_headers
+    from apps.inference.health import Probe, backend_probe
 
-    probe = backend_probe(base_url=backend.base_url, kind=backend.kind)
+    try:
+        probe = backend_probe(
+            base_url=backend.base_url, kind=backend.kind, headers=credential_headers(backend)
+        )
+    except CredentialUnreadable as error:
+        probe = Probe(False, error.message)
     return backend_record_health(
         backend_id=backend.pk, healthy=probe.healthy, error=probe.error, reported_version=probe.version
     )
@@ -181,7 +306,9 @@ def dangerously_backends_check_all() -> dict[int, bool]:
     records each result; returns {backend id: healthy} (a draining backend keeps its state). Idempotent: a
     probe result overwrites the last; a backend removed while it was probed is left out."""
     states = {}
-    for backend in dangerously_backend_list_all_tenants().only("id", "base_url", "kind"):
+    for backend in dangerously_backend_list_all_tenants().only(
+        "id", "base_url", "kind", "credential_encrypted"
+    ):
         checked = backend_check(backend=backend)  # the address is checked against the allow-list first
         if checked is not None:
             states[backend.pk] = checked.last_error == ""

@@ -39,6 +39,7 @@ class Action(StrEnum):
     TRAJECTORY_END = "trajectory.end"
     BACKEND_VIEW = "backend.view"
     BACKEND_MANAGE = "backend.manage"
+    BACKEND_CREDENTIAL_MANAGE = "backend.credential_manage"
     REWARD_VIEW = "reward.view"
     REWARD_WRITE = "reward.write"
     REWARD_OVERRIDE = "reward.override"
@@ -88,6 +89,8 @@ PERMISSIONS: dict[Action, tuple[frozenset[Role], Scope | None]] = {
     Action.TRAJECTORY_END: (_OPERATORS, Scope.TRAJECTORIES_WRITE),
     Action.BACKEND_VIEW: (_OPERATORS | {Role.VIEWER}, Scope.ADMIN),
     Action.BACKEND_MANAGE: (_OPERATORS, Scope.ADMIN),
+    # a backend's API credential, and the address of a backend that has one (where the credential goes)
+    Action.BACKEND_CREDENTIAL_MANAGE: (_ADMIN, Scope.ADMIN),
     Action.REWARD_VIEW: (_EVERYONE, Scope.TRAJECTORIES_READ),
     Action.REWARD_WRITE: (_OPERATORS | {Role.ANNOTATOR}, Scope.REWARDS_WRITE),
     Action.REWARD_OVERRIDE: (_OPERATORS, Scope.ADMIN),

@@ -47,6 +47,7 @@ STEP_FIELDS = (
     "pii_entities",
     "aborted",
     "error",
+    "retokenized",  # a gateway step without token data (a text-only answer)
 )
 
 

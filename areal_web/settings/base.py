@@ -398,3 +398,13 @@ AREAL_INFERENCE_ADMIN_TOKEN = env_str("AREAL_INFERENCE_ADMIN_TOKEN", "") or (
     if env_str("DJANGO_SECRET_KEY", "")
     else generated_secret(VAR_DIR / "inference-admin-token")
 )
+# Tenants' backend credentials (API keys of hosted providers) are stored encrypted (apps/inference/credentials.py:
+# Fernet, a key derived by SHA-256 from this secret). Any long random string; unset: derived from DJANGO_SECRET_KEY
+# when that is set (every host of a deployment agrees), else generated once into the var folder. To change it, move
+# the old secret to AREAL_SECRETS_PREVIOUS_KEYS (comma-separated, read only to decrypt) and set credentials again.
+AREAL_SECRETS_KEY = env_str("AREAL_SECRETS_KEY", "") or (
+    hmac.new(SECRET_KEY.encode(), b"areal-secrets-key", hashlib.sha256).hexdigest()
+    if env_str("DJANGO_SECRET_KEY", "")
+    else generated_secret(VAR_DIR / "secrets-key")
+)
+AREAL_SECRETS_PREVIOUS_KEYS = env_list("AREAL_SECRETS_PREVIOUS_KEYS", [])

@@ -33,11 +33,13 @@ def gateway(transactional_db):
     """(base URL, Gateway) of the real ASGI application served by uvicorn; flush() drains the journal."""
     from apps.gateway.policy import snapshots_clear
     from apps.gateway.principals import memo_clear
+    from apps.gateway.providers import profiles_clear
     from apps.gateway.routing import candidates_clear
 
     snapshots_clear()
     memo_clear()
     candidates_clear()
+    profiles_clear()
     with web_server_in_thread() as (url, gateway):
         gateway.served_versions.clear()  # the application (and its snapshot) lives as long as the process
         yield url, gateway

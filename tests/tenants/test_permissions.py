@@ -90,6 +90,18 @@ def _request(action, client, context):
             {"name": "b", "base_url": "http://127.0.0.1:1", "kind": "vllm", "served_model": "m"},
             format="json",
         )
+    if action is Action.BACKEND_CREDENTIAL_MANAGE:
+        return client.post(
+            "/api/v1/backends/",
+            {
+                "name": "hosted",
+                "base_url": "http://127.0.0.1:1",
+                "kind": "openai_compatible",
+                "served_model": "m",
+                "credential": "sk-matrix-credential",
+            },
+            format="json",
+        )
     if action is Action.EVAL_VIEW:
         return client.get("/api/v1/eval/suites/")
     if action is Action.EVAL_MANAGE:

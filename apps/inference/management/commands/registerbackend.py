@@ -1,8 +1,10 @@
+import os
+
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.audit.services import Actor
 from apps.core.errors import DomainError
-from apps.inference.models import BackendKind
+from apps.inference.models import CAPABILITY_FIELDS, BackendKind
 from apps.inference.selectors import backend_by_name
 from apps.inference.services import backend_check, backend_register, backend_update
 from apps.tenants.selectors import tenant_get_by_slug
@@ -19,6 +21,17 @@ class Command(BaseCommand):
         parser.add_argument("--model", required=True, help="the served model name clients ask for")
         parser.add_argument("--model-version", default="", help="model version it serves")
         parser.add_argument("--weight", type=int, default=1)
+        parser.add_argument(
+            "--credential-env",
+            metavar="VARIABLE",
+            help="the environment variable holding the backend's API credential (never put it on the command "
+            "line); stored encrypted",
+        )
+        parser.add_argument(
+            "--text-only",
+            action="store_true",
+            help="a hosted API: returns no token ids, logprobs or versions and accepts no return_token_ids",
+        )
 
     def handle(self, *args, tenant_slug, name, url, kind, model, model_version, weight, **options):
         actor = Actor.system("manage.py registerbackend")
@@ -29,6 +42,13 @@ class Command(BaseCommand):
             "model_version": model_version,
             "weight": weight,
         }
+        if options.get("text_only"):
+            fields.update(dict.fromkeys(CAPABILITY_FIELDS, False))
+        if options.get("credential_env"):
+            credential = os.environ.get(options["credential_env"], "")
+            if not credential:
+                raise CommandError(f"the environment variable {options['credential_env']} is not set")
+            fields["credential"] = credential
         try:
             tenant = tenant_get_by_slug(slug=tenant_slug)
             existing = backend_by_name(tenant=tenant, name=name)
