@@ -115,8 +115,9 @@ def set_reward_target(*, trajectory_id, step_id) -> str:
     return str(step_id) if step_id else f"trajectory:{trajectory_id}"
 
 
-def set_reward_number(idempotency_key: str) -> int:
-    return int(idempotency_key.rsplit("#", 1)[1])
+def set_reward_number(idempotency_key: str | None) -> int:
+    """The place of a session-endpoint reward in its interaction's sequence (`<target>#<n>`); 0 without a key."""
+    return int(idempotency_key.rsplit("#", 1)[1]) if idempotency_key else 0
 
 
 def set_reward_current(*, tenant_id: int, trajectory_id, step_id) -> Reward | None:
