@@ -55,7 +55,9 @@ def _verdicts_from_text(text: str) -> dict:
 
 
 def _verdicts_as_text(verdicts: dict) -> str:
-    return ", ".join(f"{label}={value:g}" for label, value in verdicts.items())
+    """Highest value first, then by label: PostgreSQL's jsonb keeps no key order."""
+    ordered = sorted(verdicts.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{label}={value:g}" for label, value in ordered)
 
 
 class EvaluatorForm(forms.Form):
