@@ -21,7 +21,7 @@ from django.conf import settings
 
 from apps.gateway.anthropic_wire import sse_encode
 from apps.gateway.errors import GatewayError
-from apps.gateway.forward import BackendResponseTooLarge, backend_session, backend_url, encode, read_capped
+from apps.gateway.forward import BackendResponseTooLarge, backend_session, backend_url, encode
 from apps.gateway.generation import (
     JSON_HEADERS,
     SSE_HEADERS,
@@ -29,6 +29,7 @@ from apps.gateway.generation import (
     _redirect_refused,
     _transport_failure,
     _watch_disconnect,
+    post_whole,
 )
 from apps.gateway.providers import credential_refused
 from apps.gateway.recording import record_step
@@ -196,21 +197,7 @@ async def _refusal(gateway, draft, status: int, raw: bytes) -> GatewayError:
 
 
 async def _unary(gateway, send, draft, url, native, headers, started, harness) -> float:
-    import aiohttp
-
-    try:
-        async with backend_session().post(
-            url, data=encode(native), headers=headers, allow_redirects=False
-        ) as response:
-            status, raw = response.status, await read_capped(response)
-    except TimeoutError:
-        raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
-    except aiohttp.ClientError as error:
-        raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
-    except BackendResponseTooLarge as error:
-        raise await _backend_failure(gateway, draft, 502, str(error), "backend_response_too_large") from None
-    if 300 <= status < 400:
-        raise await _backend_failure(gateway, draft, 502, _redirect_refused(status))
+    status, raw = await post_whole(gateway, draft, url, encode(native), headers)
     if status >= 400:
         raise await _refusal(gateway, draft, status, raw)
     try:

@@ -200,21 +200,7 @@ def _transport_failure(error) -> str:
 async def _unary(
     gateway, send, draft, url, forward_body, started, anthropic, client_model, harness=None
 ) -> float:
-    import aiohttp
-
-    try:
-        async with backend_session().post(
-            url, data=encode(forward_body), headers=_headers(draft), allow_redirects=False
-        ) as response:
-            status, raw = response.status, await read_capped(response)
-    except TimeoutError:
-        raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
-    except aiohttp.ClientError as error:
-        raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
-    except BackendResponseTooLarge as error:
-        raise await _backend_failure(gateway, draft, 502, str(error), "backend_response_too_large") from None
-    if 300 <= status < 400:
-        raise await _backend_failure(gateway, draft, 502, _redirect_refused(status))
+    status, raw = await post_whole(gateway, draft, url, encode(forward_body), _headers(draft))
     if credential_refused(status):
         raise await _backend_failure(
             gateway, draft, 502, credential_refused(status), "backend_credential_refused"
@@ -387,3 +373,22 @@ async def handle_completions(gateway, *args):
 
 async def handle_messages(gateway, *args):
     await handle_generation(gateway, *args, endpoint="messages")
+
+
+async def post_whole(gateway, draft, url: str, data: bytes, headers) -> tuple[int, bytes]:
+    """One whole (non-streamed) forward: the status and the body read under the size cap; a timeout, a
+    transport error, an oversized body or a redirect fails the step with the gateway's 5xx."""
+    import aiohttp
+
+    try:
+        async with backend_session().post(url, data=data, headers=headers, allow_redirects=False) as response:
+            return_value = response.status, await read_capped(response)
+    except TimeoutError:
+        raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
+    except aiohttp.ClientError as error:
+        raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
+    except BackendResponseTooLarge as error:
+        raise await _backend_failure(gateway, draft, 502, str(error), "backend_response_too_large") from None
+    if 300 <= return_value[0] < 400:
+        raise await _backend_failure(gateway, draft, 502, _redirect_refused(return_value[0]))
+    return return_value
