@@ -59,3 +59,14 @@ def page(browser, request):
     )
     yield page
     context.close()
+
+
+def login(page, url: str, user) -> None:
+    """Signs `user` in on the console's login page (the factories' password) and waits for the overview."""
+    from tests.tenants.factories import PASSWORD
+
+    page.goto(f"{url}/login/")
+    page.fill("#id_username", user.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{url}/")

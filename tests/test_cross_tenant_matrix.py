@@ -150,6 +150,7 @@ OBJECTS = {
     "console:model-lineage": lambda world: {"name": world.candidate.name},
     "console:model-chat-template": lambda world: {"name": world.candidate.name},
     "console:model-alias-move": lambda world: {"name": world.candidate.name},
+    "console:model-version-publish": lambda world: {"version_id": world.candidate.pk},
     "console:evolution-policy": lambda world: {"policy_id": world.policy.pk},
     "console:evolution-policy-edit": lambda world: {"policy_id": world.policy.pk},
     "console:evolution-policy-delete": lambda world: {"policy_id": world.policy.pk},

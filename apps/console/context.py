@@ -10,6 +10,7 @@ NAVIGATION = [
     ("Annotation", "console:annotation-queues", Action.ANNOTATION_VIEW),
     ("Evaluation", "console:eval-suites", Action.EVAL_VIEW),
     ("Evaluators", "console:evaluators", Action.REWARD_VIEW),
+    ("Reward specs", "console:reward-specs", Action.REWARD_VIEW),
     ("Releases", "console:releases", Action.RELEASE_VIEW),
     ("Serving", "console:serving", Action.SERVING_VIEW),
     ("Evolution", "console:evolution", Action.EVOLUTION_VIEW),

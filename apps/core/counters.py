@@ -5,7 +5,7 @@ one count. A counter is created with a lifetime (its window) on its first change
 the window ends; later changes do not extend it.
 
 - Redis (`REDIS_URL`): `SET key 0 EX window NX` and `INCRBY key amount` in one MULTI/EXEC transaction,
-  through the cache's own connection pool and key prefix.
+  through this process's one connection pool (`shared_state.redis_store`) and the cache's key prefix.
 - Otherwise (the embedded file cache): the read and the write of the cache entry happen under an
   exclusive `flock` on a file in the var directory, which serializes threads and processes of this machine
   (the embedded default runs on one machine). Django's `cache.incr` is a get followed by a set there, and
@@ -19,13 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
-from django.core.cache import cache, caches
-from django.core.cache.backends.redis import RedisCache
+from django.core.cache import cache
 
-
-def _redis_client():
-    backend = caches["default"]  # the backend itself: `cache` is a proxy, never an instance of RedisCache
-    return backend._cache.get_client(write=True) if isinstance(backend, RedisCache) else None
+from apps.core.shared_state import redis_store
 
 
 @contextmanager
@@ -44,10 +40,10 @@ def counter_add(*, key: str, amount: int = 1, window_seconds: int) -> int:
     respect to every other process sharing the cache. A counter that does not exist starts at 0 and lives
     `window_seconds` from this call."""
     window_seconds = max(1, int(window_seconds))
-    client = _redis_client()
-    if client is not None:
-        full_key = cache.make_and_validate_key(key)
-        with client.pipeline(transaction=True) as pipeline:
+    redis = redis_store()
+    if redis is not None:
+        full_key = redis.key(key)
+        with redis.client.pipeline(transaction=True) as pipeline:
             pipeline.set(full_key, 0, ex=window_seconds, nx=True)
             pipeline.incrby(full_key, amount)
             _, value = pipeline.execute()
@@ -66,9 +62,9 @@ def counter_add(*, key: str, amount: int = 1, window_seconds: int) -> int:
 
 def counter_value(*, key: str) -> int:
     """The counter's current value (0 when it does not exist or its window has ended)."""
-    client = _redis_client()
-    if client is not None:
-        value = client.get(cache.make_and_validate_key(key))
+    redis = redis_store()
+    if redis is not None:
+        value = redis.client.get(redis.key(key))
         return int(value) if value is not None else 0
     entry = cache.get(key)
     if entry is None or entry[1] <= time.time():

@@ -1,14 +1,15 @@
 """Short-lived entries (text keys, text values, each with a lifetime) that every web process sees, for state
-that must not depend on which process a request lands on: the gateway's session cursors and conversation
-map (apps/gateway/sessions.py). Each call is one round trip and blocking: call it off the event loop.
+that must not depend on which process a request lands on: the gateway's session keys and ended sessions
+(apps/gateway/principals.py), its session cursors and conversation map (apps/gateway/sessions.py). Each
+call is one round trip and blocking: call it off the event loop.
 
 - Redis (`REDIS_URL`): plain strings under the cache's key prefix (so tests' cache clearing reaches them),
-  read with GET or one Lua script (`shared_find`), written with SET EX in one pipeline.
+  read with GET or one Lua script (`shared_find`), written with SET EX in one pipeline, deleted with DEL.
 - Otherwise: a SQLite file in the var directory (`shared-state.sqlite3`, WAL), shared by the processes of
   this machine as the rest of the embedded default is. Not the embedded file cache: Django's file cache
-  culls a random third of its entries once it holds 300 (which would drop session keys and rate counters
-  along with these per-request entries) and lists its whole directory on every write. Expired rows are
-  deleted a batch at a time by the writers.
+  culls a random third of its entries once it holds 300 (live session keys would vanish, and agents get
+  401 mid-session) and lists its whole directory on every write. Expired rows are deleted a batch at a
+  time by the writers.
 """
 
 import os
@@ -16,10 +17,11 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
-from django.core.cache import cache, caches
+from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
 from redis.exceptions import RedisError
 
@@ -44,9 +46,32 @@ class SharedStateUnavailable(Exception):
     """The shared store could not be read or written (Redis unreachable, the SQLite file locked too long)."""
 
 
-def _redis_client():
-    backend = caches["default"]  # the backend itself: `cache` is a proxy, never an instance of RedisCache
-    return backend._cache.get_client(write=True) if isinstance(backend, RedisCache) else None
+class _Redis:
+    """This process's Redis client and key function for the shared store and the counters."""
+
+    def __init__(self, backend: RedisCache):
+        self.client = backend._cache.get_client(write=True)
+        # The cache's prefix and version, so clearing the cache's keys reaches these too.
+        self.key = backend.make_key
+
+
+_process_redis: dict = {}
+
+
+def redis_store() -> "_Redis | None":
+    """One RedisCache backend per process (and with it one connection pool), or None without Redis. Not
+    `caches["default"]`: Django keeps one backend per asyncio context, and `asyncio.to_thread` and
+    `sync_to_async` run each call in a copy of the context, so each call would build a backend, a pool and a
+    new connection (a TCP connect and a handshake: measured 3.6 ms of the gateway's CPU per request)."""
+    if not settings.REDIS_URL:
+        return None
+    found = _process_redis.get(os.getpid())
+    if found is None:
+        backend = caches.create_connection("default")
+        found = _process_redis.setdefault(
+            os.getpid(), _Redis(backend) if isinstance(backend, RedisCache) else None
+        )
+    return found
 
 
 def _text(value) -> str | None:
@@ -55,10 +80,10 @@ def _text(value) -> str | None:
 
 def shared_get(key: str) -> str | None:
     """The entry's value, or None when it does not exist or has expired."""
-    client = _redis_client()
+    redis = redis_store()
     try:
-        if client is not None:
-            return _text(client.get(cache.make_key(key)))
+        if redis is not None:
+            return _text(redis.client.get(redis.key(key)))
         row = (
             _connection()
             .execute("SELECT value FROM entries WHERE key = ? AND expires_at > ?", (key, time.time()))
@@ -74,14 +99,14 @@ def shared_find(candidates: Sequence[str], *, follow_prefix: str) -> tuple[str |
     one read; (None, None) when no candidate exists."""
     if not candidates:
         return None, None
-    client = _redis_client()
+    redis = redis_store()
     try:
-        if client is not None:
-            found = client.eval(
+        if redis is not None:
+            found = redis.client.eval(
                 _FIND_SCRIPT,
                 len(candidates),
-                *(cache.make_key(key) for key in candidates),
-                cache.make_key(follow_prefix),
+                *(redis.key(key) for key in candidates),
+                redis.key(follow_prefix),
             )
             if not found:
                 return None, None
@@ -111,34 +136,43 @@ def shared_set_many(entries: Mapping[str, str], *, ttl_seconds: int) -> None:
     if not entries:
         return
     ttl_seconds = max(1, int(ttl_seconds))
-    client = _redis_client()
+    redis = redis_store()
     try:
-        if client is not None:
-            with client.pipeline(transaction=False) as pipeline:
+        if redis is not None:
+            with redis.client.pipeline(transaction=False) as pipeline:
                 for key, value in entries.items():
-                    pipeline.set(cache.make_key(key), value, ex=ttl_seconds)
+                    pipeline.set(redis.key(key), value, ex=ttl_seconds)
                 pipeline.execute()
             return
-        connection = _connection()
         expires_at = time.time() + ttl_seconds
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        with _writing() as connection:
             connection.executemany(
                 "INSERT OR REPLACE INTO entries (key, value, expires_at) VALUES (?, ?, ?)",
                 [(key, value, expires_at) for key, value in entries.items()],
             )
             _purge_if_due(connection)
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
+    except _FAILURES as error:
+        raise SharedStateUnavailable(str(error)) from error
+
+
+def shared_delete(keys: Sequence[str]) -> None:
+    """Deletes the entries that exist among `keys` (the others are ignored), in one round trip."""
+    if not keys:
+        return
+    redis = redis_store()
+    try:
+        if redis is not None:
+            redis.client.delete(*(redis.key(key) for key in keys))
+            return
+        with _writing() as connection:
+            connection.executemany("DELETE FROM entries WHERE key = ?", [(key,) for key in keys])
     except _FAILURES as error:
         raise SharedStateUnavailable(str(error)) from error
 
 
 def shared_clear() -> None:
     """Empties the embedded store (tests). On Redis the entries go with the cache's keys."""
-    if _redis_client() is None:
+    if redis_store() is None:
         _connection().execute("DELETE FROM entries")
 
 
@@ -162,6 +196,20 @@ def _connection() -> sqlite3.Connection:
         connection.execute("CREATE INDEX IF NOT EXISTS entries_expiry ON entries (expires_at)")
         _local.connection, _local.owner = connection, owner
     return _local.connection
+
+
+@contextmanager
+def _writing():
+    """This thread's connection in a write transaction (BEGIN IMMEDIATE: writers queue for the lock rather
+    than fail on upgrade), committed at the end or rolled back on any exception."""
+    connection = _connection()
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield connection
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
 
 
 def _purge_if_due(connection: sqlite3.Connection) -> None:

@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
+from apps.core.errors import DomainError
 from apps.evaluation.models import EvalCaseResult, EvalRun, RunStatus
 from apps.metrics.publish import metrics_publish
 from workers.evaluation.scorers import (
@@ -58,6 +59,7 @@ class GatewayCaller:
 
     def chat(self, *, version, session_id: str, body: dict) -> tuple[dict | None, str, float]:
         """(response JSON or None, error text, latency ms) for one chat completion pinned to `version`."""
+        from apps.core.shared_state import SharedStateUnavailable
         from apps.gateway.principals import Principal, session_key_forget, session_key_mint
         from apps.releases.services import session_pin
 
@@ -65,7 +67,10 @@ class GatewayCaller:
         principal = Principal(
             tenant_id=self.tenant.pk, tenant_slug=self.tenant.slug, key_prefix="eval", scopes=("inference",)
         )
-        key = session_key_mint(principal=principal, session_id=session_id, task_id="", group_id="")
+        try:
+            key = session_key_mint(principal=principal, session_id=session_id, task_id="", group_id="")
+        except SharedStateUnavailable as unavailable:
+            return None, f"no session key: the shared state is unavailable ({unavailable})"[:500], 0.0
         headers = {"Authorization": f"Bearer {key}", "X-Areal-Purpose": "eval"}
         if self.agent_name:
             headers["X-Agent-Name"] = self.agent_name
@@ -195,6 +200,9 @@ def eval_run_execute(*, run_id: int) -> dict:
         run = EvalRun.objects.get(pk=run_id)
         return {"status": run.status, "skipped": "claimed by another worker or finished"}
     run = EvalRun.objects.select_related("tenant", "suite", "model_version").get(pk=run_id)
+    refusal = _serve(run)
+    if refusal:
+        return _finish(run, failed=True, error=refusal)
     done = set(EvalCaseResult.objects.filter(run=run).values_list("case_id", flat=True))
     caller = GatewayCaller(
         tenant=run.tenant,
@@ -222,11 +230,42 @@ def eval_run_execute(*, run_id: int) -> dict:
                 )
     finally:
         caller.close()
-    return _finish(run, failed=unreachable > 0 and unreachable == run.suite.cases.count())
+    return _finish(
+        run,
+        failed=unreachable > 0 and unreachable == run.suite.cases.count(),
+        error="the gateway could not be reached",
+    )
+
+
+def _serve(run: EvalRun) -> str:
+    """Puts the version under test on a serving slot when no backend of its model holds its weights (a candidate
+    an online run or a job registered), as a release's start does: its cases would otherwise get 503. Returns
+    why it could not ("" when it serves): the run then fails at once with that reason, scoring nothing."""
+    from apps.releases.provisioning import version_provision
+    from apps.training.selectors import alias_resolve
+
+    version = run.model_version
+    production = alias_resolve(tenant=run.tenant, name=version.name, alias="production")
+    try:
+        loaded = version_provision(
+            tenant=run.tenant,
+            actor=SYSTEM,
+            version=version,
+            baseline=None if production is None or production.pk == version.pk else production,
+            purpose="its eval run",
+        )
+    except DomainError as refusal:
+        return f"{refusal.code}: {refusal.message}"[:500]
+    if loaded:
+        with transaction.atomic():
+            audit_record(
+                tenant=run.tenant, actor=SYSTEM, verb="eval_run.serve", target=run, data={"loaded": loaded}
+            )
+    return ""
 
 
 @transaction.atomic
-def _finish(run: EvalRun, *, failed: bool) -> dict:
+def _finish(run: EvalRun, *, failed: bool, error: str = "") -> dict:
     from apps.training.services import model_version_update_metrics
 
     summary = summarize(EvalCaseResult.objects.filter(run=run))
@@ -235,7 +274,7 @@ def _finish(run: EvalRun, *, failed: bool) -> dict:
         status=status,
         summary=summary,
         finished_at=timezone.now(),
-        error="the gateway could not be reached" if failed else "",
+        error=error if failed else "",
     )
     if not failed:
         model_version_update_metrics(

@@ -28,7 +28,7 @@ import logging
 from django.db import transaction
 
 from apps.audit.services import Actor
-from apps.core.errors import DomainError
+from apps.core.errors import Conflict, DomainError
 from apps.evolution.decisions import decision_finish, decision_note, decision_record, decision_start
 from apps.evolution.models import Decision, DecisionKind, DecisionStatus, EvolutionPolicy
 from apps.evolution.selectors import decision_get, gate_key, gate_score, production_versions
@@ -101,7 +101,6 @@ def decision_follow(*, tenant: Tenant, decision: Decision) -> Decision:
 
 def learner_start(*, tenant: Tenant, policy: EvolutionPolicy, actor: Actor):
     """An online run of `policy.model` from production with the policy's recipe (serving nothing itself)."""
-    from apps.core.errors import Conflict
     from apps.training.online import online_run_start
 
     production = _production(tenant=tenant, policy=policy)
@@ -413,41 +412,22 @@ def _suite_failed(*, tenant, decision) -> str:
 # ---- releases ----------------------------------------------------------------------------------------------
 
 
-def free_backend(*, tenant: Tenant, model: str, production):
-    """The backend of `model` that can take a candidate (apps.releases.provisioning.serving_slot_free, the slot
-    a release's start loads its candidate on): one not serving production, else the last of two or more."""
-    from apps.releases.provisioning import serving_slot_free
-
-    return serving_slot_free(tenant=tenant, model=model, baseline=production)
-
-
 def _release(*, tenant, decision, policy) -> Decision:
+    from apps.releases.provisioning import version_provision
     from apps.releases.services import release_create, release_start
-    from apps.training.publication import model_version_publish
 
     candidate = decision.version
     production = _production(tenant=tenant, policy=policy)
     if candidate is None or production is None:
         return _fail(tenant, decision, "a release needs a candidate and a production version")
     actor = policy_actor(policy)
-    where = ""
-    if candidate.weights_of_id is None:  # weights: loaded on a free serving slot first
-        backend = free_backend(tenant=tenant, model=policy.model, production=production)
-        if backend is None:
-            return _fail(
-                tenant,
-                decision,
-                f"no serving slot is free for v{candidate.number}: every backend of {policy.model} serves "
-                f"production v{production.number} and it has only one; register a second backend",
-            )
-        (outcome,) = model_version_publish(
-            tenant=tenant, actor=actor, version=candidate, backend_ids=[backend.pk]
+    try:  # the weights on a free serving slot first, as a release's start would load them
+        loaded = version_provision(
+            tenant=tenant, actor=actor, version=candidate, baseline=production, purpose="its canary"
         )
-        if not outcome.ok:
-            return _fail(
-                tenant, decision, f"loading v{candidate.number} onto {backend.name} failed: {outcome.error}"
-            )
-        where = f" loaded on {backend.name},"
+    except Conflict as refusal:
+        return _fail(tenant, decision, str(refusal))
+    where = f" {loaded}," if loaded else ""
     plan = dict(policy.release_plan or {})
     suites = [policy.gate["safety_suite_id"]] if (policy.gate or {}).get("safety_suite_id") else []
     release = release_create(

@@ -197,7 +197,13 @@ def model_complete(
         with backend_http_client(timeout=timeout, headers=headers) as client:
             response = client.post(
                 backend.base_url.rstrip("/") + "/v1/chat/completions",
-                json={"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0},
+                # the cap in the field the backend reads (`cap_parameter`: reasoning models refuse max_tokens)
+                json={
+                    "model": model,
+                    "messages": messages,
+                    backend.cap_parameter: max_tokens,
+                    "temperature": 0,
+                },
             )
         response.raise_for_status()
         choices = response.json().get("choices") or [{}]

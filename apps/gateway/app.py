@@ -37,6 +37,7 @@ from apps.gateway.principals import authenticate, presented_key
 from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
 from apps.gateway.routing import candidates_for, fresh_session_version, remember_fresh_route, routes_flush
 from apps.gateway.sessions import SessionIndex, SessionState, prefix_hashes
+from apps.gateway.single_flight import single_flight
 from apps.gateway.versions import ServedVersionsSnapshot
 
 logger = logging.getLogger(__name__)
@@ -249,7 +250,10 @@ class Gateway:
         # still serves that backend's version, and moves on its next request when it no longer does (rollback).
         plan = routing_plan_cached(tenant_id=principal.tenant_id, model=model)
         if plan is MISSING:
-            plan = await database(routing_plan)(tenant_id=principal.tenant_id, model=model)
+            plan = await single_flight(
+                ("plan", principal.tenant_id, model),
+                lambda: database(routing_plan)(tenant_id=principal.tenant_id, model=model),
+            )
         backend = state.backend
         if (
             backend is not None
@@ -331,7 +335,10 @@ class Gateway:
         cached = version_serving_cached(tenant_id=tenant_id, model=model, number=version)
         if cached is not None:
             return cached
-        return await database(version_serving)(tenant_id=tenant_id, model=model, number=version)
+        return await single_flight(
+            ("serving", tenant_id, model, version),
+            lambda: database(version_serving)(tenant_id=tenant_id, model=model, number=version),
+        )
 
 
 async def handle_models(gateway, scope, receive, send, headers, session_from_path):

@@ -2,11 +2,14 @@
 is what the backend may generate, never less.
 
 A request that names a cap (`max_tokens`, `max_completion_tokens`; servers honour one or the other) is reserved
-at the larger and forwarded with both. One that names none is reserved at AREAL_GATEWAY_DEFAULT_MAX_TOKENS and
-forwarded with that cap, unless the backend's own context length (its `max_model_len` in /v1/models, which vLLM
-and the embedded server publish) is no larger: then the backend's own limit (what is left of its context after
-the prompt) is already below the reservation, and no cap is forwarded, so a long prompt is not refused for a cap
-the client never asked for.
+at the larger. One that names none is reserved at AREAL_GATEWAY_DEFAULT_MAX_TOKENS, unless the backend's own
+context length (its `max_model_len` in /v1/models, which vLLM and the embedded server publish) is no larger:
+then the backend's own limit (what is left of its context after the prompt) is already below the reservation,
+and no cap is forwarded, so a long prompt is not refused for a cap the client never asked for.
+
+The reserved cap is forwarded in one field only, the one the backend reads: its `cap_parameter` on chat
+completions (OpenAI's reasoning models refuse `max_tokens`; some other servers read nothing else), always
+`max_tokens` on the legacy completions endpoint. Whichever field the client used, the backend gets the cap.
 """
 
 import time
@@ -14,6 +17,7 @@ import time
 from django.conf import settings
 
 from apps.gateway.forward import backend_session
+from apps.gateway.single_flight import single_flight
 
 CAP_FIELDS = ("max_tokens", "max_completion_tokens")
 LENGTH_SECONDS = 300.0  # how long a backend's published context length is kept
@@ -38,9 +42,13 @@ async def model_context_length(backend, headers: dict | None = None) -> int | No
     `headers`: the backend's credential (apps/gateway/providers.py)."""
     key = (backend.base_url, backend.served_model)
     cached = _lengths.get(key)
-    now = time.monotonic()
-    if cached and cached[0] > now:
+    if cached and cached[0] > time.monotonic():
         return cached[1]
+    return await single_flight(("context-length", *key), lambda: _probe_context_length(backend, headers))
+
+
+async def _probe_context_length(backend, headers: dict | None) -> int | None:
+    key = (backend.base_url, backend.served_model)
     length = None
     try:
         async with backend_session().get(
@@ -58,7 +66,7 @@ async def model_context_length(backend, headers: dict | None = None) -> int | No
                         )
     except Exception:  # unreachable, not JSON, another shape: unknown, and the reserved cap is forwarded
         length = None
-    _lengths[key] = (now + (LENGTH_SECONDS if length else UNKNOWN_SECONDS), length)
+    _lengths[key] = (time.monotonic() + (LENGTH_SECONDS if length else UNKNOWN_SECONDS), length)
     return length
 
 
@@ -68,21 +76,20 @@ def _probe_timeout():
     return aiohttp.ClientTimeout(total=PROBE_SECONDS)
 
 
-async def apply_cap(forward_body: dict, *, reserved: int, backend, headers: dict | None = None) -> None:
-    """Puts the reserved cap into the body sent to the backend (in place)."""
-    for name in CAP_FIELDS:
-        if forward_body.get(name) is None:
-            forward_body.pop(name, None)
+async def apply_cap(forward_body: dict, *, reserved: int, backend, endpoint: str, profile) -> None:
+    """Puts the reserved cap into the body sent to the backend (in place), in the one field it reads.
+    `profile`: the backend's (apps/gateway/providers.py): its cap field and its credential."""
+    field = "max_tokens" if endpoint == "completions" else profile.cap_parameter
     requested = requested_cap(forward_body)
+    for name in CAP_FIELDS:
+        forward_body.pop(name, None)
     if requested is not None:
-        # Whichever field a server honours is at most the larger one, which was reserved; max_tokens is filled in
-        # for servers that read only it (completions).
-        forward_body["max_tokens"] = forward_body.get("max_tokens") or requested
+        forward_body[field] = requested  # the larger of the two, which was reserved
         return
-    length = await model_context_length(backend, headers)
+    length = await model_context_length(backend, profile.headers)
     if length is not None and length <= reserved:
         return  # the backend stops within its context: fewer tokens than were reserved
-    forward_body["max_tokens"] = reserved
+    forward_body[field] = reserved
 
 
 def lengths_clear() -> None:

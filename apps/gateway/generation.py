@@ -139,7 +139,9 @@ async def handle_generation(
                 tool_versions=harness_tool_versions(harness, chat_body.get("tools")),
             )
         forward_body = dict(model_body)
-        await caps.apply_cap(forward_body, reserved=max_tokens, backend=backend, headers=profile.headers)
+        await caps.apply_cap(
+            forward_body, reserved=max_tokens, backend=backend, endpoint=endpoint, profile=profile
+        )
         add_token_parameters(forward_body, endpoint=endpoint, profile=profile)  # only what it accepts
         path = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
         url = backend_url(backend.base_url, path)  # refused before any connection unless allowed (egress.py)

@@ -2,6 +2,7 @@
 gateway makes before forwarding: model allowed, rate limits, budget reservation."""
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -10,6 +11,7 @@ from django.utils import timezone
 
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
+from apps.gateway.single_flight import single_flight
 
 SNAPSHOT_SECONDS = 2.0
 
@@ -70,11 +72,14 @@ def policy_load(tenant_id: int) -> PolicySnapshot:
 
 async def policy_for(tenant_id: int) -> PolicySnapshot:
     cached = _snapshots.get(tenant_id)
-    now = time.monotonic()
-    if cached and cached[0] > now:
+    if cached and cached[0] > time.monotonic():
         return cached[1]
+    return await single_flight(("policy", tenant_id), lambda: _policy_refresh(tenant_id))
+
+
+async def _policy_refresh(tenant_id: int) -> PolicySnapshot:
     snapshot = await database(policy_load)(tenant_id)
-    _snapshots[tenant_id] = (now + SNAPSHOT_SECONDS, snapshot)
+    _snapshots[tenant_id] = (time.monotonic() + SNAPSHOT_SECONDS, snapshot)
     return snapshot
 
 
@@ -83,11 +88,16 @@ def snapshots_clear() -> None:
 
 
 class WindowCounter:
-    """Per-tenant fixed one-minute windows for requests and tokens, counted in the counters every process
+    """Per-tenant sliding one-minute limits for requests and tokens, counted in the counters every process
     shares (apps/core/counters.py: Redis, or the embedded file cache under a lock), so N web workers or
-    hosts enforce one limit, not N. A request is counted first and refused (and its count given back) when
-    the window's total passes the limit, so concurrent requests cannot all pass a check made before any of
-    them is counted. The counter call is blocking I/O, so it runs off the event loop."""
+    hosts enforce one limit, not N.
+
+    The window slides: the count is this minute's bucket plus the previous minute's bucket weighted by the
+    share of it still inside the last 60 s. A fixed window would let twice the limit through around a
+    minute boundary (the limit just before it, the limit again just after). A request is counted first
+    and refused (and its count given back) when the estimate passes the limit, so concurrent requests
+    cannot all pass a check made before any of them is counted. The counter calls are blocking I/O, so
+    they run off the event loop."""
 
     WINDOW_SECONDS = 60
 
@@ -96,22 +106,41 @@ class WindowCounter:
             return
         await asyncio.to_thread(self.reserve_now, tenant_id=tenant_id, kind=kind, amount=amount, limit=limit)
 
-    def reserve_now(self, *, tenant_id: int, kind: str, amount: int, limit: int) -> None:
-        from apps.core.counters import counter_add
+    def reserve_now(
+        self, *, tenant_id: int, kind: str, amount: int, limit: int, now: float | None = None
+    ) -> None:
+        from apps.core.counters import counter_add, counter_value
 
-        now = time.time()
-        key = f"gateway-rate:{tenant_id}:{kind}:{int(now // self.WINDOW_SECONDS)}"
-        used = counter_add(key=key, amount=amount, window_seconds=2 * self.WINDOW_SECONDS)
-        if used > limit:
-            counter_add(key=key, amount=-amount, window_seconds=2 * self.WINDOW_SECONDS)
-            retry_after = max(1, self.WINDOW_SECONDS - int(now % self.WINDOW_SECONDS))
-            unit = "requests" if kind == "rpm" else "tokens"
-            raise GatewayError(
-                429,
-                f"rate limit: {limit} {unit} per minute for this tenant; retry in {retry_after} s",
-                f"rate_limit_{kind}",
-                retry_after=retry_after,
-            )
+        now = time.time() if now is None else now
+        bucket, into = divmod(now, self.WINDOW_SECONDS)
+        key = f"gateway-rate:{tenant_id}:{kind}:{int(bucket)}"
+        lifetime = 2 * self.WINDOW_SECONDS
+        used = counter_add(key=key, amount=amount, window_seconds=lifetime)
+        previous = counter_value(key=f"gateway-rate:{tenant_id}:{kind}:{int(bucket) - 1}")
+        carried = previous * (1 - into / self.WINDOW_SECONDS)
+        if used + carried <= limit:
+            return
+        counter_add(key=key, amount=-amount, window_seconds=lifetime)
+        retry_after = self._retry_after(
+            limit=limit, amount=amount, used=used - amount, previous=previous, into=into
+        )
+        unit = "requests" if kind == "rpm" else "tokens"
+        raise GatewayError(
+            429,
+            f"rate limit: {limit} {unit} per minute for this tenant; retry in {retry_after} s",
+            f"rate_limit_{kind}",
+            retry_after=retry_after,
+        )
+
+    def _retry_after(self, *, limit: int, amount: int, used: int, previous: int, into: float) -> int:
+        """Seconds until the same request would fit, if nothing else is counted meanwhile: the moment the
+        previous minute's share has shrunk enough, or else the start of the next minute."""
+        room = limit - used - amount
+        to_next_minute = self.WINDOW_SECONDS - into
+        if room >= 0 and previous > 0:
+            fits_at = (1 - room / previous) * self.WINDOW_SECONDS
+            return max(1, math.ceil(min(fits_at - into, to_next_minute)))
+        return max(1, math.ceil(to_next_minute))
 
 
 def _reserve(tenant_id: int, amount: float, budget: float):

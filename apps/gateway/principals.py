@@ -1,22 +1,31 @@
 """Who a gateway request speaks for: an API key (through the one authentication path, with a short
 in-process memo on top of its cache) or a session key minted by /rl/start_session.
 
+Session keys live in the state every process shares (apps.core.shared_state: Redis, or the embedded SQLite
+file; never Django's file cache, which culls a third of its entries at 300 and would drop live keys):
+`gateway-session-key:<hash of the key>` → its JSON (tenant, scopes, session, the minting API key's hash,
+`ended`, `expires_at`), for SESSION_KEY_SECONDS. Every call on that store blocks: the gateway makes them
+on its database thread (`database`), never on the event loop. A key that cannot be read there is refused
+(503 `session_store_unavailable`, retry), never accepted unverified.
+
 A session key lives no longer than the API key that minted it: each time it is resolved, that key is checked
 again through the shared cache (which revocation and rotation evict), so revoking the key refuses its session
 keys on every process at once (after at most MEMO_SECONDS where a process had just seen the session key; the
 process that revokes forgets its memo at once). Rotating the key ends the session keys minted before the
 rotation; those minted with the old key during its grace period live until that period ends. An ended
-session's key answers 410 until it expires from the cache; an unknown key answers 401. A session ended by its
-tenant's API key (AReaL's older clients name the session instead of using its key) is marked ended in the
-shared cache by tenant and session id, which every session key of that session is checked against."""
+session's key answers 410 until the key expires (ending keeps its remaining lifetime); an unknown key answers
+401. A session ended by its tenant's API key (AReaL's older clients name the session instead of using its key)
+is marked ended in the shared state by tenant and session id (`gateway-session-ended:`), which every session
+key of that session is checked against."""
 
 import hashlib
+import json
+import logging
 import secrets
 import time
 from dataclasses import dataclass
 
-from django.core.cache import cache
-
+from apps.core.shared_state import SharedStateUnavailable, shared_delete, shared_get, shared_set_many
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.tenants.authentication import (
@@ -30,6 +39,8 @@ from apps.tenants.keys import key_hash
 SESSION_KEY_PREFIX = "as-"
 SESSION_KEY_SECONDS = 7 * 24 * 3600
 MEMO_SECONDS = 1.0  # revocation reaches every process within the API-key cache eviction plus this
+STORE_RETRY_SECONDS = 1
+logger = logging.getLogger(__name__)
 _memo: dict[str, tuple[float, "Principal"]] = {}
 
 
@@ -52,58 +63,91 @@ def _hash(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def _session_cache_key(raw: str) -> str:
-    return "session-key:" + _hash(raw)
+def _session_entry_key(raw: str) -> str:
+    return "gateway-session-key:" + _hash(raw)
+
+
+def _ended_entry_key(tenant_id: int, session_id: str) -> str:
+    return f"gateway-session-ended:{tenant_id}:{_hash(session_id)}"
+
+
+def store_unavailable(error: SharedStateUnavailable) -> GatewayError:
+    """The gateway's answer when session keys cannot be read or written: refused, worth a retry."""
+    return GatewayError(
+        503,
+        f"session keys cannot be verified or recorded right now (shared state unavailable: {error}); "
+        "retry shortly",
+        "session_store_unavailable",
+        retry_after=STORE_RETRY_SECONDS,
+    )
+
+
+def _session_entry(raw: str) -> dict | None:
+    """The session key's entry, or None when it is unknown or expired. Raises SharedStateUnavailable."""
+    stored = shared_get(_session_entry_key(raw))
+    if stored is None:
+        return None
+    try:
+        data = json.loads(stored)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def session_key_mint(*, principal: Principal, session_id: str, task_id: str, group_id: str) -> str:
     """A new session key bound to `session_id`, valid while the principal's API key is (see the module docstring);
-    a principal without an API key (the system's) mints a key bounded only by its expiry and its ending."""
+    a principal without an API key (the system's) mints a key bounded only by its expiry and its ending.
+    Blocking; raises SharedStateUnavailable when the key cannot be recorded."""
     raw = SESSION_KEY_PREFIX + secrets.token_urlsafe(24)
-    cache.set(
-        _session_cache_key(raw),
-        {
-            "tenant_id": principal.tenant_id,
-            "tenant_slug": principal.tenant_slug,
-            "key_prefix": principal.key_prefix,
-            "scopes": list(principal.scopes),
-            "session_id": session_id,
-            "task_id": task_id,
-            "group_id": group_id,
-            "parent_key_hash": principal.api_key_hash,
-            "minted_while_rotating": principal.api_key_rotated,
-            "ended": False,
-        },
-        SESSION_KEY_SECONDS,
-    )
+    entry = {
+        "tenant_id": principal.tenant_id,
+        "tenant_slug": principal.tenant_slug,
+        "key_prefix": principal.key_prefix,
+        "scopes": list(principal.scopes),
+        "session_id": session_id,
+        "task_id": task_id,
+        "group_id": group_id,
+        "parent_key_hash": principal.api_key_hash,
+        "minted_while_rotating": principal.api_key_rotated,
+        "ended": False,
+        "expires_at": time.time() + SESSION_KEY_SECONDS,
+    }
+    shared_set_many({_session_entry_key(raw): json.dumps(entry)}, ttl_seconds=SESSION_KEY_SECONDS)
     return raw
 
 
 def session_key_end(raw: str) -> None:
-    """Marks the session key's session ended in the shared cache: every process then answers it with 410."""
-    cache_key = _session_cache_key(raw)
-    data = cache.get(cache_key)
+    """Marks the session key ended in the shared state for the rest of its lifetime: every process then answers
+    it with 410. Blocking; raises SharedStateUnavailable."""
+    data = _session_entry(raw)
     if data is not None:
-        cache.set(cache_key, {**data, "ended": True}, SESSION_KEY_SECONDS)
+        remaining = data["expires_at"] - time.time()
+        if remaining > 0:
+            shared_set_many(
+                {_session_entry_key(raw): json.dumps({**data, "ended": True})}, ttl_seconds=int(remaining) + 1
+            )
     _memo.pop(raw, None)
-
-
-def _ended_cache_key(tenant_id: int, session_id: str) -> str:
-    return f"session-ended:{tenant_id}:{_hash(session_id)}"
 
 
 def session_mark_ended(*, tenant_id: int, session_id: str) -> None:
     """Every session key of this session answers 410 from now on, on every process (this one at once, the
-    others within MEMO_SECONDS)."""
-    cache.set(_ended_cache_key(tenant_id, session_id), True, SESSION_KEY_SECONDS)
+    others within MEMO_SECONDS). Lives SESSION_KEY_SECONDS, as long as a key minted now. Blocking; raises
+    SharedStateUnavailable."""
+    shared_set_many({_ended_entry_key(tenant_id, session_id): "1"}, ttl_seconds=SESSION_KEY_SECONDS)
     for raw, (_, principal) in list(_memo.items()):
         if principal.tenant_id == tenant_id and principal.session_id == session_id:
             _memo.pop(raw, None)
 
 
 def session_key_forget(raw: str) -> None:
-    cache.delete(_session_cache_key(raw))
+    """Deletes a key its minter is done with (evaluation runs, the judge: keys never handed out). Blocking;
+    where the shared state is unavailable the key is left to expire, with a warning, so that a caller's
+    cleanup never fails."""
     _memo.pop(raw, None)
+    try:
+        shared_delete([_session_entry_key(raw)])
+    except SharedStateUnavailable as error:
+        logger.warning("a session key could not be deleted and will expire on its own: %s", error)
 
 
 def _check_parent(data: dict) -> None:
@@ -127,13 +171,15 @@ def _check_parent(data: dict) -> None:
 
 def _resolve(raw: str) -> Principal:
     if raw.startswith(SESSION_KEY_PREFIX):
-        data = cache.get(_session_cache_key(raw))
-        if (
-            data is None or "parent_key_hash" not in data
-        ):  # unknown, expired, or minted before parents were kept
-            raise GatewayError(401, "unknown or expired session key", "invalid_session_key")
-        _check_parent(data)
-        if data["ended"] or cache.get(_ended_cache_key(data["tenant_id"], data["session_id"])):
+        try:  # fail closed: a key that cannot be read is refused, never taken on trust
+            data = _session_entry(raw)
+            if data is None:
+                raise GatewayError(401, "unknown or expired session key", "invalid_session_key")
+            _check_parent(data)
+            ended = data["ended"] or shared_get(_ended_entry_key(data["tenant_id"], data["session_id"]))
+        except SharedStateUnavailable as error:
+            raise store_unavailable(error) from None
+        if ended:
             raise GatewayError(410, f"session {data['session_id']} has ended", "session_ended")
         return Principal(
             tenant_id=data["tenant_id"],

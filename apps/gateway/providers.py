@@ -1,6 +1,7 @@
-"""What the gateway sends a backend besides the agent's request: the backend's credential, and only those of
-its own extra parameters (`return_token_ids`, `logprobs`) that the backend's capability flags accept
-(apps/inference: `InferenceBackend.returns_*`, `accepts_return_token_ids`).
+"""What the gateway sends a backend besides the agent's request: the backend's credential, only those of its
+own extra parameters (`return_token_ids`, `logprobs`) that the backend's capability flags accept
+(apps/inference: `InferenceBackend.returns_*`, `accepts_return_token_ids`), and the completion cap in the
+field it reads (`cap_parameter`, applied in caps.py).
 
 Both come from a per-process `BackendProfile` per backend, read from the database at a backend's first
 forward and again once it is PROFILE_SECONDS old: a rotated or cleared credential, or changed flags, reach
@@ -17,6 +18,7 @@ from django.db import DatabaseError
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import JSON_CONTENT
+from apps.gateway.single_flight import single_flight
 
 logger = logging.getLogger(__name__)
 PROFILE_SECONDS = 5.0
@@ -35,6 +37,7 @@ class BackendProfile:
     returns_logprobs: bool = True
     returns_token_versions: bool = True
     accepts_return_token_ids: bool = True
+    cap_parameter: str = "max_tokens"  # the field a chat completion's cap goes in (apps/gateway/caps.py)
     headers: dict = field(default_factory=lambda: dict(JSON_CONTENT), repr=False)  # the credential's included
     credential_error: str = ""  # the stored credential could not be decrypted
 
@@ -60,6 +63,7 @@ def profile_of(backend) -> BackendProfile:
         "returns_logprobs": backend.returns_logprobs,
         "returns_token_versions": backend.returns_token_versions,
         "accepts_return_token_ids": backend.accepts_return_token_ids,
+        "cap_parameter": backend.cap_parameter,
     }
     try:
         return BackendProfile(**flags, headers={**JSON_CONTENT, **credential_headers(backend)})
@@ -77,10 +81,13 @@ def _reload(backend):
 async def backend_profile(backend) -> BackendProfile:
     """The backend's profile, read again from the database once PROFILE_SECONDS old. When that read fails
     (the database is restarting), the last profile (or the routed row's own) serves one period more."""
-    now = time.monotonic()
     cached = _profiles.get(backend.pk)
-    if cached is not None and cached[0] > now:
+    if cached is not None and cached[0] > time.monotonic():
         return cached[1]
+    return await single_flight(("profile", backend.pk), lambda: _profile_refresh(backend, cached))
+
+
+async def _profile_refresh(backend, cached) -> BackendProfile:
     try:
         row = await database(_reload)(backend)
     except DatabaseError:
@@ -92,7 +99,7 @@ async def backend_profile(backend) -> BackendProfile:
         profile = profile_of(row if row is not None else backend)  # a row removed meanwhile: as routed
     if len(_profiles) >= MAX_PROFILES:
         _profiles.clear()
-    _profiles[backend.pk] = (now + PROFILE_SECONDS, profile)
+    _profiles[backend.pk] = (time.monotonic() + PROFILE_SECONDS, profile)
     return profile
 
 

@@ -3,10 +3,18 @@
 POST /rl/start_session {task_id, group_size?} → {session_id, api_key, group_id?}: the returned key is
 bound to the session; the agent uses it for its completions and for set_reward / end_session. While the
 tenant's online run has no capacity left (apps.training.online.online_capacity) it answers 429 + Retry-After.
-POST /rl/set_reward {reward, interaction_id?}: no interaction id → the session's last completion. The
-interaction must be one of the session's own (404 otherwise). Idempotent: the same reward again for the same
-interaction (a client's retry) stores nothing; a new value replaces the agent's reward for it, recorded as a
-new reward naming the one it replaces (apps.rewards.services.reward_set_for_interaction).
+POST /rl/set_reward {reward, interaction_id?}: no interaction id → the session's last completion, whichever
+web process served it: the last step of the session's shared cursor (sessions.py; this process's memory may
+be behind), once that step is in the database (the serving process stores it within a journal flush; this
+waits up to AREAL_GATEWAY_REWARD_STEP_WAIT_MS, then answers 503 `completion_not_recorded` + Retry-After and
+stores nothing). The interaction must be one of the session's own (404 otherwise). Idempotent: the same
+reward again for the same interaction (a client's retry) stores nothing; a new value replaces the agent's
+reward for it, recorded as a new reward naming the one it replaces
+(apps.rewards.services.reward_set_for_interaction).
+A session's rewards go to its newest trajectory (apps.rewards.selectors.reward_session_target): after its
+trajectory ended and a late step went on in a continuation `<session>~2`, the continuation, whose last
+completion is rewarded, and which end_session ends and gives final_reward; an interaction id pins the
+reward to that step's trajectory, whichever of the session's it is. 410 only once the newest has ended.
 POST /rl/end_session {final_reward?}: with `final_reward` (a finite number) it is recorded first, like
 set_reward without an interaction id (on the session's last completion, or the trajectory when it has none);
 a bad one is a 422 that ends nothing. Then the trajectory is complete; later calls with the key answer 410
@@ -18,11 +26,13 @@ completions to /v1/<session_id>/chat/completions) or as `session_id` in the body
 session key naming another session than its own answers 409.
 /rl/start_session is rate limited per tenant (AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE, and the tenant's
 requests-per-minute limit): 429 + Retry-After.
-POST /v1/rewards {session_id | step_id | interaction_id, value, kind?, source?, comment?, idempotency_key?}.
+POST /v1/rewards {session_id | step_id | interaction_id, value, kind?, source?, comment?, idempotency_key?}:
+  a session id reaches the session's newest trajectory, a step id the step's own (as above).
   spec? names the reward spec to check against (default: the agent's training spec); label? is a category
   or, with kind critique, the correction text ("what it should have said"; no value needed).
 """
 
+import asyncio
 import json
 import math
 import uuid
@@ -30,10 +40,17 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from apps.core.shared_state import SharedStateUnavailable
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.policy import policy_for
-from apps.gateway.principals import session_key_end, session_key_mint, session_mark_ended
+from apps.gateway.principals import (
+    Principal,
+    session_key_end,
+    session_key_mint,
+    session_mark_ended,
+    store_unavailable,
+)
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -66,6 +83,12 @@ def _open_session(principal, task_id: str, group_size: int | None) -> tuple[str,
         api_key_prefix=principal.key_prefix,
     )
     return trajectory.session_id, trajectory.group_id
+
+
+def _discard_session(tenant_id: int, session_id: str) -> None:
+    from apps.trajectories.services import trajectory_discard_unstarted
+
+    trajectory_discard_unstarted(tenant_id=tenant_id, session_id=session_id)
 
 
 def _training_capacity(tenant_id) -> int | None:
@@ -124,11 +147,15 @@ async def handle_start_session(gateway, scope, receive, send, headers, session_f
             retry_after=1,
         )
     session_id, group_id = await database(_open_session)(principal, task_id, group_size)
+    try:
+        key = await database(session_key_mint)(
+            principal=principal, session_id=session_id, task_id=task_id, group_id=group_id
+        )
+    except SharedStateUnavailable as error:
+        await database(_discard_session)(principal.tenant_id, session_id)  # no key, no session: nothing open
+        raise store_unavailable(error) from None
     state = gateway.sessions.get(principal.tenant_id, session_id)
     state.task_id, state.group_id = task_id, group_id
-    key = await database(session_key_mint)(
-        principal=principal, session_id=session_id, task_id=task_id, group_id=group_id
-    )
     payload = {"session_id": session_id, "api_key": key, "task_id": task_id}
     if group_id:
         payload["group_id"] = group_id
@@ -139,27 +166,76 @@ async def handle_start_session(gateway, scope, receive, send, headers, session_f
 class RlSession:
     """The session a set_reward / end_session call acts on, in the caller's tenant."""
 
-    principal: object
+    principal: Principal
     raw_key: str
     session_id: str
+    # Where the session's rewards go (apps.rewards.selectors.reward_session_target): its newest trajectory,
+    # the continuation once a late step went on after its trajectory ended.
     trajectory_id: uuid.UUID
+    trajectory_ids: tuple[uuid.UUID, ...]  # every trajectory of the session, oldest first
     ended: bool
+    # The shared cursor's last step and its stored trajectory, when the call asked for it (`last_step`).
+    cursor_step: tuple[str, uuid.UUID] | None = None
 
 
-def _session_row(tenant_id: int, session_id: str) -> tuple[uuid.UUID, bool] | None:
-    from apps.trajectories.models import Trajectory, TrajectoryStatus, trajectory_id_for
+def _session_target(tenant_id: int, session_id: str):
+    from apps.rewards.selectors import reward_session_target
 
-    trajectory_id = trajectory_id_for(tenant_id=tenant_id, session_id=session_id)
-    status = (
-        Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id)
-        .values_list("status", flat=True)
-        .first()
+    return reward_session_target(tenant_id=tenant_id, session_id=session_id)
+
+
+def _stored_step_trajectory(tenant_id: int, step_id: str) -> uuid.UUID | None:
+    """The trajectory of the tenant's stored step `step_id`; None while it is not in the database."""
+    from apps.trajectories.models import Step
+
+    try:
+        step_uuid = uuid.UUID(step_id)
+    except ValueError:
+        return None
+    return (
+        Step.objects.filter(tenant_id=tenant_id, pk=step_uuid).values_list("trajectory_id", flat=True).first()
     )
-    return None if status is None else (trajectory_id, status != TrajectoryStatus.OPEN)
 
 
-async def _rl_session(gateway, headers, session_from_path, body) -> RlSession:
-    """The session key's own session, or the one a tenant key names (path, else body `session_id`)."""
+async def _wait_until_stored(tenant_id: int, step_id: str) -> uuid.UUID:
+    """The trajectory of `step_id` once the step is in the database. A step is journalled by the web process
+    that served it and stored by that process's flusher within about AREAL_JOURNAL_FLUSH_MS (this process's
+    own journal was flushed by `_rl_session`); this waits for it up to AREAL_GATEWAY_REWARD_STEP_WAIT_MS,
+    then answers 503 `completion_not_recorded` with Retry-After (nothing is stored)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.AREAL_GATEWAY_REWARD_STEP_WAIT_MS / 1000
+    pause = min(max(settings.AREAL_JOURNAL_FLUSH_MS / 1000, 0.01), 0.25)
+    while True:
+        trajectory_id = await database(_stored_step_trajectory)(tenant_id, step_id)
+        if trajectory_id is not None:
+            return trajectory_id
+        if loop.time() >= deadline:
+            raise GatewayError(
+                503,
+                f"the session's last completion {step_id} is not in the database yet (the web process that "
+                "served it has not stored it); retry",
+                "completion_not_recorded",
+                retry_after=1,
+            )
+        await asyncio.sleep(pause)
+
+
+async def _cursor_step(gateway, tenant_id: int, session_id: str) -> tuple[str, uuid.UUID] | None:
+    """The session's last completion whichever web process served it: the last step of its shared cursor
+    (sessions.py; a retry's step replaces the attempt it repeats; this process's memory may be behind), with
+    its trajectory once it is stored (`_wait_until_stored`). None without a cursor (none within
+    AREAL_GATEWAY_CONVERSATION_TTL_SECONDS, or the shared state unreadable and this process served none)."""
+    state = await gateway.sessions.resume(tenant_id, session_id)
+    if not state.last_step_id:
+        return None
+    step_id = state.last_step_id
+    return step_id, await _wait_until_stored(tenant_id, step_id)
+
+
+async def _rl_session(gateway, headers, session_from_path, body, *, last_step: bool = False) -> RlSession:
+    """The session key's own session, or the one a tenant key names (path, else body `session_id`). With
+    `last_step`, the shared cursor's last step is waited for first: a late step still in another process's
+    journal may be what opens the continuation the session's rewards go to."""
     principal, raw = await gateway.authorize(headers, "inference")
     named = session_from_path or _text(body, "session_id")
     if principal.session_id:
@@ -181,19 +257,24 @@ async def _rl_session(gateway, headers, session_from_path, body) -> RlSession:
     if len(named) > 200 or "\x00" in named:
         raise GatewayError(400, "session ids are at most 200 characters", "invalid_session_id")
     await gateway.journal.flush()  # a session whose only completion is still in the journal exists
-    found = await database(_session_row)(principal.tenant_id, named)
-    if found is None:  # the same answer whether another tenant has a session of that name or nobody does
+    cursor_step = await _cursor_step(gateway, principal.tenant_id, named) if last_step else None
+    target = await database(_session_target)(principal.tenant_id, named)
+    if target is None:  # the same answer whether another tenant has a session of that name or nobody does
         raise GatewayError(404, f"no session {named!r} in this tenant", "session_not_found")
-    trajectory_id, ended = found
-    ended = ended or gateway.sessions.get(principal.tenant_id, named).ended
-    return RlSession(principal, raw, named, trajectory_id, ended)
+    ended = not target.is_open or gateway.sessions.get(principal.tenant_id, named).ended
+    return RlSession(
+        principal, raw, named, target.trajectory_id, target.trajectory_ids, ended, cursor_step=cursor_step
+    )
 
 
-def _last_step_id(session: RlSession, state) -> str | None:
-    if state.last_step_id:
-        return state.last_step_id
+def _last_step_id(session: RlSession) -> str | None:
+    """The completion a reward without an interaction id goes to: the shared cursor's last step when it is
+    in the session's newest trajectory (the reward's trajectory), else that trajectory's newest stored step;
+    None when it has none."""
     from apps.trajectories.models import Step
 
+    if session.cursor_step is not None and session.cursor_step[1] == session.trajectory_id:
+        return session.cursor_step[0]
     last = (
         Step.objects.filter(tenant_id=session.principal.tenant_id, trajectory_id=session.trajectory_id)
         .order_by("-index")
@@ -203,16 +284,10 @@ def _last_step_id(session: RlSession, state) -> str | None:
     return str(last) if last else None
 
 
-def _session_has_step(session: RlSession, step_id: str) -> bool:
-    from apps.trajectories.models import Step
-
-    try:
-        step_uuid = uuid.UUID(step_id)
-    except ValueError:
-        return False
-    return Step.objects.filter(
-        tenant_id=session.principal.tenant_id, trajectory_id=session.trajectory_id, pk=step_uuid
-    ).exists()
+def _step_trajectory_in_session(session: RlSession, step_id: str) -> uuid.UUID | None:
+    """The trajectory of `step_id` when it is one of the session's steps (in any of its trajectories)."""
+    trajectory_id = _stored_step_trajectory(session.principal.tenant_id, step_id)
+    return trajectory_id if trajectory_id in session.trajectory_ids else None
 
 
 def _reward_value(raw, field: str = "reward") -> float:
@@ -234,12 +309,14 @@ def _interaction_id(body: dict) -> str:
     return interaction_id or completion_id
 
 
-def _set_reward(session: RlSession, *, step_id: str | None, value: float, timing: str) -> dict:
+def _set_reward(
+    session: RlSession, *, trajectory_id: uuid.UUID, step_id: str | None, value: float, timing: str
+) -> dict:
     from apps.rewards.services import reward_set_for_interaction
 
     return reward_set_for_interaction(
         tenant_id=session.principal.tenant_id,
-        trajectory_id=session.trajectory_id,
+        trajectory_id=trajectory_id,
         step_id=step_id,
         value=value,
         timing=timing,
@@ -251,24 +328,26 @@ async def handle_set_reward(gateway, scope, receive, send, headers, session_from
     body = await gateway.read_json(receive)
     value = _reward_value(body.get("reward"))
     interaction_id = _interaction_id(body)
-    session = await _rl_session(gateway, headers, session_from_path, body)
+    session = await _rl_session(gateway, headers, session_from_path, body, last_step=not interaction_id)
     if session.ended:
         raise GatewayError(410, f"session {session.session_id} has ended", "session_ended")
-    state = gateway.sessions.get(session.principal.tenant_id, session.session_id)
-    if interaction_id:
-        if not await database(_session_has_step)(session, interaction_id):
+    if interaction_id:  # pinned to the interaction's own trajectory, whichever of the session's it is
+        trajectory_id = await database(_step_trajectory_in_session)(session, interaction_id)
+        if trajectory_id is None:
             raise GatewayError(
                 404,
                 f"no interaction {interaction_id!r} in session {session.session_id}",
                 "interaction_not_found",
                 field="interaction_id",
             )
-        step_id = interaction_id
+        step_id: str | None = interaction_id
     else:
-        step_id = await database(_last_step_id)(session, state)
+        trajectory_id, step_id = session.trajectory_id, await database(_last_step_id)(session)
     if not step_id:
         raise GatewayError(404, "this session has no completion to reward yet", "no_completion")
-    reward = await database(_set_reward)(session, step_id=step_id, value=value, timing="immediate")
+    reward = await database(_set_reward)(
+        session, trajectory_id=trajectory_id, step_id=step_id, value=value, timing="immediate"
+    )
     await _respond(
         send,
         {
@@ -299,19 +378,30 @@ async def handle_end_session(gateway, scope, receive, send, headers, session_fro
     body = await gateway.read_json(receive, allow_empty=True)
     final = body.get("final_reward")
     final_reward = None if final is None else _reward_value(final, "final_reward")
-    session = await _rl_session(gateway, headers, session_from_path, body)
+    session = await _rl_session(gateway, headers, session_from_path, body, last_step=final_reward is not None)
     if session.ended:
         raise GatewayError(410, "this session has already ended", "session_ended")
     state = gateway.sessions.get(session.principal.tenant_id, session.session_id)
     reward = None
     if final_reward is not None:  # recorded before the end: a refused one (422) ends nothing
-        step_id = await database(_last_step_id)(session, state)
-        reward = await database(_set_reward)(session, step_id=step_id, value=final_reward, timing="terminal")
+        step_id = await database(_last_step_id)(session)
+        reward = await database(_set_reward)(
+            session,
+            trajectory_id=session.trajectory_id,
+            step_id=step_id,
+            value=final_reward,
+            timing="terminal",
+        )
     steps, interactions = await database(_end)(session)
     state.ended = True
-    if session.principal.session_id:
-        await database(session_key_end)(session.raw_key)
-    await database(session_mark_ended)(tenant_id=session.principal.tenant_id, session_id=session.session_id)
+    try:
+        if session.principal.session_id:
+            await database(session_key_end)(session.raw_key)
+        await database(session_mark_ended)(
+            tenant_id=session.principal.tenant_id, session_id=session.session_id
+        )
+    except SharedStateUnavailable as error:
+        raise store_unavailable(error) from None
     payload = {
         "status": "ok",
         "session_id": session.session_id,

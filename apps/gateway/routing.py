@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from apps.gateway.db import flusher_database
+from apps.gateway.single_flight import single_flight
 
 logger = logging.getLogger(__name__)
 SNAPSHOT_SECONDS = 2.0
@@ -62,14 +63,17 @@ def _load_candidates(tenant_id: int, model: str, version: str | None) -> list:
 async def candidates_for(*, tenant_id: int, model: str, version: str | None, load) -> CandidateSnapshot:
     key = (tenant_id, model, version)
     snapshot = _snapshots.get(key)
-    if snapshot is None or snapshot.expires < time.monotonic():
+    if snapshot is not None and snapshot.expires >= time.monotonic():
+        return snapshot
+
+    async def refresh() -> CandidateSnapshot:
         backends = await load(_load_candidates)(tenant_id, model, version)
-        snapshot = _snapshots[key] = CandidateSnapshot(
-            expires=time.monotonic() + SNAPSHOT_SECONDS, backends=backends
-        )
         if len(_snapshots) > 10_000:
             _snapshots.clear()
-    return snapshot
+        _snapshots[key] = CandidateSnapshot(expires=time.monotonic() + SNAPSHOT_SECONDS, backends=backends)
+        return _snapshots[key]
+
+    return await single_flight(("candidates", *key), refresh)
 
 
 def candidates_clear() -> None:

@@ -15,9 +15,11 @@ AREAL_GATEWAY_CONVERSATION_TTL_SECONDS from the session's last step:
 A request makes at most one read: its session's cursor when it names the session; otherwise one lookup of
 the longest recorded conversation its messages extend together with that session's cursor; none when its
 messages extend no assistant message (a first turn). The cursor and the conversation of an answer are
-written together (one round trip) before the answer's last bytes are released, so the agent's next turn
-finds them on any process. No process keeps a memo of either: the read that finds a session is also what
-tells the request the session's current cursor, which another process may have moved.
+written together (one round trip, shared by the answers of the same moment) before the answer's last bytes
+are released, so the agent's next turn finds them on any process. No process keeps a memo of either: the read that finds a session is also what
+tells the request the session's current cursor, which another process may have moved. The same read tells
+`/rl/set_reward` and `/rl/end_session`'s `final_reward` without an interaction id which completion is the
+session's last (rl.py).
 Per process (`SessionState`): the routed backend and version (routing re-resolves them elsewhere), the
 task and group of a session started here, whether it was ended here.
 """
@@ -114,9 +116,60 @@ def _conversation_key(tenant_id: int, key_prefix: str, conversation_hash: str) -
     return f"gateway-conversation:{tenant_id}:{key_prefix}:{conversation_hash}"
 
 
+class SharedWrites:
+    """Group commit for the shared cursors and conversations: the entries of requests answered while a write is
+    in flight go out together in the next one (one SQLite transaction, or one Redis pipeline), instead of one
+    round trip each; every caller still returns only once its own entries are written. Writes go out in order, one
+    at a time, so a later value of a key is never overwritten by an earlier one. One queue per event loop."""
+
+    def __init__(self):
+        self._queues: dict[asyncio.AbstractEventLoop, dict] = {}
+
+    async def write(self, entries: dict[str, str]) -> None:
+        """Raises SharedStateUnavailable when the write that carried these entries failed."""
+        loop = asyncio.get_running_loop()
+        queue = self._queues.get(loop)
+        if queue is None:
+            for stale in [other for other in self._queues if other.is_closed()]:
+                del self._queues[stale]
+            queue = self._queues[loop] = {"entries": {}, "waiters": [], "flushing": False}
+        waiter = loop.create_future()
+        queue["entries"].update(entries)
+        queue["waiters"].append(waiter)
+        if not queue["flushing"]:
+            queue["flushing"] = True
+            queue["task"] = loop.create_task(self._flush(queue))  # held: a task nobody holds may be collected
+        await waiter
+
+    @staticmethod
+    async def _flush(queue: dict) -> None:
+        try:
+            while queue["waiters"]:
+                entries, waiters = queue["entries"], queue["waiters"]
+                queue["entries"], queue["waiters"] = {}, []
+                try:
+                    await asyncio.to_thread(
+                        shared_set_many, entries, ttl_seconds=settings.AREAL_GATEWAY_CONVERSATION_TTL_SECONDS
+                    )
+                except Exception as error:  # noqa: BLE001  (each waiter gets the failure of its write)
+                    outcome: Exception | None = error
+                else:
+                    outcome = None
+                for waiter in waiters:
+                    if waiter.done():
+                        continue  # its request was cancelled
+                    if outcome is None:
+                        waiter.set_result(None)
+                    else:
+                        waiter.set_exception(outcome)
+        finally:
+            queue["flushing"] = False
+
+
 class SessionIndex:
     def __init__(self):
         self.sessions: OrderedDict[tuple[int, str], SessionState] = OrderedDict()
+        self.writes = SharedWrites()
 
     def get(self, tenant_id: int, session_id: str) -> SessionState:
         """This process's state of the session (its cursor as this process last read or advanced it)."""
@@ -170,14 +223,13 @@ class SessionIndex:
     async def share(
         self, *, tenant_id: int, key_prefix: str, state: SessionState, conversation_hash: str | None
     ) -> None:
-        """Writes the session's cursor and, when given, the conversation that now leads to it (one round
-        trip), each to live AREAL_GATEWAY_CONVERSATION_TTL_SECONDS."""
+        """Writes the session's cursor and, when given, the conversation that now leads to it (in one round trip,
+        shared with the requests answered at the same time: `SharedWrites`), each to live
+        AREAL_GATEWAY_CONVERSATION_TTL_SECONDS."""
         entries = {_cursor_key(tenant_id, state.session_id): state.cursor()}
         if conversation_hash is not None:
             entries[_conversation_key(tenant_id, key_prefix, conversation_hash)] = state.session_id
         try:
-            await asyncio.to_thread(
-                shared_set_many, entries, ttl_seconds=settings.AREAL_GATEWAY_CONVERSATION_TTL_SECONDS
-            )
+            await self.writes.write(entries)
         except SharedStateUnavailable as error:
             logger.warning("session %s: shared session state not written: %s", state.session_id, error)

@@ -5,7 +5,7 @@ from rest_framework.response import Response
 from apps.core.api import TenantApi
 from apps.core.errors import Forbidden
 from apps.inference import selectors, services
-from apps.inference.models import BackendKind, BackendState
+from apps.inference.models import BackendKind, BackendState, CapParameter
 from apps.tenants.permissions import Action
 
 CREDENTIAL_HELP = (
@@ -15,7 +15,8 @@ CREDENTIAL_HELP = (
 
 
 class CapabilityInputSerializer(serializers.Serializer):
-    """The capability flags; one not given keeps its value (on registration: the kind's default)."""
+    """The capability flags and the cap field; one not given keeps its value (on registration: the kind's
+    default)."""
 
     returns_token_ids = serializers.BooleanField(
         required=False, allow_null=True, default=None, help_text="Answers carry prompt and completion ids."
@@ -34,6 +35,15 @@ class CapabilityInputSerializer(serializers.Serializer):
         allow_null=True,
         default=None,
         help_text="The server accepts the return_token_ids parameter (the gateway sends it only then).",
+    )
+    cap_parameter = serializers.ChoiceField(
+        choices=CapParameter.choices,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The field the server reads a chat completion's cap from; the gateway sends the cap in it "
+        "only. Default: max_completion_tokens for openai_compatible (OpenAI's reasoning models refuse "
+        "max_tokens), max_tokens for the other kinds.",
     )
 
 
@@ -66,6 +76,7 @@ class BackendOutputSerializer(serializers.Serializer):
     returns_logprobs = serializers.BooleanField()
     returns_token_versions = serializers.BooleanField()
     accepts_return_token_ids = serializers.BooleanField()
+    cap_parameter = serializers.CharField(help_text="The field that carries a chat completion's cap.")
 
 
 class BackendListApi(TenantApi):

@@ -1,14 +1,15 @@
 """The backends page's forms (registration; a backend's provider settings); the service validates again.
 
 A capability flag is a select (the kind's default / yes / no) rather than a checkbox, so a form posted without
-it changes nothing instead of turning it off. The credential field never shows a stored value."""
+it changes nothing instead of turning it off; so is the cap field. The credential field never shows a stored
+value."""
 
 from django import forms
 
 from apps.core.errors import ValidationFailed
 from apps.inference.credentials import credential_validate
 from apps.inference.egress import backend_url_validate
-from apps.inference.models import CAPABILITY_FIELDS, BackendKind
+from apps.inference.models import PROVIDER_FIELDS, BackendKind, CapParameter
 
 CAPABILITY_LABELS = {
     "returns_token_ids": "Returns token ids",
@@ -26,6 +27,16 @@ def _flag(label: str, *, unchanged: str) -> forms.TypedChoiceField:
         coerce=lambda value: value == "true",
         empty_value=None,
         required=False,
+    )
+
+
+def _cap_field(*, unchanged: str) -> forms.TypedChoiceField:
+    return forms.TypedChoiceField(
+        label="Cap parameter",
+        choices=[(UNCHANGED, unchanged), *CapParameter.choices],
+        empty_value=None,
+        required=False,
+        help_text="The field the server reads a chat completion's cap from (OpenAI: max_completion_tokens).",
     )
 
 
@@ -53,10 +64,10 @@ class ProviderFieldsForm(forms.Form):
         return credential
 
     def capabilities(self) -> dict:
-        """The flags chosen (a flag left at its first choice is not given)."""
+        """The flags and the cap field chosen (one left at its first choice is not given)."""
         return {
             field: self.cleaned_data[field]
-            for field in CAPABILITY_FIELDS
+            for field in PROVIDER_FIELDS
             if self.cleaned_data.get(field) is not None
         }
 
@@ -85,6 +96,7 @@ class BackendRegisterForm(ProviderFieldsForm):
     accepts_return_token_ids = _flag(
         CAPABILITY_LABELS["accepts_return_token_ids"], unchanged="default for the kind"
     )
+    cap_parameter = _cap_field(unchanged="default for the kind")
 
     def clean_base_url(self):
         try:  # the same check as the service's (egress.py), shown beside the field
@@ -111,6 +123,7 @@ class BackendProviderForm(ProviderFieldsForm):
     returns_logprobs = _flag(CAPABILITY_LABELS["returns_logprobs"], unchanged="unchanged")
     returns_token_versions = _flag(CAPABILITY_LABELS["returns_token_versions"], unchanged="unchanged")
     accepts_return_token_ids = _flag(CAPABILITY_LABELS["accepts_return_token_ids"], unchanged="unchanged")
+    cap_parameter = _cap_field(unchanged="unchanged")
 
     def clean(self):
         cleaned = super().clean()

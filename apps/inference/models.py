@@ -11,6 +11,16 @@ class BackendKind(models.TextChoices):
     ANTHROPIC = "anthropic", "Anthropic Messages API"
 
 
+class CapParameter(models.TextChoices):
+    """The request field a backend reads the completion cap of a chat completion from. OpenAI's API names it
+    max_completion_tokens (its reasoning models refuse max_tokens); vLLM and the embedded server read both;
+    some OpenAI-compatible servers read only max_tokens. The legacy completions endpoint always takes
+    max_tokens."""
+
+    MAX_TOKENS = "max_tokens", "max_tokens"
+    MAX_COMPLETION_TOKENS = "max_completion_tokens", "max_completion_tokens"
+
+
 class BackendState(models.TextChoices):
     UNKNOWN = "unknown", "Not checked yet"
     UP = "up", "Up"
@@ -25,6 +35,8 @@ CAPABILITY_FIELDS = (
     "returns_token_versions",
     "accepts_return_token_ids",
 )
+# What a backend's provider settings hold besides its credential: the flags and the cap field.
+PROVIDER_FIELDS = (*CAPABILITY_FIELDS, "cap_parameter")
 
 
 class InferenceBackend(TimestampedTenantOwned):
@@ -58,6 +70,12 @@ class InferenceBackend(TimestampedTenantOwned):
     )
     accepts_return_token_ids = models.BooleanField(
         default=True, help_text="The server accepts the `return_token_ids` request parameter."
+    )
+    cap_parameter = models.CharField(
+        max_length=24,
+        choices=CapParameter.choices,
+        default=CapParameter.MAX_TOKENS,
+        help_text="The field that carries the completion cap of a chat completion sent to the server.",
     )
 
     class Meta:

@@ -15,8 +15,10 @@ from apps.inference.credentials import (
 from apps.inference.egress import backend_url_validate
 from apps.inference.models import (
     CAPABILITY_FIELDS,
+    PROVIDER_FIELDS,
     BackendKind,
     BackendState,
+    CapParameter,
     InferenceBackend,
     SessionAffinity,
 )
@@ -32,7 +34,7 @@ EDITABLE_FIELDS = (
     "model_version",
     "weight",
     "state",
-    *CAPABILITY_FIELDS,
+    *PROVIDER_FIELDS,
     "credential",
 )
 # What a backend of each kind returns and accepts when its registration does not say. Every kind but Anthropic's
@@ -40,6 +42,11 @@ EDITABLE_FIELDS = (
 # is registered with them off. The Messages API returns no token data at all: its flags are always off.
 KIND_CAPABILITIES = {kind: dict.fromkeys(CAPABILITY_FIELDS, True) for kind in BackendKind.values}
 KIND_CAPABILITIES[BackendKind.ANTHROPIC] = dict.fromkeys(CAPABILITY_FIELDS, False)
+# The cap field of each kind when its registration does not say: OpenAI's current name for another
+# OpenAI-compatible server (hosted reasoning models refuse max_tokens), max_tokens for the rest (the Messages
+# API knows no other).
+KIND_CAP_PARAMETER = dict.fromkeys(BackendKind.values, CapParameter.MAX_TOKENS.value)
+KIND_CAP_PARAMETER[BackendKind.OPENAI_COMPATIBLE] = CapParameter.MAX_COMPLETION_TOKENS.value
 
 
 class NoBackendAvailable(DomainError):
@@ -65,14 +72,19 @@ def _validate(fields: dict) -> None:
     for field in CAPABILITY_FIELDS:
         if field in fields and not isinstance(fields[field], bool):
             raise ValidationFailed(f"{field} must be true or false", fields={field: ["invalid"]})
+    if fields.get("cap_parameter") is not None and fields["cap_parameter"] not in CapParameter.values:
+        raise ValidationFailed(
+            f"cap_parameter must be one of {', '.join(CapParameter.values)}",
+            fields={"cap_parameter": ["invalid"]},
+        )
     if fields.get("credential"):
         credential_validate(fields["credential"])
 
 
 def _capabilities(*, kind: str, given: dict) -> dict:
-    """The flags to store: those given (None: not given), the rest the kind's defaults. An Anthropic backend
-    cannot claim token data: a flag given as true is refused."""
-    flags = dict(KIND_CAPABILITIES[kind])
+    """The flags and the cap field to store: those given (None: not given), the rest the kind's defaults. An
+    Anthropic backend cannot claim token data (a flag given as true is refused) nor another cap field."""
+    flags: dict[str, bool | str] = dict(KIND_CAPABILITIES[kind])
     for field in CAPABILITY_FIELDS:
         if given.get(field) is not None:
             if kind == BackendKind.ANTHROPIC and given[field]:
@@ -82,6 +94,13 @@ def _capabilities(*, kind: str, given: dict) -> dict:
                     fields={field: ["not_supported_by_kind"]},
                 )
             flags[field] = given[field]
+    cap = given.get("cap_parameter")
+    if kind == BackendKind.ANTHROPIC and cap not in (None, CapParameter.MAX_TOKENS):
+        raise ValidationFailed(
+            "an anthropic backend takes its cap as max_tokens",
+            fields={"cap_parameter": ["not_supported_by_kind"]},
+        )
+    flags["cap_parameter"] = cap if cap is not None else KIND_CAP_PARAMETER[kind]
     return flags
 
 
@@ -110,15 +129,18 @@ def backend_register(
     returns_logprobs: bool | None = None,
     returns_token_versions: bool | None = None,
     accepts_return_token_ids: bool | None = None,
+    cap_parameter: str | None = None,
 ) -> InferenceBackend:
     """Registers a replica; its state is `unknown` until the first health check. 409 on a taken name.
     `credential` (optional) is stored encrypted; capability flags not given take the kind's defaults
-    (KIND_CAPABILITIES). The audit event says whether a credential was set, never what it is."""
+    (KIND_CAPABILITIES), and so does the cap field (KIND_CAP_PARAMETER). The audit event says whether a
+    credential was set, never what it is."""
     given = {
         "returns_token_ids": returns_token_ids,
         "returns_logprobs": returns_logprobs,
         "returns_token_versions": returns_token_versions,
         "accepts_return_token_ids": accepts_return_token_ids,
+        "cap_parameter": cap_parameter,
     }
     _validate(
         {"base_url": base_url, "kind": kind, "credential": credential}
@@ -172,8 +194,8 @@ def _lock(*, tenant: Tenant, backend_id) -> InferenceBackend:
 @transaction.atomic
 def backend_update(*, tenant: Tenant, actor: Actor, backend_id, changes: dict) -> InferenceBackend:
     """Changes address, kind, model, version, weight, state (`draining` takes no new sessions), capability
-    flags (a change of kind resets the flags not given to the new kind's defaults) and the credential
-    (`credential`: a new one sets or rotates it, "" or None clears it). Audited as `backend.update` (the diff,
+    flags and the cap field (a change of kind resets those not given to the new kind's defaults) and the
+    credential (`credential`: a new one sets or rotates it, "" or None clears it). Audited as `backend.update` (the diff,
     without the credential) and, for the credential, `backend.credential_set`, `backend.credential_rotate` or
     `backend.credential_clear` (with the last four characters, never the credential). A new
     `model_version` is declared to the gateways on commit (`served.served_version_declare`)."""
@@ -185,12 +207,12 @@ def backend_update(*, tenant: Tenant, actor: Actor, backend_id, changes: dict) -
     credential = changes.pop("credential", False)  # False: not given
     backend = _lock(tenant=tenant, backend_id=backend_id)
     kind = changes.get("kind", backend.kind)
-    current = {field: getattr(backend, field) for field in CAPABILITY_FIELDS}
-    given = {field: changes.get(field) for field in CAPABILITY_FIELDS}
+    current = {field: getattr(backend, field) for field in PROVIDER_FIELDS}
+    given = {field: changes.get(field) for field in PROVIDER_FIELDS}
     if kind == backend.kind:
         given = {field: given[field] if given[field] is not None else current[field] for field in given}
         if kind == BackendKind.ANTHROPIC:  # always all off; only what was asked is checked
-            given = {field: changes.get(field) for field in CAPABILITY_FIELDS}
+            given = {field: changes.get(field) for field in PROVIDER_FIELDS}
     changes.update(_capabilities(kind=kind, given=given))
     diff = {}
     for field, value in changes.items():

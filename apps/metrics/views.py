@@ -23,7 +23,8 @@ def queue_depths() -> dict[tuple[str], int]:
         import redis
 
         client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2)
-        return {(name,): client.llen(name) for name in names}
+        prefix = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}).get("global_keyprefix", "")
+        return {(name,): client.llen(prefix + name) for name in names}
     folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
     counts = dict.fromkeys(names, 0)
     for path in folder.iterdir():

@@ -1,13 +1,17 @@
 """The evaluators page's form: a rule evaluator's configuration as JSON, an LLM judge's as its own fields
 (rubric, pinned model version, score range and/or verdicts, limits). Checked here by the same pure function
 the service uses (workers.rewards.judge), so each problem shows beside its field; the service checks again,
-with the model's routing, and its field errors land on the same fields."""
+with the model's routing, and its field errors land on the same fields.
+
+The reward specs page's form: a spec's fields as the REST API takes them, categories and source weights as
+JSON, the source priority as a comma-separated list; the service validates, and its problems land on the
+fields they name."""
 
 import json
 
 from django import forms
 
-from apps.rewards.models import EvaluatorKind
+from apps.rewards.models import Combination, EvaluatorKind, RewardKind, RewardSource
 from workers.rewards.judge import PLACEHOLDERS, judge_config_problems
 
 # The service's field names (`config.<name>`) → this form's fields.
@@ -192,3 +196,92 @@ class EvaluatorForm(forms.Form):
             "enabled": bool(data.get("enabled")),
             "spec_name": data.get("spec") or "",
         }
+
+
+def _numbers_by_name(text: str, *, example: str) -> dict[str, float]:
+    """A JSON object of names to numbers (`{"good": 1, "bad": 0}`); blank is {}."""
+    text = text.strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise forms.ValidationError("not valid JSON") from None
+    if not isinstance(value, dict):
+        raise forms.ValidationError(f"a JSON object such as {example}")
+    numbers = {}
+    for name, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            raise forms.ValidationError(f"{name!r}: the value must be a number")
+        numbers[name] = float(number)
+    return numbers
+
+
+class RewardSpecForm(forms.Form):
+    """One reward spec, as `services.reward_spec_create` takes it (the REST API's fields)."""
+
+    name = forms.CharField(max_length=120)
+    agent_name = forms.CharField(max_length=200, required=False, help_text="Blank: every agent.")
+    kind = forms.ChoiceField(choices=RewardKind.choices, initial=RewardKind.NUMERIC)
+    minimum = forms.FloatField(required=False, help_text="Numeric: the lowest value allowed (blank: none).")
+    maximum = forms.FloatField(required=False, help_text="Numeric: the highest value allowed (blank: none).")
+    categories = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        help_text='Categorical only: JSON {"label": value}, e.g. {"good": 1, "bad": 0}.',
+    )
+    is_training_reward = forms.BooleanField(
+        required=False, label="Training reward", help_text="The reward training optimizes: one per agent."
+    )
+    combination = forms.ChoiceField(
+        choices=Combination.choices,
+        initial=Combination.PRIORITY,
+        help_text="How the rewards of several sources become one.",
+    )
+    source_priority = forms.CharField(
+        max_length=200,
+        required=False,
+        help_text="Priority: sources, most trusted first, comma-separated (blank: the default order). Sources: "
+        + ", ".join(RewardSource.values)
+        + ".",
+    )
+    source_weights = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        help_text='Weighted sum: JSON {"source": weight}, e.g. {"user": 0.7, "evaluator": 0.3}.',
+    )
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+
+    def clean_categories(self) -> dict[str, float]:
+        return _numbers_by_name(self.cleaned_data.get("categories") or "", example='{"good": 1, "bad": 0}')
+
+    def clean_source_weights(self) -> dict[str, float]:
+        return _numbers_by_name(self.cleaned_data.get("source_weights") or "", example='{"user": 1}')
+
+    def clean_source_priority(self) -> list[str]:
+        text = self.cleaned_data.get("source_priority") or ""
+        return [source.strip() for source in text.split(",") if source.strip()]
+
+    def add_service_fields(self, problems: dict) -> None:
+        """The service's field problems (`{"maximum": ["must not be below minimum"]}`) beside their fields."""
+        for field, problem in problems.items():
+            for text in problem if isinstance(problem, list) else [problem]:
+                self.add_error(field if field in self.fields else None, text)
+
+    def service_arguments(self) -> dict:
+        data = self.cleaned_data
+        arguments = {
+            "name": data["name"],
+            "agent_name": (data.get("agent_name") or "").strip(),
+            "kind": data["kind"],
+            "minimum": data.get("minimum"),
+            "maximum": data.get("maximum"),
+            "is_training_reward": bool(data.get("is_training_reward")),
+            "combination": data["combination"],
+            "description": data.get("description") or "",
+        }
+        # Left out when empty, as the REST API leaves out what its body does not name (the model's defaults).
+        for name in ("categories", "source_priority", "source_weights"):
+            if data.get(name):
+                arguments[name] = data[name]
+        return arguments

@@ -101,14 +101,29 @@ def _gateway_error(response: httpx.Response) -> str:
         return f"the gateway answered {response.status_code}"
 
 
+def _judge_post(client: httpx.Client, *, principal, session_id: str, body: dict) -> httpx.Response:
+    """One POST with a session key of its own, minted for it and forgotten after it. Raises httpx.HTTPError,
+    or SharedStateUnavailable when the key cannot be recorded."""
+    from apps.gateway.principals import session_key_forget, session_key_mint
+
+    key = session_key_mint(principal=principal, session_id=session_id, task_id="", group_id="")
+    headers = {"Authorization": f"Bearer {key}", "X-Areal-Purpose": "eval", "X-Agent-Name": "areal-judge"}
+    try:
+        return client.post("/v1/chat/completions", json=body, headers=headers)
+    finally:
+        session_key_forget(key)
+
+
 def judge_call(
     *, tenant, config: JudgeConfig, session_id: str, messages: list[dict], sleep=time.sleep
 ) -> JudgeAnswer:
     """One chat completion from the judge through the gateway, with `config.retries` more tries after a
-    transport error, a timeout or a 429/5xx answer (waiting `retry_backoff_s` doubled each time, or the
-    gateway's Retry-After); any other refusal (403 model not allowed, 404, 422 ...) is not retried. Raises
-    JudgeFailed (`judge_call_failed`, or `judge_unavailable` once the retries are spent)."""
-    from apps.gateway.principals import Principal, session_key_forget, session_key_mint
+    transport error, a timeout, a 429/5xx answer or a session key that could not be recorded (waiting
+    `retry_backoff_s` doubled each time, or the gateway's Retry-After); any other refusal (403 model not
+    allowed, 404, 422 ...) is not retried. Raises JudgeFailed (`judge_call_failed`, or `judge_unavailable`
+    once the retries are spent)."""
+    from apps.core.shared_state import SharedStateUnavailable
+    from apps.gateway.principals import Principal
 
     body = {
         "model": config.model,
@@ -122,17 +137,13 @@ def judge_call(
     backoff, problem = config.retry_backoff_s, ""
     with httpx.Client(base_url=settings.AREAL_GATEWAY_URL.rstrip("/"), timeout=config.timeout_s) as client:
         for attempt in range(1, config.retries + 2):
-            key = session_key_mint(principal=principal, session_id=session_id, task_id="", group_id="")
-            headers = {
-                "Authorization": f"Bearer {key}",
-                "X-Areal-Purpose": "eval",
-                "X-Agent-Name": "areal-judge",
-            }
             wait = backoff
             try:
-                response = client.post("/v1/chat/completions", json=body, headers=headers)
+                response = _judge_post(client, principal=principal, session_id=session_id, body=body)
             except httpx.HTTPError as error:
                 problem = f"the gateway could not be reached: {type(error).__name__}"
+            except SharedStateUnavailable as error:
+                problem = f"the judge's session key could not be recorded: {error}"
             else:
                 if response.status_code == 200:
                     return _answer(response, attempt)
@@ -142,8 +153,6 @@ def judge_call(
                         "judge_call_failed", truncated(problem, ERROR_CHARS), attempts=attempt
                     ) from None
                 wait = _retry_after(response, backoff)
-            finally:
-                session_key_forget(key)
             if attempt <= config.retries:
                 sleep(min(wait, MAX_RETRY_AFTER_SECONDS))
                 backoff *= 2

@@ -1,6 +1,7 @@
 """Reads of reward specs and rewards, tenant first."""
 
 import json
+import uuid
 from dataclasses import dataclass, field
 
 from django.db.models import Count, Q
@@ -16,7 +17,7 @@ from apps.rewards.models import (
     RewardSpec,
 )
 from apps.tenants.models import Tenant
-from apps.trajectories.models import Step
+from apps.trajectories.models import Step, TrajectoryStatus
 from workers.rewards.combine import DEFAULT_PRIORITY, CombinationRule, RewardPoint, combine
 from workers.rewards.evaluators import Outcome, ToolCall
 from workers.rewards.specs import SpecData
@@ -103,6 +104,37 @@ def reward_list(
 def reward_get(*, tenant: Tenant, reward_id) -> Reward:
     return get_in_tenant(
         Reward.objects.select_related("spec"), tenant=tenant, pk=reward_id, code="reward_not_found"
+    )
+
+
+@dataclass(frozen=True)
+class SessionRewardTarget:
+    """Where a reward addressed by session id goes (`reward_session_target`)."""
+
+    trajectory_id: uuid.UUID  # the session's newest trajectory: its last continuation, else its first
+    is_open: bool  # that trajectory is open
+    agent_name: str
+    trajectory_ids: tuple[uuid.UUID, ...]  # every trajectory of the session, oldest first
+
+
+def reward_session_target(*, tenant_id: int, session_id: str) -> SessionRewardTarget | None:
+    """The one rule for a reward that names a session, not a step: it goes to the session's newest
+    trajectory. Once the session's trajectory ended (idle timeout, end API, end signal) and a late step went
+    on in a continuation `<session>~2` (apps/trajectories/lifecycle.py), that is the live continuation, not
+    the ended trajectory the session id names. A reward that names a step (interaction) is pinned to the
+    step's own trajectory instead; `trajectory_ids` tells whether a step is one of the session's.
+    Tenancy: `tenant_id`'s rows only; None when the tenant has no such session (whoever else has one)."""
+    from apps.trajectories.selectors import session_trajectories  # it reads rewards' selectors in turn
+
+    chain = session_trajectories(tenant_id=tenant_id, session_id=session_id)
+    if not chain:
+        return None
+    newest = chain[-1]
+    return SessionRewardTarget(
+        trajectory_id=newest["id"],
+        is_open=newest["status"] == TrajectoryStatus.OPEN,
+        agent_name=newest["agent_name"],
+        trajectory_ids=tuple(row["id"] for row in chain),
     )
 
 

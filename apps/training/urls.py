@@ -13,6 +13,11 @@ urlpatterns = [
     path("training/online/<int:run_id>/stop/", views.online_run_stop, name="online-run-stop"),
     path("models/", views.model_versions, name="model-versions"),
     path("models/register/", views.model_register, name="model-register"),
+    path(
+        "models/versions/<int:version_id>/publish/",
+        views.model_version_publish,
+        name="model-version-publish",
+    ),
     path("models/<str:name>/lineage/", views.model_lineage, name="model-lineage"),
     path("models/<str:name>/chat-template/", views.model_chat_template, name="model-chat-template"),
     path("models/<str:name>/alias/", views.model_alias_move, name="model-alias-move"),

@@ -1,4 +1,5 @@
-"""Console pages: training jobs (list, new, detail with live charts, cancel), model versions and lineage."""
+"""Console pages: training jobs (list, new, detail with live charts, cancel), model versions (register a
+directory, publish a version directly) and lineage."""
 
 from django.contrib import messages
 from django.shortcuts import redirect, render
@@ -17,6 +18,7 @@ from apps.training.forms import (
     OnlineRunForm,
     TrainingJobForm,
 )
+from apps.training.models import VersionStatus
 
 CHARTS = [  # (chart id, title, metric keys)
     ("loss", "Loss", ["loss"]),
@@ -196,6 +198,12 @@ def model_versions(request):
     return _versions_page(request)
 
 
+# Versions the page offers to publish directly: those the service accepts (apps.releases.serving's
+# DIRECTLY_SERVABLE) except the one already in production. A retired version published again is the way back
+# to it outside a release.
+PUBLISHABLE = (VersionStatus.CANDIDATE, VersionStatus.RETIRED)
+
+
 def _versions_page(request, *, register_form=None):
     can_register = role_can(request.membership.role, Action.MODEL_REGISTER)
     if can_register and register_form is None:
@@ -208,6 +216,8 @@ def _versions_page(request, *, register_form=None):
                 tenant=request.tenant, name=request.GET.get("name") or None
             ),
             "register_form": register_form if can_register else None,
+            "can_publish": role_can(request.membership.role, Action.MODEL_VERSION_PUBLISH),
+            "publishable": PUBLISHABLE,
         },
         status=400 if register_form is not None and register_form.errors else 200,
     )
@@ -240,6 +250,48 @@ def model_register(request):
             )
             return redirect("console:model-versions")
     return _versions_page(request, register_form=form)
+
+
+@require_POST
+@console_page(Action.MODEL_VERSION_PUBLISH)
+def model_version_publish(request, version_id):
+    """Direct publication, as `POST /api/v1/model-versions/<id>/publish/` does it
+    (`apps.releases.serving.version_publish_directly`): the outcome, or the refusal, as messages."""
+    from apps.releases.serving import version_publish_directly
+
+    version = selectors.model_version_get(tenant=request.tenant, version_id=version_id)  # another's: 404
+    outcomes = console_action(
+        request,
+        lambda: version_publish_directly(tenant=request.tenant, actor=request.actor, version=version),
+    )
+    if outcomes is not None:
+        _publication_messages(request, version, outcomes)
+    return redirect("console:model-versions")
+
+
+def _publication_messages(request, version, outcomes) -> None:
+    loaded = [outcome.backend for outcome in outcomes if outcome.ok]
+    failures = "; ".join(f"{outcome.backend}: {outcome.error}" for outcome in outcomes if not outcome.ok)
+    if not outcomes:
+        messages.warning(
+            request,
+            f"No backend of this tenant serves {version.name}: nothing was loaded and {version.label} stays "
+            f"{version.status}. Register a backend serving the model first (Backends).",
+        )
+    elif not loaded:
+        messages.error(
+            request, f"{version.label} was loaded on no backend ({failures}); it stays {version.status}."
+        )
+    else:
+        version.refresh_from_db()
+        serving = (
+            "it now serves as production"
+            if version.status == VersionStatus.PRODUCTION
+            else "a release of the model began meanwhile and decides what serves"
+        )
+        messages.success(request, f"Published {version.label}: loaded on {', '.join(loaded)}; {serving}.")
+        if failures:
+            messages.warning(request, f"Not loaded on {failures}; those backends keep their weights.")
 
 
 def lineage_tree(rows: list[dict]) -> list[dict]:

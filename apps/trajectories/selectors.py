@@ -9,7 +9,7 @@ from apps.core.selectors import get_in_tenant
 from apps.qualification.selectors import qualification_rows, review_list
 from apps.rewards.models import Reward
 from apps.tenants.models import Tenant
-from apps.trajectories.models import Step, Trajectory
+from apps.trajectories.models import Step, Trajectory, trajectory_id_for
 from workers.stats import percentile
 
 
@@ -129,6 +129,25 @@ def trajectory_lifecycle_get(*, tenant: Tenant, trajectory_id) -> Trajectory:
         code="trajectory_not_found",
         error=TrajectoryNotFound,
     )
+
+
+SESSION_TRAJECTORY_FIELDS = ("id", "status", "agent_name", "ended_at")
+
+
+def session_trajectories(*, tenant_id: int, session_id: str) -> list[dict]:
+    """The trajectories of tenant `tenant_id`'s session `session_id`, oldest first: the one the session id
+    names (its id derives from the session id), then each continuation its late steps opened, following
+    `continues` (lifecycle.py). Each as a dict of SESSION_TRAJECTORY_FIELDS. Empty when the tenant has no
+    such session; another tenant's rows are never read. One query per trajectory of the chain."""
+    from apps.trajectories.lifecycle import MAX_CONTINUATIONS
+
+    rows = Trajectory.objects.filter(tenant_id=tenant_id).values(*SESSION_TRAJECTORY_FIELDS)
+    current = rows.filter(pk=trajectory_id_for(tenant_id=tenant_id, session_id=session_id)).first()
+    chain: list[dict] = []
+    while current is not None and len(chain) <= MAX_CONTINUATIONS:
+        chain.append(current)
+        current = rows.filter(continues_id=current["id"]).first()
+    return chain
 
 
 def trajectory_import_conflicts(*, tenant: Tenant, record: dict) -> dict[str, str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import DataError, IntegrityError, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -127,7 +127,7 @@ def _create_trajectories(by_trajectory: dict, new_ids: list) -> bool:
         rows.append(row)
     try:
         with transaction.atomic():
-            Trajectory.objects.bulk_create(rows)
+            _rows_insert(Trajectory, rows)
     except IntegrityError:
         return False
     return True
@@ -204,6 +204,32 @@ def _lock_attributed(records: list[dict]) -> tuple[dict, dict, dict]:
     raise StepRefused("the continuation of an ended session could not be settled")
 
 
+def _rows_insert(model, rows: list) -> None:
+    """Inserts new rows of the flusher's tables (steps, trajectories). On PostgreSQL through COPY: the
+    gateway's flusher stores every step it journals, and an INSERT of a batch had psycopg quote every value,
+    token arrays included, into the statement's text on the web process (Django binds parameters
+    client-side). COPY streams the same values, each prepared by its field as `bulk_create` prepares it.
+    Elsewhere (SQLite, the laptop path): `bulk_create`. Either way one statement: a duplicate key fails the
+    whole batch with Django's IntegrityError, and the caller's transaction rolls it back."""
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(rows)
+        return
+    fields = model._meta.concrete_fields
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in fields)
+    statement = f"COPY {quote(model._meta.db_table)} ({columns}) FROM STDIN"
+    # the raw psycopg cursor's errors, raised as Django's (IntegrityError, DataError) as an INSERT's would be
+    with (
+        connection.cursor() as cursor,
+        connection.wrap_database_errors,
+        cursor.cursor.copy(statement) as copy,
+    ):
+        for row in rows:
+            copy.write_row(
+                [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+            )
+
+
 @transaction.atomic
 def steps_ingest(*, records: list[dict]) -> int:
     """Inserts journalled step records; returns how many were new. Idempotent: a record whose step id
@@ -251,7 +277,7 @@ def steps_ingest(*, records: list[dict]) -> int:
             Trajectory.objects.filter(id=trajectory_id, tenant_id=owners[trajectory_id]).update(
                 **{field: F(field) + value for field, value in _totals(batch).items()}
             )
-    Step.objects.bulk_create(rows)
+    _rows_insert(Step, rows)
     return len(rows)
 
 
@@ -304,6 +330,16 @@ def trajectory_open_rl_session(
         group_id=group_id,
         api_key_prefix=api_key_prefix,
     )
+
+
+def trajectory_discard_unstarted(*, tenant_id: int, session_id: str) -> int:
+    """Deletes the tenant's trajectory of `session_id` if no step has reached it yet: the rollback of a
+    `/rl/start_session` whose session key could not be minted, so the caller, who got an error and no
+    session, leaves no open trajectory behind. Returns how many trajectories went (0 or 1)."""
+    _, deleted = Trajectory.objects.filter(
+        tenant_id=tenant_id, session_id=session_id, status=TrajectoryStatus.OPEN, steps__isnull=True
+    ).delete()
+    return deleted.get(Trajectory._meta.label, 0)
 
 
 def trajectory_end(

@@ -118,6 +118,10 @@ REDIS_URL = env_str("REDIS_URL", "")
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_RESULT_BACKEND = REDIS_URL
+    # A prefix on every broker key (queues included): installations, or test sessions, sharing one Redis keep
+    # their queues apart.
+    if env_str("AREAL_BROKER_PREFIX", ""):
+        CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": env_str("AREAL_BROKER_PREFIX", "")}
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -248,6 +252,10 @@ AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE = env_int("AREAL_GATEWAY_SESSION_STARTS_
 # How long the gateway's shared session state lives after a session's last step (apps/gateway/sessions.py):
 # its cursor (parent links, retry detection) and its conversations (message-prefix continuation).
 AREAL_GATEWAY_CONVERSATION_TTL_SECONDS = env_int("AREAL_GATEWAY_CONVERSATION_TTL_SECONDS", 3600)
+# /rl/set_reward and /rl/end_session's final_reward without an interaction id reward the session's last
+# completion, which another web process may have served and not yet stored: they wait this long for it to
+# reach the database (its process flushes every AREAL_JOURNAL_FLUSH_MS), then answer 503 with Retry-After.
+AREAL_GATEWAY_REWARD_STEP_WAIT_MS = env_int("AREAL_GATEWAY_REWARD_STEP_WAIT_MS", 5000)
 
 # The gateway's PII scan (workers/pii, called by apps/gateway/recording.py): at most this many characters
 # per scan (a request's messages, a step's observation, its action) and this long in tenant patterns; what

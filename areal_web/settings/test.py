@@ -21,10 +21,11 @@ if env_bool("CI", False):
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/areal")
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/11")
     # Two test sessions on one machine (a developer's run beside CI's) must not share a test database, cache
-    # keys or channel groups: each takes names of its own, inherited by the processes it starts.
+    # keys, Celery queues or channel groups: each takes names of its own, inherited by the processes it starts.
     os.environ.setdefault("AREAL_TEST_DATABASE_NAME", f"test_areal_{os.getpid()}")
     os.environ.setdefault("AREAL_CHANNEL_PREFIX", f"areal-test-{os.getpid()}")
     os.environ.setdefault("AREAL_CACHE_PREFIX", f"areal-test-{os.getpid()}")
+    os.environ.setdefault("AREAL_BROKER_PREFIX", f"areal-test-{os.getpid()}:")
 
 from areal_web.settings.base import *  # noqa: E402, F403
 from areal_web.settings.base import DATABASES  # noqa: E402

@@ -567,6 +567,12 @@ def parse_args(argv=None):
         default=60.0,
         help="seconds to wait after a gateway phase for its steps to reach the database",
     )
+    parser.add_argument(
+        "--redis-url",
+        default="",
+        help="with --start-gateway: run the gateway on this Redis (cache, shared session state), as production "
+        "does; default: the embedded default",
+    )
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--litellm-workers", type=int, default=1, help="LiteLLM --num_workers (default 1)")
     parser.add_argument("--litellm-venv", type=Path, default=REPO_ROOT / ".venv-litellm")
@@ -649,6 +655,7 @@ def main(argv=None) -> int:
                 workers=args.gateway_workers,
                 keep_database=args.keep_database,
                 log_dir=RESULTS_DIR / f"gateway-{stamp}-gateway",
+                redis_url=args.redis_url,
             )
             print(
                 f"gateway: database {stack_.db_name}, migrations, tenant/key/backend, uvicorn on port "
@@ -660,7 +667,7 @@ def main(argv=None) -> int:
                 "database": stack_.db_name,
                 "settings": "areal_web.settings.local",
                 "debug": False,
-                "redis": "unset (file cache, in-memory channel layer)",
+                "redis": args.redis_url or "unset (file cache, SQLite shared state, in-memory channel layer)",
                 "workers": args.gateway_workers,
                 **stack_.timings,
             }

@@ -4,9 +4,10 @@
 
 1. creates a fresh PostgreSQL database (`areal_bench_<pid>` on the server of `--pg-url`, default
    `postgres://postgres@127.0.0.1:5432`, trust auth) and runs the migrations into it with `DATABASE_URL`
-   set (settings `areal_web.settings.local`, `DJANGO_DEBUG=false`, `REDIS_URL` removed: the file cache and
-   the in-memory channel layer under a temporary `AREAL_VAR_DIR`, so the journal and cache of this run are
-   its own);
+   set (settings `areal_web.settings.local`, `DJANGO_DEBUG=false`, the shell's `REDIS_URL` removed: the file
+   cache, the SQLite shared state and the in-memory channel layer under a temporary `AREAL_VAR_DIR`, so the
+   journal and cache of this run are its own; with `redis_url` (`--redis-url`) those live on that Redis
+   instead, under key prefixes of this run);
 2. creates a tenant (default policy: capture fully on, no rate limit, no budget), an API key with the
    `inference` scope (`createapikey` prints it alone on its last line) and an `openai_compatible` backend
    pointing at the benchmark's upstream for the benchmark's model;
@@ -84,10 +85,12 @@ class GatewayStack:
         keep_database: bool = False,
         log_dir: Path | None = None,
         stop_grace: float = 30.0,
+        redis_url: str = "",
     ):
         self.upstream_url, self.model, self.pg_url = upstream_url.rstrip("/"), model, pg_url
         self.workers, self.host, self.port = workers, host, port or free_port(host)
         self.keep_database, self.stop_grace = keep_database, stop_grace
+        self.redis_url = redis_url  # empty: the embedded default (file cache, SQLite shared state)
         self.db_name = f"areal_bench_{os.getpid()}"
         self.database_url = _database_url(pg_url, self.db_name)
         self.var_dir = Path(tempfile.mkdtemp(prefix="areal-bench-var-"))
@@ -130,6 +133,16 @@ class GatewayStack:
                 "AREAL_BACKEND_ALLOWED_HOSTS": urlsplit(self.upstream_url).netloc,
             }
         )
+        if self.redis_url:  # as production runs it: cache, shared session state, broker and layer on Redis
+            prefix = f"areal-bench-{os.getpid()}"
+            env.update(
+                {
+                    "REDIS_URL": self.redis_url,
+                    "AREAL_CACHE_PREFIX": prefix,
+                    "AREAL_CHANNEL_PREFIX": prefix,
+                    "AREAL_BROKER_PREFIX": prefix + ":",
+                }
+            )
         return env
 
     # -- set-up --------------------------------------------------------------------------------------

@@ -21,4 +21,15 @@ transformers.__version__, 'peft', peft.__version__, 'trl', trl.__version__, 'cud
     timeout 300 python3 bench/training/run.py --model smollm2 --model-dir /tmp/smollm2-shape --device cuda \
         --mode both --rounds "${GPU_ROUNDS:-2}" --steps 5 --group-size "${GPU_GROUP:-32}" --no-variants \
         --ours-python python3 --trl-python python3 --out "$out/training-smollm2-cuda.json"
+    if [ -n "${GPU_LAYOUTS:-}" ]; then
+        # Our trainer alone, full fine-tuning, one process per layout: where the GPU gap to TRL comes from.
+        for layout in prefix padded; do
+            echo "== ours, full, layout $layout"
+            timeout 120 python3 bench/training/ours.py --model /tmp/smollm2-shape --device cuda --layout "$layout" \
+                --steps 5 --group-size "${GPU_GROUP:-32}" --completion-tokens 32 > "$out/ours-$layout.json"
+            python3 -c "import json, statistics as s, sys; r = json.load(open(sys.argv[1])); \
+print(r['layout'], 'train tokens/s', round(sum(r['tokens']) / sum(r['train_seconds'])), \
+'median step s', round(s.median(r['train_seconds']), 3), 'peak GPU MB', round(r['peak_gpu_mb']))" "$out/ours-$layout.json"
+        done
+    fi
 } 2>&1 | tee "$out/gpu-check.log"

@@ -12,10 +12,9 @@ import httpx
 import openai
 import pytest
 
-from tests.browser_support import ARTIFACTS, browser, page  # noqa: F401  (fixtures)
+from tests.browser_support import ARTIFACTS, browser, login, page  # noqa: F401  (fixtures)
 from tests.gateway.conftest import MODEL, backend, embedded_backend_url, gateway  # noqa: F401  (fixtures)
 from tests.gateway.helpers import drain
-from tests.tenants.factories import PASSWORD
 from tests.workers.inference.conftest import default_model_dir  # noqa: F401  (fixture)
 from workers.envs import weather
 from workers.envs.agent import run_episode
@@ -23,14 +22,6 @@ from workers.envs.agent import run_episode
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 REFUSAL_DEADLINE_SECONDS = 5.0  # the gateway's key memo lasts 1 s (apps/gateway/principals.py)
-
-
-def _login(page, url, user):  # noqa: F811
-    page.goto(f"{url}/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{url}/")
 
 
 def _episode(url, key, seed=0):
@@ -60,7 +51,7 @@ def _refused_within(url, key) -> float:
 
 def test_admin_key_lifecycle_with_the_demo_agent(gateway, backend, page, admin_user, tenant, request):  # noqa: F811
     url, gw = gateway
-    _login(page, url, admin_user)
+    login(page, url, admin_user)
     overview = page.context.new_page()
     overview.javascript_errors = []
     overview.on("pageerror", lambda error: overview.javascript_errors.append(str(error)))

@@ -28,7 +28,7 @@ def _signed_in(user) -> Client:
 
 def _row(page: str, session_id: str) -> str:
     """The table row of the trajectory with this session id."""
-    rows = [row for row in page.split("<tr>") if f"<code>{session_id}</code>" in row]
+    rows = [row for row in re.split(r"<tr[ >]", page) if f"<code>{session_id}</code>" in row]
     assert len(rows) == 1, f"{session_id} is in {len(rows)} rows"
     return rows[0]
 

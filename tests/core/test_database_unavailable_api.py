@@ -6,8 +6,16 @@ from unittest import mock
 import pytest
 from django.db import OperationalError
 from django.test import Client
+from django.urls import get_resolver
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _views_imported():
+    """The URL configuration, and with it every API module, is imported before a patch: a module first imported
+    while `trajectory_list` is patched would keep the mock it bound by name for the rest of the session."""
+    get_resolver().url_patterns  # noqa: B018
 
 
 def _refused(*args, **kwargs):

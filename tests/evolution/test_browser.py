@@ -12,21 +12,12 @@ from apps.audit.services import Actor
 from apps.evolution.decisions import STREAM, decision_record
 from apps.evolution.models import DecisionStatus
 from apps.metrics.publish import metrics_publish
-from tests.browser_support import browser, page  # noqa: F401  (fixtures)
+from tests.browser_support import browser, login, page  # noqa: F401  (fixtures)
 from tests.evolution.factories import EvolutionPolicyFactory, SignalPointFactory
 from tests.gateway.conftest import gateway  # noqa: F401  (fixture)
-from tests.tenants.factories import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 TRAJECTORY = "6f1b3c2a-0000-4000-8000-000000000002"
-
-
-def _login(page, url, user):  # noqa: F811
-    page.goto(f"{url}/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{url}/")
 
 
 def _in_server(gw, call, **kwargs):
@@ -41,7 +32,7 @@ def test_a_decision_appears_live_and_the_operator_approves_it(gateway, page, mem
     SignalPointFactory(policy=policy, name="correction_rate", value=0.12)
     operator = member("operator")
 
-    _login(page, url, operator)
+    login(page, url, operator)
     page.click("nav.mainnav >> text=Evolution")
     page.click(f"tr[data-policy='{policy.pk}'] a")
     page.wait_for_selector("#chart-correction_rate .main-svg")

@@ -1,7 +1,8 @@
 """Test-only stand-ins for hosted providers, served on 127.0.0.1 (never a real provider).
 
 `openai_standin(...)`: an OpenAI-compatible API that requires `Authorization: Bearer <key>` on every path and,
-unless told it accepts it, refuses a body carrying `return_token_ids` (as hosted APIs do). It answers chat
+unless told it accepts it, refuses a body carrying `return_token_ids` (as hosted APIs do); with
+`refuses_max_tokens=True` it also refuses `max_tokens`, as OpenAI's reasoning models do. It answers chat
 completions whole or streamed; with `token_data=True` it returns token ids and logprobs like vLLM.
 
 `anthropic_standin(...)`: the Anthropic Messages API shape; requires `x-api-key` and `anthropic-version`, refuses
@@ -36,7 +37,14 @@ class Recorder:
         return [entry for entry in self.requests if entry["path"] == path]
 
 
-def openai_standin(*, key: str, model: str, accepts_return_token_ids: bool = False, token_data: bool = False):
+def openai_standin(
+    *,
+    key: str,
+    model: str,
+    accepts_return_token_ids: bool = False,
+    token_data: bool = False,
+    refuses_max_tokens: bool = False,
+):
     recorder = Recorder()
 
     def refused(request: Request) -> JSONResponse | None:
@@ -68,6 +76,19 @@ def openai_standin(*, key: str, model: str, accepts_return_token_ids: bool = Fal
         if "return_token_ids" in body and not accepts_return_token_ids:
             return JSONResponse(
                 {"error": {"message": "Unrecognized request argument supplied: return_token_ids"}},
+                status_code=400,
+            )
+        if "max_tokens" in body and refuses_max_tokens:
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                        "Use 'max_completion_tokens' instead.",
+                        "type": "invalid_request_error",
+                        "param": "max_tokens",
+                        "code": "unsupported_parameter",
+                    }
+                },
                 status_code=400,
             )
         words = REPLY.split(" ")

@@ -9,6 +9,8 @@ import openai
 import pytest
 
 from apps.audit.models import AuditEvent
+from apps.core.shared_state import shared_set_many
+from apps.gateway.sessions import SessionState, _cursor_key
 from apps.rewards.models import Reward
 from apps.rewards.selectors import training_reward
 from apps.training.selectors import training_records
@@ -272,3 +274,34 @@ def test_per_interaction_rewards_reach_training_samples_per_step(gateway, backen
         two.id: 0.5,
     }
     assert {sample.unit for sample in samples} == {str(only.pk)}
+
+
+def test_a_last_completion_not_yet_stored_is_waited_for_then_answered_503(
+    gateway, backend, agent_key, tenant, settings
+):
+    """The session's shared cursor names a step no process has stored (as when the process that served it
+    has not flushed its journal): set_reward and end_session's final_reward without an interaction id wait
+    AREAL_GATEWAY_REWARD_STEP_WAIT_MS for it, then answer 503 with Retry-After, storing and ending nothing."""
+    settings.AREAL_GATEWAY_REWARD_STEP_WAIT_MS = 300
+    url, _ = gateway
+    started = _start(url, agent_key("inference"))
+    session_key = started["api_key"]
+    answer = _ask(url, session_key, "hi")
+    elsewhere = SessionState(
+        session_id=started["session_id"], last_step_id=str(uuid.uuid4()), last_parent_id=answer.id
+    )
+    shared_set_many({_cursor_key(tenant.pk, started["session_id"]): elsewhere.cursor()}, ttl_seconds=60)
+
+    for path, body in (("/rl/set_reward", {"reward": 1}), ("/rl/end_session", {"final_reward": 1})):
+        refused = httpx.post(f"{url}{path}", json=body, headers=_bearer(session_key))
+        assert refused.status_code == 503, (path, refused.text)
+        assert refused.json()["error"]["code"] == "completion_not_recorded"
+        assert refused.headers["retry-after"] == "1"
+    assert not Reward.objects.filter(tenant=tenant).exists()
+    assert Trajectory.objects.get(tenant=tenant, session_id=started["session_id"]).status == "open"
+    # naming the interaction needs no wait
+    named = httpx.post(
+        f"{url}/rl/set_reward", json={"reward": 1, "interaction_id": answer.id}, headers=_bearer(session_key)
+    )
+    assert named.status_code == 200, named.text
+    assert Reward.objects.get(tenant=tenant).step_id == uuid.UUID(answer.id)

@@ -3,6 +3,7 @@ an encrypted per-backend credential sent on every forward and probe, capability 
 parameters go upstream and whether a step carries token data, and Anthropic's Messages API forwarded natively.
 The credential never appears in API output, logs or audit events; another tenant sees none of it."""
 
+import contextlib
 import json
 import logging
 import uuid
@@ -60,6 +61,27 @@ def register(client, **fields) -> dict:
     return checked.json()
 
 
+@contextlib.contextmanager
+def registered_teacher(admin, *, standin: dict | None = None, **fields):
+    """An OpenAI-shaped stand-in on loopback serving TEACHER behind OPENAI_KEY, registered through the API as the
+    credentialed `openai_compatible` backend `teacher`: yields (the backend as registered, the stand-in's record
+    of calls)."""
+    app, upstream = openai_standin(key=OPENAI_KEY, model=TEACHER, **(standin or {}))
+    with serve_in_thread(app) as standin_url:
+        yield (
+            register(
+                admin,
+                name="teacher",
+                base_url=standin_url,
+                kind="openai_compatible",
+                served_model=TEACHER,
+                credential=OPENAI_KEY,
+                **fields,
+            ),
+            upstream,
+        )
+
+
 def openai_sdk(url, key):
     return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
 
@@ -77,18 +99,11 @@ def test_a_hosted_openai_compatible_teacher_is_recorded_as_text_only_steps(
     gateway, tenant, api_client, agent_key, captured_logs
 ):
     url, gw = gateway
-    app, upstream = openai_standin(key=OPENAI_KEY, model=TEACHER, accepts_return_token_ids=False)
     admin = api_client(["admin"])
-    with serve_in_thread(app) as standin_url:
-        backend = register(
-            admin,
-            name="teacher",
-            base_url=standin_url,
-            kind="openai_compatible",
-            served_model=TEACHER,
-            credential=OPENAI_KEY,
-            **TEXT_ONLY,
-        )
+    with registered_teacher(admin, standin={"accepts_return_token_ids": False}, **TEXT_ONLY) as (
+        backend,
+        upstream,
+    ):
         assert backend["state"] == "up"  # the probe (GET /v1/models) carried the bearer token
         assert upstream.of("/v1/models")[0]["headers"]["authorization"] == f"Bearer {OPENAI_KEY}"
         client = openai_sdk(url, agent_key("inference"))
@@ -132,17 +147,8 @@ def test_a_backend_that_does_not_accept_return_token_ids_refuses_it_until_its_fl
     gateway, tenant, api_client, agent_key
 ):
     url, _ = gateway
-    app, upstream = openai_standin(key=OPENAI_KEY, model=TEACHER, accepts_return_token_ids=False)
     admin = api_client(["admin"])
-    with serve_in_thread(app) as standin_url:
-        backend = register(
-            admin,
-            name="teacher",
-            base_url=standin_url,
-            kind="openai_compatible",
-            served_model=TEACHER,
-            credential=OPENAI_KEY,
-        )
+    with registered_teacher(admin, standin={"accepts_return_token_ids": False}) as (backend, upstream):
         assert backend["accepts_return_token_ids"]  # the kind's default, as before the flags existed
         client = openai_sdk(url, agent_key("inference"))
         with pytest.raises(openai.BadRequestError) as refused:
@@ -155,6 +161,52 @@ def test_a_backend_that_does_not_accept_return_token_ids_refuses_it_until_its_fl
         reply = client.chat.completions.create(model=TEACHER, messages=[{"role": "user", "content": "Hi"}])
     assert reply.choices[0].message.content == REPLY
     assert "return_token_ids" not in upstream.of("/v1/chat/completions")[-1]["body"]
+
+
+def test_a_reasoning_model_gets_its_cap_as_max_completion_tokens_only(
+    gateway, tenant, api_client, agent_key, settings
+):
+    """OpenAI's reasoning models refuse `max_tokens`: an `openai_compatible` backend gets the cap in
+    `max_completion_tokens` (the kind's default), whichever field the agent used, and the default cap there too
+    when it named none. Switched to `max_tokens`, the refusal reaches the agent as the upstream's 400."""
+    settings.AREAL_GATEWAY_DEFAULT_MAX_TOKENS = 64
+    url, _ = gateway
+    admin = api_client(["admin"])
+    with registered_teacher(admin, standin={"refuses_max_tokens": True}, **TEXT_ONLY) as (backend, upstream):
+        assert backend["cap_parameter"] == "max_completion_tokens"
+        client = openai_sdk(url, agent_key("inference"))
+        messages = [{"role": "user", "content": "Capital of France?"}]
+        replies = [
+            client.chat.completions.create(model=TEACHER, messages=messages, max_completion_tokens=30),
+            client.chat.completions.create(model=TEACHER, messages=messages, max_tokens=20),
+            client.chat.completions.create(model=TEACHER, messages=messages),
+        ]
+        stream = client.chat.completions.create(model=TEACHER, messages=messages, max_tokens=12, stream=True)
+        streamed = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+        caps = [
+            {
+                field: call["body"][field]
+                for field in ("max_tokens", "max_completion_tokens")
+                if field in call["body"]
+            }
+            for call in upstream.of("/v1/chat/completions")
+        ]
+        patched = admin.patch(
+            f"/api/v1/backends/{backend['id']}/", {"cap_parameter": "max_tokens"}, format="json"
+        )
+        assert patched.json()["cap_parameter"] == "max_tokens"
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model=TEACHER, messages=messages, max_completion_tokens=30)
+    assert [reply.choices[0].message.content for reply in replies] == [REPLY] * 3
+    assert streamed == REPLY
+    assert caps == [
+        {"max_completion_tokens": 30},
+        {"max_completion_tokens": 20},
+        {"max_completion_tokens": 64},
+        {"max_completion_tokens": 12},
+    ]
+    assert "max_completion_tokens" in str(refused.value)
+    assert upstream.of("/v1/chat/completions")[-1]["body"]["max_tokens"] == 30
 
 
 def test_a_credentialed_server_with_token_data_records_ordinary_token_steps(
@@ -253,18 +305,8 @@ def test_a_credential_that_cannot_be_decrypted_refuses_clearly(
     gateway, tenant, api_client, agent_key, settings
 ):
     url, _ = gateway
-    app, upstream = openai_standin(key=OPENAI_KEY, model=TEACHER)
     admin = api_client(["admin"])
-    with serve_in_thread(app) as standin_url:
-        backend = register(
-            admin,
-            name="teacher",
-            base_url=standin_url,
-            kind="openai_compatible",
-            served_model=TEACHER,
-            credential=OPENAI_KEY,
-            **TEXT_ONLY,
-        )
+    with registered_teacher(admin, **TEXT_ONLY) as (backend, upstream):
         settings.AREAL_SECRETS_KEY = "a-different-deployment-secret"
         with pytest.raises(openai.APIStatusError) as refused:
             openai_sdk(url, agent_key("inference")).chat.completions.create(
@@ -378,17 +420,7 @@ def test_another_tenant_sees_neither_the_backend_nor_its_credential(
     gateway, tenant, other_tenant, api_client, agent_key
 ):
     url, _ = gateway
-    app, upstream = openai_standin(key=OPENAI_KEY, model=TEACHER)
-    with serve_in_thread(app) as standin_url:
-        backend = register(
-            api_client(["admin"]),
-            name="teacher",
-            base_url=standin_url,
-            kind="openai_compatible",
-            served_model=TEACHER,
-            credential=OPENAI_KEY,
-            **TEXT_ONLY,
-        )
+    with registered_teacher(api_client(["admin"]), **TEXT_ONLY) as (backend, upstream):
         theirs = api_client(["admin"], of=other_tenant)
         detail = f"/api/v1/backends/{backend['id']}/"
         assert theirs.get("/api/v1/backends/").json()["results"] == []

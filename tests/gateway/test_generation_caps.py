@@ -9,6 +9,8 @@ import httpx
 import pytest
 
 from apps.gateway.models import BudgetLedger
+from apps.gateway.providers import profiles_clear
+from apps.inference.models import InferenceBackend
 from tests.gateway.conftest import MODEL
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,6 +57,33 @@ def test_a_request_without_max_tokens_gets_the_reserved_cap(
     assert 0 < usage["completion_tokens"] <= DEFAULT_CAP
 
 
+@pytest.mark.parametrize("cap_parameter", ["max_tokens", "max_completion_tokens"])
+def test_the_backend_honours_the_cap_in_the_field_it_is_registered_with(
+    gateway, backend, agent_key, settings, cap_parameter
+):
+    """The embedded server reads both fields: whichever the backend is registered with, chat completions stop
+    at the cap, and the legacy completions endpoint gets it in max_tokens (the only field it has)."""
+    settings.AREAL_GATEWAY_DEFAULT_MAX_TOKENS = DEFAULT_CAP
+    InferenceBackend.objects.filter(pk=backend.pk).update(cap_parameter=cap_parameter)
+    profiles_clear()
+    url, _ = gateway
+    headers = {"Authorization": f"Bearer {agent_key('inference')}"}
+    calls = {
+        "chat/completions": {"messages": [{"role": "user", "content": "write a long story"}]},
+        "completions": {"prompt": "Once upon a time"},
+    }
+    for path, body in calls.items():
+        for cap in ({}, {"max_tokens": 5}, {"max_completion_tokens": 5}):
+            response = httpx.post(
+                f"{url}/v1/{path}",
+                json={"model": MODEL, "ignore_eos": True, **body, **cap},
+                headers=headers,
+                timeout=120,
+            )
+            assert response.status_code == 200, response.text
+            assert 0 < response.json()["usage"]["completion_tokens"] <= (5 if cap else DEFAULT_CAP)
+
+
 def test_the_larger_of_two_caps_is_reserved(gateway, backend, agent_key, tenant):
     """The backend honours max_completion_tokens over max_tokens: reserving the smaller one would let a call
     spend past the monthly budget."""
@@ -77,7 +106,7 @@ def test_the_larger_of_two_caps_is_reserved(gateway, backend, agent_key, tenant)
         headers={"Authorization": f"Bearer {agent_key('inference')}"},
     )
     if response.status_code == 200:
-        assert response.json()["usage"]["completion_tokens"] <= 4
+        assert response.json()["usage"]["completion_tokens"] <= 20
     else:
         assert response.status_code == 429
         assert response.json()["error"]["code"] == "budget_exceeded"

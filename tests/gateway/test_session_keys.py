@@ -1,6 +1,8 @@
 """Session keys minted by /rl/start_session: they live no longer than the API key that minted them (revoked or
 rotated: refused at once, through the shared cache), an ended session answers 410 while a forged key answers
-401, and a flood of /rl/start_session gets 429 with Retry-After."""
+401, and a flood of /rl/start_session gets 429 with Retry-After. The keys live in the shared state (not the
+file cache, which culls), so hundreds minted later do not push one out, and a key that cannot be read there
+is refused (503), never accepted."""
 
 import time
 
@@ -8,6 +10,7 @@ import httpx
 import pytest
 
 from apps.gateway.principals import MEMO_SECONDS
+from apps.trajectories.models import Trajectory
 from tests.gateway.conftest import MODEL
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +31,8 @@ def _chat(url: str, key: str) -> httpx.Response:
 
 
 def _away_from_a_minute_boundary() -> None:
-    """Rate windows are calendar minutes: a burst that straddles one would be counted in two windows."""
+    """Rate limits slide over the minute, forgetting the previous minute's count as it goes: a burst that
+    straddles a minute boundary for seconds could be granted a little more than its exact count."""
     while time.time() % 60 > 55:
         time.sleep(0.5)
 
@@ -179,3 +183,73 @@ def test_start_session_counts_against_the_tenants_request_rate(gateway, agent_ke
     _away_from_a_minute_boundary()
     statuses = [_start(url, key).status_code for _ in range(3)]
     assert statuses == [200, 200, 429]
+
+
+def test_a_session_key_outlives_hundreds_minted_after_it(gateway, backend, agent_key, tenant):
+    """Evaluation runs mint a key per case and the judge one per call: an agent's session key minted before
+    400 others still verifies on every process (Django's file cache would have culled a third of them)."""
+    from apps.gateway.principals import Principal, memo_clear, session_key_mint
+
+    url, gw = gateway
+    first = _start(url, agent_key("inference")).json()["api_key"]
+    system = Principal(tenant_id=tenant.pk, tenant_slug=tenant.slug, key_prefix="eval", scopes=("inference",))
+    minted = [
+        session_key_mint(principal=system, session_id=f"eval-{index}", task_id="", group_id="")
+        for index in range(400)
+    ]
+    memo_clear()  # as on a process that has never seen these keys
+    gw.sessions.sessions.clear()
+    assert _chat(url, first).status_code == 200
+    refused = [
+        index
+        for index, session_key in enumerate(minted)
+        if httpx.get(f"{url}/v1/models", headers=_bearer(session_key)).status_code != 200
+    ]
+    assert refused == []
+
+
+def test_ending_a_session_key_keeps_its_lifetime(gateway, backend, agent_key):
+    import json
+
+    from apps.core.shared_state import shared_get
+    from apps.gateway.principals import SESSION_KEY_SECONDS, _session_entry_key
+
+    url, _ = gateway
+    session_key = _start(url, agent_key("inference")).json()["api_key"]
+    minted = json.loads(shared_get(_session_entry_key(session_key)))
+    assert minted["ended"] is False
+    assert 0 < minted["expires_at"] - time.time() <= SESSION_KEY_SECONDS
+    assert httpx.post(f"{url}/rl/end_session", json={}, headers=_bearer(session_key)).status_code == 200
+    ended = json.loads(shared_get(_session_entry_key(session_key)))
+    assert ended["ended"] is True
+    assert ended["expires_at"] == minted["expires_at"]  # ending does not renew the key
+
+
+def test_a_session_key_that_cannot_be_read_is_refused(gateway, backend, agent_key, monkeypatch):
+    """Fail closed: when the shared state cannot be read, a session key is refused with 503 and Retry-After
+    (never accepted unverified); the API key itself still works."""
+    from apps.core.shared_state import SharedStateUnavailable
+    from apps.gateway import principals
+
+    url, _ = gateway
+    key = agent_key("inference")
+    session_key = _start(url, key).json()["api_key"]
+
+    def unavailable(*args, **kwargs):
+        raise SharedStateUnavailable("database is locked")
+
+    monkeypatch.setattr(principals, "shared_get", unavailable)
+    monkeypatch.setattr(principals, "shared_set_many", unavailable)
+    principals.memo_clear()
+    sessions_before = set(Trajectory.objects.values_list("session_id", flat=True))
+    for response in (_chat(url, session_key), _start(url, key)):
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "session_store_unavailable"
+        assert "retry" in response.json()["error"]["message"]
+        assert int(response.headers["retry-after"]) >= 1
+    # the refused start left no session behind: its trajectory was opened, then discarded with no key minted
+    assert set(Trajectory.objects.values_list("session_id", flat=True)) == sessions_before
+    assert _chat(url, key).status_code == 200
+    monkeypatch.undo()
+    principals.memo_clear()
+    assert _chat(url, session_key).status_code == 200

@@ -22,7 +22,8 @@ from tests.servers import free_port, web_server_process
 
 
 def _clear_of_a_minute_boundary(seconds_needed: float) -> None:
-    """The limits count in one-minute windows: start where the window will not turn over mid-test."""
+    """The limits slide over one-minute buckets, forgetting the previous minute gradually: start where a
+    bucket will not turn over mid-test, so the exact counts below hold."""
     left = 60 - time.time() % 60
     if left < seconds_needed:
         time.sleep(left + 0.5)
@@ -40,6 +41,34 @@ async def test_two_limiters_share_one_limit():
     assert refused.value.status == 429
     assert refused.value.code == "rate_limit_rpm"
     await first.reserve(tenant_id=8, kind="rpm", amount=1, limit=3)  # another tenant counts apart
+
+
+def _refused(limiter: WindowCounter, **reservation) -> GatewayError | None:
+    try:
+        limiter.reserve_now(**reservation)
+    except GatewayError as error:
+        return error
+    return None
+
+
+def test_the_window_slides_across_a_minute_boundary():
+    """A fixed window would grant the limit again just after the minute turns; the sliding one counts the
+    previous minute by the share of it still inside the last 60 s. Times are given, far from the clock's,
+    and the tenant id is fresh, so the buckets are this test's own."""
+    limiter, tenant_id = WindowCounter(), int(time.time() * 1000)
+    minute = 1_000 * 60  # a minute start long past: its buckets cannot meet real traffic
+    ask = {"tenant_id": tenant_id, "kind": "rpm", "amount": 1, "limit": 4}
+    for second in (50, 55, 58, 59):
+        assert _refused(limiter, **ask, now=minute + second) is None
+    refused = _refused(limiter, **ask, now=minute + 60.5)  # 4 x (59.5 / 60) + 1 > 4
+    assert refused is not None
+    assert refused.code == "rate_limit_rpm"
+    assert refused.retry_after == 15  # at 75 s, 4 x (45 / 60) + 1 = 4 fits
+    assert _refused(limiter, **ask, now=minute + 75) is None
+    # the refusal gave its count back: 4 x (44 / 60) + 1 + 1 = 4.93 > 4 at 76 s, 4 x (30 / 60) + 2 = 4 fits at 90 s
+    assert _refused(limiter, **ask, now=minute + 76) is not None
+    assert _refused(limiter, **ask, now=minute + 90) is None
+    assert _refused(limiter, **ask, now=minute + 180) is None  # two minutes on, the old buckets are gone
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,15 +1,19 @@
 """Session attribution holds across web processes: two real web processes (uvicorn, on the test database and
 the shared session state) behind one agent. A conversation whose next turn lands on the other process
 continues its session, a retry landing there is recorded as a retry of the first attempt, and another key's
-or another tenant's identical messages start sessions of their own."""
+or another tenant's identical messages start sessions of their own. A reward for "the last completion" of a
+session rewards the one another process served, once that process has stored it."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import openai
 import pytest
 
 from apps.audit.services import Actor
 from apps.inference.models import BackendKind
+from apps.rewards.models import Reward
 from apps.tenants.services import api_key_create
 from apps.trajectories.models import Step
 from bench.gateway.upstream import running_upstream
@@ -121,3 +125,66 @@ def test_sessions_and_retries_are_attributed_across_web_processes(tenant, other_
     assert (
         Step.objects.get(trajectory__session_id=other_tenants_session).trajectory.tenant_id == other_tenant.pk
     )
+
+
+def test_set_reward_without_an_interaction_id_rewards_the_last_completion_another_process_served(
+    tenant, tmp_path
+):
+    """Turn 1 on the first process, turn 2 on the second; set_reward with no interaction id, sent to the
+    first, rewards turn 2 (the session's shared cursor), not turn 1 (the first process's own memory). The
+    second process stores its steps only when it stops, so the reward waits for turn 2 to be stored."""
+    key = _key(tenant)
+    log = tmp_path / "web.log"
+    with (
+        running_upstream(free_port()) as (upstream_url, _),
+        web_server_process(log_path=log, extra_env={"AREAL_GATEWAY_REWARD_STEP_WAIT_MS": "60000"}) as (
+            _,
+            first,
+        ),
+        web_server_process(log_path=log, extra_env={"AREAL_JOURNAL_FLUSH_MS": "600000"}) as (
+            second_process,
+            second,
+        ),
+    ):
+        BackendFactory(
+            tenant=tenant,
+            name="upstream",
+            base_url=upstream_url,
+            kind=BackendKind.OPENAI_COMPATIBLE,
+            served_model=MODEL,
+        )
+        started = httpx.post(
+            f"{first}/rl/start_session", json={"task_id": "trip"}, headers={"Authorization": f"Bearer {key}"}
+        )
+        assert started.status_code == 200, started.text
+        session_key = started.json()["api_key"]
+        turn_one, _, reply = _chat(first, session_key, TURN)
+        turn_two, _, _ = _chat(
+            second,
+            session_key,
+            [*TURN, {"role": "assistant", "content": reply}, {"role": "user", "content": "Go on"}],
+        )
+        _recorded(turn_one)
+        assert not Step.objects.filter(pk=turn_two).exists()  # held in the second process's journal
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            answer = pool.submit(
+                httpx.post,
+                f"{first}/rl/set_reward",
+                json={"reward": 1.0},
+                headers={"Authorization": f"Bearer {session_key}"},
+                timeout=90,
+            )
+            time.sleep(1.5)
+            assert not answer.done(), answer.result().text  # waiting for turn 2 to be stored
+            assert not Reward.objects.filter(tenant=tenant).exists()
+            second_process.terminate()  # stopping, the second process stores what its journal holds
+            second_process.wait(timeout=60)
+            rewarded = answer.result(timeout=90)
+
+        assert rewarded.status_code == 200, rewarded.text
+        assert rewarded.json()["interaction_id"] == turn_two
+
+    (reward,) = Reward.objects.filter(tenant=tenant)
+    assert (str(reward.step_id), reward.value) == (turn_two, 1.0)
+    assert reward.trajectory.session_id == started.json()["session_id"]

@@ -68,6 +68,8 @@ def test_an_anthropic_credential_goes_as_x_api_key(api_client, tenant):
         ({"credential": "sk-line\r\nX-Injected: 1"}, "credential"),
         ({"kind": "anthropic", "returns_token_ids": True}, "returns_token_ids"),
         ({"returns_logprobs": "sometimes"}, "returns_logprobs"),
+        ({"cap_parameter": "max_new_tokens"}, "cap_parameter"),
+        ({"kind": "anthropic", "cap_parameter": "max_completion_tokens"}, "cap_parameter"),
     ],
 )
 def test_bad_provider_settings_are_refused_and_nothing_is_stored(api_client, tenant, change, field):
@@ -94,6 +96,31 @@ def test_flags_default_by_kind_and_a_kind_change_resets_those_not_given(api_clie
     assert refused.status_code == 400
     back = client.patch(path, {"kind": "vllm", "returns_logprobs": False}, format="json").json()
     assert [back[flag] for flag in FLAGS] == [True, False, True, True]
+
+
+def test_the_cap_field_defaults_by_kind_is_kept_and_resets_with_a_kind_change(api_client, tenant):
+    client = api_client(["admin"])
+    hosted = client.post("/api/v1/backends/", BODY, format="json").json()
+    assert hosted["cap_parameter"] == "max_completion_tokens"
+    for kind in ("embedded", "vllm", "anthropic"):
+        other = client.post("/api/v1/backends/", {**BODY, "name": kind, "kind": kind}, format="json").json()
+        assert other["cap_parameter"] == "max_tokens", kind
+    path = f"/api/v1/backends/{hosted['id']}/"
+    assert client.patch(path, {"cap_parameter": "max_tokens"}, format="json").json()["cap_parameter"] == (
+        "max_tokens"
+    )
+    assert client.patch(path, {"weight": 2}, format="json").json()["cap_parameter"] == "max_tokens"
+    update = AuditEvent.objects.filter(tenant=tenant, verb="backend.update").order_by("sequence").first()
+    assert update.data == {"cap_parameter": {"old": "max_completion_tokens", "new": "max_tokens"}}
+    refused = client.patch(
+        path, {"kind": "anthropic", "cap_parameter": "max_completion_tokens"}, format="json"
+    )
+    assert refused.status_code == 400
+    assert InferenceBackend.objects.get(pk=hosted["id"]).kind == "openai_compatible"
+    moved = client.patch(path, {"kind": "vllm"}, format="json").json()
+    assert moved["cap_parameter"] == "max_tokens"
+    back = client.patch(path, {"kind": "openai_compatible"}, format="json").json()
+    assert back["cap_parameter"] == "max_completion_tokens"
 
 
 def test_only_an_admin_sets_a_credential_or_moves_a_credentialed_backend(api_client, tenant, member):
@@ -142,12 +169,14 @@ def test_registerbackend_takes_the_credential_from_the_environment_idempotently(
     monkeypatch.setenv("TEACHER_API_KEY", SECRET)
     arguments = ["acme", "--name", "teacher", "--url", "http://127.0.0.1:9", "--kind", "openai_compatible"]
     arguments += ["--model", "teacher", "--credential-env", "TEACHER_API_KEY", "--text-only"]
+    arguments += ["--cap-parameter", "max_tokens"]
     out = StringIO()
     call_command("registerbackend", *arguments, stdout=out)
     call_command("registerbackend", *arguments, stdout=out)
     backend = InferenceBackend.objects.get(tenant=tenant, name="teacher")
     assert credential_decrypt(backend.credential_encrypted) == SECRET
     assert not any(getattr(backend, flag) for flag in FLAGS)
+    assert backend.cap_parameter == "max_tokens"  # not the kind's default: asked for
     verbs = list(AuditEvent.objects.filter(tenant=tenant).values_list("verb", flat=True))
     assert "backend.credential_rotate" not in verbs  # the same key twice rotates nothing
     assert SECRET not in out.getvalue() + audit_dump(tenant)
@@ -160,7 +189,12 @@ def test_console_provider_settings(tenant, other_tenant, member):
     admin.force_login(member(Role.ADMIN))
     operator.force_login(member(Role.OPERATOR))
     path = f"/backends/{backend.pk}/provider/"
-    settings_form = {"kind": "openai_compatible", "accepts_return_token_ids": "false", "credential": SECRET}
+    settings_form = {
+        "kind": "openai_compatible",
+        "accepts_return_token_ids": "false",
+        "cap_parameter": "max_completion_tokens",
+        "credential": SECRET,
+    }
     operator.post(path, settings_form)
     backend.refresh_from_db()
     assert not backend.credential_set
@@ -169,9 +203,11 @@ def test_console_provider_settings(tenant, other_tenant, member):
     backend.refresh_from_db()
     assert credential_decrypt(backend.credential_encrypted) == SECRET
     assert backend.accepts_return_token_ids is False
+    assert backend.cap_parameter == "max_completion_tokens"
     assert backend.returns_token_ids is True  # left at "unchanged"
     page = admin.get("/backends/").content.decode()
     assert "set (…abcd)" in page
+    assert "cap: <code>max_completion_tokens</code>" in page
     assert SECRET not in page
     assert 'name="credential"' in page
     assert 'name="credential"' not in operator.get("/backends/").content.decode()
@@ -201,6 +237,7 @@ def test_console_registration_with_a_credential(tenant, member):
     assert credential_decrypt(backend.credential_encrypted) == SECRET
     assert backend.returns_token_ids is False
     assert backend.returns_logprobs is True  # the kind's default
+    assert backend.cap_parameter == "max_completion_tokens"  # the kind's default too
     bad = admin.post("/backends/", {**BODY, "name": "bad", "weight": 1, "credential": "a b"})
     assert bad.status_code == 422
     assert not InferenceBackend.objects.filter(name="bad").exists()
@@ -211,12 +248,21 @@ def test_the_control_planes_own_calls_carry_the_credential(tenant):
     from tests.gateway.anthropic_app import serve_in_thread
     from tests.gateway.provider_standins import REPLY, openai_standin
 
-    app, upstream = openai_standin(key=SECRET, model="teacher")
+    app, upstream = openai_standin(key=SECRET, model="teacher", refuses_max_tokens=True)
     with serve_in_thread(app) as url:
-        BackendFactory(tenant=tenant, kind="openai_compatible", base_url=url, served_model="teacher")
+        BackendFactory(
+            tenant=tenant,
+            kind="openai_compatible",
+            base_url=url,
+            served_model="teacher",
+            cap_parameter="max_completion_tokens",
+        )
         backend = InferenceBackend.objects.get(tenant=tenant)
         backend.credential_encrypted = credential_encrypt(SECRET)
         backend.save()
         answer = model_complete(tenant=tenant, model="teacher")([{"role": "user", "content": "Propose"}])
     assert answer == REPLY
-    assert upstream.of("/v1/chat/completions")[0]["headers"]["authorization"] == f"Bearer {SECRET}"
+    call = upstream.of("/v1/chat/completions")[0]
+    assert call["headers"]["authorization"] == f"Bearer {SECRET}"
+    assert call["body"]["max_completion_tokens"] == 1024  # the field this backend reads, and only that one
+    assert "max_tokens" not in call["body"]

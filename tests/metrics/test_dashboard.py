@@ -2,6 +2,7 @@
 traffic hook and the outcome tick (in process; the real-worker timing is in test_live_worker.py)."""
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -220,6 +221,15 @@ def _headers(user):
     ]
 
 
+def away_from_a_minute_end(margin: float = 10.0) -> None:
+    """Outcome points cover the current minute only: a test that stores rewards and then ticks sleeps into the
+    next minute when fewer than `margin` seconds of this one are left, so both happen in one minute."""
+    now = timezone.now()
+    left = 60 - now.second - now.microsecond / 1e6
+    if left < margin:
+        time.sleep(left + 0.2)
+
+
 async def _subscribed(user, stream):
     socket = WebsocketCommunicator(application, "/ws/live/acme/", headers=await sync_to_async(_headers)(user))
     assert (await socket.connect())[0]
@@ -258,6 +268,7 @@ async def test_outcome_tick_publishes_the_current_minute_per_tenant(tenant, othe
 
     @sync_to_async
     def rewards_and_tick():
+        away_from_a_minute_end()
         trajectory = TrajectoryFactory(tenant=tenant)
         RewardFactory(trajectory=trajectory, value=1.0, source="environment")
         RewardFactory(trajectory=trajectory, value=0.0, source="environment")

@@ -39,6 +39,22 @@ def register_versions(
     return baseline, candidate
 
 
+def version_with_weights(tenant, directory, *, parent=None, status=VersionStatus.CANDIDATE, name=MODEL):
+    """A version registered over a checkpoint directory holding a safetensors file (only its presence is read:
+    the servers behind these tests are stand-ins)."""
+    directory.mkdir(parents=True)
+    (directory / "model.safetensors").write_bytes(b"weights")
+    return model_version_register(
+        tenant=tenant,
+        actor=SYSTEM,
+        name=name,
+        checkpoint_path=str(directory),
+        tokenizer_hash="tokenizer-a",
+        parent=parent,
+        status=status,
+    )
+
+
 def serve_versions(tenant, *versions):
     """A backend row per version holding its weights (the model's serving slots), so a release of them starts
     without loading anything (apps/releases/provisioning.py): no server behind them."""

@@ -13,20 +13,11 @@ from apps.releases.models import Release, ReleaseStatus
 from apps.releases.services import release_analyze
 from apps.training.selectors import alias_resolve
 from apps.trajectories.services import steps_ingest
-from tests.browser_support import browser, page  # noqa: F401  (fixtures)
+from tests.browser_support import browser, login, page  # noqa: F401  (fixtures)
 from tests.gateway.conftest import gateway  # noqa: F401  (fixture)
 from tests.releases.helpers import release_at
-from tests.tenants.factories import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _login(page, url, user):  # noqa: F811
-    page.goto(f"{url}/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{url}/")
 
 
 def _traffic(tenant, release):
@@ -72,7 +63,7 @@ def test_operator_approves_a_promotion_and_an_annotator_sees_no_button(
     _traffic(tenant, release)
     operator, annotator = member("operator"), member("annotator")
 
-    _login(page, url, operator)
+    login(page, url, operator)
     page.click("nav.mainnav >> text=Releases")
     page.click(f"tr[data-release='{release.pk}'] a")
     page.wait_for_selector("#release-status")
@@ -111,7 +102,7 @@ def test_operator_approves_a_promotion_and_an_annotator_sees_no_button(
     other = release_at(tenant, ReleaseStatus.AWAITING_APPROVAL, stage_index=0)
     context = browser.new_context()
     annotator_page = context.new_page()
-    _login(annotator_page, url, annotator)
+    login(annotator_page, url, annotator)
     annotator_page.click("nav.mainnav >> text=Releases")
     annotator_page.click(f"tr[data-release='{other.pk}'] a")
     annotator_page.wait_for_selector("#release-status")

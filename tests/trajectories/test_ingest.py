@@ -5,10 +5,12 @@ import uuid
 from decimal import Decimal
 
 import pytest
+from django.db import IntegrityError, transaction
 
 from apps.trajectories.models import Step, Trajectory, TrajectoryStatus, trajectory_id_for
-from apps.trajectories.services import _create_trajectories, steps_ingest
+from apps.trajectories.services import _create_trajectories, _rows_insert, steps_ingest
 from tests.trajectories.factories import TrajectoryFactory
+from workers.atdp.tokens import unpack_floats, unpack_ids, unpack_versions
 
 pytestmark = pytest.mark.django_db
 
@@ -82,3 +84,72 @@ def test_a_generated_nul_character_is_stored_as_a_replacement_character(tenant):
     assert step.action["text"] == "a\ufffdb"
     assert step.observation["messages"][0]["content"] == "hi\ufffd"
     assert step.completion_ids is not None  # the generated token ids are kept as they were
+
+
+def test_every_field_is_stored_as_the_record_gave_it(tenant):
+    """On PostgreSQL the steps go in through COPY, elsewhere through INSERT: either way each column holds
+    what the record said (JSON with non-ASCII text, token arrays, decimals, date-times, nulls)."""
+    parent, retried = uuid.uuid4(), uuid.uuid4()
+    record = _record(
+        tenant,
+        "every-field",
+        parent_step_id=str(parent),
+        retry_of=str(retried),
+        observation={"messages": [{"role": "user", "content": "naïve café, 東京 \\ \t tab"}]},
+        state={"tools": ["search"], "nested": {"depth": [1, 2.5, None, True]}},
+        action={"content": "ok", "tool_calls": []},
+        result={"finish_reason": "stop"},
+        tokenizer="smollm2",
+        served_model="bench-model",
+        model_version="v3",
+        policy_version=3,
+        backend_name="embedded",
+        ttft_ms=None,
+        cost_usd=0.000123,
+        created_at="2026-11-27T08:00:01.250000+00:00",
+        scopes=["inference"],
+        pii_entities=[{"kind": "email", "count": 1}],
+        error="",
+        tokens={
+            "prompt_ids": [1, 50_000, 2**31],
+            "completion_ids": [7, 0],
+            "completion_logprobs": [-0.25, -1.5],
+            "completion_versions": [3, 3],
+        },
+    )
+    assert steps_ingest(records=[record]) == 1
+    step = Step.objects.get(pk=record["step_id"])
+    assert (step.parent_step_id, step.retry_of) == (parent, retried)
+    assert step.observation == record["observation"]
+    assert step.state == record["state"]
+    assert (step.action, step.result) == (record["action"], record["result"])
+    assert (step.tokenizer, step.served_model, step.model_version) == ("smollm2", "bench-model", "v3")
+    assert (step.policy_version, step.backend_name, step.ttft_ms) == (3, "embedded", None)
+    assert step.cost_usd == Decimal("0.000123")
+    assert step.created_at.isoformat() == "2026-11-27T08:00:01.250000+00:00"
+    assert (step.scopes, step.pii_entities) == (["inference"], [{"kind": "email", "count": 1}])
+    assert (step.index, step.endpoint, step.retokenized, step.loss_mask) == (0, "chat", False, None)
+    assert unpack_ids(bytes(step.prompt_ids)) == [1, 50_000, 2**31]
+    assert unpack_ids(bytes(step.completion_ids)) == [7, 0]
+    assert unpack_floats(bytes(step.completion_logprobs)) == [-0.25, -1.5]
+    assert unpack_versions(bytes(step.completion_versions)) == [3, 3]
+    trajectory = step.trajectory  # new to the database: inserted the same way, with its totals
+    assert (trajectory.tenant_id, trajectory.session_id, trajectory.status) == (
+        tenant.pk,
+        "every-field",
+        "open",
+    )
+    assert trajectory.started_at.isoformat() == "2026-11-27T08:00:01.250000+00:00"
+    assert (trajectory.step_count, trajectory.prompt_tokens, trajectory.completion_tokens) == (1, 10, 3)
+    assert trajectory.cost_usd == Decimal("0.000123")
+
+
+def test_a_duplicate_step_fails_the_insert_with_djangos_integrity_error(tenant):
+    """What the journal sets a batch aside on (an IntegrityError) is what the COPY path raises too."""
+    record = _record(tenant, "twice")
+    assert steps_ingest(records=[record]) == 1
+    step = Step.objects.get(pk=record["step_id"])
+    step.index = 1  # only the id collides
+    with pytest.raises(IntegrityError), transaction.atomic():
+        _rows_insert(Step, [step])
+    assert Step.objects.filter(trajectory=step.trajectory).count() == 1

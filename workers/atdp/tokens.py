@@ -23,9 +23,12 @@ logprobs in. Finite values beyond the float32 range are refused rather than turn
 bytes however long it is; an interrupted generation that spans versions adds one pair per change.
 Values are any int64, negative included (the training view uses -1 for context tokens).
 
-Encoding and decoding are vectorized with numpy, no Python loop per token.
+Encoding and decoding are vectorized with numpy, no Python loop per token, except that lists of up to
+128 Python ints are packed in a plain loop (numpy's fixed cost per operation dominates at that size),
+to the same bytes.
 """
 
+import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -41,6 +44,8 @@ _MAX_RUN_TOTAL = 2**31  # refuses corrupt run lengths before np.repeat allocates
 
 def pack_ids(ids: Sequence[int]) -> bytes:
     """Token ids (0..2^32-1) → bytes, in the smaller of uint32 and varint form."""
+    if _short_python_ints(ids):
+        return _pack_ids_short(ids)
     values = _as_int64(ids, "token ids")
     if values.size and (values.min() < 0 or values.max() > _UINT32_MAX):
         raise ValueError(f"token ids must lie in 0..{_UINT32_MAX}")
@@ -82,6 +87,8 @@ def unpack_floats(data: bytes) -> list[float]:
 
 def pack_versions(versions: Sequence[int]) -> bytes:
     """Policy versions (any int64) → run-length encoded bytes."""
+    if _short_python_ints(versions):
+        return _pack_versions_short(versions)
     values = _as_int64(versions, "versions")
     if not values.size:
         return bytes([_TAG_RUNS])
@@ -109,6 +116,54 @@ def unpack_versions(data: bytes) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------------------
+
+
+# A gateway step's arrays are mostly short, and numpy's fixed cost per operation (a few microseconds, some
+# twenty operations per array) then outweighs a plain loop: the journal flusher packed every step's arrays on
+# the web process. Up to this length, lists of Python ints are packed in Python, byte for byte the same.
+_SHORT = 128
+
+
+def _short_python_ints(values: Sequence[int]) -> bool:
+    return (
+        isinstance(values, (list, tuple))
+        and len(values) <= _SHORT
+        and all(type(value) is int for value in values)  # not bool, not numpy: those take the numpy path
+    )
+
+
+def _varint_bytes(values, out: bytearray) -> None:
+    for value in values:
+        while value >= 0x80:
+            out.append((value & 0x7F) | 0x80)
+            value >>= 7
+        out.append(value)
+
+
+def _pack_ids_short(ids: Sequence[int]) -> bytes:
+    if ids and (min(ids) < 0 or max(ids) > _UINT32_MAX):
+        raise ValueError(f"token ids must lie in 0..{_UINT32_MAX}")
+    out = bytearray([_TAG_VARINT])
+    _varint_bytes(ids, out)
+    if len(out) - 1 < 4 * len(ids):
+        return bytes(out)
+    return bytes([_TAG_UINT32]) + struct.pack(f"<{len(ids)}I", *ids)
+
+
+def _pack_versions_short(versions: Sequence[int]) -> bytes:
+    if versions and (min(versions) < -(2**63) or max(versions) >= 2**63):
+        raise ValueError("versions must be a flat sequence of int64 integers")
+    runs: list[list[int]] = []  # [value, length]
+    for value in versions:
+        if runs and runs[-1][0] == value:
+            runs[-1][1] += 1
+        else:
+            runs.append([value, 1])
+    out = bytearray([_TAG_RUNS])
+    _varint_bytes(
+        (number for value, length in runs for number in ((value << 1) ^ (value >> 63), length)), out
+    )
+    return bytes(out)
 
 
 def _as_int64(values: Sequence[int], what: str) -> np.ndarray:

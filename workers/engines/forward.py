@@ -14,8 +14,9 @@ Three layouts (TrainConfig.layout):
   Gradients reach the context from every sequence that reads it, so the result and its gradients equal
   the padded layout's; what is saved is (G - 1) prompt forwards and backwards per group. A micro-batch
   in which no prefix is shared runs padded.
-- "auto" (default): packed where a varlen kernel runs (flash attention), prefix otherwise (padded when
-  gradient checkpointing is on: a recomputed layer would append its keys to the shared cache twice).
+- "auto" (default): packed where a varlen kernel runs (flash attention); otherwise prefix on a CPU and
+  padded on a GPU (measured faster there), and padded when gradient checkpointing is on (a recomputed layer
+  would append its keys to the shared cache twice).
   Without a varlen kernel the block-diagonal mask makes attention cost (sum n_i)^2, which on CPU
   outweighs the padding saved.
 
@@ -42,7 +43,11 @@ def resolve_layout(model, layout: str, attention: str = "auto") -> str:
         return layout
     if resolve_attention(model, attention) == "varlen":
         return "packed"
-    return "padded" if checkpointing else "prefix"
+    # The shared-prefix layout saves arithmetic, which is what a CPU lacks; on a GPU its second forward per
+    # micro-batch costs more than it saves (bench/gpu/README.md: padded 1.72x prefix on an H100).
+    first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    on_gpu = first is not None and first.device.type == "cuda"
+    return "padded" if checkpointing or on_gpu else "prefix"
 
 
 def shared_prefix_length(sequence: Sequence[int], loss_mask: Sequence[int]) -> int:

@@ -121,3 +121,23 @@ def test_versions_refuse_floats_and_corrupt_runs():
         unpack_versions(bytes([0x04, 0x02]))
     with pytest.raises(ValueError, match="runs longer"):
         unpack_versions(bytes([0x04, 0x02]) + bytes([0xFF] * 8 + [0x01]))
+
+
+def test_short_python_lists_pack_to_the_same_bytes_as_the_vectorized_path():
+    """Lists of up to 128 Python ints take a plain loop (numpy's fixed costs dominate there); numpy arrays
+    always take the vectorized path. Both must write identical bytes."""
+    generator = random.Random(11)
+    id_cases = [[], [0], [127, 128, 16383, 16384, 2**21], [2**32 - 1] * 3, [2**31] * 127 + [1]]
+    id_cases += [
+        [generator.randrange(limit) for _ in range(generator.randrange(129))] for limit in (200, VOCAB, 2**32)
+    ]
+    for ids in id_cases:
+        assert pack_ids(ids) == pack_ids(np.array(ids, dtype=np.int64)), ids
+    version_cases = [[], [0], [-1, -1, 3, 3, 3], [-(2**63), 2**63 - 1, 0, -1], [5] * 128]
+    version_cases += [
+        [generator.choice([-1, 0, 1, 2**40]) for _ in range(generator.randrange(129))] for _ in range(20)
+    ]
+    for versions in version_cases:
+        assert pack_versions(versions) == pack_versions(np.array(versions, dtype=np.int64)), versions
+    with pytest.raises(ValueError, match="int64"):
+        pack_versions([2**63])

@@ -317,6 +317,13 @@ def test_micro_batch_plans():
     assert resolve_layout(Model(), "auto") == "padded"
     with pytest.raises(ValueError, match="gradient checkpointing"):
         resolve_layout(Model(), "prefix")
+    # weights on a GPU: padded (measured faster there than prefix, bench/gpu/README.md); on the CPU: prefix
+    Model.is_activation_checkpointing = False
+    weights = type("Weights", (), {"device": torch.device("cpu")})()
+    Model.parameters = lambda self: iter([weights])
+    assert resolve_layout(Model(), "auto") == "prefix"
+    weights.device = type("Device", (), {"type": "cuda"})()  # no CUDA here: a stand-in device
+    assert resolve_layout(Model(), "auto") == "padded"
 
 
 @pytest.mark.parametrize("lora", [None, LoraSettings(rank=4, alpha=8)], ids=["full", "lora"])

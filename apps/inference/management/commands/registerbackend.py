@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.audit.services import Actor
 from apps.core.errors import DomainError
-from apps.inference.models import CAPABILITY_FIELDS, BackendKind
+from apps.inference.models import CAPABILITY_FIELDS, BackendKind, CapParameter
 from apps.inference.selectors import backend_by_name
 from apps.inference.services import backend_check, backend_register, backend_update
 from apps.tenants.selectors import tenant_get_by_slug
@@ -32,6 +32,11 @@ class Command(BaseCommand):
             action="store_true",
             help="a hosted API: returns no token ids, logprobs or versions and accepts no return_token_ids",
         )
+        parser.add_argument(
+            "--cap-parameter",
+            choices=CapParameter.values,
+            help="the field the server reads a chat completion's cap from (default: the kind's)",
+        )
 
     def handle(self, *args, tenant_slug, name, url, kind, model, model_version, weight, **options):
         actor = Actor.system("manage.py registerbackend")
@@ -44,6 +49,8 @@ class Command(BaseCommand):
         }
         if options.get("text_only"):
             fields.update(dict.fromkeys(CAPABILITY_FIELDS, False))
+        if options.get("cap_parameter"):
+            fields["cap_parameter"] = options["cap_parameter"]
         if options.get("credential_env"):
             credential = os.environ.get(options["credential_env"], "")
             if not credential:
