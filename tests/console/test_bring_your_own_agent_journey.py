@@ -42,35 +42,62 @@ from workers.envs.agent import run_episode
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 MODEL = "my-agent"
-# Beat's periods for this stack: idle sessions checked every second, releases analysed every 2 s.
+# Beat's periods for this stack: idle sessions checked every second (closed after IDLE_SECONDS), releases analysed every 2 s.
 STACK_ENV = {
     "AREAL_SESSION_IDLE_CHECK_SECONDS": "1",
     "AREAL_RELEASE_ANALYSIS_SECONDS": "2",
     "AREAL_EVOLUTION_TICK_SECONDS": "0",
 }
+IDLE_SECONDS = 5  # the tenant's session idle timeout (step 5)
 GUARDRAILS = [{"metric": "error_rate", "direction": "lower_is_better", "threshold": 0.5, "min_samples": 2}]
 
 
+def _tenant_state() -> str:
+    """The journey's trajectories (status, end reason, steps, continuation, verdict and its reasons), one line each."""
+    rows = Trajectory.objects.order_by("started_at").values_list(
+        "session_id",
+        "status",
+        "end_reason",
+        "step_count",
+        "continues_id",
+        "qualification__status",
+        "qualification__reasons",
+    )
+    return "\n".join(" ".join(str(value) for value in row) for row in rows)
+
+
 def _wait(predicate, *, what: str, logs: Path, timeout: float = 240.0):
+    """Polls `predicate` until it is true; a timeout fails with the trajectories and the logs' tails, as plain
+    lines (CI's report folds long ones)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.5)
-    tails = {path.name: path.read_text()[-2500:] for path in sorted(logs.glob("*.log"))}
-    raise AssertionError(f"timed out waiting for {what}; logs: {json.dumps(tails, indent=1)}")
+    tails = "\n".join(f"--- {path.name}\n{path.read_text()[-2500:]}" for path in sorted(logs.glob("*.log")))
+    raise AssertionError(f"timed out waiting for {what}\n--- trajectories\n{_tenant_state()}\n{tails}")
 
 
 def _reload_until(page, address: str, selector: str, expected: str, *, logs: Path, timeout: float = 240.0):  # noqa: F811
     """Server-rendered pages: reloads `address` until `selector`'s text contains `expected`."""
 
-    def shown():
-        page.goto(address)
-        locator = page.locator(selector)
-        return locator.count() > 0 and expected in locator.first.inner_text()
+    seen = {"text": ""}
 
-    _wait(shown, what=f"{expected!r} in {selector} at {address}", logs=logs, timeout=timeout)
+    def shown():
+        response = page.goto(address)
+        locator = page.locator(selector)
+        seen["text"] = (
+            locator.first.inner_text()
+            if locator.count()
+            else f"no {selector} (HTTP {response.status if response else '-'} at {page.url})"
+        )
+        return expected in seen["text"]
+
+    try:
+        _wait(shown, what=f"{expected!r} in {selector} at {address}", logs=logs, timeout=timeout)
+    except AssertionError as error:
+        raise AssertionError(f"last seen in {selector}: {seen['text'][:500]}\n{error}") from None
 
 
 def _episodes(url, key, seeds) -> list:
@@ -163,9 +190,12 @@ def test_an_empty_tenant_reaches_an_approved_canary_through_the_console(
             _submit(page, "#set-production")
             assert "v0" in page.locator("#routing").inner_text()
 
-            # 5. a short idle timeout, and a rule evaluator as the reward: did the agent's tool calls succeed
+            # 5. a short idle timeout, and a rule evaluator as the reward: did the agent's tool calls succeed.
+            # The timeout counts from the start of a session's newest stored step, so it must outlast an
+            # episode's turn on a loaded machine: a session closed between its turns would go on in a
+            # continuation, and the journey's counts would be off.
             page.goto(f"{url}/settings/policy/")
-            page.fill("[name=session_idle_seconds]", "1")
+            page.fill("[name=session_idle_seconds]", str(IDLE_SECONDS))
             _submit(page, "button:has-text('Save policy')")
             assert "Policy saved" in _message(page)
             page.goto(f"{url}/reward-specs/")
@@ -194,9 +224,10 @@ def test_an_empty_tenant_reaches_an_approved_canary_through_the_console(
                 what="three sessions closed as idle",
                 logs=tmp_path,
             )
-            assert set(Trajectory.objects.filter(tenant=tenant).values_list("end_reason", flat=True)) == {
-                "idle"
-            }
+            assert (
+                list(Trajectory.objects.filter(tenant=tenant).values_list("end_reason", "continues"))
+                == [("idle", None)] * 3
+            ), _tenant_state()
             _reload_until(page, f"{url}/training-queue/", "#waiting-total", "3", logs=tmp_path)
             page.goto(f"{url}/trajectories/")
             assert page.locator("#trajectories tbody tr[data-status=complete]").count() == 3
