@@ -39,20 +39,30 @@ def register_versions(
     return baseline, candidate
 
 
-def version_with_weights(tenant, directory, *, parent=None, status=VersionStatus.CANDIDATE, name=MODEL):
-    """A version registered over a checkpoint directory holding a safetensors file (only its presence is read:
-    the servers behind these tests are stand-ins)."""
+def weights(directory):
+    """A checkpoint directory a server could load (only its presence is read: the servers behind these tests
+    are stand-ins)."""
     directory.mkdir(parents=True)
     (directory / "model.safetensors").write_bytes(b"weights")
+    return directory
+
+
+def version_over(tenant, checkpoint, *, parent=None, status=VersionStatus.CANDIDATE, name=MODEL):
+    """A version registered over `checkpoint`, whatever it holds."""
     return model_version_register(
         tenant=tenant,
         actor=SYSTEM,
         name=name,
-        checkpoint_path=str(directory),
+        checkpoint_path=str(checkpoint),
         tokenizer_hash="tokenizer-a",
         parent=parent,
         status=status,
     )
+
+
+def version_with_weights(tenant, directory, *, parent=None, status=VersionStatus.CANDIDATE, name=MODEL):
+    """A version registered over a new checkpoint directory holding a safetensors file."""
+    return version_over(tenant, weights(directory), parent=parent, status=status, name=name)
 
 
 def serve_versions(tenant, *versions):

@@ -13,39 +13,19 @@ from apps.releases.services import release_create
 from apps.tenants.permissions import Role
 from apps.training.models import VersionStatus
 from apps.training.selectors import alias_resolve
-from apps.training.services import model_version_register
 from tests.inference.factories import BackendFactory
 from tests.network import scripted_http_server
-from tests.releases.helpers import MODEL, SYSTEM, register_versions
+from tests.releases.helpers import MODEL, SYSTEM, register_versions, version_over, weights
 
 pytestmark = pytest.mark.django_db
 LOADS = {("POST", "/admin/load"): (200, {}, {"ok": True})}
-
-
-def _version(tenant, checkpoint, *, parent=None, name=MODEL, status=VersionStatus.CANDIDATE):
-    return model_version_register(
-        tenant=tenant,
-        actor=SYSTEM,
-        name=name,
-        checkpoint_path=str(checkpoint),
-        tokenizer_hash="tokenizer-a",
-        parent=parent,
-        status=status,
-    )
-
-
-def _weights(directory):
-    """A checkpoint directory a server could load (only its presence is read here)."""
-    directory.mkdir(parents=True)
-    (directory / "model.safetensors").write_bytes(b"weights")
-    return directory
 
 
 # ---- a model's first production version ------------------------------------------------------------------
 
 
 def test_an_operator_makes_a_models_first_version_production(api_client, member, tenant, tmp_path):
-    base = _version(tenant, tmp_path / "v0")
+    base = version_over(tenant, tmp_path / "v0")
     BackendFactory(tenant=tenant, served_model=MODEL, model_version="0")
     client = api_client(user=member(Role.OPERATOR))
     response = client.post(
@@ -70,7 +50,7 @@ def test_an_operator_makes_a_models_first_version_production(api_client, member,
 
 @pytest.mark.parametrize("role", [Role.ANNOTATOR, Role.VIEWER])
 def test_people_who_may_not_manage_releases_cannot_set_production(api_client, member, tenant, tmp_path, role):
-    base = _version(tenant, tmp_path / "v0")
+    base = version_over(tenant, tmp_path / "v0")
     BackendFactory(tenant=tenant, served_model=MODEL, model_version="0")
     response = api_client(user=member(role)).post("/api/v1/routing/", {"version_id": base.pk}, format="json")
     assert response.status_code == 403
@@ -81,14 +61,14 @@ def test_people_who_may_not_manage_releases_cannot_set_production(api_client, me
 
 def test_production_is_refused_with_the_reason_and_changes_nothing(api_client, tenant, tmp_path):
     client = api_client()
-    base = _version(tenant, tmp_path / "v0")
+    base = version_over(tenant, tmp_path / "v0")
     unserved = client.post("/api/v1/routing/", {"version_id": base.pk}, format="json")
     assert unserved.status_code == 409
     assert unserved.json()["error"]["code"] == "version_not_served"
     assert "register one whose model version is 0" in unserved.json()["error"]["message"]
     BackendFactory(tenant=tenant, served_model=MODEL, model_version="0")
     assert client.post("/api/v1/routing/", {"version_id": base.pk}, format="json").status_code == 200
-    later = _version(tenant, tmp_path / "v1", parent=base)
+    later = version_over(tenant, tmp_path / "v1", parent=base)
     BackendFactory(tenant=tenant, served_model=MODEL, model_version="1")
     taken = client.post("/api/v1/routing/", {"version_id": later.pk}, format="json")
     assert taken.status_code == 409
@@ -118,7 +98,7 @@ def test_bad_input_names_the_field(api_client, tenant, body, field):
 def test_another_tenants_version_is_a_404_and_their_routing_is_invisible(
     api_client, tenant, other_tenant, tmp_path
 ):
-    theirs = _version(other_tenant, tmp_path / "theirs")
+    theirs = version_over(other_tenant, tmp_path / "theirs")
     BackendFactory(tenant=other_tenant, served_model=MODEL, model_version="0")
     response = api_client().post("/api/v1/routing/", {"version_id": theirs.pk}, format="json")
     assert response.status_code == 404
@@ -133,8 +113,8 @@ def test_another_tenants_version_is_a_404_and_their_routing_is_invisible(
 
 
 def test_the_serving_page_sets_production_for_operators(member, tenant, other_tenant, tmp_path):
-    base = _version(tenant, tmp_path / "v0")
-    theirs = _version(other_tenant, tmp_path / "theirs")
+    base = version_over(tenant, tmp_path / "v0")
+    theirs = version_over(other_tenant, tmp_path / "theirs")
     operator = Client()
     operator.force_login(member(Role.OPERATOR))
     page = operator.get("/serving/")
@@ -160,12 +140,12 @@ def test_the_serving_page_sets_production_for_operators(member, tenant, other_te
 
 
 def test_direct_publication_serves_the_version_and_writes_the_serving_history(api_client, tenant, tmp_path):
-    base = _version(tenant, _weights(tmp_path / "v0"))
+    base = version_over(tenant, weights(tmp_path / "v0"))
     with scripted_http_server(LOADS) as (url, received):
         BackendFactory(tenant=tenant, name="slot-a", base_url=url, served_model=MODEL, model_version="0")
         client = api_client()
         assert client.post("/api/v1/routing/", {"version_id": base.pk}, format="json").status_code == 200
-        trained = _version(tenant, _weights(tmp_path / "v1"), parent=base)
+        trained = version_over(tenant, weights(tmp_path / "v1"), parent=base)
         response = client.post(f"/api/v1/model-versions/{trained.pk}/publish/")
     assert response.status_code == 200, response.content
     assert [row["ok"] for row in response.json()["backends"]] == [True]
@@ -200,12 +180,12 @@ def test_direct_publication_is_refused_during_a_release_before_any_load(api_clie
 
 
 def _release(tenant, tmp_path, *, candidate_weights=True):
-    baseline = _version(tenant, _weights(tmp_path / "v0"), status=VersionStatus.PRODUCTION)
+    baseline = version_over(tenant, weights(tmp_path / "v0"), status=VersionStatus.PRODUCTION)
     from apps.training.services import alias_move
 
     alias_move(tenant=tenant, actor=SYSTEM, name=MODEL, alias="production", version=baseline)
-    candidate_dir = _weights(tmp_path / "v1") if candidate_weights else tmp_path / "nothing"
-    candidate = _version(tenant, candidate_dir, parent=baseline)
+    candidate_dir = weights(tmp_path / "v1") if candidate_weights else tmp_path / "nothing"
+    candidate = version_over(tenant, candidate_dir, parent=baseline)
     return release_create(tenant=tenant, actor=SYSTEM, candidate_id=candidate.pk, stages=[50])
 
 
