@@ -3,6 +3,7 @@ the console's Models page and `manage.py registermodel`: admins only, from the t
 copied with its checksums and audited; every refusal names its field and leaves nothing behind."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -249,3 +250,121 @@ def test_registermodel_registers_any_directory_and_can_make_it_production(tenant
     assert served.status == VersionStatus.PRODUCTION
     with pytest.raises(CommandError, match="no tenant"):
         call_command("registermodel", "nobody", "--name", "x", "--dir", str(default_model_dir))
+
+
+# Links and swaps (issue 26, finding 7): the inbox is read through directory descriptors that never follow a link,
+# copied first, and what is checked and registered is the copy.
+
+
+@pytest.fixture
+def outside(tmp_path_factory, default_model_dir):
+    """A directory outside every inbox: a servable model and a secret beside it."""
+    place = tmp_path_factory.mktemp("outside")
+    shutil.copytree(default_model_dir, place / "model")
+    (place / "model" / "secret.txt").write_bytes(b"outside-secret-6d1f")
+    (place / "secret.txt").write_bytes(b"outside-secret-6d1f")
+    return place
+
+
+def _store_holds(storage, needle: bytes) -> bool:
+    models = storage / "models"
+    return models.exists() and any(
+        needle in path.read_bytes() for path in models.rglob("*") if path.is_file()
+    )
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        lambda source, outside: (source / "notes.txt").symlink_to(outside / "secret.txt"),
+        lambda source, outside: (
+            (source / "extra").mkdir()
+            or (source / "extra" / "deeper").mkdir()
+            or (source / "extra" / "deeper" / "notes.txt").symlink_to(outside / "secret.txt")
+        ),
+        lambda source, outside: (source / "linked").symlink_to(outside / "model"),
+    ],
+    ids=["a-file", "in-a-subdirectory", "a-directory"],
+)
+def test_a_link_anywhere_in_the_inbox_directory_is_refused_and_nothing_outside_is_copied(
+    api_client, admin_user, tenant, place, storage, outside, plant
+):
+    plant(place(tenant), outside)
+    response = _register(api_client(user=admin_user))
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "invalid_model_directory"
+    assert any("holds links" in text for text in error["fields"]["directory"]), error
+    assert not ModelVersion.objects.exists()
+    assert _registered_dirs(storage) == []
+    assert not _store_holds(storage, b"outside-secret-6d1f")
+    assert not AuditEvent.objects.filter(verb="model.register").exists()
+
+
+@pytest.mark.parametrize("target", ["inside", "outside"])
+def test_a_directory_reached_through_a_link_is_refused_even_when_the_link_stays_in_the_inbox(
+    api_client, tenant, place, storage, outside, target
+):
+    source = place(tenant)
+    (storage / "inbox" / tenant.slug / "alias").symlink_to(
+        source if target == "inside" else outside / "model"
+    )
+    response = _register(api_client(), directory="alias")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "directory_not_allowed"
+    assert "directory" in response.json()["error"]["fields"]
+    assert str(outside) not in response.content.decode()
+    assert not ModelVersion.objects.exists()
+    assert _registered_dirs(storage) == []
+
+
+def test_a_swap_after_the_check_brings_nothing_in_what_is_registered_is_exactly_the_copy(
+    api_client, tenant, place, storage, outside, monkeypatch
+):
+    """The tenant swaps its inbox directory for a link to somewhere else at the moment the directory is
+    checked. Before, the check read the inbox and the copy then read it again by name, following the link."""
+    from workers.models import directory as model_directory
+
+    source = place(tenant)
+    original = {path.name: file_sha256(path) for path in source.iterdir() if path.is_file()}
+    check = model_directory.model_directory_problems
+    swapped = []
+
+    def check_then_swap(path, **kwargs):
+        if not swapped:
+            parked = source.with_name("parked")
+            source.rename(parked)
+            source.symlink_to(outside / "model")
+            swapped.append(parked)
+        return check(path, **kwargs)
+
+    monkeypatch.setattr(model_directory, "model_directory_problems", check_then_swap)
+    response = _register(api_client())
+    assert swapped  # the swap did happen while registering
+    assert response.status_code == 201, response.content
+    version = ModelVersion.objects.get(pk=response.json()["id"])
+    copy = Path(version.checkpoint_path)
+    copied = {path.name: file_sha256(path) for path in copy.iterdir() if path.name != "areal-model.json"}
+    assert copied == original  # the inbox's files as they were, and nothing from behind the link
+    assert version.metrics["registered"]["files"] == copied  # the record names the copy's bytes
+    assert manifest_problems(copy) == []
+    assert version.tokenizer_hash == tokenizer_fingerprint(copy)
+    assert not _store_holds(storage, b"outside-secret-6d1f")
+
+
+def test_the_copy_made_before_the_checks_is_bounded(
+    api_client, tenant, place, storage, settings, monkeypatch
+):
+    from apps.training import registration
+
+    place(tenant)
+    settings.AREAL_MODEL_IMPORT_MAX_BYTES = 1000
+    monkeypatch.setattr(registration, "NON_WEIGHT_BYTES", 1000)
+    response = _register(api_client())
+    assert response.status_code == 400, response.content
+    assert any(
+        "holds more than 2,000 bytes" in text for text in response.json()["error"]["fields"]["directory"]
+    )
+    assert _registered_dirs(storage) == []
+    assert not [path for path in (storage / "models").rglob("*") if path.is_file()]
+    assert not ModelVersion.objects.exists()

@@ -4,7 +4,8 @@ the registry's storage; apps/training/registration.py), and with --production ma
     manage.py registermodel acme --name support-bot --dir /models/support-bot-base --production
 
 Run by whoever runs the installation, so the directory may be anywhere (the API and the console read only
-the tenant's model inbox). Every refusal is one line on stderr and a non-zero exit.
+the tenant's model inbox); the directory is taken as named, but a link inside it is refused as through the
+API, and what is registered is the copy, checked after it was made. Every refusal is one line on stderr and a non-zero exit.
 """
 
 from pathlib import Path
@@ -37,7 +38,7 @@ class Command(BaseCommand):
     def handle(self, *args, tenant_slug, name, directory, description, production, **options):
         from apps.releases.serving import production_set
         from apps.tenants.selectors import tenant_get_by_slug
-        from apps.training.registration import model_directory_register
+        from apps.training.registration import SourceDirectory, model_directory_register
 
         actor = Actor.system("manage.py registermodel")
         try:
@@ -46,7 +47,7 @@ class Command(BaseCommand):
                 tenant=tenant,
                 actor=actor,
                 name=name,
-                source_dir=Path(directory).resolve(),
+                source_dir=SourceDirectory(root=Path(directory).resolve()),
                 description=description,
             )
             self.stdout.write(f"registered {version.label} ({version.status}) → {version.checkpoint_path}")
