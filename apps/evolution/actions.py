@@ -28,7 +28,7 @@ import logging
 from django.db import transaction
 
 from apps.audit.services import Actor
-from apps.core.errors import Conflict, DomainError
+from apps.core.errors import Conflict, DomainError, Forbidden
 from apps.evolution.decisions import decision_finish, decision_note, decision_record, decision_start
 from apps.evolution.models import Decision, DecisionKind, DecisionStatus, EvolutionPolicy
 from apps.evolution.selectors import decision_get, gate_key, gate_score, production_versions
@@ -499,17 +499,47 @@ def _release_under_way(*, tenant, decision, policy):
     return releases.order_by("-id").first()
 
 
+def _approvers(decision: Decision, policy: EvolutionPolicy) -> list[Actor]:
+    """Every person who approved the decision, in order (automatic mode: the policy)."""
+    if decision.approvals:
+        return [Actor(kind=row["kind"], id=row["id"], label=row["actor"]) for row in decision.approvals]
+    return [policy_actor(policy)]
+
+
 def _promote(*, tenant, decision, policy) -> Decision:
+    """`release_approve` by each person who approved the decision, in turn, until the release is promoted: one
+    approval promotes it, except under the tenant's two-person rule, where a release the control plane started
+    takes two different people (the decision then asked for two: `decisions.approvals_required`). A refusal
+    (403 `two_person_rule`, 409 `already_approved` for someone who approved on the release's page) moves on to
+    the next approver; the last refusal fails the decision."""
+    from apps.releases.models import ReleaseStatus
     from apps.releases.services import release_approve
 
     release = _release_under_way(tenant=tenant, decision=decision, policy=policy)
     if release is None:
         return _fail(tenant, decision, "the release is no longer under way")
-    release = release_approve(tenant=tenant, actor=_approver(decision, policy), release_id=release.pk)
-    return _succeed(
+    refusal: DomainError | None = None
+    for approver in _approvers(decision, policy):
+        try:
+            release = release_approve(tenant=tenant, actor=approver, release_id=release.pk)
+        except (Conflict, Forbidden) as error:
+            if error.code not in {"two_person_rule", "already_approved"}:
+                raise
+            refusal = error
+            continue
+        if release.status == ReleaseStatus.PROMOTED:
+            return _succeed(
+                tenant,
+                decision,
+                f"release {release.pk}: v{release.candidate.number} promoted by {release.approved_by}",
+                started={"releases": [release.pk]},
+            )
+    if refusal is not None:
+        raise refusal
+    return _fail(
         tenant,
         decision,
-        f"release {release.pk}: v{release.candidate.number} promoted by {release.approved_by}",
+        f"release {release.pk} still awaits a second person's approval (the tenant's two-person rule)",
         started={"releases": [release.pk]},
     )
 

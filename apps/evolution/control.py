@@ -14,7 +14,12 @@ from django.utils import timezone
 
 from apps.core.selectors import get_in_tenant
 from apps.evolution.actions import decision_execute, decision_follow, policy_actor
-from apps.evolution.decisions import decision_finish, decision_record, decision_reject, decisions_expire
+from apps.evolution.decisions import (
+    decision_finish,
+    decision_follow_release,
+    decision_record,
+    decisions_expire,
+)
 from apps.evolution.models import Decision, DecisionKind, DecisionStatus, EvolutionPolicy, PolicyMode
 from apps.evolution.selectors import (
     control_state,
@@ -93,28 +98,15 @@ def evolution_tick(
 
 def _close_superseded(*, tenant: Tenant, policy: EvolutionPolicy) -> None:
     """A promotion or rollback still waiting while its release already ended (a person promoted or rolled it
-    back in the releases console, or its guardrails did) has nothing left to do: it is closed, saying so."""
-    from apps.releases.models import ACTIVE_STATUSES
-    from apps.releases.selectors import release_get
-
+    back in the releases console, or its guardrails did) has nothing left to do: it is closed the way its
+    release went (`decisions.decision_follow_release`; apps.releases' `release_finished` does it at once, the
+    tick catches what that left open)."""
     waiting = decision_timeline(tenant=tenant, policy=policy).filter(
         kind__in=(DecisionKind.PROMOTE, DecisionKind.ROLLBACK),
         status__in=(DecisionStatus.PROPOSED, DecisionStatus.APPROVED),
     )
-    for decision in waiting:
-        release_id = decision.evidence.get("release")
-        if not release_id:
-            continue
-        release = release_get(tenant=tenant, release_id=release_id)
-        if release.status in ACTIVE_STATUSES:
-            continue
-        reason = f"release {release.pk} was {release.status.replace('_', ' ')} meanwhile"
-        if release.approved_by:
-            reason += f" (by {release.approved_by})"
-        if decision.status == DecisionStatus.PROPOSED:
-            decision_reject(tenant=tenant, actor=policy_actor(policy), decision_id=decision.pk, reason=reason)
-        else:
-            decision_finish(tenant=tenant, decision_id=decision.pk, succeeded=False, outcome=reason)
+    for release_id in {decision.evidence.get("release") for decision in waiting} - {None, ""}:
+        decision_follow_release(tenant=tenant, release_id=release_id)
 
 
 def _record(*, tenant: Tenant, policy: EvolutionPolicy, proposal) -> Decision | None:

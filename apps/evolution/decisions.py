@@ -55,12 +55,19 @@ def _publish(decision: Decision) -> None:
     metrics_publish(tenant_id=decision.tenant_id, stream=STREAM, payload=decision_payload(decision))
 
 
-def approvals_required(*, policy: EvolutionPolicy, kind: str) -> int:
+def approvals_required(*, policy: EvolutionPolicy, kind: str, harness=None) -> int:
     """How many people must approve a decision of `kind` under `policy` before it starts: none in auto mode
-    (except a promotion, which follows the approval mode); in propose mode at least one for every kind."""
+    (except a promotion, which follows the approval mode); in propose mode at least one for every kind. Under
+    the tenant's two-person rule a promotion takes two people whatever the approval mode: the release it
+    promotes was started by the control plane, which is no person (apps.releases' `release_approve`)."""
+    from apps.tenants.selectors import two_person_rule_on
+
     by_mode = {ApprovalMode.AUTOMATIC: 0, ApprovalMode.ONE_OPERATOR: 1, ApprovalMode.TWO_PERSON: 2}
     people = by_mode[ApprovalMode(policy.approval_mode)]
-    if policy.mode == PolicyMode.PROPOSE:
+    if kind in SERVING_KINDS and two_person_rule_on(tenant=policy.tenant):
+        people = max(people, 2)
+    if policy.mode == PolicyMode.PROPOSE or getattr(harness, "quotes_traffic", False):
+        # a harness quoting recorded conversations waits for a person in every mode (apps/evolution README)
         return max(people, 1)
     return people if kind in SERVING_KINDS else 0
 
@@ -81,7 +88,7 @@ def decision_record(
 ) -> Decision:
     """A new decision of `policy`: proposed when people must approve it, approved otherwise (the caller starts
     it). `status` forces one (a `nothing` decision is recorded as succeeded). Audited and published."""
-    required = approvals_required(policy=policy, kind=kind)
+    required = approvals_required(policy=policy, kind=kind, harness=harness)
     if status is None:
         status = DecisionStatus.PROPOSED if required else DecisionStatus.APPROVED
     now = timezone.now()
@@ -120,30 +127,66 @@ def _lock(*, tenant: Tenant, decision_id) -> Decision:
 
 def _refuse_if_closed(decision: Decision, now) -> None:
     if decision.status != DecisionStatus.PROPOSED:
-        raise Conflict(f"the decision is {decision.status}, not waiting for approval", code="decision_closed")
+        why = f": {decision.outcome}" if decision.outcome else ""
+        raise Conflict(
+            f"the decision is {decision.status}, not waiting for approval{why}", code="decision_closed"
+        )
     if decision.expires_at is not None and decision.expires_at <= now:
         raise Gone("the decision expired before it was approved", code="decision_expired")
 
 
-def _person(actor: Actor) -> tuple[str, str]:
-    return (actor.kind, actor.id)
+def _person_of(*, tenant: Tenant, kind: str, principal_id: str) -> int | None:
+    """The person behind a principal (apps.tenants' `person_behind`: a user is themself, an API key the
+    member who created it); None when it names no person (the system, a key from the CLI)."""
+    from apps.tenants.selectors import person_behind
+
+    return person_behind(tenant=tenant, actor_kind=kind, actor_id=principal_id or "")
+
+
+def _approver_of(*, tenant: Tenant, row: dict) -> int | None:
+    if row.get("person") is not None:
+        return row["person"]
+    return _person_of(tenant=tenant, kind=row.get("kind", ""), principal_id=str(row.get("id") or ""))
+
+
+def decision_approve(*, tenant: Tenant, actor: Actor, decision_id) -> Decision:
+    """Adds `actor`'s approval; with enough approvals the decision becomes approved (the control plane starts
+    it on its next tick, or the caller at once). Approvals count people, not principals: an API key is the
+    member who created it (`person_behind`), so one person's session and keys approve once. 409 once decided
+    (with how it ended) or when this person already approved it; 410 after it expired; 403
+    `approval_needs_person` for an approval that names no person (the system, a key no member created) where
+    people are counted (two approvals or more). A promotion or rollback whose release already ended is closed
+    the way its release went (`decision_follow_release`) and the approval refused with 409 `release_finished`."""
+    ended = _close_if_release_ended(tenant=tenant, decision_id=decision_id)
+    if ended:
+        raise Conflict(f"nothing to approve: {ended}", code="release_finished")
+    return _approve(tenant=tenant, actor=actor, decision_id=decision_id)
 
 
 @transaction.atomic
-def decision_approve(*, tenant: Tenant, actor: Actor, decision_id) -> Decision:
-    """Adds `actor`'s approval; with enough approvals the decision becomes approved (the control plane starts
-    it on its next tick, or the caller at once). 409 once decided or when this person already approved it;
-    410 after it expired; 403 for an approval that names no person under the two-person mode."""
+def _approve(*, tenant: Tenant, actor: Actor, decision_id) -> Decision:
     decision = _lock(tenant=tenant, decision_id=decision_id)
     now = timezone.now()
     _refuse_if_closed(decision, now)
     if actor.kind not in {"user", "api_key"}:
         raise Forbidden("a decision is approved by a person", code="approval_needs_person")
-    if any((row["kind"], row["id"]) == _person(actor) for row in decision.approvals):
-        raise Conflict("you already approved this decision; another person must", code="already_approved")
+    person = _person_of(tenant=tenant, kind=actor.kind, principal_id=actor.id)
+    if person is None and decision.approvals_required >= 2:
+        raise Forbidden(
+            "this decision needs two different people, and this approval names no person (the API key was not "
+            "created by a member): approve as a person or with a key a member created",
+            code="approval_needs_person",
+        )
+    for row in decision.approvals:
+        same_principal = (row.get("kind"), row.get("id")) == (actor.kind, actor.id)
+        if same_principal or (person is not None and _approver_of(tenant=tenant, row=row) == person):
+            raise Conflict(
+                "you already approved this decision (a key you created counts as you); another person must",
+                code="already_approved",
+            )
     decision.approvals = [
         *decision.approvals,
-        {"actor": actor.label, "kind": actor.kind, "id": actor.id, "at": now.isoformat()},
+        {"actor": actor.label, "kind": actor.kind, "id": actor.id, "person": person, "at": now.isoformat()},
     ]
     if len(decision.approvals) >= decision.approvals_required:
         decision.status = DecisionStatus.APPROVED
@@ -159,9 +202,112 @@ def decision_approve(*, tenant: Tenant, actor: Actor, decision_id) -> Decision:
     return decision
 
 
+# ---- a decision follows its release -------------------------------------------------------------------------
+
+# Kinds about one release: their state follows it once it ended (promoted elsewhere, rolled back, aborted).
+RELEASE_KINDS = frozenset({DecisionKind.PROMOTE, DecisionKind.ROLLBACK})
+_OPEN = (DecisionStatus.PROPOSED, DecisionStatus.APPROVED)
+
+
+def _release_of(decision: Decision) -> int | None:
+    release_id = (decision.evidence or {}).get("release") if decision.kind in RELEASE_KINDS else None
+    return int(release_id) if isinstance(release_id, int | str) and str(release_id).isdigit() else None
+
+
+def _how_it_ended(*, tenant: Tenant, release) -> tuple[str, str]:
+    """(who ended the release, the sentence saying how): its last event's actor and reason."""
+    from apps.releases.selectors import release_events
+
+    last = release_events(tenant=tenant, release_id=release.pk).order_by("-at", "-id").first()
+    who = release.approved_by if release.approved_by else (last.actor if last is not None else "")
+    sentence = f"release {release.pk} (v{release.candidate.number}) was {release.status.replace('_', ' ')}"
+    if who:
+        sentence += f" by {who}"
+    reason = release.status_reason or (last.reason if last is not None else "")
+    if reason:
+        sentence += f": {reason}"
+    return who, sentence
+
+
+def _close_with_release(*, tenant: Tenant, decision: Decision, release) -> Decision:
+    """Closes an open promotion or rollback the way its (ended) release went: a promotion of a release that was
+    promoted succeeded (someone did what it proposed); of one rolled back or aborted, it was rejected by
+    whoever ended the release. A rollback of a release rolled back or aborted succeeded; of one promoted, it
+    was rejected by its approver. Audited `evolution_decision.follow_release` and published."""
+    from apps.releases.models import ReleaseStatus
+
+    who, sentence = _how_it_ended(tenant=tenant, release=release)
+    promoted = release.status == ReleaseStatus.PROMOTED
+    happened = promoted if decision.kind == DecisionKind.PROMOTE else not promoted
+    now = timezone.now()
+    decision.status = DecisionStatus.SUCCEEDED if happened else DecisionStatus.REJECTED
+    decision.rejected_by = "" if happened else (who or "the release")[:150]
+    decision.outcome = sentence[:500]
+    decision.finished_at = now
+    decision.evidence = {**decision.evidence, "release_status": release.status}
+    decision.save(update_fields=["status", "rejected_by", "outcome", "finished_at", "evidence"])
+    audit_record(
+        tenant=tenant,
+        actor=Actor.system(f"evolution policy {decision.policy_id}"),
+        verb="evolution_decision.follow_release",
+        target=decision,
+        data={"release": release.pk, "release_status": release.status, "status": decision.status},
+    )
+    _publish(decision)
+    return decision
+
+
 @transaction.atomic
+def _close_if_release_ended(*, tenant: Tenant, decision_id) -> str:
+    """The sentence saying how the release of an open promotion or rollback ended, once the decision is closed
+    accordingly; "" when the decision names no release, is not open, or its release is still under way."""
+    from apps.releases.models import ACTIVE_STATUSES
+    from apps.releases.selectors import release_get
+
+    decision = _lock(tenant=tenant, decision_id=decision_id)
+    release_id = _release_of(decision)
+    if release_id is None or decision.status not in _OPEN:
+        return ""
+    release = release_get(tenant=tenant, release_id=release_id)
+    if release.status in ACTIVE_STATUSES:
+        return ""
+    return _close_with_release(tenant=tenant, decision=decision, release=release).outcome
+
+
+def decision_follow_release(*, tenant: Tenant, release_id: int) -> int:
+    """Closes every open promotion and rollback about `release_id` once that release ended (apps.releases sends
+    `release_finished` on commit; the tick does it too, for what a lost signal left open). Idempotent: a
+    closed decision is left alone. Each decision in a transaction of its own, its row locked. Returns how many
+    it closed."""
+    candidates = Decision.objects.for_tenant(tenant).filter(
+        kind__in=RELEASE_KINDS, status__in=_OPEN, evidence__release=release_id
+    )
+    closed = 0
+    for decision_id in candidates.values_list("pk", flat=True):
+        if _close_if_release_ended(tenant=tenant, decision_id=decision_id):
+            closed += 1
+    return closed
+
+
+def decision_follow_release_receiver(sender, *, tenant_id: int, release_id: int, **kwargs) -> None:
+    """`apps.releases.events.release_finished`'s receiver (connected in apps.py): only calls the service."""
+    from apps.tenants.selectors import tenant_get
+
+    decision_follow_release(tenant=tenant_get(tenant_id=tenant_id), release_id=release_id)
+
+
 def decision_reject(*, tenant: Tenant, actor: Actor, decision_id, reason: str = "") -> Decision:
-    """proposed → rejected (nothing is started). 409 once decided, 410 after it expired."""
+    """proposed → rejected (nothing is started). 409 once decided (with how it ended), 410 after it expired;
+    a promotion or rollback whose release already ended is closed the way its release went and the rejection
+    refused with 409 `release_finished`."""
+    ended = _close_if_release_ended(tenant=tenant, decision_id=decision_id)
+    if ended:
+        raise Conflict(f"nothing to reject: {ended}", code="release_finished")
+    return _reject(tenant=tenant, actor=actor, decision_id=decision_id, reason=reason)
+
+
+@transaction.atomic
+def _reject(*, tenant: Tenant, actor: Actor, decision_id, reason: str = "") -> Decision:
     decision = _lock(tenant=tenant, decision_id=decision_id)
     now = timezone.now()
     _refuse_if_closed(decision, now)

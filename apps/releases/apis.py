@@ -33,8 +33,14 @@ class ReleaseOutputSerializer(serializers.Serializer):
     last_verdict = serializers.CharField()
     started_by = serializers.CharField()
     approved_by = serializers.CharField()
+    approvals = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_approvals(self, release) -> list:
+        """Who approved the promotion and when (two rows: a release no person started, under the two-person
+        rule); the principals' ids stay in the audit log."""
+        return [{"actor": row.get("actor"), "at": row.get("at")} for row in release.approvals or []]
 
     def get_candidate(self, release) -> dict:
         return _version(release.candidate)
@@ -149,7 +155,8 @@ class ReleaseStartApi(_ReleaseActionApi):
 
 class ReleaseApproveApi(_ReleaseActionApi):
     """Promotes a release awaiting approval: 409 otherwise; 403 for a non-operator or under the two-person rule
-    when the approver started it."""
+    when the approver started it. Under the rule a release no person started takes two people: the first
+    approval answers 200 with the release still awaiting approval and the approval in `approvals`."""
 
     actions = {"POST": Action.RELEASE_APPROVE}
 

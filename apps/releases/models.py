@@ -81,6 +81,12 @@ class Release(TimestampedTenantOwned):
     started_by_id = models.CharField(max_length=64, blank=True)
     started_by = models.CharField(max_length=150, blank=True)
     approved_by = models.CharField(max_length=150, blank=True)
+    approvals = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='[{"actor", "kind", "id", "person", "at"}]: who approved the promotion (under the two-person '
+        "rule a release no person started takes two people)",
+    )
     canary_started_at = models.DateTimeField(null=True, blank=True)
     stage_started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -188,7 +188,8 @@ def _transition(
     updates = {"status": to, "status_reason": reason[:500], **fields}
     if stage_index is not None:
         updates["stage_index"] = stage_index
-    if to in {ReleaseStatus.PROMOTED, ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}:
+    finished = to in {ReleaseStatus.PROMOTED, ReleaseStatus.ROLLED_BACK, ReleaseStatus.ABORTED}
+    if finished:
         updates["finished_at"] = now
     claimed = Release.objects.filter(
         pk=release.pk, status=release.status, stage_index=release.stage_index
@@ -232,6 +233,11 @@ def _transition(
             "at": now.isoformat(),
         },
     )
+    if finished:
+        from apps.releases.events import release_finished_send
+
+        tenant_id, release_id = release.tenant_id, release.pk
+        transaction.on_commit(lambda: release_finished_send(tenant_id=tenant_id, release_id=release_id))
     return release
 
 
@@ -517,11 +523,11 @@ def release_resume(*, tenant: Tenant, actor: Actor, release_id) -> Release:
     )
 
 
-def _check_two_people(*, tenant: Tenant, release: Release, approver: Actor) -> None:
+def _check_two_people(*, tenant: Tenant, release: Release, approver: Actor) -> tuple[int, int | None]:
     """The two-person rule compares people, not principals: a key answers to the person who created it
     (`person_behind`), so one person's session and key are one person. An approval that names no person (a
-    key from the CLI or the system) is refused, since it could be anyone, the starter included; a release
-    started by such a key may be approved by any person."""
+    key from the CLI or the system) is refused, since it could be anyone, the starter included; so is the
+    starter's own. Returns (the approver's person, the starter's person or None when no person started it)."""
     from apps.tenants.selectors import person_behind
 
     approver_person = person_behind(tenant=tenant, actor_kind=approver.kind, actor_id=approver.id)
@@ -543,15 +549,24 @@ def _check_two_people(*, tenant: Tenant, release: Release, approver: Actor) -> N
             "must approve it (a key they created counts as them)",
             code="two_person_rule",
         )
+    return approver_person, starter_person
+
+
+def _approval_row(*, actor: Actor, person: int | None, at) -> dict:
+    return {"actor": actor.label, "kind": actor.kind, "id": actor.id, "person": person, "at": at.isoformat()}
 
 
 @transaction.atomic
 def release_approve(*, tenant: Tenant, actor: Actor, release_id) -> Release:
     """awaiting_approval → promoted: the candidate becomes production (alias moved, statuses set, all traffic).
-    409 unless awaiting approval; 403 under the tenant's two-person rule when the person behind the approver
-    (a key's creator) started it, or when the approval names no person.
-    Concurrency: two approvals at once make exactly one transition (conditional update); the other gets 409."""
-    from apps.tenants.models import TenantPolicy
+    409 unless awaiting approval. Under the tenant's two-person rule: 403 when the person behind the approver
+    (a key's creator) started it, or when the approval names no person; and a release that no person started
+    (the evolution control plane, a key no member created) takes two different people: the first approval is
+    recorded (`approvals`, audited `release.approval`) and the release keeps awaiting approval, the second
+    person's promotes it (the same person again: 409 `already_approved`).
+    Concurrency: two approvals at once make exactly one transition (conditional update); the other gets 409.
+    Locking: the release row while approvals are counted."""
+    from apps.tenants.selectors import two_person_rule_on
     from apps.training.services import alias_move
 
     release = _lock(tenant=tenant, release_id=release_id)
@@ -559,17 +574,42 @@ def release_approve(*, tenant: Tenant, actor: Actor, release_id) -> Release:
         raise Conflict(
             f"the release is {release.status}, not awaiting approval", code="not_awaiting_approval"
         )
-    two_person = (
-        TenantPolicy.objects.filter(tenant=tenant).values_list("two_person_promotion", flat=True).first()
+    now = timezone.now()
+    approvals = list(
+        Release.objects.select_for_update().filter(pk=release.pk).values_list("approvals", flat=True).get()
+        or []
     )
-    if two_person:
-        _check_two_people(tenant=tenant, release=release, approver=actor)
+    approver_person = None
+    if two_person_rule_on(tenant=tenant):
+        approver_person, starter_person = _check_two_people(tenant=tenant, release=release, approver=actor)
+        if starter_person is None:
+            if any(row.get("person") == approver_person for row in approvals):
+                raise Conflict(
+                    "you approved this release already; under the two-person rule another person must",
+                    code="already_approved",
+                )
+            if not approvals:
+                approvals.append(_approval_row(actor=actor, person=approver_person, at=now))
+                Release.objects.filter(pk=release.pk, status=ReleaseStatus.AWAITING_APPROVAL).update(
+                    approvals=approvals
+                )
+                audit_record(
+                    tenant=tenant,
+                    actor=actor,
+                    verb="release.approval",
+                    target=release,
+                    data={"approvals": 1, "required": 2, "started_by": release.started_by},
+                )
+                release.refresh_from_db()
+                return release
+    approvals.append(_approval_row(actor=actor, person=approver_person, at=now))
     release = _transition(
         release=release,
         to=ReleaseStatus.PROMOTED,
         actor=actor,
-        reason=f"approved by {actor.label}",
-        approved_by=actor.label,
+        reason=f"approved by {', '.join(row['actor'] for row in approvals)}",
+        approved_by=", ".join(row["actor"] for row in approvals)[:150],
+        approvals=approvals,
     )
     candidate, baseline = release.candidate, release.baseline
     candidate.refresh_from_db()

@@ -98,9 +98,14 @@ def production_set(*, tenant: Tenant, actor: Actor, version_id, reason: str = ""
 
 
 def direct_publication_check(*, tenant: Tenant, version: ModelVersion) -> None:
-    """Refuses a direct publication before anything is loaded: 409 `release_under_way` during a release of the
+    """Refuses a direct publication before anything is loaded: 403 `two_person_rule` under the tenant's
+    two-person rule (a direct publication is a promotion on one person's word: under the rule production
+    changes only through a release a second person approves), 409 `release_under_way` during a release of the
     model, 409 `version_not_servable` for a version that cannot become production (training, canary, rolled
-    back)."""
+    back). Every direct publication (the REST endpoint, the console, an online run) passes here."""
+    from apps.tenants.selectors import two_person_rule_refuse
+
+    two_person_rule_refuse(tenant=tenant, change=f"publishing {version} directly")
     _refuse_during_release(tenant=tenant, model=version.name)
     if version.status not in DIRECTLY_SERVABLE:
         raise Conflict(

@@ -111,11 +111,18 @@ def release_detail(request, release_id):
 @console_page(Action.RELEASE_APPROVE)
 def release_approve(request, release_id):
     selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404
-    console_action(
+    release = console_action(
         request,
         lambda: services.release_approve(tenant=request.tenant, actor=request.actor, release_id=release_id),
-        success="Promoted.",
     )
+    if release is not None and release.status == ReleaseStatus.PROMOTED:
+        messages.success(request, "Promoted.")
+    elif release is not None:
+        messages.success(
+            request,
+            "Your approval is recorded. Under the two-person rule a release no person started needs a second "
+            "person's approval before it is promoted.",
+        )
     return redirect("console:release", release_id=release_id)
 
 

@@ -2,9 +2,9 @@
 
 from django.db.models import F
 
-from apps.core.errors import NotFound
+from apps.core.errors import Forbidden, NotFound
 from apps.core.selectors import get_in_tenant
-from apps.tenants.models import ApiKey, Membership, Tenant
+from apps.tenants.models import ApiKey, Membership, Tenant, TenantPolicy
 
 
 def tenant_get_by_slug(*, slug: str) -> Tenant:
@@ -120,3 +120,24 @@ def person_behind(*, tenant: Tenant, actor_kind: str, actor_id: str) -> int | No
             return row["created_by_id"]
         key_id = row["created_by_key_id"]
     return None
+
+
+def two_person_rule_on(*, tenant: Tenant) -> bool:
+    """Whether the tenant's policy asks two different people for every change of what serves production
+    (`TenantPolicy.two_person_promotion`)."""
+    return bool(
+        TenantPolicy.objects.filter(tenant=tenant).values_list("two_person_promotion", flat=True).first()
+    )
+
+
+def two_person_rule_refuse(*, tenant: Tenant, change: str) -> None:
+    """The one check of every path that changes what serves production by one principal's act (a direct
+    publication, an online run that publishes its versions): under the tenant's two-person rule it is refused
+    with 403 `two_person_rule`, since production then changes only through a release that a second person
+    approves. `change` says what was asked, for the message."""
+    if two_person_rule_on(tenant=tenant):
+        raise Forbidden(
+            f"this tenant's two-person rule: {change} would change what serves production on one person's "
+            "word; release the version instead (a second person approves the promotion)",
+            code="two_person_rule",
+        )

@@ -202,7 +202,9 @@ class ModelVersionLineageApi(TenantApi):
 class ModelVersionPublishApi(TenantApi):
     """Direct publication: loads the version's weights into this tenant's backends serving its model (see
     publication.py); once one took them the version serves (production, alias, routing, serving history:
-    apps/releases/serving.py). 409 during a release of the model, or for a version that cannot serve."""
+    apps/releases/serving.py). 403 `two_person_rule` under the tenant's two-person rule (production then changes
+    only through a release a second person approves), 409 during a release of the model, or for a version
+    that cannot serve; a refusal loads nothing."""
 
     actions = {"POST": Action.MODEL_VERSION_PUBLISH}
 

@@ -56,6 +56,13 @@ def online_run_start(
         )
     if staleness_bound < 0:
         raise ValidationFailed("staleness_bound must be >= 0", fields={"staleness_bound": ["must be >= 0"]})
+    if publish_to_backends:  # each version it trains would serve production at once, on one person's word
+        from apps.tenants.selectors import two_person_rule_refuse
+
+        two_person_rule_refuse(
+            tenant=tenant,
+            change="an online run that publishes its versions to the backends (publish_to_backends)",
+        )
     if base_version.status == VersionStatus.TRAINING:
         raise Conflict(
             f"{base_version} is still training; learn from a finished version", code="version_training"

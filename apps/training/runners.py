@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 
 from apps.audit.services import Actor
-from apps.core.errors import Conflict, ValidationFailed
+from apps.core.errors import Conflict, Forbidden, ValidationFailed
 from apps.metrics.publish import metrics_publish
 from apps.training import services
 from apps.training.models import JobStatus, OnlineRun, OnlineRunStatus
@@ -301,7 +301,7 @@ def _publish_and_serve(*, run, actor, version, step: int) -> None:
         version_publish_directly(
             tenant=run.tenant, actor=actor, version=version, reason=f"online run {run.pk}, step {step}"
         )
-    except Conflict as refusal:
+    except (Conflict, Forbidden) as refusal:  # a release under way; the two-person rule turned on meanwhile
         logger.warning("online run %s: %s registered but not published: %s", run.pk, version, refusal.message)
 
 

@@ -10,6 +10,7 @@ from apps.console.access import console_page
 from apps.console.pages import console_action
 from apps.core.errors import DomainError
 from apps.tenants.permissions import Action, role_can
+from apps.tenants.selectors import two_person_rule_on
 from apps.training import imports, online, registration, selectors, services
 from apps.training.forms import (
     AliasMoveForm,
@@ -90,7 +91,9 @@ def training_jobs(request):
 def online_run_new(request):
     """Starts an online run (apps/training/online.py) from a version the operator picks."""
     versions = selectors.model_version_list(tenant=request.tenant).exclude(status="training")
-    form = OnlineRunForm(request.POST or None, versions=versions, initial={"publish_to_backends": True})
+    # Under the two-person rule a run may not serve its own versions (online_run_start refuses it).
+    serve_own = not two_person_rule_on(tenant=request.tenant)
+    form = OnlineRunForm(request.POST or None, versions=versions, initial={"publish_to_backends": serve_own})
     if request.method == "POST" and form.is_valid():
         try:
             run = online.online_run_start(
@@ -206,6 +209,7 @@ PUBLISHABLE = (VersionStatus.CANDIDATE, VersionStatus.RETIRED)
 
 def _versions_page(request, *, register_form=None):
     can_register = role_can(request.membership.role, Action.MODEL_REGISTER)
+    two_person = two_person_rule_on(tenant=request.tenant)
     if can_register and register_form is None:
         register_form = ModelRegisterForm()
     return render(
@@ -216,7 +220,9 @@ def _versions_page(request, *, register_form=None):
                 tenant=request.tenant, name=request.GET.get("name") or None
             ),
             "register_form": register_form if can_register else None,
-            "can_publish": role_can(request.membership.role, Action.MODEL_VERSION_PUBLISH),
+            # Under the two-person rule direct publication is refused (apps.releases.serving): no button.
+            "can_publish": role_can(request.membership.role, Action.MODEL_VERSION_PUBLISH) and not two_person,
+            "two_person_rule": two_person,
             "publishable": PUBLISHABLE,
         },
         status=400 if register_form is not None and register_form.errors else 200,

@@ -193,6 +193,45 @@ def test_two_people_must_approve(tenant, api_client, member):
     assert AuditEvent.objects.filter(verb="evolution_decision.approve").count() == 2
 
 
+def test_two_approvals_are_two_people_not_two_principals(tenant, api_client, member):
+    """A person's session and an API key they created are one person; a key no member created names no
+    person, so it cannot be one of the two (issue 26, finding 5)."""
+    from rest_framework.test import APIClient
+
+    from apps.audit.services import Actor
+    from apps.tenants.services import api_key_create
+
+    def with_key(raw):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        return client
+
+    decision = DecisionFactory(policy=EvolutionPolicyFactory(tenant=tenant), approvals_required=2)
+    alice = api_client(user=member(Role.ADMIN))  # admins create keys
+    created = alice.post("/api/v1/keys/", {"name": "alice-ci", "scopes": ["admin"]}, format="json")
+    assert created.status_code == 201, created.content
+    alice_key = with_key(created.json()["key"])
+    _, nobodys = api_key_create(
+        tenant=tenant, actor=Actor.system("cli"), name="from-the-cli", scopes=["admin"]
+    )
+
+    assert alice.post(f"{BASE}/decisions/{decision.pk}/approve/").json()["status"] == "proposed"
+    before = _audit_count(tenant)
+    same_person = alice_key.post(f"{BASE}/decisions/{decision.pk}/approve/")
+    assert same_person.status_code == 409, same_person.content
+    assert same_person.json()["error"]["code"] == "already_approved"
+    no_person = with_key(nobodys).post(f"{BASE}/decisions/{decision.pk}/approve/")
+    assert no_person.status_code == 403, no_person.content
+    assert no_person.json()["error"]["code"] == "approval_needs_person"
+    decision.refresh_from_db()
+    assert decision.status == DecisionStatus.PROPOSED
+    assert len(decision.approvals) == 1
+    assert _audit_count(tenant) == before
+
+    second = api_client(user=member(Role.OPERATOR)).post(f"{BASE}/decisions/{decision.pk}/approve/")
+    assert second.json()["status"] == "approved"
+
+
 def test_decisions_list_newest_first_filtered_and_paginated(
     tenant, api_client, django_assert_max_num_queries
 ):
