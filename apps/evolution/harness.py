@@ -40,12 +40,23 @@ def harness_spec(harness: HarnessVersion) -> HarnessSpec:
 
 
 def _normalized_exemplars(exemplars: list) -> list[dict]:
-    return [
-        {"situation": str(exemplar.get("situation", ""))[:300], "messages": exemplar["messages"]}
-        if isinstance(exemplar, dict)
-        else {"situation": "", "messages": exemplar}
-        for exemplar in exemplars
-    ]
+    """Stored exemplars: `{"situation", "messages"}`, and `trajectory` (the source's id) for one taken from
+    traffic, so that it goes when its trajectory does (`harness_exemplars_forget`)."""
+    out = []
+    for exemplar in exemplars:
+        if not isinstance(exemplar, dict):
+            out.append({"situation": "", "messages": exemplar})
+            continue
+        row = {"situation": str(exemplar.get("situation", ""))[:300], "messages": exemplar["messages"]}
+        if exemplar.get("trajectory"):
+            row["trajectory"] = str(exemplar["trajectory"])[:64]
+        out.append(row)
+    return out
+
+
+def harness_applies_to(harness: HarnessVersion | None, agent_name: str) -> bool:
+    """Whether `harness` is for requests of `agent_name`: its own agent's, or every agent's when it names none."""
+    return harness is not None and (not harness.agent_name or harness.agent_name == agent_name)
 
 
 @transaction.atomic
@@ -61,10 +72,15 @@ def harness_version_create(
     parent: HarnessVersion | None = None,
     proposer: str = "",
     rationale: str = "",
+    agent_name: str = "",
+    quotes_traffic: bool = False,
 ) -> HarnessVersion:
-    """The next harness version of `model` (h1, h2, ...). Validation (field errors, nothing written): the
+    """The next harness version of `model` (h1, h2, ...), for the requests of `agent_name` (blank: every
+    agent's). `quotes_traffic`: it adds text taken from recorded conversations (a decision carrying it then
+    waits for a person, `decisions.approvals_required`). Validation (field errors, nothing written): the
     tool routing's entries, exemplars as lists of messages with roles, bounded sizes, a parent of this tenant
-    and model. Tenancy: the tenant row's lock serializes numbering. Audited `harness_version.create`."""
+    and model, for the same agent or every agent. Tenancy: the tenant row's lock serializes numbering (per
+    tenant and model, so a label names one harness of the model). Audited `harness_version.create`."""
     exemplars, tool_routing, tool_versions = exemplars or [], tool_routing or {}, tool_versions or {}
     fields = validate_harness(
         system_prompt=system_prompt,
@@ -76,6 +92,10 @@ def harness_version_create(
         fields.setdefault("model", []).append("required")
     if parent is not None and (parent.tenant_id != tenant.pk or parent.model != model):
         fields.setdefault("parent", []).append("not a harness of this model")
+    elif parent is not None and parent.agent_name not in ("", agent_name):
+        fields.setdefault("parent", []).append("a harness of another agent")
+    if len(agent_name) > 200:
+        fields.setdefault("agent_name", []).append("at most 200 characters")
     if len(proposer) > PROPOSER_NAME_CHARS:
         fields.setdefault("proposer", []).append(f"at most {PROPOSER_NAME_CHARS} characters")
     if len(rationale) > RATIONALE_CHARS:
@@ -87,6 +107,7 @@ def harness_version_create(
     harness = HarnessVersion.objects.create(
         tenant=tenant,
         model=model,
+        agent_name=agent_name,
         number=(highest or 0) + 1,
         parent=parent,
         system_prompt=system_prompt,
@@ -95,6 +116,7 @@ def harness_version_create(
         tool_versions=tool_versions,
         proposer=proposer,
         rationale=rationale,
+        quotes_traffic=quotes_traffic,
         created_by=actor.label,
     )
     audit_record(
@@ -104,11 +126,13 @@ def harness_version_create(
         target=harness,
         data={
             "model": model,
+            "agent": agent_name,
             "label": harness.label,
             "parent": parent.label if parent else None,
             "proposer": proposer,
             "tools": sorted(tool_routing),
             "exemplars": len(exemplars),
+            "quotes_traffic": quotes_traffic,
         },
     )
     return harness
@@ -157,22 +181,53 @@ def harness_propose(
 ) -> HarnessVersion | None:
     """Asks `proposer` for a harness from a failing cluster and production's current harness, and stores the
     proposal as the next harness version (parent: production's harness); None when it proposes nothing. The
-    proposer runs outside any transaction (a model proposer waits on a backend)."""
+    proposer runs outside any transaction (a model proposer waits on a backend).
+
+    The harness is for the cluster's agent (`cluster["agent_name"]`, the policy's; blank: every agent), and
+    starts from production's harness only when that one is for the same agent or every agent: another
+    agent's exemplars and prompt are never carried into it. It `quotes_traffic` when it adds exemplars (taken
+    from conversations) or has a model rewrite the prompt from conversations: then a person approves it."""
+    agent_name = str(cluster.get("agent_name") or "")
     current = production_version.harness
-    spec = proposer.propose(cluster, harness_spec(current) if current else None, examples)
+    if not harness_applies_to(current, agent_name):
+        current = None
+    base = _proposal_base(current)
+    spec = proposer.propose(cluster, base, examples)
     if spec is None:
         return None
+    inherited = [exemplar_messages(exemplar) for exemplar in (base.exemplars if base else ())]
+    added = [exemplar for exemplar in spec.exemplars if exemplar_messages(exemplar) not in inherited]
+    rewritten = bool(getattr(proposer, "quotes_conversations", False)) and spec.system_prompt != (
+        base.system_prompt if base else ""
+    )
     return harness_version_create(
         tenant=tenant,
         actor=actor,
         model=production_version.name,
+        agent_name=agent_name,
         system_prompt=spec.system_prompt,
-        exemplars=[list(messages) for messages in spec.exemplars],
+        exemplars=[
+            exemplar if isinstance(exemplar, dict) else list(exemplar) for exemplar in spec.exemplars
+        ],
         tool_routing=dict(spec.tool_routing),
         tool_versions=dict(spec.tool_versions),
         parent=current,
         proposer=proposer.name,
         rationale=rationale or f"{cluster.get('tool', '')}: {cluster.get('signature', '')}"[:RATIONALE_CHARS],
+        quotes_traffic=bool(added) or rewritten,
+    )
+
+
+def _proposal_base(current: HarnessVersion | None) -> HarnessSpec | None:
+    """The current harness as a proposer extends it: its exemplars as stored (with their sources)."""
+    if current is None:
+        return None
+    return HarnessSpec(
+        label=current.label,
+        system_prompt=current.system_prompt,
+        exemplars=tuple(current.exemplars),
+        tool_routing=dict(current.tool_routing),
+        tool_versions=dict(current.tool_versions),
     )
 
 
@@ -218,10 +273,18 @@ def model_complete(
 @dataclass(frozen=True)
 class VersionServing:
     """How one model version is served: `backend_version` is the version string its backends carry (the
-    version itself, or its `weights_of`'s number), `harness` what the gateway applies (None: nothing)."""
+    version itself, or its `weights_of`'s number), `harness` the version's harness (None: none), for the
+    requests of `harness_agent` (blank: every agent's); `harness_for(agent)` is what the gateway applies."""
 
     backend_version: str
     harness: HarnessSpec | None
+    harness_agent: str = ""
+
+    def harness_for(self, agent_name: str) -> HarnessSpec | None:
+        """The harness a request of `agent_name` (its X-Agent-Name) gets: None for another agent's harness."""
+        if self.harness is None or (self.harness_agent and self.harness_agent != agent_name):
+            return None
+        return self.harness
 
 
 @dataclass(frozen=True)
@@ -266,6 +329,7 @@ def _load(tenant_id: int, model: str) -> _ModelServing:
         served[str(row.number)] = VersionServing(
             backend_version=str(row.weights_of.number) if row.weights_of is not None else str(row.number),
             harness=specs.get(row.harness.pk) if row.harness is not None else None,
+            harness_agent=row.harness.agent_name if row.harness is not None else "",
         )
     now = time.monotonic()
     return _ModelServing(
@@ -289,9 +353,10 @@ def version_serving(*, tenant_id: int, model: str, number: str) -> VersionServin
     return entry.versions.get(number) or VersionServing(backend_version=number, harness=None)
 
 
-def harness_for_version(tenant_id: int, model: str, number) -> HarnessSpec | None:
-    """The harness the gateway applies to a request routed to version `number` of `model` (None: none)."""
-    return version_serving(tenant_id=tenant_id, model=model, number=str(number)).harness
+def harness_for_version(tenant_id: int, model: str, number, agent_name: str = "") -> HarnessSpec | None:
+    """The harness the gateway applies to a request of `agent_name` routed to version `number` of `model`
+    (None: none, or one for another agent)."""
+    return version_serving(tenant_id=tenant_id, model=model, number=str(number)).harness_for(agent_name)
 
 
 def version_serving_clear() -> None:

@@ -190,13 +190,27 @@ class ToolRoute(models.TextChoices):
 class HarnessVersion(TimestampedTenantOwned):
     """A versioned agent harness the gateway applies to an unmodified agent's requests: a system-prompt revision,
     memory exemplars and tool routing. Attached to a model version (`training.ModelVersion.harness`), it goes
-    through the same evaluation, canary, approval and rollback as weights."""
+    through the same evaluation, canary, approval and rollback as weights. Applied only to requests of its
+    `agent_name` (blank: every agent); numbered per tenant and model, so a label names one harness."""
 
     model = models.CharField(max_length=200)
+    agent_name = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The agent (Trajectory.agent_name) whose requests get it; blank: every agent of the model.",
+    )
     number = models.PositiveIntegerField()
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     system_prompt = models.TextField(blank=True, help_text="Added before the agent's own system prompt.")
-    exemplars = models.JSONField(default=list, blank=True, help_text='[{"situation", "messages": [...]}]')
+    exemplars = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='[{"situation", "messages": [...], "trajectory": source id (taken from traffic)}]',
+    )
+    quotes_traffic = models.BooleanField(
+        default=False,
+        help_text="Adds text taken from recorded conversations: a person approves it before it is evaluated.",
+    )
     tool_routing = models.JSONField(
         default=dict, blank=True, help_text='{"tool": {"action", "to", "version"}}'
     )

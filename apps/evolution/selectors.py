@@ -20,6 +20,7 @@ from apps.training.models import ModelVersion, VersionStatus
 from apps.training.selectors import alias_history, alias_resolve, model_version_list
 from apps.trajectories.models import Purpose
 from apps.trajectories.selectors import step_list, trajectory_list
+from workers.pii import sanitizer_for
 
 
 def policy_get(*, tenant: Tenant, policy_id) -> EvolutionPolicy:
@@ -391,9 +392,12 @@ SUCCESS_REWARD = 0.5  # a trajectory whose mean reward reaches it succeeded (as 
 
 def harness_inputs(*, tenant: Tenant, policy: EvolutionPolicy, cluster_ids, examples: int = 5):
     """What a harness proposer reads for the most frequent of `cluster_ids`: the cluster as a dict (with
-    `offered_tools`, the tools its failing requests offered), the final conversations of up to `examples`
-    qualified trajectories of the policy's traffic that called the failing tool without failing (memory
-    exemplars), and those of the cluster's example trajectories (failures). None when no cluster is left."""
+    `offered_tools`, the tools its failing requests offered, and `agent_name`, the policy's agent, whose
+    requests the harness will be for), the final conversations of up to `examples` qualified trajectories of
+    the policy's traffic that called the failing tool without failing (memory exemplars, each with the
+    `trajectory` it quotes), and those of the cluster's example trajectories (failures). A trajectory with a
+    step that has PII findings, or whose conversation the built-in PII scan flags, is never an exemplar.
+    None when no cluster is left."""
     cluster = (
         ToolFailureCluster.objects.for_tenant(tenant)
         .filter(policy=policy, pk__in=list(cluster_ids))
@@ -418,10 +422,12 @@ def harness_inputs(*, tenant: Tenant, policy: EvolutionPolicy, cluster_ids, exam
         }
         - {""}
     )
+    flagged = step_list(tenant=tenant).filter(trajectory_id=OuterRef("trajectory_id")).exclude(pii_entities=[])
     qualified = (
         qualification_list(tenant=tenant, status=QualificationStatus.QUALIFIED)
         .filter(trajectory__in=policy_traffic(tenant=tenant, policy=policy))
         .exclude(trajectory_id__in=cluster.examples)
+        .exclude(Exists(flagged))
         .annotate(reward_mean=Avg("trajectory__rewards__value"))
         .filter(reward_mean__gte=SUCCESS_REWARD)
         .order_by("-trajectory__started_at")
@@ -441,8 +447,14 @@ def harness_inputs(*, tenant: Tenant, policy: EvolutionPolicy, cluster_ids, exam
             for message in conversation
             for call in message.get("tool_calls") or []
         }
-        if cluster.tool in called and len(conversation) <= 12:
-            successes.append({"situation": f"{cluster.tool} answered", "messages": conversation})
+        if cluster.tool in called and len(conversation) <= 12 and not _personal_data_in(conversation):
+            successes.append(
+                {
+                    "situation": f"{cluster.tool} answered",
+                    "messages": conversation,
+                    "trajectory": str(trajectory_id),
+                }
+            )
         if len(successes) >= examples:
             break
     failures = [{"messages": _conversation(step)} for step in failing_steps[-examples:]]
@@ -455,8 +467,16 @@ def harness_inputs(*, tenant: Tenant, policy: EvolutionPolicy, cluster_ids, exam
         "count": cluster.count,
         "example_arguments": cluster.example_arguments,
         "offered_tools": offered,
+        "agent_name": policy.agent_name,
     }
     return as_dict, successes, failures
+
+
+def _personal_data_in(conversation: list[dict]) -> bool:
+    """Whether the built-in PII scan finds anything in `conversation` (or cannot scan it): a tenant whose
+    PII mode is off records no findings, and an exemplar must not carry an end user's contact details."""
+    _, entities = sanitizer_for(()).scan_value(conversation)
+    return bool(entities)
 
 
 def harness_inserted_messages(*, tenant: Tenant, model: str) -> dict[str, int]:

@@ -127,7 +127,8 @@ async def handle_generation(
         draft.backend_profile = profile
         harness = None
         if endpoint != "completions":  # a raw prompt has no system message or tools to apply a harness to
-            harness = (await gateway.serving(principal.tenant_id, model, state.version)).harness
+            serving = await gateway.serving(principal.tenant_id, model, state.version)
+            harness = serving.harness_for(draft.agent_name)  # only the harness of this request's agent
             if harness is not None:
                 harness = harness.for_request(chat_body.get("tools"))  # routes to tools the agent offers
         model_body = chat_body

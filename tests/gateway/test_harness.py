@@ -118,6 +118,43 @@ def test_the_harness_system_prompt_and_exemplars_are_what_the_model_saw(
     assert (exported["prompt_version"], exported["model_version"], exported["tools"]) == ("h1", "2", {})
 
 
+def test_another_agents_requests_never_get_the_harness(
+    gateway, backend, agent_key, tenant, default_model_dir
+):
+    """A harness is for one agent (the policy's): a request naming another agent, or none, routed to the very
+    same version gets neither its prompt nor its exemplars (another agent's users' words)."""
+    serve(
+        tenant,
+        name=MODEL,
+        model_dir=default_model_dir,
+        base_number=1,
+        agent_name="forecaster",
+        system_prompt="FORECASTER-ONLY prompt.",
+        exemplars=[
+            [{"role": "user", "content": "FORECASTER user 0042"}, {"role": "assistant", "content": "ok"}]
+        ],
+    )
+    url, gw = gateway
+    key = agent_key("inference")
+    messages = [{"role": "user", "content": "Hi"}]
+    replies = {
+        agent: sdk(
+            url, key, default_headers={"X-Agent-Name": agent} if agent else {}
+        ).chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+        for agent in ("forecaster", "billing", "")
+    }
+    drain(gw)
+    own = Step.objects.get(pk=replies["forecaster"].id)
+    assert own.observation["messages"][0] == {"role": "system", "content": "FORECASTER-ONLY prompt."}
+    assert own.state["prompt_version"] == "h1"
+    for agent in ("billing", ""):
+        step = Step.objects.get(pk=replies[agent].id)
+        assert step.observation["messages"] == messages
+        assert "FORECASTER" not in str(step.observation)
+        assert "prompt_version" not in step.state
+        assert step.model_version == "2"  # the same routed version, served by version 1's backend
+
+
 def test_a_version_without_harness_is_served_unchanged(
     gateway, backend, agent_key, tenant, default_model_dir
 ):

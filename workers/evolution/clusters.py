@@ -14,6 +14,9 @@ MALFORMED_SIGNATURE = "arguments are not a JSON object"
 INVALID_JSON = "<invalid json>"
 SIGNATURE_CHARS = 200
 SHAPE_CHARS = 300
+SHAPE_KEYS = 8  # named keys of a shape at most (the others are counted)
+SHAPE_KEY_CHARS = 24
+_SHAPE_TYPES = ("bool", "num", "str", "null", "list", "obj")
 MAX_EXAMPLES = 10
 MAX_EXAMPLE_ARGUMENTS = 5
 
@@ -144,17 +147,51 @@ def _json_type(value) -> str:
     return "obj"
 
 
+def shape_key_is_safe(key: str) -> bool:
+    """An argument key a shape may name: an identifier (ASCII letters, digits, underscore, not starting with a
+    digit) of at most SHAPE_KEY_CHARS characters. The keys are the model's or the agent's text, and a shape
+    reaches a proposed system prompt, so nothing else of them is kept."""
+    return (
+        0 < len(key) <= SHAPE_KEY_CHARS
+        and key.isascii()
+        and (key[0].isalpha() or key[0] == "_")
+        and all(char.isalnum() or char == "_" for char in key)
+    )
+
+
 def argument_shape(arguments: str | None) -> str:
-    """The arguments' keys with their JSON types, sorted: '{city:str,days:num}'. A JSON value that is not an
-    object gives its type; text that is not JSON gives '<invalid json>'."""
+    """The arguments' keys with their JSON types, sorted: '{city:str,days:num}'. Only safe keys are named
+    (`shape_key_is_safe`), at most SHAPE_KEYS of them; the others are counted ('{city:str,+2 other}'); values
+    are never copied, only their JSON types. A JSON value that is not an object gives its type; text that is
+    not JSON gives '<invalid json>'."""
     try:
         parsed = json.loads(arguments) if arguments else {}
     except (TypeError, ValueError):
         return INVALID_JSON
     if not isinstance(parsed, dict):
         return _json_type(parsed)
-    inner = ",".join(f"{key}:{_json_type(parsed[key])}" for key in sorted(parsed))
-    return ("{" + inner + "}")[:SHAPE_CHARS]
+    named = sorted(key for key in parsed if shape_key_is_safe(key))[:SHAPE_KEYS]
+    parts = [f"{key}:{_json_type(parsed[key])}" for key in named]
+    if len(parsed) > len(named):
+        parts.append(f"+{len(parsed) - len(named)} other")
+    return ("{" + ",".join(parts) + "}")[:SHAPE_CHARS]
+
+
+def shape_is_safe(shape: str) -> bool:
+    """Whether a stored shape reads as `argument_shape` writes one now (a row stored before keys were
+    checked may not): braces around `key:type` parts with safe keys, and at most one '+N other'."""
+    if shape in (INVALID_JSON, *_SHAPE_TYPES):
+        return True
+    if len(shape) > SHAPE_CHARS or not (shape.startswith("{") and shape.endswith("}")):
+        return False
+    inner = shape[1:-1]
+    for part in inner.split(",") if inner else []:
+        if part.startswith("+") and part.endswith(" other") and part[1:-6].isdigit():
+            continue
+        key, _, kind = part.partition(":")
+        if not shape_key_is_safe(key) or kind not in _SHAPE_TYPES:
+            return False
+    return True
 
 
 def is_malformed(arguments: str | None) -> bool:

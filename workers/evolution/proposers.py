@@ -4,8 +4,10 @@ harness (or None when they have nothing to propose).
 `cluster` (a ToolFailureCluster as a dict): `tool`, `kind`, `signature`, `argument_shape`, `count`,
 `example_arguments`, and `offered_tools`: the names of the tools the agent's failing requests offered
 (read from those steps' observations by the caller). `examples`: each a message list or a dict with
-`messages` (and optionally `situation`): for `RuleProposer`, qualified successful trajectories of the same
-situation (they become memory exemplars); for `ModelProposer`, the failing conversations.
+`messages` (and optionally `situation`, and `trajectory`, the id of the trajectory it quotes, kept on the
+exemplar made from it): for `RuleProposer`, qualified successful trajectories of the same situation (they
+become memory exemplars); for `ModelProposer`, the failing conversations (`quotes_conversations`: what it
+writes may repeat them).
 
 - `RuleProposer` (no model): when the agent offers another version of the failing tool (`<tool>_v<digits>`,
   the highest wins), route the tool to it; otherwise disable it and tell the model, in one system-prompt
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
+from workers.evolution.clusters import shape_is_safe
 from workers.evolution.harness import (
     MAX_EXEMPLAR_MESSAGES,
     MAX_EXEMPLARS,
@@ -84,6 +87,15 @@ def exemplar_from(messages: list) -> list[dict] | None:
     return None
 
 
+def _quoted(exemplar: list[dict], example) -> list[dict] | dict:
+    """An exemplar as the proposal carries it: with the trajectory it was taken from (`trajectory`), when the
+    example names one, so that the exemplar goes when that trajectory does (retention)."""
+    source = example.get("trajectory") if isinstance(example, dict) else None
+    if not source:
+        return exemplar
+    return {"situation": str(example.get("situation") or ""), "messages": exemplar, "trajectory": str(source)}
+
+
 class RuleProposer:
     name = "rule"
 
@@ -109,6 +121,7 @@ class RuleProposer:
                 prompt = f"{prompt}\n{line}".strip()
         disabled = {name for name, rule in routing.items() if rule.get("action") == "disable"}
         exemplars = list(current.exemplars)
+        seen = [exemplar_messages(exemplar) for exemplar in exemplars]
         for example in examples:
             if (
                 len(exemplars) >= MAX_EXEMPLARS
@@ -116,8 +129,9 @@ class RuleProposer:
             ):
                 break
             exemplar = exemplar_from(exemplar_messages(example) or [])
-            if exemplar and not (_called_tools(exemplar) & disabled) and exemplar not in exemplars:
-                exemplars.append(exemplar)
+            if exemplar and not (_called_tools(exemplar) & disabled) and exemplar not in seen:
+                seen.append(exemplar)
+                exemplars.append(_quoted(exemplar, example))
         proposal = replace(
             current,
             label=PROPOSED_LABEL,
@@ -134,7 +148,13 @@ class RuleProposer:
 
     @staticmethod
     def unavailable_line(tool: str, argument_shape: str) -> str:
-        inputs = f" for inputs shaped like {argument_shape}" if argument_shape else ""
+        """The system-prompt line of a disabled tool; the shape is named only when it reads as a sanitised
+        one (`clusters.shape_is_safe`: identifier keys and JSON types), never the arguments' own text."""
+        inputs = (
+            f" for inputs shaped like {argument_shape}"
+            if argument_shape and shape_is_safe(argument_shape)
+            else ""
+        )
         return f"The tool {tool} is unavailable{inputs}; do not call it, answer with what you know instead."
 
 
@@ -146,6 +166,7 @@ class ModelProposer:
     (through the gateway's internal path in the apps; any function in tests)."""
 
     name = "model"
+    quotes_conversations = True  # the prompt is written from failing conversations: a person reviews it
 
     def __init__(self, complete: Callable[[list[dict]], str], *, max_chars: int = MAX_SYSTEM_PROMPT_CHARS):
         self.complete = complete
