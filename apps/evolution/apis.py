@@ -243,7 +243,7 @@ class DecisionListApi(TenantApi):
                 policy_id=_policy_filter(request, self.tenant),
                 status=_choice(request, "status", DecisionStatus.values),
                 kind=_choice(request, "kind", DecisionKind.values),
-            ),
+            ).select_related("policy"),  # a proposal's approval question names the policy's model
             DecisionOutputSerializer,
         )
 

@@ -26,6 +26,32 @@ STREAM = "evolution"
 SERVING_KINDS = frozenset({DecisionKind.PROMOTE})
 
 
+def approval_question(decision: Decision) -> str:
+    """What the console asks before an approval is sent: what the decision changes, with the version and the
+    share of traffic it gets."""
+    policy = decision.policy
+    version = f"v{decision.version.number}" if decision.version is not None else "the candidate"
+    release = (decision.evidence or {}).get("release")
+    of_release = f" (release {release})" if release else ""
+    if decision.kind == DecisionKind.PROMOTE:
+        return (
+            f"Approve promoting {version} of {policy.model}{of_release} to production? It then takes 100% of "
+            "new sessions."
+        )
+    if decision.kind == DecisionKind.RELEASE:
+        stages = list((policy.release_plan or {}).get("stages") or [5, 25, 50, 100])
+        return (
+            f"Approve releasing {version} of {policy.model}? A canary takes {stages[0]:g}% of new sessions "
+            f"first (stages {' → '.join(f'{stage:g}' for stage in stages)} %), then waits for approval."
+        )
+    if decision.kind == DecisionKind.ROLLBACK:
+        return (
+            f"Approve rolling back {policy.model}{of_release}? The version before takes 100% of new sessions "
+            "again."
+        )
+    return f"Approve this {decision.get_kind_display().lower()} decision for {policy.model}?"
+
+
 def decision_payload(decision: Decision) -> dict:
     """What the timeline shows of a decision (the API's shape, the live stream's payload)."""
     return {
@@ -48,6 +74,9 @@ def decision_payload(decision: Decision) -> dict:
         "created_at": decision.created_at.isoformat(),
         "expires_at": decision.expires_at.isoformat() if decision.expires_at else None,
         "finished_at": decision.finished_at.isoformat() if decision.finished_at else None,
+        "approval_question": approval_question(decision)
+        if decision.status == DecisionStatus.PROPOSED
+        else "",
     }
 
 

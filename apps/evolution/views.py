@@ -11,7 +11,7 @@ from apps.console.access import console_page
 from apps.console.pages import PAGE_SIZE, console_action
 from apps.core.errors import DomainError
 from apps.evolution import policies, selectors
-from apps.evolution.decisions import STREAM, decision_approve, decision_reject
+from apps.evolution.decisions import STREAM, approval_question, decision_approve, decision_reject
 from apps.evolution.figures import signal_figures
 from apps.evolution.forms import PolicyForm
 from apps.evolution.models import DecisionKind, DecisionStatus
@@ -125,7 +125,11 @@ def _policy_page(request, policy, *, form=None, status=200):
     can_manage = role_can(role, Action.EVOLUTION_MANAGE)
     if form is None and can_manage:
         form = PolicyForm(initial=PolicyForm.initial_of(policy))
-    decisions = list(selectors.decision_list(tenant=request.tenant, policy_id=policy.pk)[:TIMELINE_LENGTH])
+    decisions = list(
+        selectors.decision_list(tenant=request.tenant, policy_id=policy.pk).select_related("policy")[
+            :TIMELINE_LENGTH
+        ]
+    )
     points = selectors.signal_series(tenant=request.tenant, policy=policy).order_by("-at", "-id")[
         :SIGNAL_POINTS
     ]
@@ -141,6 +145,7 @@ def _policy_page(request, policy, *, form=None, status=200):
                     decision,
                     evidence_summary(decision.evidence),
                     started_links(decision.started, model=policy.model),
+                    approval_question(decision) if decision.status == DecisionStatus.PROPOSED else "",
                 )
                 for decision in decisions
             ],
@@ -205,11 +210,18 @@ def policy_delete(request, policy_id):
 @console_page(Action.EVOLUTION_APPROVE)
 def decision_approve_view(request, decision_id):
     decision = selectors.decision_get(tenant=request.tenant, decision_id=decision_id)  # another tenant's: 404
-    console_action(
+    approved = console_action(
         request,
         lambda: decision_approve(tenant=request.tenant, actor=request.actor, decision_id=decision.pk),
-        success="Approved.",
     )
+    if approved is not None and approved.status == DecisionStatus.APPROVED:
+        messages.success(request, "Approved. The control plane carries it out on its next tick.")
+    elif approved is not None:
+        messages.success(
+            request,
+            f"Your approval is recorded ({len(approved.approvals)} of {approved.approvals_required}); "
+            "another person must approve too.",
+        )
     return redirect("console:evolution-policy", policy_id=decision.policy_id)
 
 

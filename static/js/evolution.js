@@ -108,7 +108,10 @@
     if (decision.outcome) item.appendChild(node("div", {class: "outcome"}, decision.outcome));
     if (canApprove && decision.status === "proposed") {
       const actions = node("div", {class: "inline-form decision-actions"});
-      actions.appendChild(form(withId(urls.approveUrl, decision.id), node("button", {type: "submit", class: "primary approve"}, "Approve")));
+      const approve = form(withId(urls.approveUrl, decision.id), node("button", {type: "submit", class: "primary approve"}, "Approve"));
+      approve.dataset.confirm = decision.approval_question || "Approve this decision?";
+      approve.addEventListener("submit", (event) => { if (!window.confirm(approve.dataset.confirm)) event.preventDefault(); });
+      actions.appendChild(approve);
       actions.appendChild(form(withId(urls.rejectUrl, decision.id), node("button", {type: "submit", class: "danger reject"}, "Reject"),
         node("input", {type: "text", name: "reason", placeholder: "why not", maxlength: "500"})));
       item.appendChild(actions);

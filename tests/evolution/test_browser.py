@@ -75,8 +75,11 @@ def test_a_decision_appears_live_and_the_operator_approves_it(gateway, page, mem
     assert page.locator("#no-decisions").count() == 0
     page.shoot("decision-live")
 
+    questions = []
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
     item.locator("button.approve").click()
     page.wait_for_selector("text=Approved.")
+    assert questions == [f"Approve this train decision for {policy.model}?"]  # asked before it was sent
     approved = page.locator(f"li[data-decision='{decision.pk}']")
     assert "approved" in approved.inner_text().lower()
     assert approved.locator("button.approve").count() == 0
