@@ -163,3 +163,97 @@ def test_production_api_schema_and_docs_need_a_signed_in_person_or_a_key(
     client.force_login(admin_user)
     assert client.get("/api/schema/").status_code == 200
     assert client.get("/api/docs/").status_code == 200
+
+
+# Pages that render data a user can name (issue 26, finding 9): Django's templates look `items` up as a key
+# before the method, so `data.items` of a dict with an `items` key rendered that value and the page failed.
+
+
+def _signed_in(user):
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize("role", [Role.ADMIN, Role.OPERATOR])
+def test_the_overview_and_the_audit_log_show_an_annotation_queues_event(member, tenant, role):
+    from apps.annotation.services import annotation_queue_create
+    from tests.rewards.factories import SYSTEM, make_spec
+
+    annotator = member(Role.ANNOTATOR)
+    queue = annotation_queue_create(
+        tenant=tenant,
+        actor=SYSTEM,
+        name="support",
+        spec_id=make_spec(tenant).pk,
+        filters={},
+        annotators_per_item=1,
+        assignee_ids=[annotator.pk],
+    )
+    client = _signed_in(member(role))
+    for path in ("/", "/audit/"):
+        response = client.get(path)
+        assert response.status_code == 200, (path, response.status_code)
+        page = response.content.decode()
+        assert "<code>annotation_queue.create</code>" in page, path
+        assert "<b>items</b>: 0" in page, path  # the event's own `items` key, shown as data
+        assert f"<b>assignees</b>: [{annotator.pk}]" in page, path
+    assert queue.pk
+
+
+def test_event_data_with_the_names_of_dict_methods_renders_as_data(admin_user, tenant):
+    from django.db import transaction
+
+    from apps.audit.services import audit_record
+    from tests.rewards.factories import SYSTEM
+
+    data = {"items": "it-1", "values": "va-2", "keys": "ke-3", "get": "ge-4", "copy": {"items": 5}}
+    with transaction.atomic():
+        audit_record(tenant=tenant, actor=SYSTEM, verb="probe.names", data=data)
+    client = _signed_in(admin_user)
+    for path in ("/", "/audit/?verb=probe."):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        page = response.content.decode()
+        for key in ("items", "values", "keys", "get"):
+            assert f"<b>{key}</b>: {data[key]}" in page, (path, key)
+        assert "<b>copy</b>: {&#x27;items&#x27;: 5}" in page, path
+
+
+def test_a_reward_label_named_like_a_dict_method_renders_on_the_specs_page(admin_user, tenant):
+    from tests.rewards.factories import make_spec
+
+    make_spec(
+        tenant,
+        name="verdict",
+        kind="categorical",
+        minimum=None,
+        maximum=None,
+        categories={"items": 1.0, "values": 0.0, "keys": 0.5},
+    )
+    response = _signed_in(admin_user).get("/reward-specs/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    for label, value in (("items", "1.0"), ("values", "0.0"), ("keys", "0.5")):
+        assert f"<code>{label}={value}</code>" in page
+
+
+def test_no_template_iterates_a_dict_through_its_items_method():
+    """`{% for key, value in data.items %}` reads a key named `items` first; templates use `data|pairs`. The two
+    figure dicts keep `.items`: their keys are the product's own metric and signal names, never a user's."""
+    import re
+    from pathlib import Path
+
+    from django.conf import settings
+
+    allowed = {("release_detail.html", "figures"), ("evolution_policy.html", "figures")}
+    loop = re.compile(r"{%\s*for\s[^%]*\sin\s+([\w.]+)\.(items|values|keys)\s*%}")
+    found = []
+    for directory in settings.TEMPLATES[0]["DIRS"]:
+        for path in Path(directory).rglob("*.html"):
+            found.extend(
+                f"{path.name}: {match.group(0)}"
+                for match in loop.finditer(path.read_text())
+                if (path.name, match.group(1)) not in allowed
+            )
+    assert found == []
