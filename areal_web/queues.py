@@ -21,6 +21,7 @@ TASK_QUEUES: dict[str, Queue] = {
     "evolution.evaluate": Queue.EVAL,
     "evolution.propose": Queue.EVAL,
     "evolution.tick": Queue.DEFAULT,
+    "evolution.tick_policy": Queue.DEFAULT,
     "evaluation.requeue_stale": Queue.DEFAULT,
     "inference.check_backends": Queue.DEFAULT,
     "metrics.overview_tick": Queue.DEFAULT,

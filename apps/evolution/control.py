@@ -8,6 +8,7 @@ savepoint of its own: an unexpected error fails that decision, not the tick.
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -28,6 +29,7 @@ from apps.evolution.selectors import (
     decisions_in_status,
 )
 from apps.tenants.models import Tenant
+from apps.tenants.selectors import tenant_get
 from workers.evolution.rules import PolicyView, decide
 
 logger = logging.getLogger(__name__)
@@ -153,9 +155,36 @@ def _guarded(action, *, tenant: Tenant, decision: Decision) -> Decision:
         )
 
 
+def evolution_tick_due() -> list[tuple[int, int]]:
+    """(tenant id, policy id) of every enabled policy of every tenant: the beat (`evolution.tick`) enqueues one
+    `evolution.tick_policy` task for each, so one slow policy holds up no other."""
+    return [(policy.tenant_id, policy.pk) for policy in dangerously_policies_to_tick()]
+
+
+def evolution_tick_policy(*, tenant_id: int, policy_id: int, enqueued_at: datetime | None = None) -> bool:
+    """One policy's tick, as the task `evolution.tick_policy` runs it: under the policy's row lock, skipped when
+    the policy is gone, disabled, or ticked since `enqueued_at` (a message delivered twice, or a backlog of
+    ticks behind a slow one). Returns whether it ticked."""
+    tenant = tenant_get(tenant_id=tenant_id)
+    with transaction.atomic():
+        policy = (
+            EvolutionPolicy.objects.for_tenant(tenant)
+            .select_for_update()
+            .filter(pk=policy_id, enabled=True)
+            .first()
+        )
+        if policy is None:
+            return False
+        if enqueued_at is not None and policy.last_tick_at is not None and policy.last_tick_at >= enqueued_at:
+            return False
+        evolution_tick(tenant=tenant, policy=policy)
+    return True
+
+
 def evolution_tick_all() -> int:
-    """The beat's tick: every enabled policy of every tenant (observe mode computes its signals only).
-    A policy whose tick fails is logged and the others still tick. Returns how many ticked."""
+    """Every enabled policy of every tenant ticked in this process, one after the other (observe mode computes
+    its signals only); the beat does not use it (see `evolution_tick_due`). A policy whose tick fails is
+    logged and the others still tick. Returns how many ticked."""
     ticked = 0
     for policy in dangerously_policies_to_tick():
         try:

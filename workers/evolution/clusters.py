@@ -19,11 +19,20 @@ SHAPE_KEY_CHARS = 24
 _SHAPE_TYPES = ("bool", "num", "str", "null", "list", "obj")
 MAX_EXAMPLES = 10
 MAX_EXAMPLE_ARGUMENTS = 5
+# What the patterns see: a line or an error message is cut to this many characters first (a tool result can be
+# megabytes; the signature keeps SIGNATURE_CHARS), and at most this many argument values, each at most this
+# long, are taken out of it.
+MAX_TEXT_CHARS = 16_384
+MAX_PARTICULARS = 32
+MAX_PARTICULAR_CHARS = 1_024
 
 _FAILURE_START = re.compile(
     r"^\s*(error|errors|exception|traceback|failed|failure|fatal|could not|cannot|unable to)\b", re.IGNORECASE
 )
-_QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
+_QUOTE = re.compile(r"[\"']")
+# The inside of a quoted string, possessive: its pieces never take the closing quote, so giving one back
+# could never let the quote match.
+_QUOTED_BODY = {'"': re.compile(r'(?:[^"\\]|\\.)*+'), "'": re.compile(r"(?:[^'\\]|\\.)*+")}
 _NUMBER = re.compile(r"(?<![A-Za-z_])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _SPACE = re.compile(r"\s+")
 
@@ -58,9 +67,36 @@ class Cluster:
         return (self.tool, self.kind, self.signature, self.argument_shape)
 
 
+def _without_quoted(text: str) -> str:
+    """Each quoted string ("..." or '...', backslash escapes inside) → '<s>', in linear time. The same as
+    substituting the pattern ``"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'``, which is quadratic: tried from every
+    quote, it reads to the end of the text each time no closing quote follows. Here a quote that found no
+    closing one records where its reading stopped: every later quote of its kind before that point was read
+    as an escaped character, would read the same rest, and fails the same way, so it is not read again."""
+    parts = []
+    copied = 0  # text[:copied] is in parts
+    unclosed = {'"': -1, "'": -1}  # a quote of this kind before this position has no closing quote
+    found = _QUOTE.search(text)
+    while found is not None:
+        start, quote = found.start(), found.group()
+        if start >= unclosed[quote]:
+            end = _QUOTED_BODY[quote].match(text, start + 1).end()
+            if end < len(text) and text[end] == quote:
+                parts.append(text[copied:start])
+                parts.append("'<s>'")
+                copied = end + 1
+                found = _QUOTE.search(text, copied)
+                continue
+            unclosed[quote] = end
+        found = _QUOTE.search(text, start + 1)
+    parts.append(text[copied:])
+    return "".join(parts)
+
+
 def normalise(text: str) -> str:
-    """Quoted strings → '<s>', numbers → '<n>', whitespace collapsed, at most 200 characters."""
-    text = _QUOTED.sub("'<s>'", text)
+    """Quoted strings → '<s>', numbers → '<n>', whitespace collapsed, at most 200 characters (of the first
+    MAX_TEXT_CHARS of the text)."""
+    text = _without_quoted(text[:MAX_TEXT_CHARS])
     text = _NUMBER.sub("<n>", text)
     return _SPACE.sub(" ", text).strip()[:SIGNATURE_CHARS]
 
@@ -96,8 +132,11 @@ def argument_strings(arguments: str | None) -> list[str]:
 
 
 def _without(text: str, particulars: Iterable[str]) -> str:
-    """`text` with each of `particulars` (as a whole word, any case) replaced by '<s>'."""
-    for value in particulars:
+    """`text` (its first MAX_TEXT_CHARS) with each of `particulars` (as a whole word, any case) replaced by
+    '<s>': the first MAX_PARTICULARS of them that are at most MAX_PARTICULAR_CHARS long."""
+    text = text[:MAX_TEXT_CHARS]
+    values = [value for value in particulars if len(value) <= min(MAX_PARTICULAR_CHARS, len(text))]
+    for value in values[:MAX_PARTICULARS]:
         text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", "<s>", text, flags=re.IGNORECASE)
     return text
 

@@ -24,8 +24,14 @@ OTHER = "<other>"
 NONE = "<none>"
 FEATURES = ("tools", "prompt_length", "words", "task_prefix")
 
+MAX_TEXT_CHARS = 65_536  # what the patterns see of a first user message
+MAX_TASK_ID_CHARS = 256  # ... and of a task id
+
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_TRAILING_NUMBER = re.compile(r"[\W_]*\d[\d\W_]*$", re.UNICODE)
+# Digits and separators that end the text, holding a digit. Tried only where such a run starts (no digit or
+# separator before it) and possessive, so each run is read once: linear, where `[\W_]*\d[\d\W_]*$` read
+# every run to its end again from each of its characters.
+_TRAILING_NUMBER = re.compile(r"(?<![\d\W_])(?=[\W_]*+\d)[\d\W_]*+$", re.UNICODE)
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ def prompt_bucket(chars: int) -> str:
 
 def task_prefix(task_id: str) -> str:
     """The task family: the id without its trailing number and separators ("weather-17" → "weather")."""
-    task_id = (task_id or "").strip()
+    task_id = (task_id or "")[:MAX_TASK_ID_CHARS].strip()
     if not task_id:
         return NONE
     prefix = _TRAILING_NUMBER.sub("", task_id)
@@ -81,7 +87,7 @@ def task_prefix(task_id: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    return [word.lower() for word in _WORD.findall(text or "")]
+    return [word.lower() for word in _WORD.findall((text or "")[:MAX_TEXT_CHARS])]
 
 
 def profile(samples: Sequence[TrafficSample]) -> TrafficProfile:

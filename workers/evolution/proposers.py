@@ -205,7 +205,9 @@ class ModelProposer:
 
     def parse(self, reply: str) -> str | None:
         text = (reply or "").strip()
-        match = re.search(r"<system_prompt>(.*?)</system_prompt>", text, re.DOTALL)
+        match = re.search(
+            r"\A(?:(?!<system_prompt>).)*+<system_prompt>(.*?)</system_prompt>", text, re.DOTALL
+        )
         if match:
             text = match.group(1).strip()
         text = re.sub(r"^```[a-z]*\n?|\n?```$", "", text).strip()

@@ -53,7 +53,7 @@ _SCORE_LINE = re.compile(
 _VERDICT_LINE = re.compile(
     r"^[ \t>*#_`-]*(?:final[ \t]+)?(?:verdict|decision)[ \t*_`]*[:=]([^\n]*)$", re.I | re.M
 )
-_THINKING = re.compile(r"<think>.*?</think>", re.I | re.S)
+_THINK_TAG = re.compile(r"<(/?)think>", re.I)
 _SCORE_FIELDS = ("score", "rating", "grade")
 _VERDICT_FIELDS = ("verdict", "decision", "label", "category")
 _REASON_FIELDS = ("reason", "reasoning", "explanation", "rationale")
@@ -345,9 +345,22 @@ class _Found:
 
 
 def _without_thinking(text: str) -> str:
-    text = _THINKING.sub("", text)
-    closing = text.lower().rfind("</think>")  # thinking whose opening tag the server left out
-    return text[closing + len("</think>") :] if closing >= 0 else text
+    """The answer without its <think>...</think> blocks (each from an opening tag to the next closing one), and
+    without what comes before a closing tag left over (thinking whose opening tag the server left out). One
+    pass over the tags: linear, where the pattern ``<think>.*?</think>`` read to the end again from every
+    opening tag that no closing one follows."""
+    parts, copied, opened = [], 0, None
+    for tag in _THINK_TAG.finditer(text):
+        if not tag.group(1):
+            if opened is None:
+                opened = tag.start()
+        elif opened is not None:
+            parts.append(text[copied:opened])
+            copied, opened = tag.end(), None
+        else:  # a closing tag with no opening one: what precedes it was thinking
+            parts, copied = [], tag.end()
+    parts.append(text[copied:])
+    return "".join(parts)
 
 
 def _json_objects(text: str) -> list[dict]:
