@@ -1,5 +1,7 @@
 """REST API of training jobs, model versions (with lineage and publication) and aliases."""
 
+from functools import partial
+
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -13,19 +15,31 @@ from workers.models.templates import MAX_TEMPLATE_CHARS
 
 @extend_schema_serializer(component_name="ModelVersion")
 class VersionOutputSerializer(serializers.Serializer):
+    """A model version. `checkpoint_path` is where its directory lies on the installation's disk: shown to
+    those who may publish (operators, admins, admin keys), null for viewers and annotators, whose work needs no
+    server paths. Build it with `for_caller(view)`; without that context the path is null."""
+
     id = serializers.IntegerField()
     name = serializers.CharField()
     number = serializers.IntegerField()
     label = serializers.CharField()
     parent_id = serializers.IntegerField(allow_null=True)
     status = serializers.CharField()
-    checkpoint_path = serializers.CharField()
+    checkpoint_path = serializers.SerializerMethodField()
     tokenizer_hash = serializers.CharField()
     dataset_snapshot = serializers.JSONField()
     metrics = serializers.JSONField()
     description = serializers.CharField()
     created_by = serializers.CharField()
     created_at = serializers.DateTimeField()
+
+    @classmethod
+    def for_caller(cls, view: TenantApi):
+        """The serializer as `view`'s caller may see it (called like the class: `(instance, many=...)`)."""
+        return partial(cls, context={"show_checkpoint_path": view.can(Action.MODEL_VERSION_PUBLISH)})
+
+    def get_checkpoint_path(self, version) -> str | None:
+        return version.checkpoint_path if self.context.get("show_checkpoint_path") else None
 
 
 @extend_schema_serializer(component_name="TrainingJob")
@@ -157,7 +171,7 @@ class ModelVersionListApi(TenantApi):
                 name=request.query_params.get("name"),
                 status=request.query_params.get("status"),
             ),
-            VersionOutputSerializer,
+            VersionOutputSerializer.for_caller(self),
         )
 
     @extend_schema(request=InputSerializer, responses={201: VersionOutputSerializer})
@@ -172,7 +186,7 @@ class ModelVersionListApi(TenantApi):
             source_dir=registration.model_inbox_resolve(tenant=self.tenant, directory=data["directory"]),
             description=data["description"],
         )
-        return Response(VersionOutputSerializer(version).data, status=201)
+        return Response(VersionOutputSerializer.for_caller(self)(version).data, status=201)
 
 
 class ModelVersionDetailApi(TenantApi):
@@ -181,7 +195,7 @@ class ModelVersionDetailApi(TenantApi):
     @extend_schema(responses=VersionOutputSerializer)
     def get(self, request, version_id):
         return Response(
-            VersionOutputSerializer(
+            VersionOutputSerializer.for_caller(self)(
                 selectors.model_version_get(tenant=self.tenant, version_id=version_id)
             ).data
         )
@@ -249,7 +263,7 @@ class ModelVersionChatTemplateApi(TenantApi):
             version=version,
             chat_template=body.validated_data["chat_template"],
         )
-        return Response(VersionOutputSerializer(created).data, status=201)
+        return Response(VersionOutputSerializer.for_caller(self)(created).data, status=201)
 
 
 class ModelAliasListApi(TenantApi):
