@@ -677,15 +677,25 @@ def _record_analysis(*, release, verdict, decision, measurements) -> AnalysisRun
     return run
 
 
-def _measurement_row(measurement) -> dict:
+def _measurement_row(measurement, *, guardrail: dict, index: int) -> dict:
+    """One guardrail's measurement as stored and shown: `guardrail` is its index in the release's guardrails
+    and `name` its own name (two guardrails may watch one metric), `reason` the verdict in words
+    (`verdicts.measurement_explanation`: what was compared, the bounds, the threshold, the samples)."""
+    from apps.releases.verdicts import guardrail_name, measurement_explanation
+
     return {
+        "guardrail": index,
+        "name": guardrail_name(guardrail),
+        "judge": guardrail.get("judge", "point"),
+        "threshold": float(guardrail["threshold"]),
+        "direction": guardrail["direction"],
         "metric": measurement.metric,
         "candidate": measurement.candidate,
         "baseline": measurement.baseline,
         "candidate_samples": measurement.candidate_samples,
         "baseline_samples": measurement.baseline_samples,
         "verdict": str(measurement.verdict),
-        "reason": measurement.reason,
+        "reason": measurement_explanation(measurement, guardrail),
         "low": measurement.low,
         "high": measurement.high,
     }
@@ -711,7 +721,7 @@ def _analyze_evaluation(release: Release) -> Release:
             to=ReleaseStatus.ROLLED_BACK,
             reason="an offline eval run failed; see the eval runs",
         )
-    guardrails = [g for g in release.guardrails if g["metric"] == "eval_score"]
+    guardrails = [(index, g) for index, g in enumerate(release.guardrails) if g["metric"] == "eval_score"]
     measurements, problems = [], []
     for suite in release.eval_suites.all():
         candidate = eval_run_case_values(
@@ -723,7 +733,7 @@ def _analyze_evaluation(release: Release) -> Release:
         flips = case_flips({v.key: v.passed for v in candidate}, {v.key: v.passed for v in baseline})
         if suite.kind == "safety" and flips.regressed:
             problems.append(f"safety regression in {suite.name}: {', '.join(flips.regressed)}")
-        for guardrail in guardrails:
+        for index, guardrail in guardrails:
             measured = measure(
                 Guardrail(
                     metric="eval_score",
@@ -735,10 +745,13 @@ def _analyze_evaluation(release: Release) -> Release:
                 [v.score for v in candidate],
                 [v.score for v in baseline],
             )
-            row = _measurement_row(measured) | {"suite": suite.name, "regressed": list(flips.regressed)}
+            row = _measurement_row(measured, guardrail=guardrail, index=index) | {
+                "suite": suite.name,
+                "regressed": list(flips.regressed),
+            }
             measurements.append(row)
             if measured.verdict == Verdict.FAILED:
-                problems.append(f"eval score in {suite.name}: {measured.reason}")
+                problems.append(f"{row['name']} in {suite.name}: {row['reason']}")
     verdict = Verdict.FAILED if problems else Verdict.SUCCESSFUL
     _record_analysis(
         release=release,
@@ -757,7 +770,7 @@ def _analyze_live(release: Release) -> Release:
     from apps.releases.measure import arm_samples
     from workers.evaluation.analysis import Guardrail, Verdict, decide, measure, tick_verdict
 
-    live = [g for g in release.guardrails if g["metric"] != "eval_score"]
+    live = [(index, g) for index, g in enumerate(release.guardrails) if g["metric"] != "eval_score"]
     since = release.canary_started_at
     arms = (
         {
@@ -782,7 +795,11 @@ def _analyze_live(release: Release) -> Release:
             arms["baseline"][g["metric"]],
             aggregate="p95" if g["metric"] == "latency_p95" else "mean",
         )
-        for g in live
+        for _, g in live
+    ]
+    rows = [
+        _measurement_row(measurement, guardrail=g, index=index)
+        for measurement, (index, g) in zip(measured, live, strict=True)
     ]
     verdict = tick_verdict(measured) if measured else Verdict.SUCCESSFUL
     stage_ready = (
@@ -806,7 +823,7 @@ def _analyze_live(release: Release) -> Release:
         release=release,
         verdict=verdict,
         decision=action,
-        measurements=[_measurement_row(m) for m in measured],
+        measurements=rows,
     )
     Release.objects.filter(pk=release.pk, status=release.status, stage_index=release.stage_index).update(
         consecutive_failures=decision.consecutive_failures,
@@ -815,7 +832,9 @@ def _analyze_live(release: Release) -> Release:
     )
     release.refresh_from_db()
     if action == "rollback":
-        failed = "; ".join(f"{m.metric}: {m.reason}" for m in measured if m.verdict == Verdict.FAILED)
+        failed = "; ".join(
+            f"{row['name']}: {row['reason']}" for row in rows if row["verdict"] == Verdict.FAILED
+        )
         return _withdraw(
             release=release, actor=SYSTEM, to=ReleaseStatus.ROLLED_BACK, reason=f"guardrail failed: {failed}"
         )

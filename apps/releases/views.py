@@ -11,6 +11,7 @@ from apps.releases import selectors, services
 from apps.releases.figures import release_figures, serving_figure
 from apps.releases.forms import ProductionSetForm, ReleaseCreateForm
 from apps.releases.models import ACTIVE_STATUSES, ReleaseStatus
+from apps.releases.verdicts import guardrail_name
 from apps.tenants.permissions import Action, role_can
 
 
@@ -84,7 +85,13 @@ def release_detail(request, release_id):
     analyses = list(selectors.release_analyses(tenant=request.tenant, release_id=release.pk))
     role = request.membership.role
     latest = analyses[-1] if analyses else None
-    measured = {row["metric"]: row for run in analyses for row in run.measurements}  # newest per metric wins
+    # The newest measurement of each guardrail, by its index (two guardrails may watch one metric); rows
+    # recorded before measurements carried the index are matched by metric.
+    measured: dict = {}
+    for run in analyses:
+        for row in run.measurements:
+            if row.get("suite") is None:
+                measured[row.get("guardrail", row["metric"])] = row
     return render(
         request,
         "console/release_detail.html",
@@ -94,7 +101,13 @@ def release_detail(request, release_id):
             "latest": latest,
             "figures": release_figures(analyses),
             "guardrail_rows": [
-                (guardrail, measured.get(guardrail["metric"])) for guardrail in release.guardrails
+                (
+                    index,
+                    guardrail_name(guardrail),
+                    guardrail,
+                    measured.get(index, measured.get(guardrail["metric"])),
+                )
+                for index, guardrail in enumerate(release.guardrails)
             ],
             "stream": services.release_stream(release.pk),
             "can_approve": role_can(role, Action.RELEASE_APPROVE)
