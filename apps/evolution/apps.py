@@ -11,3 +11,9 @@ class EvolutionConfig(AppConfig):
 
         # A decision's state follows its release's (a promotion approved, rolled back or aborted elsewhere).
         release_finished.connect(decision_follow_release_receiver, dispatch_uid="evolution.follow_release")
+
+        from apps.evolution.signals import evolution_traffic_forget
+        from apps.trajectories.retention import purge_listener_register
+
+        # Cluster examples and harness exemplars go with the trajectories they quote (retention).
+        purge_listener_register(evolution_traffic_forget)

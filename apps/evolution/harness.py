@@ -206,9 +206,7 @@ def harness_propose(
         model=production_version.name,
         agent_name=agent_name,
         system_prompt=spec.system_prompt,
-        exemplars=[
-            exemplar if isinstance(exemplar, dict) else list(exemplar) for exemplar in spec.exemplars
-        ],
+        exemplars=[exemplar if isinstance(exemplar, dict) else list(exemplar) for exemplar in spec.exemplars],
         tool_routing=dict(spec.tool_routing),
         tool_versions=dict(spec.tool_versions),
         parent=current,
@@ -265,6 +263,38 @@ def model_complete(
         return (choices[0].get("message") or {}).get("content") or ""
 
     return complete
+
+
+@transaction.atomic
+def harness_exemplars_forget(*, tenant: Tenant, trajectory_ids) -> int:
+    """Removes from the tenant's harness versions every exemplar taken from one of `trajectory_ids` (its
+    `trajectory`): what quotes a trajectory goes with it (retention). The version keeps its number, prompt and
+    routing; each changed one is audited `harness_version.exemplars_forget` (counts only) and this process's
+    map of served harnesses is read again (other processes within AREAL_ROUTING_CACHE_SECONDS). Returns how
+    many exemplars went."""
+    gone = {str(trajectory_id) for trajectory_id in trajectory_ids}
+    removed = 0
+    for harness in HarnessVersion.objects.for_tenant(tenant).select_for_update().exclude(exemplars=[]):
+        kept = [
+            exemplar
+            for exemplar in harness.exemplars
+            if not (isinstance(exemplar, dict) and str(exemplar.get("trajectory") or "") in gone)
+        ]
+        if len(kept) == len(harness.exemplars):
+            continue
+        dropped = len(harness.exemplars) - len(kept)
+        removed += dropped
+        HarnessVersion.objects.filter(pk=harness.pk).update(exemplars=kept)
+        audit_record(
+            tenant=tenant,
+            actor=Actor.system("retention"),
+            verb="harness_version.exemplars_forget",
+            target=harness,
+            data={"label": harness.label, "removed": dropped, "kept": len(kept)},
+        )
+    if removed:
+        transaction.on_commit(version_serving_clear)
+    return removed
 
 
 # ---- what the gateway applies -------------------------------------------------------------------------

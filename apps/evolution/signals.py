@@ -13,7 +13,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from apps.evolution import selectors
@@ -31,11 +31,13 @@ from workers.evolution.clusters import (
     merge_examples,
 )
 from workers.evolution.drift import TrafficSample, drift
+from workers.evolution.harness import TOOL_NAME
 from workers.evolution.signals import SIGNALS, SUCCESS_CUT, mean, per_hundred, rate, share_at_least, trend
 from workers.stats import percentile
 
 STREAM = "evolution"
 REFUSAL_REASONS = {"content_filter", "refusal"}
+OTHER_TOOLS = "<other>"  # in `by_tool`: calls whose name is no tool name
 GUARDRAIL_WORDS = ("pii", "guardrail", "blocked", "content filter", "content_filter", "moderation")
 
 
@@ -80,12 +82,61 @@ def signals_compute(*, tenant: Tenant, policy: EvolutionPolicy, now=None) -> dic
             )
             for name in SIGNALS
         )
+        signal_points_prune(tenant=tenant, policy=policy)
         changed = clusters_upsert(tenant=tenant, policy=policy, events=events)
         payload = {"type": "signals", "policy": policy.pk, "at": now.isoformat(), "values": values}
         metrics_publish(tenant_id=tenant.pk, stream=STREAM, payload=payload)
         for row in changed:
             metrics_publish(tenant_id=tenant.pk, stream=STREAM, payload=cluster_payload(row))
     return values
+
+
+# ---- bounded history, and what goes with the traffic it quotes -----------------------------------------
+
+SIGNAL_POINTS_KEPT = 2880  # per policy and signal: a day of ticks every 30 s (the charts read the newest)
+
+
+def signal_points_prune(*, tenant: Tenant, policy: EvolutionPolicy, keep: int | None = None) -> int:
+    """Deletes the policy's signal points beyond the newest `keep` (SIGNAL_POINTS_KEPT) of each signal, so the
+    series stays bounded however long the policy ticks. Called by every tick, in its transaction (a tick adds
+    one point per signal, so each call deletes at most one per signal once the history is full). Returns how
+    many points went."""
+    keep = SIGNAL_POINTS_KEPT if keep is None else keep
+    deleted = 0
+    for name in SIGNALS:
+        series = SignalPoint.objects.filter(tenant=tenant, policy=policy, name=name)
+        boundary = list(series.order_by("-at", "-id").values_list("at", "id")[keep : keep + 1])
+        if boundary:
+            at, point_id = boundary[0]
+            deleted += series.filter(Q(at__lt=at) | Q(at=at, id__lte=point_id)).delete()[0]
+    return deleted
+
+
+@transaction.atomic
+def evolution_traffic_forget(*, tenant: Tenant, trajectory_ids) -> dict:
+    """What the control plane quotes of `trajectory_ids` goes with them (apps.trajectories' retention calls
+    this in the transaction that deletes them): the tool-failure clusters that name one as an example lose
+    it and their example arguments (which may be its text), and a cluster left with no example is deleted
+    (its signature was written from that traffic; the next tick makes it again from live traffic); harness
+    exemplars taken from one are removed from their harness (`harness.harness_exemplars_forget`). Signal
+    details hold counts and tool names only. Tenancy: only `tenant`'s rows. Idempotent."""
+    from apps.evolution.harness import harness_exemplars_forget
+
+    gone = {str(trajectory_id) for trajectory_id in trajectory_ids}
+    emptied, trimmed = [], 0
+    for row in ToolFailureCluster.objects.for_tenant(tenant).select_for_update().only("id", "examples"):
+        kept = [example for example in row.examples if str(example) not in gone]
+        if len(kept) == len(row.examples):
+            continue
+        if not kept:
+            emptied.append(row.pk)
+            continue
+        ToolFailureCluster.objects.filter(pk=row.pk).update(examples=kept, example_arguments=[])
+        trimmed += 1
+    if emptied:
+        ToolFailureCluster.objects.filter(tenant=tenant, pk__in=emptied).delete()
+    exemplars = harness_exemplars_forget(tenant=tenant, trajectory_ids=gone)
+    return {"clusters_deleted": len(emptied), "clusters_trimmed": trimmed, "harness_exemplars": exemplars}
 
 
 # ---- tool calls and results ---------------------------------------------------------------------------
@@ -171,9 +222,11 @@ def _tool_failure_rate(events: list[ToolEvent]) -> tuple[float | None, dict]:
     for event in events:
         if event.result_text is None:
             continue
-        by_tool[event.tool]["results"] += 1
+        # a stored detail names a tool only by a tool name (the model's or agent's other text is not kept)
+        name = event.tool if TOOL_NAME.match(event.tool) else OTHER_TOOLS
+        by_tool[name]["results"] += 1
         if failure_signature(event.result_text) is not None:
-            by_tool[event.tool]["failed"] += 1
+            by_tool[name]["failed"] += 1
     failed = sum(counts["failed"] for counts in by_tool.values())
     results = sum(counts["results"] for counts in by_tool.values())
     malformed = sum(1 for event in events if event.malformed)

@@ -2,7 +2,8 @@
 without one, the tenant's `retention_days` after it started) is deleted with everything that holds its
 content: its steps (observations, actions, token arrays), rewards (critique text included), reviews,
 qualification, annotation items with their labels, comments and corrections (all cascade from the
-trajectory). Deleting, not stripping: a stripped row would still carry token ids, tool arguments and reward
+trajectory), and what other apps quote of it (registered purge listeners: apps.evolution's cluster examples
+and harness exemplars). Deleting, not stripping: a stripped row would still carry token ids, tool arguments and reward
 labels, and the tenant's policy states how long content may be kept, not which parts of it.
 
 Trajectories in the dataset snapshot of an unfinished training job are held until the job ends (it checks
@@ -26,6 +27,16 @@ from apps.audit.services import Actor, audit_record
 from apps.trajectories.models import Step, Trajectory
 
 RETENTION_ACTOR = Actor.system("retention")
+# Called with (tenant=, trajectory_ids=) in the transaction that deletes those trajectories, before they go:
+# apps that keep text quoted from trajectories (apps.evolution: cluster examples, harness exemplars) register
+# here in their AppConfig.ready(), so this app needs no import of theirs.
+_PURGE_LISTENERS: list = []
+
+
+def purge_listener_register(listener) -> None:
+    """Registers `listener(*, tenant, trajectory_ids)`, called in each purge batch's transaction."""
+    if listener not in _PURGE_LISTENERS:
+        _PURGE_LISTENERS.append(listener)
 
 
 def tenant_retention_days(tenant) -> int:
@@ -72,6 +83,8 @@ def _purge_batch(*, tenant, ids: list) -> Counter:
     annotation items and labels."""
     counts = Counter()
     with transaction.atomic():
+        for listener in _PURGE_LISTENERS:  # what other apps quote of them goes in the same transaction
+            listener(tenant=tenant, trajectory_ids=ids)
         _, deleted = Step.objects.filter(tenant=tenant, trajectory_id__in=ids).delete()
         counts.update(deleted)
         _, deleted = Trajectory.objects.filter(tenant=tenant, pk__in=ids).delete()

@@ -356,3 +356,25 @@ def test_drift_leaves_out_what_a_harness_added_to_the_prompt():
     rows = [{"id": "a", "task_id": "t"}, {"id": "b", "task_id": "t"}]
     first, second = traffic_samples(rows, [plain, harnessed], {"h1": 2})
     assert (first.prompt_chars, first.first_user_text) == (second.prompt_chars, second.first_user_text)
+
+
+def test_the_signal_history_stays_bounded_however_many_ticks(
+    tenant, policy, other_tenant, monkeypatch, api_client
+):
+    """Each tick adds a point per signal; the history keeps the newest SIGNAL_POINTS_KEPT of each signal of
+    each policy (another policy's, another tenant's series are untouched), and the REST series is the newest."""
+    import apps.evolution.signals as signals_module
+
+    monkeypatch.setattr(signals_module, "SIGNAL_POINTS_KEPT", 5)
+    theirs = EvolutionPolicyFactory(tenant=other_tenant, model=MODEL, agent_name=AGENT)
+    start = timezone.now()
+    signals_compute(tenant=other_tenant, policy=theirs, now=start)
+    for tick in range(12):
+        signals_compute(tenant=tenant, policy=policy, now=start + timedelta(seconds=30 * tick))
+    for name in SIGNALS:
+        series = SignalPoint.objects.filter(policy=policy, name=name).order_by("at")
+        assert series.count() == 5
+        assert series.first().at == start + timedelta(seconds=30 * 7)  # the newest five: ticks 7 to 11
+    assert SignalPoint.objects.filter(policy=theirs).count() == len(SIGNALS)
+    listed = api_client().get(f"/api/v1/evolution/policies/{policy.pk}/signals/?name=reward_mean").json()
+    assert len(listed["results"]) == 5

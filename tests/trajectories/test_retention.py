@@ -180,3 +180,63 @@ def test_a_real_worker_runs_the_purge(tmp_path, tenant):
     assert list(Trajectory.objects.filter(tenant=tenant).values_list("pk", flat=True)) == [kept.pk]
     assert not Step.objects.filter(trajectory_id=expired.pk).exists()
     assert AuditEvent.objects.filter(tenant=tenant, verb="trajectory.retention_purge").count() == 1
+
+
+def test_what_the_control_plane_quotes_of_a_purged_trajectory_goes_with_it(tenant, member, api_client):
+    """A harness exemplar taken from a rewarded conversation, and a tool-failure cluster whose examples and
+    arguments come from failing ones: once those trajectories are past retention and the beat task purged
+    them, none of their text is in the evolution tables, its REST API or its console page."""
+    from apps.evolution.models import HarnessVersion, SignalPoint, ToolFailureCluster
+    from tests.evolution.factories import AutoPolicyFactory
+    from tests.evolution.test_harness_review import (
+        AGENT,
+        HOSTILE_KEY,
+        PLANTED,
+        ROUTED,
+        _fire,
+        _harnessed_production,
+        _watching,
+    )
+
+    policy = AutoPolicyFactory(tenant=tenant, **_watching())
+    _harnessed_production(tenant, policy, agent_name=AGENT, tool_routing=ROUTED)
+    harness, _, _ = _fire(tenant, policy, successes=[(PLANTED + " In {city}?", ())])
+    (cluster,) = ToolFailureCluster.objects.filter(policy=policy)
+    assert PLANTED in str(harness.exemplars)  # quoted before the purge
+    assert HOSTILE_KEY in str(cluster.example_arguments)
+    reader = Client()
+    reader.force_login(member(Role.ADMIN))
+    rest = api_client(user=member(Role.ADMIN))
+
+    def everything() -> str:
+        return " ".join(
+            [
+                str(list(HarnessVersion.objects.values_list("exemplars", "system_prompt"))),
+                str(
+                    list(ToolFailureCluster.objects.values_list("examples", "example_arguments", "signature"))
+                ),
+                str(list(SignalPoint.objects.values_list("details", flat=True))),
+                rest.get("/api/v1/evolution/harness-versions/").content.decode(),
+                rest.get(f"/api/v1/evolution/clusters/?policy={policy.pk}").content.decode(),
+                reader.get(f"/evolution/policies/{policy.pk}/").content.decode(),
+            ]
+        )
+
+    assert PLANTED in everything()
+    quoted = Trajectory.objects.filter(tenant=tenant, agent_name=AGENT)
+    ids = {str(pk) for pk in quoted.values_list("pk", flat=True)}
+    quoted.update(retention_until=timezone.now() - timedelta(minutes=1))
+
+    purge_expired_trajectories()
+
+    assert not Trajectory.objects.filter(pk__in=ids).exists()
+    after = everything()
+    assert PLANTED not in after
+    assert HOSTILE_KEY not in after  # the failing calls' arguments
+    assert '"city": "Oslo"' not in after
+    assert not any(trajectory_id in after for trajectory_id in ids)
+    assert not ToolFailureCluster.objects.filter(policy=policy).exists()  # its every example went
+    harness.refresh_from_db()
+    assert harness.exemplars == []
+    assert (harness.tool_routing, harness.label) == (ROUTED, "h2")  # the rest of the version stays
+    assert AuditEvent.objects.filter(tenant=tenant, verb="harness_version.exemplars_forget").count() == 1
