@@ -2,9 +2,11 @@ from django.urls import path
 
 from apps.releases.apis import (
     ReleaseAbortApi,
+    ReleaseAnalysisListApi,
     ReleaseAnalyzeApi,
     ReleaseApproveApi,
     ReleaseDetailApi,
+    ReleaseEventListApi,
     ReleaseListApi,
     ReleaseResumeApi,
     ReleaseRollbackApi,
@@ -16,6 +18,8 @@ from apps.releases.apis import (
 urlpatterns = [
     path("releases/", ReleaseListApi.as_view(), name="release-list"),
     path("releases/<int:release_id>/", ReleaseDetailApi.as_view(), name="release-detail"),
+    path("releases/<int:release_id>/events/", ReleaseEventListApi.as_view(), name="release-events"),
+    path("releases/<int:release_id>/analyses/", ReleaseAnalysisListApi.as_view(), name="release-analyses"),
     path("releases/<int:release_id>/start/", ReleaseStartApi.as_view(), name="release-start"),
     path("releases/<int:release_id>/approve/", ReleaseApproveApi.as_view(), name="release-approve"),
     path("releases/<int:release_id>/rollback/", ReleaseRollbackApi.as_view(), name="release-rollback"),

@@ -96,35 +96,100 @@ class ReleaseListApi(TenantApi):
         return Response(ReleaseOutputSerializer(release).data, status=201)
 
 
+def release_event_data(event) -> dict:
+    return {
+        "from": event.from_status,
+        "to": event.to_status,
+        "stage_index": event.stage_index,
+        "actor": event.actor,
+        "reason": event.reason,
+        "at": event.at,
+    }
+
+
+def analysis_run_data(run) -> dict:
+    return {
+        "at": run.at,
+        "stage_index": run.stage_index,
+        "verdict": run.verdict,
+        "decision": run.decision,
+        "measurements": run.measurements,
+    }
+
+
+class _RowSerializer(serializers.BaseSerializer):
+    """A read-only row shaped by a plain function (`shape`), for the house paginator."""
+
+    shape = staticmethod(lambda row: row)
+
+    def to_representation(self, instance):
+        return type(self).shape(instance)
+
+
+class ReleaseEventSerializer(_RowSerializer):
+    shape = staticmethod(release_event_data)
+
+
+class AnalysisRunSerializer(_RowSerializer):
+    shape = staticmethod(analysis_run_data)
+
+
+class ServingEventSerializer(_RowSerializer):
+    shape = staticmethod(lambda event: serving_event_data(event))
+
+
+# A release's detail embeds the newest of its events and analyses; the lists below page through them all.
+DETAIL_ROWS = 100
+
+
+def _newest(rows, count: int) -> list:
+    """The newest `count` rows of an oldest-first queryset, oldest first."""
+    return list(reversed(rows.order_by("-at", "-id")[:count]))
+
+
 class ReleaseDetailApi(TenantApi):
+    """A release with its newest DETAIL_ROWS events and analyses (oldest first; `events_count` and
+    `analyses_count` say how many there are: `events/` and `analyses/` page through them all)."""
+
     actions = {"GET": Action.RELEASE_VIEW}
 
     @extend_schema(responses=ReleaseOutputSerializer)
     def get(self, request, release_id):
         release = selectors.release_get(tenant=self.tenant, release_id=release_id)
         data = ReleaseOutputSerializer(release).data
-        data["events"] = [
-            {
-                "from": event.from_status,
-                "to": event.to_status,
-                "stage_index": event.stage_index,
-                "actor": event.actor,
-                "reason": event.reason,
-                "at": event.at,
-            }
-            for event in selectors.release_events(tenant=self.tenant, release_id=release.pk)
-        ]
-        data["analyses"] = [
-            {
-                "at": run.at,
-                "stage_index": run.stage_index,
-                "verdict": run.verdict,
-                "decision": run.decision,
-                "measurements": run.measurements,
-            }
-            for run in selectors.release_analyses(tenant=self.tenant, release_id=release.pk)
-        ]
+        events = selectors.release_events(tenant=self.tenant, release_id=release.pk)
+        analyses = selectors.release_analyses(tenant=self.tenant, release_id=release.pk)
+        data["events"] = [release_event_data(event) for event in _newest(events, DETAIL_ROWS)]
+        data["events_count"] = events.count()
+        data["analyses"] = [analysis_run_data(run) for run in _newest(analyses, DETAIL_ROWS)]
+        data["analyses_count"] = analyses.count()
         return Response(data)
+
+
+class ReleaseEventListApi(TenantApi):
+    """Every status move of a release, oldest first, paginated (`?page=`, `?page_size=`)."""
+
+    actions = {"GET": Action.RELEASE_VIEW}
+
+    @extend_schema(responses=dict)
+    def get(self, request, release_id):
+        release = selectors.release_get(tenant=self.tenant, release_id=release_id)  # another tenant's: 404
+        return self.paginated(
+            selectors.release_events(tenant=self.tenant, release_id=release.pk), ReleaseEventSerializer
+        )
+
+
+class ReleaseAnalysisListApi(TenantApi):
+    """Every analysis tick of a release with its measurements, oldest first, paginated."""
+
+    actions = {"GET": Action.RELEASE_VIEW}
+
+    @extend_schema(responses=dict)
+    def get(self, request, release_id):
+        release = selectors.release_get(tenant=self.tenant, release_id=release_id)  # another tenant's: 404
+        return self.paginated(
+            selectors.release_analyses(tenant=self.tenant, release_id=release.pk), AnalysisRunSerializer
+        )
 
 
 class _ReleaseActionApi(TenantApi):
@@ -223,7 +288,8 @@ def serving_event_data(event) -> dict:
 
 class ServingHistoryApi(TenantApi):
     """GET ?model=&at=: what served the tenant's model at that moment (a date means the end of that day, UTC);
-    without `at`: the whole immutable history, oldest first."""
+    without `at`: the immutable history, oldest first, paginated (`?page=`, `?page_size=`; `count`, `next`,
+    `previous` beside `results`)."""
 
     actions = {"GET": Action.SERVING_VIEW}
 
@@ -245,13 +311,8 @@ class ServingHistoryApi(TenantApi):
             return Response(
                 {"model": model, "at": moment, "serving": serving_event_data(event) if event else None}
             )
-        return Response(
-            {
-                "results": [
-                    serving_event_data(event)
-                    for event in selectors.serving_history(tenant=self.tenant, model=model or None)
-                ]
-            }
+        return self.paginated(
+            selectors.serving_history(tenant=self.tenant, model=model or None), ServingEventSerializer
         )
 
 

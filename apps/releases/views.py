@@ -14,6 +14,17 @@ from apps.releases.models import ACTIVE_STATUSES, ReleaseStatus
 from apps.releases.verdicts import guardrail_name
 from apps.tenants.permissions import Action, role_can
 
+# The newest rows a page shows (the REST lists page through them all: /api/v1/releases/<id>/events/,
+# /analyses/, /api/v1/serving-history/).
+ANALYSES_SHOWN = 500
+EVENTS_SHOWN = 200
+SERVING_EVENTS_SHOWN = 500
+
+
+def _newest(rows, count: int) -> list:
+    """The newest `count` rows of an oldest-first queryset, oldest first."""
+    return list(reversed(rows.order_by("-at", "-id")[:count]))
+
 
 @console_page(Action.RELEASE_VIEW)
 def release_list(request):
@@ -82,7 +93,9 @@ def release_abort(request, release_id):
 @console_page(Action.RELEASE_VIEW)
 def release_detail(request, release_id):
     release = selectors.release_get(tenant=request.tenant, release_id=release_id)
-    analyses = list(selectors.release_analyses(tenant=request.tenant, release_id=release.pk))
+    analyses = _newest(
+        selectors.release_analyses(tenant=request.tenant, release_id=release.pk), ANALYSES_SHOWN
+    )
     role = request.membership.role
     latest = analyses[-1] if analyses else None
     # The newest measurement of each guardrail, by its index (two guardrails may watch one metric); rows
@@ -97,7 +110,9 @@ def release_detail(request, release_id):
         "console/release_detail.html",
         {
             "release": release,
-            "events": selectors.release_events(tenant=request.tenant, release_id=release.pk),
+            "events": _newest(
+                selectors.release_events(tenant=request.tenant, release_id=release.pk), EVENTS_SHOWN
+            ),
             "latest": latest,
             "figures": release_figures(analyses),
             "guardrail_rows": [
@@ -208,7 +223,7 @@ def _servable_versions(tenant):
 
 def _serving_page(request, *, production_form=None):
     model = request.GET.get("model") or None
-    events = list(selectors.serving_history(tenant=request.tenant, model=model))
+    events = _newest(selectors.serving_history(tenant=request.tenant, model=model), SERVING_EVENTS_SHOWN)
     if role_can(request.membership.role, Action.RELEASE_MANAGE) and production_form is None:
         production_form = ProductionSetForm(versions=_servable_versions(request.tenant))
     return render(

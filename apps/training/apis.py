@@ -202,14 +202,26 @@ class ModelVersionDetailApi(TenantApi):
 
 
 class ModelVersionLineageApi(TenantApi):
-    """Every version of the version's model with its parent number: the lineage tree."""
+    """Every version of the version's model with its parent number, oldest first: the lineage tree, one page
+    at a time (the house paginator's `?page=` and `?page_size=`; `count`, `next` and `previous` beside
+    `versions`)."""
 
     actions = {"GET": Action.MODEL_VERSION_VIEW}
 
     def get(self, request, version_id):
         version = selectors.model_version_get(tenant=self.tenant, version_id=version_id)
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(
+            selectors.model_lineage(tenant=self.tenant, name=version.name), request, view=self
+        )
         return Response(
-            {"name": version.name, "versions": selectors.model_lineage(tenant=self.tenant, name=version.name)}
+            {
+                "name": version.name,
+                "count": paginator.page.paginator.count,
+                "next": paginator.get_next_link(),
+                "previous": paginator.get_previous_link(),
+                "versions": page,
+            }
         )
 
 
