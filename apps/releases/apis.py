@@ -117,25 +117,25 @@ def analysis_run_data(run) -> dict:
     }
 
 
-class _RowSerializer(serializers.BaseSerializer):
-    """A read-only row shaped by a plain function (`shape`), for the house paginator."""
-
-    shape = staticmethod(lambda row: row)
+class ReleaseEventSerializer(serializers.BaseSerializer):
+    """Read-only, for the house paginator: `release_event_data`."""
 
     def to_representation(self, instance):
-        return type(self).shape(instance)
+        return release_event_data(instance)
 
 
-class ReleaseEventSerializer(_RowSerializer):
-    shape = staticmethod(release_event_data)
+class AnalysisRunSerializer(serializers.BaseSerializer):
+    """Read-only, for the house paginator: `analysis_run_data`."""
+
+    def to_representation(self, instance):
+        return analysis_run_data(instance)
 
 
-class AnalysisRunSerializer(_RowSerializer):
-    shape = staticmethod(analysis_run_data)
+class ServingEventSerializer(serializers.BaseSerializer):
+    """Read-only, for the house paginator: `serving_event_data`."""
 
-
-class ServingEventSerializer(_RowSerializer):
-    shape = staticmethod(lambda event: serving_event_data(event))
+    def to_representation(self, instance):
+        return serving_event_data(instance)
 
 
 # A release's detail embeds the newest of its events and analyses; the lists below page through them all.

@@ -58,14 +58,14 @@ def measurement_explanation(measurement: Measurement, guardrail: dict) -> str:
         else "the arms are equal"
     )
     verdict = str(measurement.verdict)
-    interval = measurement.low is not None and measurement.high is not None
+    low, high = measurement.low, measurement.high
     bounds = (
-        f"95 % interval of candidate − baseline [{_signed(measurement.low)}, {_signed(measurement.high)}]"
-        if interval
+        f"95 % interval of candidate − baseline [{_signed(low)}, {_signed(high)}]"
+        if low is not None and high is not None
         else ""
     )
-    if guardrail.get("judge") == "interval" and interval:
-        least = -measurement.high if higher_is_better else measurement.low
+    if guardrail.get("judge") == "interval" and low is not None and high is not None:
+        least = -high if higher_is_better else low
         if least > 0:
             shown = f"over the whole interval the candidate is worse by at least {least:.4g}"
         else:
