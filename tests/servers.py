@@ -38,8 +38,13 @@ def wait_until_healthy(url: str, *, timeout: float = 120, process: subprocess.Po
 
 @contextlib.contextmanager
 def inference_server(model_dir, *, served_model: str = "policy-small", version: str = "1", log_path: Path):
-    """Started as `manage.py up` starts it: with the installation's admin token in its environment."""
+    """Started as `manage.py up` starts it: with its own admin token in its environment. Its model store is the
+    installation's and the temporary folder, where the tests' models live."""
+    import tempfile
+
     from django.conf import settings
+
+    from apps.core.management.commands.up import inference_server_environment
 
     port = free_port()
     command = [
@@ -55,7 +60,11 @@ def inference_server(model_dir, *, served_model: str = "policy-small", version: 
         "--model-version",
         version,
     ]
-    environment = {**os.environ, "AREAL_INFERENCE_ADMIN_TOKEN": settings.AREAL_INFERENCE_ADMIN_TOKEN}
+    environment = inference_server_environment(
+        dict(os.environ),
+        url=f"http://127.0.0.1:{port}",
+        model_store=[settings.VAR_DIR, tempfile.gettempdir()],
+    )
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=environment)
         try:

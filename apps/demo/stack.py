@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from apps.core.management.commands.up import port_is_free, stack_environment
+from apps.core.management.commands.up import inference_server_environment, port_is_free, stack_environment
 from apps.demo.settings import DEMO_DIR_MARKER, TENANT, DemoSettings
 from areal_web.queues import Queue
 
@@ -149,10 +149,20 @@ class StackMixin:
             ]
         logs = Path(settings.VAR_DIR) / "logs"
         logs.mkdir(exist_ok=True)
+        environments = {  # each inference server gets its own admin token and the folders it may load from
+            f"inference-{slot}": inference_server_environment(
+                environment, url=f"http://{self.host}:{port}", model_store=[self.run_dir]
+            )
+            for slot, port in self.slots.items()
+        }
         for name, command in commands.items():
             log = open(logs / f"{name}.log", "ab")  # noqa: SIM115  (closed with the process)
             self.processes[name] = subprocess.Popen(
-                command, env=environment, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+                command,
+                env=environments.get(name, environment),
+                start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         self._say(
             f"started web, worker, trainer, beat and two embedded inference servers (serving slots A and "

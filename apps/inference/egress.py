@@ -45,6 +45,8 @@ class BackendAddressRefused(DomainError):
 
 @dataclass(frozen=True)
 class _Entry:
+    """One allow-list entry or grant pattern."""
+
     name: str | None  # a host name, lowercased
     network: ipaddress.IPv4Network | ipaddress.IPv6Network | None
     port: int | None  # None: any port
@@ -108,6 +110,26 @@ def _parse_entry(text: str) -> _Entry:
     except ValueError:
         return _Entry(name=host.lower().rstrip("."), network=None, port=port)
     return _Entry(name=None, network=network, port=port)
+
+
+def address_pattern_parse(text: str) -> _Entry:
+    """One entry (HOST:PORT, a network, PORT a number or `*`, or `public`); ConfigurationError when malformed.
+    Grants (apps/inference/grants.py) use the same syntax."""
+    return _parse_entry(text)
+
+
+def pattern_allows(entry: _Entry, *, host: str, addresses, port: int) -> bool:
+    """Whether `entry` allows `host`:`port` at every one of its resolved `addresses`."""
+    name = host.lower().rstrip(".")
+    return bool(addresses) and all(
+        entry.allows(name=name, address=_address(address), port=port) for address in addresses
+    )
+
+
+def host_resolve(host: str, port: int) -> tuple[str, ...]:
+    """The addresses `host` resolves to (itself when it is an address), normalized; BackendAddressRefused when
+    it does not resolve. Blocking."""
+    return tuple(str(_address(address)) for address in _resolve(host, port))
 
 
 @functools.lru_cache(maxsize=8)

@@ -113,3 +113,21 @@ class SessionAffinity(TimestampedTenantOwned):
 
     def __str__(self) -> str:
         return f"{self.session_id} → {self.backend_id}"
+
+
+class BackendAddressGrant(TimestampedTenantOwned):
+    """An address an operator granted to a tenant: the tenant may register backends there (apps/inference/grants.py).
+    `address` is a pattern in the syntax of AREAL_BACKEND_ALLOWED_HOSTS entries (HOST:PORT, HOST a name, an
+    address or a network, PORT a number or `*`); `public` is not a grant. Written only by the operator's
+    commands (`backendgrant`, `registerbackend`)."""
+
+    address = models.CharField(max_length=300)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "address"], name="backend_grant_unique_address")
+        ]
+        ordering = ["address"]
+
+    def __str__(self) -> str:
+        return self.address

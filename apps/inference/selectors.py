@@ -4,7 +4,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.core.selectors import get_in_tenant
-from apps.inference.models import BackendState, InferenceBackend
+from apps.inference.models import BackendAddressGrant, BackendState, InferenceBackend
 from apps.tenants.models import Tenant
 
 # A session that has not called for this long no longer counts toward its backend's load.
@@ -59,3 +59,28 @@ def backend_model_versions(*, tenant: Tenant) -> list[tuple[str, str]]:
 def dangerously_backend_list_all_tenants():
     """Every tenant's backends: only for the system health check, never for a request."""
     return InferenceBackend.objects.all()
+
+
+def backend_grant_list(*, tenant: Tenant):
+    """The address grants of the tenant (apps/inference/grants.py)."""
+    return BackendAddressGrant.objects.for_tenant(tenant)
+
+
+def backend_grant_patterns(*, tenant: Tenant) -> list[str]:
+    return list(backend_grant_list(tenant=tenant).values_list("address", flat=True))
+
+
+def dangerously_grant_patterns_of_other_tenants(*, tenant: Tenant) -> list[str]:
+    """Every other tenant's grant patterns, without saying whose: only for the grant check, which must know
+    whether an address is somebody else's."""
+    return list(BackendAddressGrant.objects.exclude(tenant=tenant).values_list("address", flat=True))
+
+
+def dangerously_backend_urls_of_other_tenants(*, tenant: Tenant, port: int) -> list[str]:
+    """The base URLs of other tenants' backends that may be on `port` (those naming it, and those naming no
+    port when it is a default one), without saying whose: only for the checks that a server serves one
+    tenant (apps/inference/grants.py)."""
+    others = InferenceBackend.objects.exclude(tenant=tenant)
+    if port not in (80, 443):
+        others = others.filter(base_url__contains=f":{port}")
+    return list(others.values_list("base_url", flat=True))

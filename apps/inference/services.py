@@ -12,17 +12,30 @@ from apps.inference.credentials import (
     credential_encrypt,
     credential_validate,
 )
-from apps.inference.egress import backend_url_validate
+from apps.inference.egress import (
+    BackendAddressRefused,
+    address_pattern_parse,
+    backend_url_validate,
+    host_resolve,
+    pattern_allows,
+    url_parts,
+)
+from apps.inference.grants import backend_address_grant_check, grant_pattern_normalize
 from apps.inference.models import (
     CAPABILITY_FIELDS,
     PROVIDER_FIELDS,
+    BackendAddressGrant,
     BackendKind,
     BackendState,
     CapParameter,
     InferenceBackend,
     SessionAffinity,
 )
-from apps.inference.selectors import backend_candidates, dangerously_backend_list_all_tenants
+from apps.inference.selectors import (
+    backend_candidates,
+    dangerously_backend_list_all_tenants,
+    dangerously_grant_patterns_of_other_tenants,
+)
 from apps.inference.served import served_forget, served_version_declare
 from apps.metrics.publish import metrics_publish
 from apps.tenants.models import Tenant
@@ -131,7 +144,9 @@ def backend_register(
     accepts_return_token_ids: bool | None = None,
     cap_parameter: str | None = None,
 ) -> InferenceBackend:
-    """Registers a replica; its state is `unknown` until the first health check. 409 on a taken name.
+    """Registers a replica; its state is `unknown` until the first health check. 409 on a taken name. An address
+    of the operator's must be granted to this tenant and be nobody else's (apps/inference/grants.py: 400
+    `base_url: not_granted`).
     `credential` (optional) is stored encrypted; capability flags not given take the kind's defaults
     (KIND_CAPABILITIES), and so does the cap field (KIND_CAP_PARAMETER). The audit event says whether a
     credential was set, never what it is."""
@@ -146,6 +161,7 @@ def backend_register(
         {"base_url": base_url, "kind": kind, "credential": credential}
         | {field: value for field, value in given.items() if value is not None}
     )
+    backend_address_grant_check(tenant=tenant, base_url=base_url)  # granted to this tenant, and only to it
     capabilities = _capabilities(kind=kind, given=given)
     backend = InferenceBackend(
         tenant=tenant,
@@ -185,6 +201,56 @@ def backend_register(
     return backend
 
 
+@transaction.atomic
+def backend_grant_create(*, tenant: Tenant, actor: Actor, address: str) -> tuple[BackendAddressGrant, bool]:
+    """The operator grants `address` (HOST:PORT, a network, PORT a number or *) to `tenant`: its backends may be
+    registered there (apps/inference/grants.py). Idempotent: (the grant, whether it is new). 409
+    `backend_address_granted_elsewhere` when another tenant holds the same pattern or has a backend the pattern
+    allows (an address is one tenant's). Audited as `backend.grant`. Only for the operator's commands."""
+    pattern = grant_pattern_normalize(address)
+    existing = BackendAddressGrant.objects.for_tenant(tenant).filter(address=pattern).first()
+    if existing is not None:
+        return existing, False
+    if pattern in dangerously_grant_patterns_of_other_tenants(tenant=tenant) or _pattern_in_use_elsewhere(
+        tenant=tenant, pattern=pattern
+    ):
+        raise Conflict(
+            f"{pattern} is already another tenant's (a grant or a backend there); an address is granted to "
+            "one tenant",
+            code="backend_address_granted_elsewhere",
+        )
+    grant = BackendAddressGrant.objects.create(tenant=tenant, address=pattern)
+    audit_record(tenant=tenant, actor=actor, verb="backend.grant", target=grant, data={"address": pattern})
+    return grant, True
+
+
+def _pattern_in_use_elsewhere(*, tenant: Tenant, pattern: str) -> bool:
+    entry = address_pattern_parse(pattern)
+    for backend in dangerously_backend_list_all_tenants().exclude(tenant=tenant).only("base_url"):
+        try:
+            host, port = url_parts(backend.base_url)
+            if pattern_allows(entry, host=host, addresses=host_resolve(host, port), port=port):
+                return True
+        except BackendAddressRefused:
+            continue
+    return False
+
+
+@transaction.atomic
+def backend_grant_revoke(*, tenant: Tenant, actor: Actor, address: str) -> bool:
+    """Takes a grant back (audited as `backend.grant_revoke`); whether there was one. Backends registered under
+    it stay (remove them with backend_remove); no new one may be registered there."""
+    pattern = grant_pattern_normalize(address)
+    grant = BackendAddressGrant.objects.for_tenant(tenant).filter(address=pattern).first()
+    if grant is None:
+        return False
+    audit_record(
+        tenant=tenant, actor=actor, verb="backend.grant_revoke", target=grant, data={"address": pattern}
+    )
+    grant.delete()
+    return True
+
+
 def _lock(*, tenant: Tenant, backend_id) -> InferenceBackend:
     return get_in_tenant(
         InferenceBackend.objects.select_for_update(), tenant=tenant, pk=backend_id, code="backend_not_found"
@@ -206,6 +272,8 @@ def backend_update(*, tenant: Tenant, actor: Actor, backend_id, changes: dict) -
     _validate(changes)
     credential = changes.pop("credential", False)  # False: not given
     backend = _lock(tenant=tenant, backend_id=backend_id)
+    if "base_url" in changes and changes["base_url"].rstrip("/") != backend.base_url:
+        backend_address_grant_check(tenant=tenant, base_url=changes["base_url"], backend_id=backend.pk)
     kind = changes.get("kind", backend.kind)
     current = {field: getattr(backend, field) for field in PROVIDER_FIELDS}
     given = {field: changes.get(field) for field in PROVIDER_FIELDS}

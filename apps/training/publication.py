@@ -15,8 +15,9 @@
   (they freeze, and continue on the new weights after it: a stream then spans two versions).
 
 Every call goes to an address checked first (apps/inference/egress.py), follows no redirect, and carries the
-admin token (settings.AREAL_INFERENCE_ADMIN_TOKEN) only to addresses an operator listed: a tenant's backend
-reached through the `public` entry never sees it.
+admin token of that server alone (apps/inference/admin_tokens.py) only to addresses an operator listed: a tenant's
+backend reached through the `public` entry never sees one. A server that also serves another tenant takes no
+weights (refused and audited, before any call).
 
 A backend that fails keeps its old weights and version; the result says which and why.
 """
@@ -30,12 +31,14 @@ from django.db import transaction
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import NotFound
+from apps.inference.admin_tokens import inference_admin_token
 from apps.inference.egress import (
     BackendAddressRefused,
     BackendTransport,
     backend_http_client,
     backend_url_check,
 )
+from apps.inference.grants import backend_server_shared
 from apps.inference.models import BackendKind, BackendState
 from apps.inference.selectors import backend_list
 from apps.inference.services import backend_record_health, backend_update
@@ -65,9 +68,8 @@ def model_version_publish(
 ) -> list[PublishOutcome]:
     """Publishes `version` to this tenant's backends serving `version.name` (or the listed ones). Tenancy:
     only the tenant's backends. Not one transaction: each backend is swapped in turn and its row updated
-    after its swap succeeded. Audited per call. `admin_token` defaults to the installation's."""
-    if admin_token is None:
-        admin_token = settings.AREAL_INFERENCE_ADMIN_TOKEN
+    after its swap succeeded. Audited per call. `admin_token` (None: each server gets its own token,
+    apps/inference/admin_tokens.py) overrides the token sent to every operator-listed backend."""
     backends = [
         b
         for b in backend_list(tenant=tenant, served_model=version.name)
@@ -129,6 +131,9 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
     import time
 
     started = time.perf_counter()
+    refusal = _shared_server_refusal(tenant=tenant, actor=actor, backend=backend, version=version)
+    if refusal:
+        return PublishOutcome(backend.pk, backend.name, False, 0.0, refusal)
     swap = _SwapRecord(backend=backend, to_version=str(version.number))
     if drain:
         backend_update(
@@ -138,7 +143,8 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
         target = backend_url_check(
             backend.base_url
         )  # before any connection; again on connect (the transport)
-        token = admin_token if target.operator_listed else None
+        # Only this server's own token, and only to an address an operator listed.
+        token = (admin_token or inference_admin_token(backend.base_url)) if target.operator_listed else None
         if backend.kind == BackendKind.EMBEDDED:
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             swap.paused(time.time())  # the server swaps at a step boundary during the call
@@ -196,6 +202,27 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
     backend_update(tenant=tenant, actor=actor, backend_id=backend.pk, changes=changes)
     backend_record_health(backend_id=backend.pk, healthy=True)
     return PublishOutcome(backend.pk, backend.name, True, time.perf_counter() - started)
+
+
+def _shared_server_refusal(*, tenant, actor, backend, version) -> str:
+    """Why `backend` takes no weights, or "": a server that also serves another tenant (a backend of theirs on the
+    same server, apps/inference/grants.py) never does, or one tenant's publication would change what another's
+    gateway stamps with its own version. The refusal is audited (`model_version.publish_refused`)."""
+    if not backend_server_shared(tenant=tenant, base_url=backend.base_url):
+        return ""
+    reason = (
+        f"{backend.name}'s server also serves another tenant; a shared server never takes a weight publication "
+        "(an operator gives each tenant servers of its own: manage.py backendgrant)"
+    )
+    with transaction.atomic():
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            verb="model_version.publish_refused",
+            target=version,
+            data={"backend": backend.name, "reason": "shared_server"},
+        )
+    return reason
 
 
 class _SwapRecord:

@@ -5,8 +5,6 @@ on the filesystem under var/, an in-memory channel layer relayed between local p
 and REDIS_URL switch to the real services.
 """
 
-import hashlib
-import hmac
 import os
 from pathlib import Path
 
@@ -26,7 +24,10 @@ BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(env_str("AREAL_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", "insecure-embedded-default-do-not-use-in-production")
+# Django's signing key (sessions, CSRF, password reset). Unset: generated once into the var folder (the embedded
+# default); production requires it. It is one of three independent secrets: the backend credentials' key
+# (AREAL_SECRETS_KEY) and the inference admin secret (AREAL_INFERENCE_ADMIN_SECRET) derive nothing from it.
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "") or generated_secret(VAR_DIR / "django-secret-key")
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
@@ -390,6 +391,10 @@ AREAL_BACKEND_ALLOWED_HOSTS = env_list(
     ]
     + ["public"],
 )
+# Which of those addresses (operator-listed ones; `public` needs none) each tenant may register a backend at, besides
+# the grants the operator writes with `manage.py backendgrant` (apps/inference/grants.py): entries TENANT=HOST:PORT,
+# TENANT a slug or * (every tenant). Default: none.
+AREAL_BACKEND_GRANTS = env_list("AREAL_BACKEND_GRANTS", [])
 # Largest backend response body the gateway reads (a larger one answers 502 backend_response_too_large).
 AREAL_GATEWAY_MAX_RESPONSE_BYTES = env_int("AREAL_GATEWAY_MAX_RESPONSE_BYTES", 32 * 1024 * 1024)
 # How often a gateway process reads again the served versions and weight swaps of the backends it forwards to
@@ -398,21 +403,16 @@ AREAL_GATEWAY_SWAP_REFRESH_MS = env_int("AREAL_GATEWAY_SWAP_REFRESH_MS", 250)
 # vLLM's pause mode during a publication: "wait" (in-flight requests finish on the old weights first) or "keep"
 # (they freeze and continue on the new weights; a stream then spans two versions, split by the gateway).
 AREAL_VLLM_PAUSE_MODE = env_choice("AREAL_VLLM_PAUSE_MODE", ("wait", "keep"), "wait")
-# Bearer token of the embedded inference servers' admin API (weight loads, pause): they refuse every admin call
-# without it, and publication sends it (only to operator-listed backend addresses). Unset: derived from
-# DJANGO_SECRET_KEY when that is set (every host of a deployment agrees), else generated once into the var folder.
-AREAL_INFERENCE_ADMIN_TOKEN = env_str("AREAL_INFERENCE_ADMIN_TOKEN", "") or (
-    hmac.new(SECRET_KEY.encode(), b"areal-inference-admin-token", hashlib.sha256).hexdigest()
-    if env_str("DJANGO_SECRET_KEY", "")
-    else generated_secret(VAR_DIR / "inference-admin-token")
+# The embedded inference servers' admin API (weight loads, pause) needs a bearer token, each server its own:
+# HMAC-SHA256 of its HOST:PORT under this secret (apps/inference/admin_tokens.py). `up` and the demo start each
+# server with its token; publication sends a backend only its server's token, and only to operator-listed
+# addresses. Unset: generated once into the var folder; production requires it. Derived from no other secret.
+AREAL_INFERENCE_ADMIN_SECRET = env_str("AREAL_INFERENCE_ADMIN_SECRET", "") or generated_secret(
+    VAR_DIR / "inference-admin-secret"
 )
 # Tenants' backend credentials (API keys of hosted providers) are stored encrypted (apps/inference/credentials.py:
-# Fernet, a key derived by SHA-256 from this secret). Any long random string; unset: derived from DJANGO_SECRET_KEY
-# when that is set (every host of a deployment agrees), else generated once into the var folder. To change it, move
-# the old secret to AREAL_SECRETS_PREVIOUS_KEYS (comma-separated, read only to decrypt) and set credentials again.
-AREAL_SECRETS_KEY = env_str("AREAL_SECRETS_KEY", "") or (
-    hmac.new(SECRET_KEY.encode(), b"areal-secrets-key", hashlib.sha256).hexdigest()
-    if env_str("DJANGO_SECRET_KEY", "")
-    else generated_secret(VAR_DIR / "secrets-key")
-)
+# Fernet, a key derived by SHA-256 from this secret). Any long random string; unset: generated once into the var
+# folder; production requires it. Derived from no other secret. To change it, move the old secret to
+# AREAL_SECRETS_PREVIOUS_KEYS (comma-separated, read only to decrypt) and set credentials again.
+AREAL_SECRETS_KEY = env_str("AREAL_SECRETS_KEY", "") or generated_secret(VAR_DIR / "secrets-key")
 AREAL_SECRETS_PREVIOUS_KEYS = env_list("AREAL_SECRETS_PREVIOUS_KEYS", [])

@@ -1,12 +1,20 @@
 """Production: refuses to start unless it is configured safely.
 
-Required: DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DEBUG off. Passes `manage.py check --deploy`.
+Required: DJANGO_SECRET_KEY, AREAL_SECRETS_KEY and AREAL_INFERENCE_ADMIN_SECRET (three different values),
+DJANGO_ALLOWED_HOSTS, DEBUG off. Passes `manage.py check --deploy`.
 """
 
 from areal_web.env import ConfigurationError, env_bool, env_int, env_list, env_str
 from areal_web.settings.base import *  # noqa: F403
 
 SECRET_KEY = env_str("DJANGO_SECRET_KEY")
+# Independent secrets: none is derived from another, and none may be another's value.
+AREAL_SECRETS_KEY = env_str("AREAL_SECRETS_KEY")
+AREAL_INFERENCE_ADMIN_SECRET = env_str("AREAL_INFERENCE_ADMIN_SECRET")
+if len({SECRET_KEY, AREAL_SECRETS_KEY, AREAL_INFERENCE_ADMIN_SECRET}) < 3:
+    raise ConfigurationError(
+        "DJANGO_SECRET_KEY, AREAL_SECRETS_KEY and AREAL_INFERENCE_ADMIN_SECRET must be three different secrets"
+    )
 if env_bool("DJANGO_DEBUG", False):
     raise ConfigurationError("DJANGO_DEBUG must be off in production settings")
 DEBUG = False

@@ -33,6 +33,8 @@ from areal_web.settings.base import DATABASES  # noqa: E402
 DEBUG = False
 # Test servers listen on random loopback ports; the tests of the allow-list set the embedded default themselves.
 AREAL_BACKEND_ALLOWED_HOSTS = env_list("AREAL_BACKEND_ALLOWED_HOSTS", ["127.0.0.1:*", "[::1]:*"])
+# ... and every tenant may register them (apps/inference/grants.py); the tests of grants set their own.
+AREAL_BACKEND_GRANTS = env_list("AREAL_BACKEND_GRANTS", ["*=127.0.0.1:*", "*=[::1]:*"])
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -29,6 +29,8 @@ def _run_check(env_overrides: dict, *args) -> subprocess.CompletedProcess:
 
 SAFE = {
     "DJANGO_SECRET_KEY": "x" * 64 + "-production-secret-for-the-check",
+    "AREAL_SECRETS_KEY": "y" * 64 + "-credentials-secret-for-the-check",
+    "AREAL_INFERENCE_ADMIN_SECRET": "z" * 64 + "-inference-admin-secret-for-the-check",
     "DJANGO_ALLOWED_HOSTS": "areal.example.com",
 }
 

@@ -137,10 +137,19 @@ def test_every_address_a_name_resolves_to_is_checked(api_client, embedded_allow_
     assert off_machine(attempts) == []
 
 
-def test_an_operator_listed_name_may_resolve_to_a_private_address(api_client, settings, fake_dns):
+def test_an_operator_listed_name_may_resolve_to_a_private_address(api_client, tenant, settings, fake_dns):
+    """... once the operator granted it to the tenant (apps/inference/grants.py)."""
     settings.AREAL_BACKEND_ALLOWED_HOSTS = ["inference.internal:8100", "10.0.0.0/8:9000"]
+    settings.AREAL_BACKEND_GRANTS = []
     fake_dns({"inference.internal": ["10.0.0.9"]})
     client = api_client(["admin"])
+    ungranted = client.post(
+        "/api/v1/backends/", {**BODY, "base_url": "http://inference.internal:8100"}, format="json"
+    )
+    assert ungranted.status_code == 400
+    assert ungranted.json()["error"]["fields"] == {"base_url": ["not_granted"]}
+    for pattern in ("inference.internal:8100", "10.0.0.0/8:9000"):
+        call_command("backendgrant", tenant.slug, pattern, stdout=StringIO())
     assert (
         client.post(
             "/api/v1/backends/", {**BODY, "base_url": "http://inference.internal:8100"}, format="json"
@@ -290,14 +299,26 @@ def test_only_operator_listed_addresses_count_as_listed_for_the_admin_token(sett
     assert attempts == []
 
 
-def test_the_stack_lists_its_own_inference_ports_and_shares_the_admin_token(settings):
-    from apps.core.management.commands.up import stack_environment
+def test_the_stack_lists_its_own_inference_ports_and_gives_each_server_its_own_token(settings):
+    from apps.core.management.commands.up import inference_server_environment, stack_environment
+    from apps.inference.admin_tokens import inference_admin_token
 
     settings.AREAL_BACKEND_ALLOWED_HOSTS = list(EMBEDDED_ALLOWED_HOSTS)
     environment = stack_environment({}, host="127.0.0.1", inference_ports=[8100, 9555])
-    assert environment["AREAL_INFERENCE_ADMIN_TOKEN"] == settings.AREAL_INFERENCE_ADMIN_TOKEN
-    assert len(settings.AREAL_INFERENCE_ADMIN_TOKEN) >= 32
+    assert "AREAL_INFERENCE_ADMIN_TOKEN" not in environment  # not in the web's and workers' environment
     assert environment["AREAL_BACKEND_ALLOWED_HOSTS"].split(",") == [
         *EMBEDDED_ALLOWED_HOSTS,
         "127.0.0.1:9555",
     ]
+    tokens = [
+        inference_server_environment(environment, url=f"http://127.0.0.1:{port}")[
+            "AREAL_INFERENCE_ADMIN_TOKEN"
+        ]
+        for port in (8100, 8101)
+    ]
+    assert tokens == [
+        inference_admin_token("http://127.0.0.1:8100"),
+        inference_admin_token("http://127.0.0.1:8101"),
+    ]
+    assert tokens[0] != tokens[1]
+    assert min(len(token) for token in tokens) >= 32

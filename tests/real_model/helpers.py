@@ -83,12 +83,13 @@ def server_version(url: str, admin_token: str) -> int:
 def ensure_serving(kind: str, url: str, model_dir, version: int) -> None:
     """The server serves `model_dir` as `version` (loaded when it serves another version): the tests that
     read the base's logprobs and the ones that need the trained weights run in any order."""
-    from django.conf import settings
 
     from workers.inference.vllm import VllmAdmin
 
     if kind == BackendKind.EMBEDDED:
-        token = settings.AREAL_INFERENCE_ADMIN_TOKEN
+        from apps.inference.admin_tokens import inference_admin_token
+
+        token = inference_admin_token(url)
         if server_version(url, token) != version:
             httpx.post(
                 f"{url}/admin/load",

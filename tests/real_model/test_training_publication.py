@@ -7,9 +7,9 @@ import time
 import openai
 import pytest
 import torch
-from django.conf import settings
 
 from apps.audit.services import Actor
+from apps.inference.admin_tokens import inference_admin_token
 from apps.inference.models import BackendKind, InferenceBackend
 from apps.training.publication import model_version_publish
 from apps.training.selectors import training_records
@@ -224,7 +224,7 @@ def test_publishing_the_trained_version_swaps_both_servers_with_no_failed_reques
                 assert version == "old"
             if record.started > published:
                 assert version == "new"
-    assert server_version(embedded_url, settings.AREAL_INFERENCE_ADMIN_TOKEN) == TRAINED_VERSION
+    assert server_version(embedded_url, inference_admin_token(embedded_url)) == TRAINED_VERSION
     with VllmAdmin(vllm.base_url) as admin:
         assert admin.weight_version() == str(TRAINED_VERSION)
 

@@ -7,9 +7,9 @@ import time
 
 import httpx
 import pytest
-from django.conf import settings as django_settings
 
 from apps.audit.services import Actor
+from apps.inference.admin_tokens import inference_admin_token
 from apps.inference.models import BackendKind, BackendState
 from apps.training.models import JobStatus, TrainingJob, TrainingMetric
 from apps.training.publication import model_version_publish
@@ -81,7 +81,7 @@ def test_a_short_job_produces_a_version_the_embedded_server_serves(
         outcomes = model_version_publish(tenant=tenant, actor=USER, version=version)
         assert [outcome.ok for outcome in outcomes] == [True], outcomes
         assert httpx.get(f"{url}/admin/version").status_code == 401  # the admin API needs the token
-        admin_headers = {"Authorization": f"Bearer {django_settings.AREAL_INFERENCE_ADMIN_TOKEN}"}
+        admin_headers = {"Authorization": f"Bearer {inference_admin_token(url)}"}
         assert httpx.get(f"{url}/admin/version", headers=admin_headers).json()["version"] == 1
         reply = httpx.post(
             f"{url}/v1/completions", json={"model": MODEL, "prompt": "hello", "max_tokens": 3}, timeout=60

@@ -1,11 +1,12 @@
-"""Publication through the REST API: the embedded server's admin API refuses calls without the installation's
-admin token, publication sends it; a backend whose address is not allowed is refused before any connection;
-no redirect is followed."""
+"""Publication through the REST API: the embedded server's admin API refuses calls without its own admin token
+(another server's included), publication sends it; a server that also serves another tenant takes no weights; a
+backend whose address is not allowed is refused before any connection; no redirect is followed."""
 
 import httpx
 import pytest
-from django.conf import settings as django_settings
 
+from apps.audit.models import AuditEvent
+from apps.inference.admin_tokens import inference_admin_token
 from apps.inference.models import BackendKind, BackendState
 from tests.inference.factories import BackendFactory
 from tests.network import EMBEDDED_ALLOWED_HOSTS, listener, scripted_http_server
@@ -44,10 +45,61 @@ def test_publication_sends_the_admin_token_the_embedded_server_requires(
         )
         outcomes = publish(api_client, base)
         assert [outcome["ok"] for outcome in outcomes] == [True], outcomes
-        token = {"Authorization": f"Bearer {django_settings.AREAL_INFERENCE_ADMIN_TOKEN}"}
+        token = {"Authorization": f"Bearer {inference_admin_token(url)}"}
         assert httpx.get(f"{url}/admin/version", headers=token).json()["version"] == base.number
     backend.refresh_from_db()
     assert backend.model_version == str(base.number)
+
+
+def test_each_embedded_server_takes_only_its_own_admin_token(api_client, tenant, default_model_dir, tmp_path):
+    """One installation token no longer opens every server: another server's token is refused; publication
+    sends the server's own."""
+    base = base_version(tenant, default_model_dir)
+    with inference_server(
+        default_model_dir, served_model=MODEL, version="7", log_path=tmp_path / "inf.log"
+    ) as url:
+        port = int(url.rsplit(":", 1)[1])
+        for other in (f"http://127.0.0.1:{port + 1}", "http://127.0.0.1:8100", f"http://localhost:{port}"):
+            wrong = {"Authorization": f"Bearer {inference_admin_token(other)}"}
+            load = {"path": str(default_model_dir), "version": 3}
+            assert httpx.post(f"{url}/admin/load", json=load, headers=wrong).status_code == 401
+        own = {"Authorization": f"Bearer {inference_admin_token(url)}"}
+        assert httpx.get(f"{url}/admin/version", headers=own).json()["version"] == 7
+        BackendFactory(tenant=tenant, name="embedded", base_url=url, served_model=MODEL, model_version="7")
+        assert [outcome["ok"] for outcome in publish(api_client, base)] == [True]
+        assert httpx.get(f"{url}/admin/version", headers=own).json()["version"] == base.number
+
+
+def test_a_server_that_serves_two_tenants_takes_no_weights(
+    api_client, tenant, other_tenant, default_model_dir, tmp_path
+):
+    """Tenant A's backend on the server B's backend uses (a row older than the grants): A's publication is
+    refused, audited, and the server keeps B's weights and version."""
+    base = base_version(tenant, default_model_dir)
+    with inference_server(
+        default_model_dir, served_model=MODEL, version="7", log_path=tmp_path / "inf.log"
+    ) as url:
+        theirs = BackendFactory(
+            tenant=other_tenant, name="embedded", base_url=url, served_model=MODEL, model_version="7"
+        )
+        ours = BackendFactory(
+            tenant=tenant,
+            name="borrowed",
+            base_url=url.replace("127.0.0.1", "localhost"),
+            served_model=MODEL,
+            model_version="7",
+        )
+        (outcome,) = publish(api_client, base)
+        assert outcome["ok"] is False
+        assert "also serves another tenant" in outcome["error"]
+        assert other_tenant.slug not in outcome["error"]
+        own = {"Authorization": f"Bearer {inference_admin_token(url)}"}
+        assert httpx.get(f"{url}/admin/version", headers=own).json()["version"] == 7
+    ours.refresh_from_db()
+    theirs.refresh_from_db()
+    assert (ours.model_version, ours.state, theirs.model_version) == ("7", BackendState.UP, "7")
+    refused = AuditEvent.objects.get(tenant=tenant, verb="model_version.publish_refused")
+    assert refused.data == {"backend": "borrowed", "reason": "shared_server"}
 
 
 def test_publication_to_a_disallowed_address_is_refused_before_connecting(

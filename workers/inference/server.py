@@ -1,11 +1,18 @@
 """The embedded OpenAI-compatible server (Starlette) over one InferenceEngine.
 
     python -m workers.inference.server --model DIR --port 8100 [--host 127.0.0.1]
-        [--served-model-name NAME ...] [--model-version V] [--admin-token TOKEN] [--threads N]
+        [--served-model-name NAME ...] [--model-version V] [--admin-token TOKEN] [--model-store DIR ...]
+        [--threads N]
 
 The admin API (/admin/*) always needs `Authorization: Bearer <token>`: the token comes from --admin-token or
-the environment variable AREAL_INFERENCE_ADMIN_TOKEN (what `manage.py up` and the demo pass, from settings);
-a server started with neither refuses every admin call.
+the environment variable AREAL_INFERENCE_ADMIN_TOKEN (what `manage.py up` and the demo pass: this server's own
+token, apps/inference/admin_tokens.py); a server started with neither refuses every admin call.
+
+`/admin/load` loads only directories inside the model store: the folders given by --model-store (repeatable), else
+the environment variable AREAL_INFERENCE_MODEL_STORE (folders separated by the path separator), else the folder
+that holds --model (`up` serves var/models/default, so var/models, where trained versions are exported). A path
+that is relative, names `..`, resolves outside the store or holds a link that leads out of it answers 403
+`outside_model_store` before anything is read.
 """
 
 import argparse
@@ -16,6 +23,7 @@ import os
 import time
 from contextlib import asynccontextmanager
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 from starlette.applications import Starlette
@@ -43,15 +51,55 @@ from workers.inference.stream import EngineFailure, GenerationResult, RequestStr
 from workers.inference.streaming import ChatChunks, CompletionChunks
 
 ADMIN_TOKEN_ENV = "AREAL_INFERENCE_ADMIN_TOKEN"
+MODEL_STORE_ENV = "AREAL_INFERENCE_MODEL_STORE"
+
+
+def _outside_store(reason: str) -> ApiError:
+    return ApiError(
+        403,
+        f"path {reason}; this server loads only directories inside its model store (--model-store)",
+        error_type="permission_error",
+        code="outside_model_store",
+        param="path",
+    )
+
+
+def store_path(path: str, roots: tuple[Path, ...]) -> Path:
+    """`path` resolved, when it is an absolute path without `..` whose directory, and every link inside it, stays
+    inside one of `roots` (resolved folders); ApiError 403 otherwise."""
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        raise _outside_store("must be absolute")
+    if ".." in candidate.parts:
+        raise _outside_store("must not contain '..'")
+    resolved = candidate.resolve()
+
+    def inside(target: Path) -> bool:
+        return any(target == root or target.is_relative_to(root) for root in roots)
+
+    if not inside(resolved):
+        raise _outside_store("is outside the model store")
+    for folder, directories, files in os.walk(resolved):
+        for name in (*directories, *files):
+            entry = Path(folder) / name
+            if entry.is_symlink() and not inside(entry.resolve()):
+                raise _outside_store("holds a link that leads outside the model store")
+    return resolved
 
 
 class InferenceServer:
     def __init__(
-        self, engine: InferenceEngine, *, served_model_names: list[str], admin_token: str | None = None
+        self,
+        engine: InferenceEngine,
+        *,
+        served_model_names: list[str],
+        admin_token: str | None = None,
+        model_store=(),
     ):
         self.engine = engine
         self.served_model_names = list(served_model_names)
         self.admin_token = admin_token
+        self.model_store = tuple(Path(root).resolve() for root in model_store)
 
     # ---- OpenAI endpoints --------------------------------------------------------------------------
 
@@ -198,9 +246,10 @@ class InferenceServer:
         recompute_kv = body.get("recompute_kv", True)
         if not isinstance(recompute_kv, bool):
             raise invalid("recompute_kv", "must be true or false")
+        checked = store_path(path, self.model_store)
         try:
             report = await asyncio.to_thread(
-                self.engine.load_checkpoint, path, version=version, recompute_kv=recompute_kv
+                self.engine.load_checkpoint, str(checked), version=version, recompute_kv=recompute_kv
             )
         except CheckpointRefused as error:
             code = "tokenizer_mismatch" if error.status == 409 else "invalid_checkpoint"
@@ -264,11 +313,19 @@ async def _unexpected_error_handler(request: Request, error: Exception) -> JSONR
 
 
 def create_app(
-    engine: InferenceEngine, *, served_model_names: list[str] | None = None, admin_token: str | None = None
+    engine: InferenceEngine,
+    *,
+    served_model_names: list[str] | None = None,
+    admin_token: str | None = None,
+    model_store=None,
 ) -> Starlette:
-    """The ASGI app. It starts the engine's thread on startup if needed and stops it on shutdown."""
+    """The ASGI app. It starts the engine's thread on startup if needed and stops it on shutdown. `model_store`:
+    the folders /admin/load may load from (default: the folder holding the engine's model)."""
     server = InferenceServer(
-        engine, served_model_names=served_model_names or [engine.model_dir], admin_token=admin_token
+        engine,
+        served_model_names=served_model_names or [engine.model_dir],
+        admin_token=admin_token,
+        model_store=model_store or [Path(engine.model_dir).resolve().parent],
     )
 
     @asynccontextmanager
@@ -328,6 +385,13 @@ def main(argv=None) -> None:
         help=f"bearer token required on /admin/* (default: ${ADMIN_TOKEN_ENV}; without one the admin "
         "API refuses every call)",
     )
+    parser.add_argument(
+        "--model-store",
+        action="append",
+        metavar="DIR",
+        help=f"a folder /admin/load may load from (repeatable; default: ${MODEL_STORE_ENV}, folders separated "
+        "by the path separator, else the folder holding --model)",
+    )
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--max-model-len", type=int, help="default: the model's max_position_embeddings")
     parser.add_argument(
@@ -351,10 +415,14 @@ def main(argv=None) -> None:
         max_model_len=arguments.max_model_len,
         prefix_cache_tokens=arguments.prefix_cache_tokens,
     )
+    store = arguments.model_store or [
+        folder for folder in os.environ.get(MODEL_STORE_ENV, "").split(os.pathsep) if folder
+    ]
     app = create_app(
         engine,
         served_model_names=arguments.served_model_name or [arguments.model],
         admin_token=arguments.admin_token,
+        model_store=store or [Path(arguments.model).resolve().parent],
     )
     uvicorn.run(app, host=arguments.host, port=arguments.port, log_level="warning")
 

@@ -8,6 +8,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,11 +108,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(model_dir, *, admin_token=None, served_model_names=("default",), **engine_options):
+def serve(
+    model_dir, *, admin_token=None, served_model_names=("default",), model_store=None, **engine_options
+):
+    """`model_store` default: the session's temporary root, which holds every model these tests make."""
     import uvicorn
 
     engine = InferenceEngine(model_dir, **engine_options)
-    app = create_app(engine, served_model_names=list(served_model_names), admin_token=admin_token)
+    app = create_app(
+        engine,
+        served_model_names=list(served_model_names),
+        admin_token=admin_token,
+        model_store=model_store or [Path(model_dir).resolve().parents[1]],
+    )
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

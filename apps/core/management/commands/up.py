@@ -23,10 +23,10 @@ from areal_web.queues import Queue
 
 
 def stack_environment(environment: dict, *, host: str, inference_ports) -> dict:
-    """`environment` plus what the stack's processes share about the embedded inference servers: their admin
-    token (they refuse every admin call without it; publication sends it) and, when they listen where the
-    backend allow-list does not reach (--inference-port, HOST), their addresses added to it, here and for the
-    processes started (AREAL_BACKEND_ALLOWED_HOSTS)."""
+    """`environment` plus what the stack's processes share about the embedded inference servers: when they listen
+    where the backend allow-list does not reach (--inference-port, HOST), their addresses added to it, here and for
+    the processes started (AREAL_BACKEND_ALLOWED_HOSTS). Each server's admin token goes to that server alone
+    (`inference_server_environment`)."""
     from apps.inference.egress import BackendAddressRefused, backend_url_check
 
     bracketed = f"[{host}]" if ":" in host else host
@@ -39,8 +39,21 @@ def stack_environment(environment: dict, *, host: str, inference_ports) -> dict:
     if missing:
         settings.AREAL_BACKEND_ALLOWED_HOSTS = [*settings.AREAL_BACKEND_ALLOWED_HOSTS, *missing]
         environment["AREAL_BACKEND_ALLOWED_HOSTS"] = ",".join(settings.AREAL_BACKEND_ALLOWED_HOSTS)
-    environment["AREAL_INFERENCE_ADMIN_TOKEN"] = settings.AREAL_INFERENCE_ADMIN_TOKEN
     return environment
+
+
+def inference_server_environment(environment: dict, *, url: str, model_store=()) -> dict:
+    """The environment of the embedded inference server at `url`: its own admin token (it refuses every admin
+    call without it; publication sends it) and its model store, the folders /admin/load may load from: the one
+    trained versions are exported to (AREAL_MODELS_DIR) and `model_store`."""
+    from apps.inference.admin_tokens import inference_admin_token
+
+    folders = dict.fromkeys(str(folder) for folder in (settings.AREAL_MODELS_DIR, *model_store))
+    return {
+        **environment,
+        "AREAL_INFERENCE_ADMIN_TOKEN": inference_admin_token(url),
+        "AREAL_INFERENCE_MODEL_STORE": os.pathsep.join(folders),
+    }
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -146,8 +159,13 @@ class Command(BaseCommand):
         environment = stack_environment(
             environment, host=host, inference_ports=[inference_port] if inference_port else []
         )
+        environments = {  # each inference server gets its own token (and the folders it may load from)
+            "inference": inference_server_environment(
+                environment, url=f"http://{host}:{inference_port}", model_store=[model_dir.parent]
+            )
+        }
         processes = {
-            name: subprocess.Popen(command, env=environment, start_new_session=True)
+            name: subprocess.Popen(command, env=environments.get(name, environment), start_new_session=True)
             for name, command in commands.items()
         }
         if inference_port:

@@ -4,14 +4,20 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.audit.services import Actor
 from apps.core.errors import DomainError
+from apps.inference.egress import backend_url_check
+from apps.inference.grants import host_port
 from apps.inference.models import CAPABILITY_FIELDS, BackendKind, CapParameter
 from apps.inference.selectors import backend_by_name
-from apps.inference.services import backend_check, backend_register, backend_update
+from apps.inference.services import backend_check, backend_grant_create, backend_register, backend_update
 from apps.tenants.selectors import tenant_get_by_slug
 
 
 class Command(BaseCommand):
-    help = "Registers an inference backend for a tenant (or updates the one with that name) and probes it."
+    help = (
+        "Registers an inference backend for a tenant (or updates the one with that name) and probes it. An address "
+        "of the operator's (AREAL_BACKEND_ALLOWED_HOSTS, not `public`) is granted to the tenant first, as "
+        "`backendgrant` does; one that is another tenant's is refused."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("tenant_slug")
@@ -58,6 +64,8 @@ class Command(BaseCommand):
             fields["credential"] = credential
         try:
             tenant = tenant_get_by_slug(slug=tenant_slug)
+            if backend_url_check(url).operator_listed:  # the operator registering is the operator granting
+                backend_grant_create(tenant=tenant, actor=actor, address=host_port(url))
             existing = backend_by_name(tenant=tenant, name=name)
             if existing:
                 backend = backend_update(tenant=tenant, actor=actor, backend_id=existing.pk, changes=fields)
