@@ -16,7 +16,16 @@ $(INSTALLED): pyproject.toml
 	@$(BIN)/pip install -q -e '.[dev]' $(PIP_QUIET)
 	@touch $(INSTALLED)
 
-install: $(INSTALLED)
+# BFCL (workers/envs/bfcl): the Berkeley Function Calling Leaderboard's data and checkers, from PyPI, installed
+# without its declared dependencies (provider SDKs, pinned numpy, vLLM): only its data files and its checker
+# modules are used, and they need nothing outside the standard library but mpmath, which torch's sympy brings.
+BFCL_INSTALLED := $(VENV)/.installed-bfcl
+
+$(BFCL_INSTALLED): $(INSTALLED)
+	@$(BIN)/pip install -q --no-deps 'bfcl-eval==2026.3.23' $(PIP_QUIET)
+	@touch $(BFCL_INSTALLED)
+
+install: $(INSTALLED) $(BFCL_INSTALLED)
 
 # Headless Chromium for the browser tests, from Debian's packages (Playwright drives it; it cannot
 # download its own browser here).
