@@ -11,12 +11,16 @@ from apps.rewards.runner import evaluators_run, judge_evaluator_run
     max_retries=3,
     autoretry_for=(ConnectionError,),
     retry_backoff=True,
+    soft_time_limit=600,
+    time_limit=660,
 )
 def run_evaluators(trajectory_id: str, evaluator_id: int | None = None) -> dict:
     """Runs the trajectory's tenant's enabled evaluators, or only `evaluator_id` (apps.rewards.runner).
     Idempotent: one reward per evaluator version and trajectory. An evaluator that cannot judge is skipped
-    (terminal); a ConnectionError is retried (at most 3 times, backing off). Each stored reward enqueues the
-    trajectory's qualification."""
+    (terminal; a tenant pattern that backtracks is stopped after workers.rewards.evaluators.PATTERN_SECONDS,
+    a program after its timeout_s, at most 60 s); a ConnectionError is retried (at most 3 times, backing
+    off). The task is stopped after 600 s (soft; 660 s hard). Each stored reward enqueues the trajectory's
+    qualification."""
     return evaluators_run(trajectory_id=trajectory_id, evaluator_id=evaluator_id)
 
 

@@ -6,6 +6,9 @@ of 1-64 characters, at most 1000 characters of pattern, no pattern matching the 
 repetitions expand past `MAX_CUSTOM_PATTERN_SIZE` (compiling ``(?:a{1000}){1000}`` alone takes seconds and
 hundreds of MB). They run on the `regex` module, which releases the GIL while it matches and stops a match
 at a timeout, so a catastrophic pattern such as ``(a+)+$`` costs at most the time left to the scan call.
+
+`tenant_regex` and `tenant_regex_search` are the same validation and the same bounded matching for every
+other regular expression a tenant writes (reward evaluators, eval scorers): no tenant pattern runs on `re`.
 """
 
 from __future__ import annotations
@@ -60,23 +63,44 @@ def patterns_from_policy(items: object) -> tuple[CustomPattern, ...]:
 
 
 def _compile_custom(custom: CustomPattern) -> regex.Pattern:
-    """Parsed as a Python `re` pattern (the documented syntax, and a parser that does not expand counted
-    repetitions), then compiled by `regex`, the engine that runs it with a timeout."""
-    if len(custom.regex) > MAX_CUSTOM_PATTERN_LENGTH:
-        raise InvalidPattern(custom.name, f"longer than {MAX_CUSTOM_PATTERN_LENGTH} characters")
-    try:
-        parsed = _sre_parser.parse(custom.regex)
-    except (re.error, RecursionError, OverflowError) as error:
-        raise InvalidPattern(custom.name, str(error)) from error
-    if _expanded_size(parsed) > MAX_CUSTOM_PATTERN_SIZE:
-        raise InvalidPattern(custom.name, "its repetitions are too large (keep counts such as {n} small)")
-    try:
-        pattern = regex.compile(custom.regex, flags=regex.V0)
-    except (regex.error, ValueError, OverflowError, RecursionError) as error:
-        raise InvalidPattern(custom.name, str(error)) from error
+    """A tenant PII pattern: `tenant_regex`, and it may not match the empty string."""
+    pattern = tenant_regex(custom.regex, name=custom.name)
     if pattern.fullmatch(""):
         raise InvalidPattern(custom.name, "matches the empty string")
     return pattern
+
+
+def tenant_regex(source: object, *, name: str = "", ignore_case: bool = False) -> regex.Pattern:
+    """A tenant's regular expression, checked and compiled: parsed as a Python `re` pattern (the documented
+    syntax, and a parser that does not expand counted repetitions), at most MAX_CUSTOM_PATTERN_LENGTH
+    characters, repetitions written out at most MAX_CUSTOM_PATTERN_SIZE, then compiled by `regex`, the engine
+    that runs it with a timeout (`tenant_regex_search`). Raises InvalidPattern naming `name`."""
+    if not isinstance(source, str):
+        raise InvalidPattern(name, "the pattern must be a string")
+    if len(source) > MAX_CUSTOM_PATTERN_LENGTH:
+        raise InvalidPattern(name, f"longer than {MAX_CUSTOM_PATTERN_LENGTH} characters")
+    flags = re.IGNORECASE if ignore_case else 0
+    try:
+        parsed = _sre_parser.parse(source, flags)
+    except (re.error, RecursionError, OverflowError) as error:
+        raise InvalidPattern(name, str(error)) from error
+    if _expanded_size(parsed) > MAX_CUSTOM_PATTERN_SIZE:
+        raise InvalidPattern(name, "its repetitions are too large (keep counts such as {n} small)")
+    try:
+        return regex.compile(source, flags=regex.V0 | (regex.IGNORECASE if ignore_case else 0))
+    except (regex.error, ValueError, OverflowError, RecursionError) as error:
+        raise InvalidPattern(name, str(error)) from error
+
+
+def tenant_regex_search(
+    pattern: regex.Pattern, text: str, *, seconds: float, whole: bool = False
+) -> regex.Match | None:
+    """The first match of a tenant pattern in `text` (`whole`: the whole text), or None, spending at most
+    `seconds` with the GIL released; past them raises TimeoutError (the pattern backtracks on this text,
+    such as ``(a+)+$`` on "aaaa…!")."""
+    if whole:
+        return pattern.fullmatch(text, timeout=seconds, concurrent=True)
+    return pattern.search(text, timeout=seconds, concurrent=True)
 
 
 _REPEATS = (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT, _sre_constants.POSSESSIVE_REPEAT)

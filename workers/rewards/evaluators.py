@@ -1,15 +1,24 @@
 """Rule-based evaluators: a trajectory's outcome in, a reward value out. Pure except `program_check`, which
-runs an operator-installed program from a fixed directory with the outcome as JSON on stdin."""
+runs an operator-installed program from a fixed directory with the outcome as JSON on stdin.
+
+A tenant's `regex` runs as tenant PII patterns do (workers.pii.patterns: checked when compiled, matched on
+the `regex` engine with a timeout): a pattern that backtracks on an answer is stopped after PATTERN_SECONDS
+and the evaluator cannot judge (EvaluatorError), instead of holding the worker."""
 
 import json
 import math
 import os
-import re
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import jsonschema
+
+from workers.pii.base import InvalidPattern
+from workers.pii.patterns import tenant_regex, tenant_regex_search
+
+PATTERN_SECONDS = 1.0  # one tenant pattern on one answer
+MAX_PROGRAM_SECONDS = 60.0  # a program check's `timeout_s` at most (default 10)
 
 
 @dataclass(frozen=True)
@@ -66,15 +75,21 @@ def exact_match(outcome: Outcome, config: dict) -> EvaluatorResult:
 
 def regex_match(outcome: Outcome, config: dict) -> EvaluatorResult:
     """1 when the pattern is found in the final answer (`fullmatch: true` for the whole answer)."""
+    if "pattern" not in config:
+        raise EvaluatorError("bad pattern: config.pattern is required")
     try:
-        pattern = re.compile(config["pattern"], re.IGNORECASE if config.get("ignore_case") else 0)
-    except (KeyError, re.error) as error:
-        raise EvaluatorError(f"bad pattern: {error}") from None
-    found = (
-        pattern.fullmatch(outcome.final_text.strip())
-        if config.get("fullmatch")
-        else pattern.search(outcome.final_text)
-    )
+        pattern = tenant_regex(config["pattern"], name="pattern", ignore_case=bool(config.get("ignore_case")))
+    except InvalidPattern as error:
+        raise EvaluatorError(f"bad pattern: {error.reason}") from None
+    whole = bool(config.get("fullmatch"))
+    text = outcome.final_text.strip() if whole else outcome.final_text
+    try:
+        found = tenant_regex_search(pattern, text, seconds=PATTERN_SECONDS, whole=whole)
+    except TimeoutError:
+        raise EvaluatorError(
+            f"the pattern ran longer than {PATTERN_SECONDS:g} s on this answer and was stopped (it backtracks "
+            "on this text: avoid overlapping repetition such as (a|aa)+)"
+        ) from None
     return EvaluatorResult(1.0 if found else 0.0, "match" if found else "no match")
 
 
@@ -129,7 +144,7 @@ def program_check(outcome: Outcome, config: dict, *, programs_dir: str | None = 
             input=json.dumps(asdict(outcome)),
             capture_output=True,
             text=True,
-            timeout=float(config.get("timeout_s", 10)),
+            timeout=_program_seconds(config.get("timeout_s", 10)),
             cwd=root,
             check=False,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
@@ -144,6 +159,16 @@ def program_check(outcome: Outcome, config: dict, *, programs_dir: str | None = 
     if value is not None and math.isfinite(value):
         return EvaluatorResult(value, f"exit {finished.returncode}")
     return EvaluatorResult(1.0 if finished.returncode == 0 else 0.0, f"exit {finished.returncode}")
+
+
+def _program_seconds(value) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise EvaluatorError("config.timeout_s must be a number of seconds") from None
+    if not 0 < seconds <= MAX_PROGRAM_SECONDS:  # NaN too
+        raise EvaluatorError(f"config.timeout_s must be above 0 and at most {MAX_PROGRAM_SECONDS:g}")
+    return seconds
 
 
 EVALUATORS = {

@@ -71,6 +71,9 @@ def test_program_check(tmp_path):
         run_evaluator_in(tmp_path, {"argv": ["../../bin/sh"]}, Outcome())
     with pytest.raises(EvaluatorError):
         run_evaluator_in(tmp_path, {"argv": ["missing"]}, Outcome())
+    for timeout in (1e9, float("nan"), 0, "soon"):  # a program is stopped after at most 60 s
+        with pytest.raises(EvaluatorError, match="timeout_s"):
+            run_evaluator_in(tmp_path, {"argv": ["score.sh"], "timeout_s": timeout}, Outcome())
 
 
 def run_evaluator_in(directory, config, outcome):
