@@ -229,6 +229,8 @@ def _pattern_in_use_elsewhere(*, tenant: Tenant, pattern: str) -> bool:
     for backend in dangerously_backend_list_all_tenants().exclude(tenant=tenant).only("base_url"):
         try:
             host, port = url_parts(backend.base_url)
+            if entry.port is not None and entry.port != port:
+                continue  # another server: no lookup
             if pattern_allows(entry, host=host, addresses=host_resolve(host, port), port=port):
                 return True
         except BackendAddressRefused:
