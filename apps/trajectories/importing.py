@@ -5,18 +5,28 @@ versions.prompt_version, versions.gateway, permissions.data_class, pii.redacted,
 
 The schema leaves strings and counts unbounded; the columns are not. `record_problems` names each value
 that would not fit (PostgreSQL would refuse the row and take the whole line with it, without saying where),
-so the line is refused with its field instead."""
+so the line is refused with its field instead.
+
+PII: an imported step passes the tenant's PII policy as a gateway step does (`step_pii`, the same bounded
+`workers.pii` scan of the observation and the action, with the tenant's own patterns): under `redact` its
+text is stored redacted, `pii_entities` lists what was found (with what the record declared) and a step with
+findings keeps no token arrays (they would still encode the text); under `block` a record with findings, or
+one that could not be scanned, is refused by field; `off` stores it as it came."""
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
+from apps.core.errors import ValidationFailed
 from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory
 from apps.trajectories.retention import tenant_retention_days
 from workers.atdp.tokens import pack_floats, pack_ids, pack_versions
+from workers.pii import UNSCANNED, CustomPattern, InvalidPattern, ScanLimits, sanitizer_for
 
 INTEGER_MAX = 2**31 - 1  # PositiveIntegerField
 TRAJECTORY_TEXT = {"session_id": 200, "agent.name": 200, "agent.version": 64, "task_id": 200, "group_id": 200}
@@ -132,8 +142,75 @@ def _failure(result: dict) -> tuple[bool, str]:
     return error.get("type") == "aborted", str(text)[:ERROR_CHARS]
 
 
-def step_row(*, tenant: Tenant, trajectory_id, step: dict) -> Step:
-    """The unsaved step of an ATDP `step`, keeping its id (step ids are what rewards and agents name)."""
+@dataclass(frozen=True)
+class ImportPii:
+    """The tenant's PII policy as an import applies it: `mode` redact | block | off, and the scanner."""
+
+    mode: str
+    scanner: object = None
+
+
+def import_pii(tenant: Tenant) -> ImportPii:
+    """The tenant's PII mode and the scanner the gateway would use for it (its patterns, the same limits:
+    AREAL_PII_MAX_SCAN_CHARS, AREAL_PII_PATTERN_TIMEOUT_MS). A tenant without a policy row gets the default
+    mode, redact. A stored pattern that no longer compiles refuses the import (as the gateway refuses)."""
+    from apps.tenants.models import PiiMode, TenantPolicy
+
+    policy = TenantPolicy.objects.filter(tenant=tenant).first()
+    mode = policy.pii_mode if policy is not None else PiiMode.REDACT
+    if mode == PiiMode.OFF:
+        return ImportPii(mode=mode)
+    patterns = tuple(
+        CustomPattern(name=item["name"], regex=item["regex"])
+        for item in (policy.pii_patterns if policy else [])
+    )
+    limits = ScanLimits(
+        max_chars=settings.AREAL_PII_MAX_SCAN_CHARS,
+        custom_seconds=settings.AREAL_PII_PATTERN_TIMEOUT_MS / 1000,
+    )
+    try:
+        return ImportPii(mode=mode, scanner=sanitizer_for(patterns, limits))
+    except InvalidPattern as error:
+        raise ValidationFailed(
+            f"this tenant's PII pattern {error.name!r} is invalid ({error.reason}); an admin must fix it in "
+            "the policy before records can be imported",
+            code="pii_policy_invalid",
+        ) from None
+
+
+def step_pii(pii: ImportPii, step: dict) -> tuple[dict, dict, tuple[str, ...], bool]:
+    """(observation, action, entities, found) of an ATDP step under the tenant's PII policy (module
+    docstring): redacted under `redact`; refused with ValidationFailed (by field) under `block` when anything
+    was found or could not be scanned; as they came under `off`. `entities` joins what the record declared;
+    `found`: the scan found something here."""
+    observation, action = step.get("observation") or {}, step.get("action") or {}
+    declared = tuple((step.get("pii") or {}).get("entities") or [])
+    if pii.scanner is None:
+        return observation, action, declared, False
+    redacted_observation, found_in = pii.scanner.scan_value(observation)
+    redacted_action, found_out = pii.scanner.scan_value(action)
+    found = set(found_in) | set(found_out)
+    if pii.mode == "block" and found:
+        field = f"steps[{step.get('index')}]"
+        reason = (
+            "could not be scanned for personal data"
+            if UNSCANNED in found
+            else (f"contains personal data or secrets ({', '.join(sorted(found))})")
+        )
+        raise ValidationFailed(
+            f"{field} {reason}; this tenant's policy blocks such records",
+            fields={field: [reason]},
+            code="pii_blocked",
+        )
+    return redacted_observation, redacted_action, tuple(sorted(found | set(declared))), bool(found)
+
+
+def step_row(*, tenant: Tenant, trajectory_id, step: dict, pii: ImportPii | None = None) -> Step:
+    """The unsaved step of an ATDP `step`, keeping its id (step ids are what rewards and agents name), its
+    text passed through the tenant's PII policy (`pii`, read once per record by the caller; read here when
+    not given)."""
+    pii = pii if pii is not None else import_pii(tenant)
+    observation, action, entities, found = step_pii(pii, step)
     tokens = step.get("tokens") or {}
     cost = step.get("cost") or {}
     versions = step.get("versions") or {}
@@ -146,9 +223,9 @@ def step_row(*, tenant: Tenant, trajectory_id, step: dict) -> Step:
         index=step["index"],
         parent_step_id=step.get("parent_step_id"),
         kind=step["kind"],
-        observation=step.get("observation") or {},
+        observation=observation,
         state=step.get("state") or {},
-        action=step.get("action") or {},
+        action=action,
         result=result,
         tokenizer=tokens.get("tokenizer") or "",
         model_version=versions.get("model_version") or "",
@@ -159,19 +236,19 @@ def step_row(*, tenant: Tenant, trajectory_id, step: dict) -> Step:
         ttft_ms=cost.get("ttft_ms"),
         cost_usd=_usd(cost),
         scopes=(step.get("permissions") or {}).get("scopes") or [],
-        pii_entities=(step.get("pii") or {}).get("entities") or [],
+        pii_entities=list(entities),
         aborted=aborted,
         error=error,
         created_at=moment(step["created_at"]),
-        retokenized=bool(tokens.get("retokenized")),
+        retokenized=bool(tokens.get("retokenized")) and not found,
         imported_fields={
             "versions": {key: versions.get(key) for key in ("tools", "prompt_version", "gateway")},
             "data_class": (step.get("permissions") or {}).get("data_class", "internal"),
-            "pii_redacted": bool((step.get("pii") or {}).get("redacted")),
+            "pii_redacted": bool((step.get("pii") or {}).get("redacted")) or found,
             "replayable": step.get("replayable"),
         },
     )
-    if tokens.get("completion_ids") is not None:
+    if tokens.get("completion_ids") is not None and not found:  # a redacted step keeps no token arrays
         row.prompt_ids = pack_ids(tokens.get("prompt_ids") or [])
         row.completion_ids = pack_ids(tokens["completion_ids"])
         row.completion_logprobs = pack_floats(tokens.get("completion_logprobs") or [])

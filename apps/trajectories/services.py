@@ -398,8 +398,9 @@ def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
     trajectory = importing.trajectory_row(tenant=tenant, record=record, retention=retention)
     trajectory.save(force_insert=True)
     steps = record.get("steps") or []
+    pii = importing.import_pii(tenant)  # the tenant's PII policy, as the gateway applies it
     Step.objects.bulk_create(
-        [importing.step_row(tenant=tenant, trajectory_id=trajectory.pk, step=step) for step in steps]
+        [importing.step_row(tenant=tenant, trajectory_id=trajectory.pk, step=step, pii=pii) for step in steps]
     )
     rewards = record.get("rewards") or []
     rewards_import(tenant=tenant, trajectory=trajectory, rewards=rewards)
