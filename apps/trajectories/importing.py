@@ -26,7 +26,7 @@ from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory
 from apps.trajectories.retention import tenant_retention_days
 from workers.atdp.tokens import pack_floats, pack_ids, pack_versions
-from workers.pii import UNSCANNED, CustomPattern, InvalidPattern, ScanLimits, sanitizer_for
+from workers.pii import UNSCANNED, CustomPattern, InvalidPattern, Sanitizer, ScanLimits, sanitizer_for
 
 INTEGER_MAX = 2**31 - 1  # PositiveIntegerField
 TRAJECTORY_TEXT = {"session_id": 200, "agent.name": 200, "agent.version": 64, "task_id": 200, "group_id": 200}
@@ -147,7 +147,7 @@ class ImportPii:
     """The tenant's PII policy as an import applies it: `mode` redact | block | off, and the scanner."""
 
     mode: str
-    scanner: object = None
+    scanner: Sanitizer | None = None
 
 
 def import_pii(tenant: Tenant) -> ImportPii:
