@@ -178,7 +178,7 @@ def import_pii(tenant: Tenant) -> ImportPii:
         ) from None
 
 
-def step_pii(pii: ImportPii, step: dict) -> tuple[dict, dict, tuple[str, ...], bool]:
+def step_pii(pii: ImportPii, step: dict) -> tuple[object, object, tuple[str, ...], bool]:
     """(observation, action, entities, found) of an ATDP step under the tenant's PII policy (module
     docstring): redacted under `redact`; refused with ValidationFailed (by field) under `block` when anything
     was found or could not be scanned; as they came under `off`. `entities` joins what the record declared;
