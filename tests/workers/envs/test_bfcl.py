@@ -289,7 +289,7 @@ def test_bfcl_types_map_to_json_schema():
 
 @pytest.mark.parametrize("category", ["simple_python", "multiple", "parallel", "parallel_multiple"])
 def test_ground_truth_scores_right_in_each_single_turn_category(category):
-    cases = _sample(category, every=3)
+    cases = load_cases(category)
     for case in cases:
         verdict = score(case, single_turn_answer(case))
         assert verdict.valid, (case.case_id, verdict.reason)
@@ -308,7 +308,7 @@ def test_irrelevance_is_won_by_calling_nothing_and_lost_by_any_call():
 
 
 def test_multi_turn_ground_truth_scores_right_through_every_turn():
-    for case in _sample("multi_turn_base", every=4):
+    for case in load_cases("multi_turn_base"):
         verdict = score(case, multi_turn_answer(case))
         assert verdict.valid, (case.case_id, verdict.reason)
         assert verdict.turns == (True,) * len(case.turns)
