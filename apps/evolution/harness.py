@@ -9,6 +9,7 @@ model, a map of the versions that have a harness or another version's weights, r
 than the map: one registered a moment ago); every other version is served by itself without a harness.
 """
 
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -229,40 +230,69 @@ def _proposal_base(current: HarnessVersion | None) -> HarnessSpec | None:
     )
 
 
+PROPOSER_AGENT = "areal-harness-proposer"
+
+
 def model_complete(
     *, tenant: Tenant, model: str, max_tokens: int = 1024, timeout: float = 60.0
 ) -> Callable[[list[dict]], str]:
-    """A `complete(messages) -> text` for `ModelProposer` over one of the tenant's healthy backends of
-    `model` (apps.inference: its candidates, and its egress-checked HTTP client). Not recorded as a step:
-    it is the control plane's own call, not agent traffic."""
-    from apps.inference.credentials import CredentialUnreadable, credential_headers
-    from apps.inference.egress import backend_http_client
-    from apps.inference.selectors import backend_candidates
+    """A `complete(messages) -> text` for `ModelProposer`: one chat completion THROUGH THE GATEWAY, as the
+    tenant's own traffic, the way the LLM judge calls it (apps/rewards/judging.py): per call a session key of
+    the tenant (scope `inference`, key prefix `harness`) minted and forgotten after it, `X-Areal-Purpose: eval`
+    and `X-Agent-Name: areal-harness-proposer`, at AREAL_GATEWAY_URL. So the call passes the tenant's model
+    allow-list, rate limits and monthly budget, is priced and recorded (an eval trajectory: never trained on,
+    and not the production traffic the control plane reads), and the gateway picks, checks and authenticates
+    the backend. A refusal raises ValidationFailed `proposer_call_failed` naming the gateway's code; an
+    unreachable gateway raises httpx.HTTPError (`harness_run` fails the decision with either)."""
+    import httpx
+
+    from apps.core.shared_state import SharedStateUnavailable
+    from apps.gateway.principals import Principal, session_key_forget, session_key_mint
+
+    principal = Principal(
+        tenant_id=tenant.pk, tenant_slug=tenant.slug, key_prefix="harness", scopes=("inference",)
+    )
 
     def complete(messages: list[dict]) -> str:
-        backend = backend_candidates(tenant=tenant, served_model=model).order_by("pk").first()
-        if backend is None:
-            raise ValidationFailed(f"no healthy backend serves {model!r}", code="no_backend_available")
+        session_id = f"harness-proposer-{secrets.token_hex(8)}"
         try:
-            headers = credential_headers(backend)  # a hosted model's API key (apps/inference/credentials.py)
-        except CredentialUnreadable as error:
-            raise ValidationFailed(error.message, code="backend_credential_unreadable") from None
-        with backend_http_client(timeout=timeout, headers=headers) as client:
-            response = client.post(
-                backend.base_url.rstrip("/") + "/v1/chat/completions",
-                # the cap in the field the backend reads (`cap_parameter`: reasoning models refuse max_tokens)
-                json={
-                    "model": model,
-                    "messages": messages,
-                    backend.cap_parameter: max_tokens,
-                    "temperature": 0,
-                },
-            )
-        response.raise_for_status()
-        choices = response.json().get("choices") or [{}]
-        return (choices[0].get("message") or {}).get("content") or ""
+            key = session_key_mint(principal=principal, session_id=session_id, task_id="", group_id="")
+        except SharedStateUnavailable as error:
+            raise ValidationFailed(
+                f"the proposer's session key could not be recorded: {error}", code="proposer_call_failed"
+            ) from None
+        headers = {
+            "Authorization": f"Bearer {key}",
+            "X-Areal-Purpose": "eval",
+            "X-Agent-Name": PROPOSER_AGENT,
+        }
+        body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+        try:
+            with httpx.Client(base_url=settings.AREAL_GATEWAY_URL.rstrip("/"), timeout=timeout) as client:
+                response = client.post("/v1/chat/completions", json=body, headers=headers)
+        finally:
+            session_key_forget(key)
+        if response.status_code != 200:
+            raise ValidationFailed(_gateway_refusal(response), code="proposer_call_failed")
+        try:
+            choices = response.json().get("choices") or [{}]
+            return (choices[0].get("message") or {}).get("content") or ""
+        except (ValueError, AttributeError, IndexError, TypeError):
+            raise ValidationFailed(
+                "the gateway's answer is not a chat completion", code="proposer_call_failed"
+            ) from None
 
     return complete
+
+
+def _gateway_refusal(response) -> str:
+    try:
+        error = response.json()["error"]
+        return f"the gateway answered {response.status_code} {error.get('code')}: {error.get('message')}"[
+            :500
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"the gateway answered {response.status_code}"
 
 
 @transaction.atomic

@@ -21,7 +21,10 @@ from apps.evolution.models import HarnessVersion
 from apps.inference.models import BackendKind, BackendState
 from apps.training.models import ModelVersion, VersionStatus
 from apps.training.services import model_version_register
-from tests.gateway.conftest import embedded_backend_url  # noqa: F401  (a real embedded server)
+from tests.gateway.conftest import (  # noqa: F401  (fixtures: the gateway, a real embedded server)
+    embedded_backend_url,
+    gateway,
+)
 from tests.inference.factories import BackendFactory
 from tests.workers.inference.conftest import default_model_dir  # noqa: F401  (its model)
 from workers.evolution.proposers import ModelProposer, RuleProposer
@@ -238,12 +241,17 @@ def test_a_model_proposal_that_refuses_stores_nothing(tenant):
     assert not HarnessVersion.objects.exists()
 
 
-def test_the_model_proposer_reaches_a_backend_of_the_tenant(
+@pytest.mark.django_db(transaction=True)
+def test_the_model_proposer_reaches_a_backend_of_the_tenant_through_the_gateway(
+    gateway,  # noqa: F811
+    settings,
     tenant,
     other_tenant,
     embedded_backend_url,  # noqa: F811
 ):
-    """`model_complete` over the tenant's own healthy backend (a real embedded server on loopback)."""
+    """`model_complete` through the gateway to the tenant's own healthy backend (a real embedded server on
+    loopback); tests/evolution/test_model_proposer_gateway.py shows the call budgeted and recorded."""
+    settings.AREAL_GATEWAY_URL = gateway[0]
     BackendFactory(
         tenant=tenant,
         name="embedded",
@@ -267,7 +275,8 @@ def test_the_model_proposer_reaches_a_backend_of_the_tenant(
     assert asked[-1][0]["role"] == "system"
     with pytest.raises(ValidationFailed) as refused:  # another tenant has no backend of that model
         model_complete(tenant=other_tenant, model="policy-small")([{"role": "user", "content": "x"}])
-    assert refused.value.code == "no_backend_available"
+    assert refused.value.code == "proposer_call_failed"
+    assert "404 model_not_found" in refused.value.message, refused.value.message
 
 
 def test_an_online_run_from_a_harnessed_version_registers_versions_with_that_harness(

@@ -12,6 +12,7 @@ from apps.audit.models import AuditEvent
 from apps.inference.credentials import credential_decrypt, credential_encrypt, credential_headers
 from apps.inference.models import InferenceBackend
 from apps.tenants.permissions import Role
+from tests.gateway.conftest import gateway  # noqa: F401  (fixture)
 from tests.inference.factories import BackendFactory
 
 pytestmark = pytest.mark.django_db
@@ -243,11 +244,14 @@ def test_console_registration_with_a_credential(tenant, member):
     assert not InferenceBackend.objects.filter(name="bad").exists()
 
 
-def test_the_control_planes_own_calls_carry_the_credential(tenant):
+@pytest.mark.django_db(transaction=True)
+def test_the_control_planes_own_calls_carry_the_credential(gateway, settings, tenant):  # noqa: F811
+    """The model proposer's call goes through the gateway, which sends the backend its credential."""
     from apps.evolution.harness import model_complete
     from tests.gateway.anthropic_app import serve_in_thread
     from tests.gateway.provider_standins import REPLY, openai_standin
 
+    settings.AREAL_GATEWAY_URL = gateway[0]
     app, upstream = openai_standin(key=SECRET, model="teacher", refuses_max_tokens=True)
     with serve_in_thread(app) as url:
         BackendFactory(
@@ -256,6 +260,7 @@ def test_the_control_planes_own_calls_carry_the_credential(tenant):
             base_url=url,
             served_model="teacher",
             cap_parameter="max_completion_tokens",
+            accepts_return_token_ids=False,  # a hosted provider: the gateway asks it for no token ids
         )
         backend = InferenceBackend.objects.get(tenant=tenant)
         backend.credential_encrypted = credential_encrypt(SECRET)
