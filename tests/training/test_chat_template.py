@@ -211,3 +211,48 @@ def test_publication_refuses_to_swap_a_template_version_into_a_running_server(
     assert "a server reads its template when it starts" in outcome["error"]
     backend.refresh_from_db()
     assert (backend.model_version, backend.state) == ("0", BackendState.UP)
+
+
+SPIN = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"  # 10^10 steps
+# Renders like the project's template, except that it spins on a conversation whose last message says "spin".
+SPINS_ON_REQUEST = CHAT_TEMPLATE + "{% if messages[-1].content == 'spin' %}" + SPIN + "{% endif %}"
+
+
+def test_a_template_that_runs_for_hours_is_stopped_and_refused(tenant, base, models_dir):
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(ValidationFailed, match="ran longer than 2 s and was stopped") as refused:
+        model_version_set_chat_template(
+            tenant=tenant, actor=SYSTEM, version=base, chat_template=CHAT_TEMPLATE + SPIN
+        )
+    assert time.monotonic() - started < 20
+    assert refused.value.code == "invalid_chat_template"
+    assert ModelVersion.objects.filter(tenant=tenant).count() == 1
+    assert _model_dirs(models_dir, tenant) == []
+
+
+def test_a_server_stops_a_slow_render_and_takes_no_template_from_the_request(
+    tenant, base, models_dir, tmp_path
+):
+    version = model_version_set_chat_template(
+        tenant=tenant, actor=SYSTEM, version=base, chat_template=SPINS_ON_REQUEST
+    )
+
+    def ask(content, **extra):
+        body = {"model": "policy-small", "messages": [{"role": "user", "content": content}], "max_tokens": 1}
+        return httpx.post(f"{url}/v1/chat/completions", json=body | extra, timeout=60)
+
+    with inference_server(version.checkpoint_path, version="1", log_path=tmp_path / "inference.log") as url:
+        import time
+
+        started = time.monotonic()
+        spun = ask("spin")
+        assert time.monotonic() - started < 20
+        own_template = ask("hi", chat_template_kwargs={"chat_template": SPIN + "{{ 'x' }}"})
+        fine = ask("hi")
+    assert spun.status_code == 400
+    assert "ran longer than 2 s and was stopped" in spun.text
+    assert own_template.status_code == 400
+    assert "chat_template_kwargs may not set chat_template" in own_template.text
+    assert fine.status_code == 200  # the server went on serving

@@ -1,13 +1,50 @@
 """Chat prompts in, tool calls out: render messages with the model's chat template and turn
-`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` spans back into OpenAI tool calls."""
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` spans back into OpenAI tool calls.
+
+A chat template is a program (jinja, run in transformers' sandbox, which bounds `range` but not time): any
+template other than the project's own (a tenant's, an imported model's) is stopped once one render has run
+RENDER_SECONDS, so a template that loops for hours on some conversation fails that request (or that check)
+instead of holding the server. A request's `chat_template_kwargs` are variables for the template; they can
+name neither another template nor the render's own arguments."""
 
 import contextlib
 import json
+import sys
+import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from workers.inference.chat_template import CHAT_TEMPLATE
 
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
+RENDER_SECONDS = 2.0  # one render of a template other than the project's own, at most
+# apply_chat_template's own arguments: never taken from a request's chat_template_kwargs.
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {
+        "conversation",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "sanitize_control_tokens",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
+_TEMPLATE_CODE = "<template>"  # the file name of the code jinja compiles a template from a string to
+
+
+class ChatTemplateTimeout(ValueError):
+    """A chat template ran past its time on one conversation and was stopped."""
 
 
 @dataclass(frozen=True)
@@ -35,18 +72,52 @@ def render_chat_prompt(
     tokenizer, messages, *, tools=None, add_generation_prompt=True, template_kwargs=None, chat_template=None
 ) -> str:
     """The prompt text of `messages` under the tokenizer's chat template, or under `chat_template` (a
-    candidate template being checked before it is stored, workers/models/templates.py)."""
-    if not (chat_template or getattr(tokenizer, "chat_template", None)):
+    candidate template being checked before it is stored, workers/models/templates.py). `template_kwargs`
+    are the template's variables (ValueError when one names a render argument, such as `chat_template`). A
+    template other than the project's own is stopped after RENDER_SECONDS (ChatTemplateTimeout)."""
+    template = chat_template or getattr(tokenizer, "chat_template", None)
+    if not template:
         raise ValueError("this model has no chat template; use /v1/completions instead")
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(template_kwargs or {}))
+    if reserved:
+        raise ValueError(f"chat_template_kwargs may not set {', '.join(reserved)}")
+    template_kwargs = dict(template_kwargs or {})
     if chat_template:
-        template_kwargs = {**(template_kwargs or {}), "chat_template": chat_template}
-    return tokenizer.apply_chat_template(
-        [_normalize_message(message) for message in messages],
-        tools=list(tools) if tools else None,
-        add_generation_prompt=add_generation_prompt,
-        tokenize=False,
-        **(template_kwargs or {}),
-    )
+        template_kwargs["chat_template"] = chat_template
+    with _time_bound(None if template == CHAT_TEMPLATE else RENDER_SECONDS):
+        return tokenizer.apply_chat_template(
+            [_normalize_message(message) for message in messages],
+            tools=list(tools) if tools else None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **template_kwargs,
+        )
+
+
+@contextlib.contextmanager
+def _time_bound(seconds: float | None) -> Iterator[None]:
+    """Stops the template's code once `seconds` have passed: a trace function on the lines of the code jinja
+    compiled the template to (only there: the rest runs untraced) raises ChatTemplateTimeout. This thread's
+    previous trace function (a coverage tool's) is put back after."""
+    if seconds is None:
+        yield
+        return
+    deadline = time.monotonic() + seconds
+
+    def in_template(frame, event, arg):
+        if time.monotonic() > deadline:
+            raise ChatTemplateTimeout(f"the chat template ran longer than {seconds:g} s and was stopped")
+        return in_template
+
+    def on_call(frame, event, arg):
+        return in_template if frame.f_code.co_filename == _TEMPLATE_CODE else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
 
 
 def _normalize_message(message: dict) -> dict:
