@@ -97,6 +97,8 @@ OBJECTS = {
     "release-abort": lambda world: {"release_id": world.release.pk},
     "release-resume": lambda world: {"release_id": world.release.pk},
     "release-analyze": lambda world: {"release_id": world.release.pk},
+    "release-events": lambda world: {"release_id": world.release.pk},
+    "release-analyses": lambda world: {"release_id": world.release.pk},
     # training
     "training-job-detail": lambda world: {"job_id": world.job.pk},
     "training-job-cancel": lambda world: {"job_id": world.job.pk},
