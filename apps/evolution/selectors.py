@@ -422,7 +422,9 @@ def harness_inputs(*, tenant: Tenant, policy: EvolutionPolicy, cluster_ids, exam
         }
         - {""}
     )
-    flagged = step_list(tenant=tenant).filter(trajectory_id=OuterRef("trajectory_id")).exclude(pii_entities=[])
+    flagged = (
+        step_list(tenant=tenant).filter(trajectory_id=OuterRef("trajectory_id")).exclude(pii_entities=[])
+    )
     qualified = (
         qualification_list(tenant=tenant, status=QualificationStatus.QUALIFIED)
         .filter(trajectory__in=policy_traffic(tenant=tenant, policy=policy))

@@ -80,7 +80,9 @@ def _without_quoted(text: str) -> str:
     while found is not None:
         start, quote = found.start(), found.group()
         if start >= unclosed[quote]:
-            end = _QUOTED_BODY[quote].match(text, start + 1).end()
+            body = _QUOTED_BODY[quote].match(text, start + 1)
+            assert body is not None  # the body's pattern matches the empty string
+            end = body.end()
             if end < len(text) and text[end] == quote:
                 parts.append(text[copied:start])
                 parts.append("'<s>'")

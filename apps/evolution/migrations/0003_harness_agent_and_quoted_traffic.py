@@ -4,25 +4,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('evolution', '0002_policy_harness_proposer'),
+        ("evolution", "0002_policy_harness_proposer"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='harnessversion',
-            name='agent_name',
-            field=models.CharField(blank=True, help_text='The agent (Trajectory.agent_name) whose requests get it; blank: every agent of the model.', max_length=200),
+            model_name="harnessversion",
+            name="agent_name",
+            field=models.CharField(
+                blank=True,
+                help_text="The agent (Trajectory.agent_name) whose requests get it; blank: every agent of the model.",
+                max_length=200,
+            ),
         ),
         migrations.AddField(
-            model_name='harnessversion',
-            name='quotes_traffic',
-            field=models.BooleanField(default=False, help_text='Adds text taken from recorded conversations: a person approves it before it is evaluated.'),
+            model_name="harnessversion",
+            name="quotes_traffic",
+            field=models.BooleanField(
+                default=False,
+                help_text="Adds text taken from recorded conversations: a person approves it before it is evaluated.",
+            ),
         ),
         migrations.AlterField(
-            model_name='harnessversion',
-            name='exemplars',
-            field=models.JSONField(blank=True, default=list, help_text='[{"situation", "messages": [...], "trajectory": source id (taken from traffic)}]'),
+            model_name="harnessversion",
+            name="exemplars",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text='[{"situation", "messages": [...], "trajectory": source id (taken from traffic)}]',
+            ),
         ),
     ]
