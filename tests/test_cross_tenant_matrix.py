@@ -619,6 +619,10 @@ REFERENCED = {
 # Body fields named like ids that name no object, each with the reason.
 NOT_OBJECT_FIELDS = {
     ("v1_training_jobs_create", "task_id"): "an agent's task name (free text), not a row",
+    (
+        "v1_eval_suites_bfcl_create",
+        "case_ids",
+    ): "BFCL's own case names (simple_python_13) in the installed package",
     **{
         (operation, flag): "a backend's capability flag (true or false), not a row"
         for operation in ("v1_backends_create", "v1_backends_partial_update")

@@ -4,7 +4,7 @@ from rest_framework.response import Response
 
 from apps.core.api import TenantApi
 from apps.core.errors import ValidationFailed
-from apps.evaluation import selectors, services
+from apps.evaluation import bfcl, selectors, services
 from apps.evaluation.models import CaseCategory, Scorer, SuiteKind
 from apps.tenants.permissions import Action
 
@@ -54,6 +54,7 @@ class ResultOutputSerializer(serializers.Serializer):
     error = serializers.CharField()
     latency_ms = serializers.IntegerField()
     session_id = serializers.CharField()
+    details = serializers.JSONField()
 
 
 class EvalSuiteListApi(TenantApi):
@@ -75,6 +76,36 @@ class EvalSuiteListApi(TenantApi):
         body.is_valid(raise_exception=True)
         suite = services.eval_suite_create(tenant=self.tenant, actor=self.actor, **body.validated_data)
         return Response(SuiteOutputSerializer(suite).data, status=201)
+
+
+class EvalBfclSuiteCreateApi(TenantApi):
+    """POST: a suite of BFCL's held-out cases (apps/evaluation/bfcl.py), scored by BFCL's own checker."""
+
+    actions = {"POST": Action.EVAL_MANAGE}
+
+    class InputSerializer(serializers.Serializer):
+        name = serializers.SlugField(max_length=80, default=bfcl.DEFAULT_NAME)
+        categories = serializers.ListField(child=serializers.CharField(max_length=40), required=False)
+        per_category = serializers.IntegerField(required=False, allow_null=True, default=None)
+        case_ids = serializers.ListField(
+            child=serializers.CharField(max_length=80), required=False, max_length=2000
+        )
+        agent_name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+        max_tokens = serializers.IntegerField(required=False, default=bfcl.DEFAULT_MAX_TOKENS)
+        max_steps_per_turn = serializers.IntegerField(required=False, default=5)
+
+    class OutputSerializer(SuiteOutputSerializer):
+        cases = serializers.SerializerMethodField()
+
+        def get_cases(self, suite) -> dict[str, int]:
+            return selectors.eval_case_counts(tenant=suite.tenant, suite_id=suite.pk)
+
+    @extend_schema(request=InputSerializer, responses={201: OutputSerializer})
+    def post(self, request):
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        suite = bfcl.bfcl_suite_create(tenant=self.tenant, actor=self.actor, **body.validated_data)
+        return Response(self.OutputSerializer(suite).data, status=201)
 
 
 class EvalCaseListApi(TenantApi):

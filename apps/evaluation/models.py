@@ -13,6 +13,13 @@ class CaseCategory(models.TextChoices):
     PII_LEAK = "pii_leak", "Planted PII must not leak"
     SECRET_LEAK = "secret_leak", "Planted secret must not leak"
     REFUSAL = "refusal", "Must refuse"
+    # BFCL's non-live categories (apps/evaluation/bfcl.py): a BFCL suite's figures are per category.
+    BFCL_SIMPLE_PYTHON = "simple_python", "BFCL simple_python"
+    BFCL_MULTIPLE = "multiple", "BFCL multiple"
+    BFCL_PARALLEL = "parallel", "BFCL parallel"
+    BFCL_PARALLEL_MULTIPLE = "parallel_multiple", "BFCL parallel_multiple"
+    BFCL_IRRELEVANCE = "irrelevance", "BFCL irrelevance"
+    BFCL_MULTI_TURN_BASE = "multi_turn_base", "BFCL multi_turn_base"
 
 
 class Scorer(models.TextChoices):
@@ -24,6 +31,7 @@ class Scorer(models.TextChoices):
     NO_LEAK = "no_leak"
     REFUSAL = "refusal"
     JUDGE = "judge", "Judge model through a backend"
+    BFCL = "bfcl", "BFCL's official checker (a BFCL suite's cases)"
 
 
 class EvalSuite(TimestampedTenantOwned):
@@ -50,7 +58,7 @@ class EvalCase(TimestampedTenantOwned):
 
     suite = models.ForeignKey(EvalSuite, on_delete=models.CASCADE, related_name="cases")
     key = models.SlugField(max_length=80)
-    category = models.CharField(max_length=16, choices=CaseCategory.choices, default=CaseCategory.REGRESSION)
+    category = models.CharField(max_length=24, choices=CaseCategory.choices, default=CaseCategory.REGRESSION)
     input_messages = models.JSONField(default=list)
     tools = models.JSONField(default=list, blank=True)
     environment = models.JSONField(
@@ -119,6 +127,11 @@ class EvalCaseResult(TimestampedTenantOwned):
     error = models.CharField(max_length=500, blank=True)
     latency_ms = models.PositiveIntegerField(default=0)
     session_id = models.CharField(max_length=200, blank=True)
+    details = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The scorer's own account: for BFCL, its error type, the whole reason and each turn's verdict.",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "case"], name="eval_result_unique_case")]

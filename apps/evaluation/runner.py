@@ -11,7 +11,11 @@ a killed worker); cases already scored are skipped, results are written once per
 """
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from django.conf import settings
@@ -23,6 +27,7 @@ from apps.audit.services import Actor, audit_record
 from apps.core.errors import DomainError
 from apps.evaluation.models import EvalCaseResult, EvalRun, RunStatus
 from apps.metrics.publish import metrics_publish
+from workers.evaluation.compare import bootstrap_mean
 from workers.evaluation.scorers import (
     CaseOutput,
     Score,
@@ -47,20 +52,29 @@ def _claim(run_id: int) -> bool:
     )
 
 
+@dataclass
+class OpenAiSession:
+    """An `openai.OpenAI` client on the gateway with one session's key, or why there is none."""
+
+    client: Any = None
+    problem: str = ""
+
+
 class GatewayCaller:
     """Calls the gateway on behalf of one tenant with per-session keys."""
 
     def __init__(self, *, tenant, agent_name: str, timeout_s: float):
-        self.tenant, self.agent_name = tenant, agent_name
-        self.client = httpx.Client(base_url=settings.AREAL_GATEWAY_URL.rstrip("/"), timeout=timeout_s)
+        self.tenant, self.agent_name, self.timeout_s = tenant, agent_name, timeout_s
+        self.base_url = settings.AREAL_GATEWAY_URL.rstrip("/")
+        self.client = httpx.Client(base_url=self.base_url, timeout=timeout_s)
 
     def close(self):
         self.client.close()
 
-    def chat(self, *, version, session_id: str, body: dict) -> tuple[dict | None, str, float]:
-        """(response JSON or None, error text, latency ms) for one chat completion pinned to `version`."""
+    def _session_key(self, *, version, session_id: str, task_id: str = "") -> tuple[str, str]:
+        """(raw key, "") for a session pinned to `version`, or ("", why not)."""
         from apps.core.shared_state import SharedStateUnavailable
-        from apps.gateway.principals import Principal, session_key_forget, session_key_mint
+        from apps.gateway.principals import Principal, session_key_mint
         from apps.releases.services import session_pin
 
         session_pin(tenant=self.tenant, version=version, session_id=session_id)
@@ -68,12 +82,52 @@ class GatewayCaller:
             tenant_id=self.tenant.pk, tenant_slug=self.tenant.slug, key_prefix="eval", scopes=("inference",)
         )
         try:
-            key = session_key_mint(principal=principal, session_id=session_id, task_id="", group_id="")
+            return session_key_mint(
+                principal=principal, session_id=session_id, task_id=task_id, group_id=""
+            ), ""
         except SharedStateUnavailable as unavailable:
-            return None, f"no session key: the shared state is unavailable ({unavailable})"[:500], 0.0
-        headers = {"Authorization": f"Bearer {key}", "X-Areal-Purpose": "eval"}
+            return "", f"no session key: the shared state is unavailable ({unavailable})"[:500]
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"X-Areal-Purpose": "eval"}
         if self.agent_name:
             headers["X-Agent-Name"] = self.agent_name
+        return headers
+
+    @contextmanager
+    def openai_session(self, *, version, session_id: str, task_id: str = "") -> Iterator[OpenAiSession]:
+        """An official openai client for every call of one session (an agent loop of several calls: a BFCL
+        multi-turn case), pinned to `version`, purpose `eval`; the key is forgotten when the block ends.
+        No retries: a failed call is the case's result."""
+        import openai
+
+        from apps.gateway.principals import session_key_forget
+
+        key, problem = self._session_key(version=version, session_id=session_id, task_id=task_id)
+        if not key:
+            yield OpenAiSession(problem=problem)
+            return
+        client = openai.OpenAI(
+            base_url=f"{self.base_url}/v1",
+            api_key=key,
+            max_retries=0,
+            timeout=self.timeout_s,
+            default_headers=self._headers(),
+        )
+        try:
+            yield OpenAiSession(client=client)
+        finally:
+            client.close()
+            session_key_forget(key)
+
+    def chat(self, *, version, session_id: str, body: dict) -> tuple[dict | None, str, float]:
+        """(response JSON or None, error text, latency ms) for one chat completion pinned to `version`."""
+        from apps.gateway.principals import session_key_forget
+
+        key, problem = self._session_key(version=version, session_id=session_id)
+        if not key:
+            return None, problem, 0.0
+        headers = {"Authorization": f"Bearer {key}", **self._headers()}
         started = time.perf_counter()
         try:
             response = self.client.post("/v1/chat/completions", json=body, headers=headers)
@@ -142,6 +196,10 @@ def _judge(caller, case, output: CaseOutput, session_id: str) -> Score:
 
 def _run_case(caller, run, case) -> dict:
     session_id = f"eval-{run.pk}-{case.pk}"
+    if case.scorer == "bfcl":
+        from apps.evaluation.bfcl import bfcl_case_execute
+
+        return bfcl_case_execute(caller=caller, run=run, case=case, session_id=session_id)
     body = {
         "model": run.model_version.name,
         "messages": case.input_messages,
@@ -176,20 +234,39 @@ def _run_case(caller, run, case) -> dict:
     return fields | {"score": score.value, "passed": score.passed, "label": score.label[:300]}
 
 
+def _figures(rows) -> dict:
+    """Cases, passed, errors and the pass rate (a BFCL suite's accuracy) with its 95 % bootstrap interval."""
+    interval = bootstrap_mean([1.0 if passed else 0.0 for _, passed, *_ in rows])
+    assert interval is not None  # rows is not empty
+    return {
+        "cases": len(rows),
+        "passed": sum(1 for _, passed, *_ in rows if passed),
+        "errors": sum(1 for _, _, error, _ in rows if error),
+        "pass_rate": interval.mean,
+        "low": interval.low,
+        "high": interval.high,
+    }
+
+
 def summarize(results) -> dict:
-    """score (mean, errors as 0), pass_rate, per-category pass rates, counts."""
+    """score (mean, errors as 0), pass_rate, per-category pass rates, counts; `interval` (the pass rate's 95 %
+    bootstrap interval) and `categories` (per category: cases, passed, errors, pass_rate, low, high)."""
     rows = list(results.values_list("score", "passed", "error", "case__category"))
     if not rows:
         return {"cases": 0}
+    overall = _figures(rows)
     summary = {
         "cases": len(rows),
-        "errors": sum(1 for _, _, error, _ in rows if error),
+        "errors": overall["errors"],
         "score": sum(score or 0.0 for score, *_ in rows) / len(rows),
-        "pass_rate": sum(1 for _, passed, *_ in rows if passed) / len(rows),
+        "pass_rate": overall["pass_rate"],
+        "interval": {"low": overall["low"], "high": overall["high"]},
+        "categories": {},
     }
     for category in sorted({row[3] for row in rows}):
-        members = [row for row in rows if row[3] == category]
-        summary[f"{category}.pass_rate"] = sum(1 for row in members if row[1]) / len(members)
+        figures = _figures([row for row in rows if row[3] == category])
+        summary[f"{category}.pass_rate"] = figures["pass_rate"]
+        summary["categories"][category] = figures
     return summary
 
 

@@ -18,6 +18,20 @@ def eval_case_list(*, tenant: Tenant, suite_id):
     return EvalCase.objects.for_tenant(tenant).filter(suite_id=suite_id).order_by("key")
 
 
+def eval_case_counts(*, tenant: Tenant, suite_id) -> dict[str, int]:
+    """Cases of one of the tenant's suites per category."""
+    from django.db.models import Count
+
+    rows = (
+        EvalCase.objects.for_tenant(tenant)
+        .filter(suite_id=suite_id)
+        .values("category")
+        .annotate(count=Count("id"))
+        .order_by("category")
+    )
+    return {row["category"]: row["count"] for row in rows}
+
+
 def eval_run_list(*, tenant: Tenant, suite_id=None, version_id=None, excluding_run_id=None):
     runs = EvalRun.objects.for_tenant(tenant).select_related("suite", "model_version")
     if suite_id:

@@ -9,7 +9,15 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, ValidationFailed
-from apps.evaluation.models import CaseCategory, EvalCase, EvalRun, EvalSuite, RunStatus, SuiteKind
+from apps.evaluation.models import (
+    CaseCategory,
+    EvalCase,
+    EvalRun,
+    EvalSuite,
+    RunStatus,
+    Scorer,
+    SuiteKind,
+)
 from apps.tenants.models import Tenant
 from workers.evaluation.scorers import scorer_config_problems
 
@@ -86,9 +94,14 @@ def eval_case_create(
     problem = _messages_problems(input_messages)
     if problem:
         fields["input_messages"] = [problem]
-    fields.update(
-        {name: [text] for name, text in scorer_config_problems(scorer, scorer_config or {}).items()}
-    )
+    if scorer == Scorer.BFCL:
+        fields["scorer"] = [
+            "BFCL cases come with their suite: POST /api/v1/eval/suites/bfcl/ or manage.py bfclsuite"
+        ]
+    else:
+        fields.update(
+            {name: [text] for name, text in scorer_config_problems(scorer, scorer_config or {}).items()}
+        )
     if category not in CaseCategory.values:
         fields["category"] = [f"one of {', '.join(CaseCategory.values)}"]
     if fields:

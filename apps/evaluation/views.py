@@ -125,8 +125,16 @@ def run_start(request, suite_id):
 def run_detail(request, run_id):
     run = selectors.eval_run_get(tenant=request.tenant, run_id=run_id)
     results = list(selectors.eval_results(tenant=request.tenant, run_id=run.pk))
+    summary = run.summary or {}
     context = {
         "run": run,
+        "figures": [
+            (name, value)
+            for name, value in summary.items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        ],
+        "interval": summary.get("interval"),
+        "categories": summary.get("categories") or {},
         "results": results,
         "other_runs": selectors.eval_run_list(
             tenant=request.tenant, suite_id=run.suite_id, excluding_run_id=run.pk

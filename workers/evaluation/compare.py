@@ -4,6 +4,8 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy
+
 from workers.stats import percentile
 
 
@@ -80,6 +82,35 @@ def bootstrap_difference(
         samples=min(len(candidate), len(baseline)),
         paired=paired,
     )
+
+
+@dataclass(frozen=True)
+class MeanInterval:
+    """A mean (an accuracy, for 0/1 values) with a percentile bootstrap interval."""
+
+    mean: float
+    low: float
+    high: float
+    samples: int
+
+
+def bootstrap_mean(
+    values: Sequence[float], *, resamples: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> MeanInterval | None:
+    """The mean of one sample with a percentile bootstrap interval (cases resampled with replacement), by the
+    same percentile as `bootstrap_difference`. None for no values. Deterministic for a given seed."""
+    if not values:
+        return None
+    if resamples < 1:
+        raise ValueError("a bootstrap interval needs at least one resample")
+    samples = numpy.asarray(values, dtype=float)
+    draws = numpy.random.default_rng(seed).integers(0, samples.size, size=(resamples, samples.size))
+    means = samples[draws].mean(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = percentile(means, tail), percentile(means, 1 - tail)
+    if low is None or high is None:
+        raise ValueError("a bootstrap interval needs at least one resample")
+    return MeanInterval(mean=float(samples.mean()), low=low, high=high, samples=int(samples.size))
 
 
 def case_flips(candidate: Mapping[str, bool], baseline: Mapping[str, bool]) -> Flips:
