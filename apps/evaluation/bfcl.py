@@ -165,9 +165,24 @@ def _transport_error(error: str) -> bool:
     return error.startswith(("APIConnectionError", "APITimeoutError"))
 
 
-def bfcl_case_execute(*, caller, run, case, session_id: str) -> dict:
+class _Beating:
+    """An openai client whose every chat completion first calls `beat`: a multi-turn case makes many calls,
+    and the run's heartbeat must not go stale while one case runs (runner: AREAL_EVAL_STALE_SECONDS)."""
+
+    def __init__(self, client, beat):
+        self._client, self._beat = client, beat
+        self.chat = self
+        self.completions = self
+
+    def create(self, **request):
+        self._beat()
+        return self._client.chat.completions.create(**request)
+
+
+def bfcl_case_execute(*, caller, run, case, session_id: str, heartbeat=None) -> dict:
     """One BFCL case of an eval run: the result's fields (runner.eval_run_execute stores them). `caller` is
-    the runner's GatewayCaller (a session key per case, the session pinned to the version under test)."""
+    the runner's GatewayCaller (a session key per case, the session pinned to the version under test);
+    `heartbeat`, when given, is called before each of the case's calls."""
     import time
 
     from workers.envs.bfcl import run_case, score_run
@@ -187,7 +202,7 @@ def bfcl_case_execute(*, caller, run, case, session_id: str) -> dict:
         if session.problem:
             return fields | {"score": None, "passed": False, "error": session.problem}
         ran = run_case(
-            session.client,
+            _Beating(session.client, heartbeat) if heartbeat else session.client,
             model=run.model_version.name,
             case=bfcl_case,
             session_id=session_id,

@@ -199,7 +199,13 @@ def _run_case(caller, run, case) -> dict:
     if case.scorer == "bfcl":
         from apps.evaluation.bfcl import bfcl_case_execute
 
-        return bfcl_case_execute(caller=caller, run=run, case=case, session_id=session_id)
+        return bfcl_case_execute(
+            caller=caller,
+            run=run,
+            case=case,
+            session_id=session_id,
+            heartbeat=lambda: EvalRun.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now()),
+        )
     body = {
         "model": run.model_version.name,
         "messages": case.input_messages,
