@@ -130,17 +130,22 @@ def test_anthropic_messages_require_max_tokens_and_honour_it(gateway, backend, a
     assert capped.json()["usage"]["output_tokens"] <= 3
 
 
-def test_a_long_prompt_without_max_tokens_is_not_refused_for_a_cap_it_never_set(gateway, backend, agent_key):
-    """The embedded model's context (1024 tokens) is no larger than the default cap: the backend's own limit
+def test_a_long_prompt_without_max_tokens_is_not_refused_for_a_cap_it_never_set(
+    gateway, backend, agent_key, settings
+):
+    """A default cap no smaller than the embedded model's context (4096 tokens): the backend's own limit
     applies, below the reservation, and a prompt near the context's end still gets an answer."""
+    from workers.inference.modelgen import MAX_POSITION_EMBEDDINGS as CONTEXT
+
+    settings.AREAL_GATEWAY_DEFAULT_MAX_TOKENS = CONTEXT
     url, _ = gateway
     response = httpx.post(
         f"{url}/v1/completions",
-        json={"model": MODEL, "prompt": "one two three " * 100},
+        json={"model": MODEL, "prompt": "one two three " * 420},
         headers={"Authorization": f"Bearer {agent_key('inference')}"},
         timeout=120,
     )
     assert response.status_code == 200, response.text
     usage = response.json()["usage"]
-    assert usage["prompt_tokens"] > 600
-    assert usage["prompt_tokens"] + usage["completion_tokens"] <= 1024
+    assert usage["prompt_tokens"] > CONTEXT - 1024
+    assert usage["prompt_tokens"] + usage["completion_tokens"] <= CONTEXT

@@ -25,7 +25,9 @@ TOOL_CALL_END = "</tool_call>"
 SPECIAL_TOKENS = [END_OF_TEXT, IM_START, IM_END]
 MARKER_TOKENS = [TOOL_CALL_START, TOOL_CALL_END]
 VOCAB_SIZE = 3072
-MAX_POSITION_EMBEDDINGS = 1024
+# Room for the agent frameworks' own default prompts (smolagents' system prompt alone is ~2,000 tokens):
+# rotary positions cost no parameters, so a longer context changes neither the size nor the creation time.
+MAX_POSITION_EMBEDDINGS = 4096
 
 
 def create_default_model(out_dir, *, seed: int = 0) -> Path:
@@ -70,6 +72,38 @@ def create_default_model(out_dir, *, seed: int = 0) -> Path:
     model.save_pretrained(out)
     _declare_float32(out / "config.json")
     return out
+
+
+PREVIOUS_MAX_POSITION_EMBEDDINGS = 1024  # what the default model had before
+
+
+def widen_context(model_dir) -> bool:
+    """Raises the context of a default model made before MAX_POSITION_EMBEDDINGS grew (same weights: rotary
+    positions have no parameters) to the current one, in its config and tokenizer config. Any other model is
+    left alone. True when it changed the files."""
+    model_dir = Path(model_dir)
+    config_path, tokenizer_path = model_dir / "config.json", model_dir / "tokenizer_config.json"
+    try:
+        config = json.loads(config_path.read_text())
+        tokenizer_config = json.loads(tokenizer_path.read_text())
+    except (OSError, ValueError):
+        return False
+    made_here = (
+        config.get("architectures") == ["LlamaForCausalLM"]
+        and config.get("hidden_size") == 256
+        and config.get("num_hidden_layers") == 4
+        and config.get("max_position_embeddings") == PREVIOUS_MAX_POSITION_EMBEDDINGS
+        and tokenizer_config.get("model_max_length") == PREVIOUS_MAX_POSITION_EMBEDDINGS
+    )
+    if not made_here:
+        return False
+    config["max_position_embeddings"] = MAX_POSITION_EMBEDDINGS
+    tokenizer_config["model_max_length"] = MAX_POSITION_EMBEDDINGS
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tokenizer_path.write_text(
+        json.dumps(tokenizer_config, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    )
+    return True
 
 
 def train_tokenizer() -> Tokenizer:

@@ -2,6 +2,8 @@ import httpx
 import openai
 import pytest
 
+from workers.inference.modelgen import MAX_POSITION_EMBEDDINGS as CONTEXT
+
 CHAT = {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
@@ -28,19 +30,21 @@ def test_sdk_sees_typed_errors(server):
     sdk = openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0)
     with pytest.raises(openai.NotFoundError):
         sdk.chat.completions.create(model="nope", messages=CHAT["messages"])
-    with pytest.raises(openai.BadRequestError, match="maximum context length is 1024"):
-        sdk.chat.completions.create(model="default", messages=CHAT["messages"], max_tokens=5000)
+    with pytest.raises(openai.BadRequestError, match=f"maximum context length is {CONTEXT}"):
+        sdk.chat.completions.create(model="default", messages=CHAT["messages"], max_tokens=CONTEXT + 100)
 
 
 def test_prompt_plus_max_tokens_over_the_context_is_400_with_the_limit(server):
-    error = assert_openai_error(post(server, "chat/completions", json={**CHAT, "max_tokens": 1020}), 400)
-    assert "maximum context length is 1024 tokens" in error["message"]
+    error = assert_openai_error(
+        post(server, "chat/completions", json={**CHAT, "max_tokens": CONTEXT - 4}), 400
+    )
+    assert f"maximum context length is {CONTEXT} tokens" in error["message"]
     assert error["code"] == "context_length_exceeded"
-    long_prompt = list(range(5, 1030))
+    long_prompt = [5 + position % 1000 for position in range(CONTEXT + 1)]  # ids within the vocabulary
     error = assert_openai_error(
         post(server, "completions", json={"prompt": long_prompt, "max_tokens": 1}), 400
     )
-    assert "1024" in error["message"]
+    assert str(CONTEXT) in error["message"]
 
 
 def test_malformed_json_is_400(server):

@@ -5,6 +5,7 @@ import torch
 
 from tests.workers.inference.conftest import load_reference_model, reference_logprobs
 from workers.inference.engine import ContextLengthError, InferenceEngine
+from workers.inference.modelgen import MAX_POSITION_EMBEDDINGS as CONTEXT
 from workers.inference.sampling import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
@@ -112,10 +113,11 @@ def test_stop_string_and_stop_token(engine):
 
 def test_context_limit_is_enforced_with_a_clear_message(engine):
     [prompt] = prompts(engine, 1)
-    with pytest.raises(ContextLengthError, match="maximum context length is 1024"):
-        engine.submit(prompt, SamplingParams(max_tokens=1024))
-    default = engine.generate(list(range(10, 1020)), SamplingParams(temperature=0, ignore_eos=True))
-    assert len(default.choices[0].token_ids) == 1024 - 1010
+    with pytest.raises(ContextLengthError, match=f"maximum context length is {CONTEXT}"):
+        engine.submit(prompt, SamplingParams(max_tokens=CONTEXT))
+    long_prompt = [10 + position % 1000 for position in range(CONTEXT - 14)]  # ids within the vocabulary
+    default = engine.generate(long_prompt, SamplingParams(temperature=0, ignore_eos=True))
+    assert len(default.choices[0].token_ids) == 14
 
 
 def test_abort_ends_a_running_request(engine):

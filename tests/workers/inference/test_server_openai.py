@@ -10,6 +10,7 @@ import torch
 
 from tests.workers.inference.conftest import load_reference_model, reference_logprobs
 from workers.inference.client import parse_response, request_completion
+from workers.inference.modelgen import MAX_POSITION_EMBEDDINGS
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
 TOKEN_DATA = {"return_token_ids": True}
@@ -34,7 +35,7 @@ def expected_prompt_ids(server, messages):
 def test_models_lists_the_served_name(sdk, server):
     [model] = sdk.models.list().data
     assert model.id == "default"
-    assert model.model_extra["max_model_len"] == 1024
+    assert model.model_extra["max_model_len"] == MAX_POSITION_EMBEDDINGS == 4096
 
 
 def test_health(server):

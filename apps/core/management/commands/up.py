@@ -94,6 +94,10 @@ class Command(BaseCommand):
         if inference_port and not (model_dir / "config.json").exists():
             self.stdout.write(f"creating the default model in {model_dir} (first start only)")
             call_command("initmodel", out=str(model_dir), stdout=self.stdout)
+        elif inference_port:
+            from workers.inference.modelgen import widen_context
+
+            widen_context(model_dir)  # a default model made when its context was 1,024 positions
         queues = ",".join(queue.value for queue in Queue)
         commands = {
             "web": [
