@@ -234,8 +234,9 @@ def _fail(run: EvaluatorRun, failure: JudgeFailed) -> EvaluatorRun:
         run,
         status=EvaluatorRunStatus.FAILED,
         error_code=failure.code,
-        error=truncated(failure.message, ERROR_CHARS),
-        raw_answer=failure.raw,
+        # PostgreSQL's text cannot hold NUL, which a small judge model can generate (the step keeps U+FFFD too).
+        error=truncated(failure.message, ERROR_CHARS).replace("\x00", "\ufffd"),
+        raw_answer=failure.raw.replace("\x00", "\ufffd"),
         judge_step_id=failure.step_id,
     )
 
