@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from apps.rewards.models import Reward
+from apps.rewards.models import Evaluator, Reward
 from apps.rewards.services import evaluator_create
 from apps.rewards.tasks import run_evaluators
 from apps.trajectories.models import Step
 from areal_web.celery import app
-from tests.rewards.factories import SYSTEM
+from tests.rewards.factories import SYSTEM, EvaluatorFactory
 from tests.trajectories.factories import TrajectoryFactory
 
 pytestmark = pytest.mark.django_db
@@ -58,10 +58,21 @@ def test_nested_repetition_that_hangs_re_gets_a_verdict(tenant):
     assert Reward.objects.get(trajectory=trajectory).label == "no match"
 
 
-def test_a_pattern_too_large_to_compile_is_refused_when_run(tenant):
-    evaluator_create(
-        tenant=tenant, actor=SYSTEM, name="huge", kind="regex", config={"pattern": "(?:a{1000}){1000}"}
-    )
+def test_a_pattern_too_large_to_compile_is_refused_when_saved_and_nothing_is_created(tenant, api_client):
+    operator = api_client(scopes=["admin"])
+    for pattern in ("(?:a{1000}){1000}", "("):
+        refused = operator.post(
+            "/api/v1/evaluators/",
+            {"name": "huge", "kind": "regex", "config": {"pattern": pattern}},
+            format="json",
+        )
+        assert refused.status_code == 400, refused.content
+        assert "pattern" in refused.json()["error"]["message"]
+    assert not Evaluator.objects.filter(tenant=tenant).exists()
+
+
+def test_a_pattern_stored_before_the_check_is_refused_when_run(tenant):
+    EvaluatorFactory(tenant=tenant, name="huge", kind="regex", config={"pattern": "(?:a{1000}){1000}"})
     results, _ = _run(_answering(tenant, "a"))
     assert results["huge@1"].startswith("skipped: bad pattern: its repetitions are too large")
 

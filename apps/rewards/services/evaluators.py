@@ -11,6 +11,8 @@ from apps.rewards.selectors import evaluator_has_rewards, judge_target, reward_s
 from apps.rewards.services.storing import EVALUATOR_PRINCIPAL, _checked, _existing, _store, idempotency_scope
 from apps.tenants.models import Tenant
 from apps.trajectories.models import Trajectory
+from workers.pii.base import InvalidPattern
+from workers.pii.patterns import tenant_regex
 from workers.rewards.evaluators import KINDS as EVALUATOR_KINDS
 from workers.rewards.evaluators import LLM_JUDGE, run_evaluator
 from workers.rewards.judge import JudgeConfigInvalid, judge_config, judge_config_problems
@@ -27,6 +29,8 @@ def _evaluator_problems(*, tenant: Tenant, kind, config) -> dict[str, str]:
     workers.rewards.judge and its model must be one the tenant's gateway routes at the pinned version."""
     if kind not in EVALUATOR_KINDS:
         return {"kind": f"one of {', '.join(EVALUATOR_KINDS)}"}
+    if kind == "regex":
+        return _regex_problems(config)
     if kind != LLM_JUDGE:
         return {}
     problems = judge_config_problems(config)
@@ -35,6 +39,18 @@ def _evaluator_problems(*, tenant: Tenant, kind, config) -> dict[str, str]:
     checked = judge_config(config)
     _, problems = judge_target(tenant=tenant, model=checked.model, version=checked.version)
     return problems
+
+
+def _regex_problems(config) -> dict[str, str]:
+    """A regex evaluator's pattern, checked as its runs will compile it (workers.pii.patterns), so a bad one
+    is refused when saved rather than failing every run."""
+    if not isinstance(config, dict) or "pattern" not in config:
+        return {"config": "a regex evaluator needs 'pattern'"}
+    try:
+        tenant_regex(config["pattern"], name="pattern", ignore_case=bool(config.get("ignore_case")))
+    except InvalidPattern as error:
+        return {"config": f"pattern: {error.reason}"}
+    return {}
 
 
 def _refuse_invalid_evaluator(problems: dict[str, str]) -> None:
