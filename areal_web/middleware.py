@@ -160,7 +160,7 @@ def _forget_edge_caches(**kwargs) -> None:
     _edge_headers.clear()
 
 
-def gateway_edge(application, *, prefixes: tuple[str, ...]):
+def gateway_edge(application, *, is_gateway_path):
     """For HTTP requests on the gateway's paths (which never pass through Django's middleware): refuses a
     Host header that is not allowed (400 in the client's error shape; DNS rebinding, poisoned absolute
     URLs) and adds the security headers to every answer. Other paths go on untouched: Django checks those."""
@@ -169,7 +169,7 @@ def gateway_edge(application, *, prefixes: tuple[str, ...]):
     from apps.gateway.errors import GatewayError
 
     async def edge(scope, receive, send):
-        if scope["type"] != "http" or not scope["path"].startswith(prefixes):
+        if scope["type"] != "http" or not is_gateway_path(scope):
             return await application(scope, receive, send)
         host = _header(scope, b"host")
         if not host and scope.get("server"):

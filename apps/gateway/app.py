@@ -16,6 +16,7 @@ flusher.
 """
 
 import asyncio
+import functools
 import json
 import logging
 import uuid
@@ -34,6 +35,7 @@ from apps.gateway.generation import JSON_HEADERS, handle_chat, handle_completion
 from apps.gateway.journal import Journal, journal_recover
 from apps.gateway.policy import WindowCounter, policy_for
 from apps.gateway.principals import authenticate, presented_key
+from apps.gateway.responses import handle_response_by_id, handle_responses
 from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
 from apps.gateway.routing import candidates_for, fresh_session_version, remember_fresh_route, routes_flush
 from apps.gateway.sessions import SessionIndex, SessionState, prefix_hashes
@@ -42,9 +44,42 @@ from apps.gateway.versions import ServedVersionsSnapshot
 
 logger = logging.getLogger(__name__)
 
-GATEWAY_PREFIXES = ("/v1/", "/rl/", "/s/", "/chat/completions", "/completions")
+# The gateway's paths: its prefixes, and at the root the endpoints AReaL's proxy serves there (an agent whose
+# base URL is the server's root): every path under them is the gateway's, so an unknown one is a JSON 404.
+GATEWAY_PREFIXES = (
+    "/v1/",
+    "/rl/",
+    "/s/",
+    "/chat/",
+    "/completions",
+    "/responses",
+    "/messages",
+    "/embeddings",
+    "/moderations",
+)
+GATEWAY_EXACT = frozenset({"/v1", "/rl", "/s"})
+# The console has pages under /models/: a root /models request is the gateway's when it presents an API key
+# (an agent's SDK always does; a browser never does).
+KEYED_ROOTS = ("/models",)
 # What AReaL's older clients send with the session id right after the base URL (/v1/<session_id>/...).
-SESSION_PATH_ROUTES = ("/chat/completions", "/completions", "/messages", "/rl/set_reward", "/rl/end_session")
+SESSION_PATH_ROUTES = (
+    "/chat/completions",
+    "/completions",
+    "/messages",
+    "/responses",
+    "/rl/set_reward",
+    "/rl/end_session",
+)
+
+
+def is_gateway_path(scope) -> bool:
+    """Whether an HTTP request is the gateway's (the rest is Django's)."""
+    path = scope["path"]
+    if path.startswith(GATEWAY_PREFIXES) or path in GATEWAY_EXACT:
+        return True
+    if any(path == root or path.startswith(root + "/") for root in KEYED_ROOTS):
+        return bool(presented_key(dict(scope.get("headers") or ())))
+    return False
 
 
 def session_in_path(route: str) -> tuple[str, str] | None:
@@ -119,6 +154,13 @@ class Gateway:
         anthropic = route == "/messages"
         try:
             handler = ROUTES.get((scope["method"], route))
+            if handler is None and route.startswith("/responses/") and route.count("/") == 2:
+                if scope["method"] not in ("GET", "DELETE"):
+                    raise GatewayError(
+                        405, f"{scope['method']} is not allowed on {scope['path']}", "method_not_allowed"
+                    )
+                response_id = route[len("/responses/") :]
+                handler = functools.partial(handle_response_by_id, response_id=response_id)
             if handler is None:
                 if any(key[1] == route for key in ROUTES):
                     raise GatewayError(
@@ -365,6 +407,7 @@ ROUTES = {
     ("POST", "/chat/completions"): handle_chat,
     ("POST", "/completions"): handle_completions,
     ("POST", "/messages"): handle_messages,
+    ("POST", "/responses"): handle_responses,
     ("GET", "/models"): handle_models,
     ("POST", "/rewards"): handle_rewards,
     ("POST", "/rl/start_session"): handle_start_session,
@@ -393,7 +436,7 @@ def with_gateway(django_application):
                     await gateway.stop()
                     await send({"type": "lifespan.shutdown.complete"})
                     return None
-        if scope["type"] == "http" and scope["path"].startswith(GATEWAY_PREFIXES):
+        if scope["type"] == "http" and is_gateway_path(scope):
             return await gateway(scope, receive, send)
         return await django_application(scope, receive, send)
 

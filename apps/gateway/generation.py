@@ -69,13 +69,22 @@ def _estimate_prompt_tokens(body: dict) -> int:
 
 
 async def handle_generation(
-    gateway: "Gateway", scope, receive, send, headers, session_from_path, *, endpoint: str
+    gateway: "Gateway", scope, receive, send, headers, session_from_path, *, endpoint: str, wire_class=None
 ):
+    """`wire_class`: a client wire translated to chat and back (responses.ResponsesWire: `begin`, `chat_body`,
+    `session_id`, `answer`, `stream_feed`, `stream_finish`, `stream_fail`); the rest of the path is chat's."""
     started = time.perf_counter()
     principal, _ = await gateway.authorize(headers, "inference")
     body = await gateway.read_json(receive)
     anthropic = endpoint == "messages"
-    if anthropic:
+    wire = None
+    if wire_class is not None:
+        wire = await wire_class.begin(principal, body)
+        chat_body = wire.chat_body
+        validation.validate_chat(chat_body)
+        client_model = body.get("model")
+        session_from_path = session_from_path or wire.session_id  # a continued response's session
+    elif anthropic:
         try:
             chat_body = anthropic_wire.messages_request_to_chat(body)
         except anthropic_wire.AnthropicRequestError as error:
@@ -165,11 +174,21 @@ async def handle_generation(
             )
         elif chat_body.get("stream"):
             actual_cost = await _stream(
-                gateway, receive, send, draft, url, forward_body, started, anthropic, client_model, harness
+                gateway,
+                receive,
+                send,
+                draft,
+                url,
+                forward_body,
+                started,
+                anthropic,
+                client_model,
+                harness,
+                wire,
             )
         else:
             actual_cost = await _unary(
-                gateway, send, draft, url, forward_body, started, anthropic, client_model, harness
+                gateway, send, draft, url, forward_body, started, anthropic, client_model, harness, wire
             )
     finally:
         await budget_settle(policy, reserved, actual_cost or draft.cost_usd)  # a 503'd answer's compute too
@@ -181,6 +200,54 @@ async def _backend_failure(gateway, draft, error_status: int, message: str, code
     await session_share(gateway, draft)  # a retry of the failed call, on any process, is one
     code = code or ("backend_timeout" if error_status == 504 else "backend_error")
     return GatewayError(error_status, message, code)
+
+
+BACKEND_CODES_KEPT = {"context_length_exceeded"}  # OpenAI's own code, which frameworks act on
+
+
+async def _backend_refusal(gateway, draft, status: int, raw: bytes) -> GatewayError:
+    """A backend's error answer as the gateway's, the same whether the request streamed or not: a 4xx is the
+    client's (its status kept where it is 400, 404, 413 or 422; the backend's message, not its body, in
+    ours; its code kept where it is OpenAI's `context_length_exceeded`), a 5xx fails the step with a 502."""
+    text = raw.decode("utf-8", "replace")
+    error: dict = {}
+    try:
+        parsed = json.loads(raw)
+        error = parsed.get("error") if isinstance(parsed.get("error"), dict) else {}
+    except (ValueError, AttributeError):
+        pass
+    detail = error.get("message") if isinstance(error.get("message"), str) else text
+    if status < 500:
+        code = error.get("code") if error.get("code") in BACKEND_CODES_KEPT else "backend_rejected"
+        param = error.get("param") if isinstance(error.get("param"), str) else None
+        return GatewayError(
+            status if status in {400, 404, 413, 422} else 400,
+            f"the backend refused the request: {detail[:2000]}",
+            code,
+            field=param,
+        )
+    return await _backend_failure(
+        gateway, draft, 502, f"the inference backend answered {status}: {detail[:200]}"
+    )
+
+
+def _stream_error(draft, error: dict, translator, wire) -> bytes:
+    """A backend's error event mid-stream (`data: {"error": {...}}`): the step is aborted, and the client gets
+    the error as one JSON object in its own wire (OpenAI's error object, Anthropic's error event, Responses'
+    `error` and `response.failed`), not the backend's text inside a string."""
+    message = (
+        error.get("message") if isinstance(error.get("message"), str) else "the inference backend failed"
+    )
+    draft.abort(f"the inference backend failed mid-stream: {message}"[:500])
+    draft.stream_error_sent = True
+    if translator is not None:
+        return b"".join(
+            anthropic_wire.sse_encode(event, body) for event, body in translator.feed({"error": error})
+        )
+    if wire is not None:
+        return wire.stream_fail(draft, message, "backend_error")
+    body = GatewayError(502, message, "backend_error").openai_body()
+    return b"data: " + body + b"\n\n"
 
 
 def _headers(draft) -> dict:
@@ -201,7 +268,7 @@ def _transport_failure(error) -> str:
 
 
 async def _unary(
-    gateway, send, draft, url, forward_body, started, anthropic, client_model, harness=None
+    gateway, send, draft, url, forward_body, started, anthropic, client_model, harness=None, wire=None
 ) -> float:
     status, raw = await post_whole(gateway, draft, url, encode(forward_body), _headers(draft))
     if credential_refused(status):
@@ -209,20 +276,7 @@ async def _unary(
             gateway, draft, 502, credential_refused(status), "backend_credential_refused"
         )
     if status >= 400:
-        text = raw.decode("utf-8", "replace")
-        try:
-            detail = json.loads(raw).get("error", {}).get("message") or text
-        except (ValueError, AttributeError):
-            detail = text
-        if status < 500:
-            raise GatewayError(
-                status if status in {400, 404, 413, 422} else 400,
-                f"the backend refused the request: {detail}",
-                "backend_rejected",
-            )
-        raise await _backend_failure(
-            gateway, draft, 502, f"the inference backend answered {status}: {detail[:200]}"
-        )
+        raise await _backend_refusal(gateway, draft, status, raw)
     try:
         payload = json.loads(raw)
     except ValueError:
@@ -242,6 +296,8 @@ async def _unary(
     if anthropic:
         payload = anthropic_wire.chat_response_to_message(payload, model=client_model)
         payload["id"] = draft.response_id(anthropic=True)
+    if wire is not None:  # a response object, stored first when it is to be kept (responses.py)
+        payload = await wire.answer(draft, payload)
     data = json.dumps(payload, separators=(",", ":")).encode()
     await session_share(gateway, draft)  # before the answer: the agent's next turn may go to another process
     await send(
@@ -264,7 +320,17 @@ async def _watch_disconnect(receive, flag: asyncio.Event):
 
 
 async def _stream(
-    gateway, receive, send, draft, url, forward_body, started, anthropic, client_model, harness=None
+    gateway,
+    receive,
+    send,
+    draft,
+    url,
+    forward_body,
+    started,
+    anthropic,
+    client_model,
+    harness=None,
+    wire=None,
 ) -> float:
     import aiohttp
 
@@ -287,13 +353,9 @@ async def _stream(
             if credential_refused(response.status):
                 refused = credential_refused(response.status)
                 raise await _backend_failure(gateway, draft, 502, refused, "backend_credential_refused")
-            if response.status >= 400:
-                detail = (await response.content.read(4096)).decode("utf-8", "replace")[:300]
-                if response.status < 500:
-                    raise GatewayError(400, f"the backend refused the request: {detail}", "backend_rejected")
-                raise await _backend_failure(
-                    gateway, draft, 502, f"the inference backend answered {response.status}: {detail}"
-                )
+            if response.status >= 400:  # the same error as a whole answer's (_backend_refusal)
+                detail = await response.content.read(65536)
+                raise await _backend_refusal(gateway, draft, response.status, detail)
             await send(
                 {
                     "type": "http.response.start",
@@ -318,6 +380,11 @@ async def _stream(
                 if data == "[DONE]":
                     break
                 chunk = json.loads(data)
+                if isinstance(chunk.get("error"), dict) and not chunk.get("choices"):
+                    out = _stream_error(draft, chunk["error"], translator, wire)
+                    with contextlib.suppress(Exception):
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                    break
                 draft.add_chunk(chunk, elapsed_ms=(time.perf_counter() - started) * 1000)
                 # renamed for the agent in a new dict: the draft keeps the chunk the model produced
                 chunk = harness_rewrite_chunk(chunk, harness)
@@ -326,6 +393,8 @@ async def _stream(
                     out = b"".join(
                         anthropic_wire.sse_encode(event, body) for event, body in translator.feed(chunk)
                     )
+                elif wire is not None:
+                    out = wire.stream_feed(draft, chunk)
                 elif chunk.get("choices") or "usage" in chunk:
                     out = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
                 else:
@@ -356,13 +425,17 @@ async def _stream(
         draft.agent_reply(harness)
     await session_share(gateway, draft)  # before the stream ends: the next turn may go to another process
     if not draft.aborted:
-        tail = (
-            b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())
-            if translator is not None
-            else b"data: [DONE]\n\n"
-        )
+        if translator is not None:
+            tail = b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())
+        elif wire is not None:
+            tail = await wire.stream_finish(draft)
+        else:
+            tail = b"data: [DONE]\n\n"
         with contextlib.suppress(Exception):
             await send({"type": "http.response.body", "body": tail, "more_body": False})
+    elif wire is not None and not disconnected.is_set() and not draft.stream_error_sent:
+        with contextlib.suppress(Exception):  # the backend broke off: the Responses stream says it failed
+            await send({"type": "http.response.body", "body": wire.stream_fail(draft, draft.error)})
     return draft.cost_usd
 
 

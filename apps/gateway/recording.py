@@ -80,6 +80,7 @@ class StepDraft:
     ttft_ms: float | None = None
     latency_ms: float = 0.0
     aborted: bool = False
+    stream_error_sent: bool = False  # a backend error event mid-stream was relayed to the client
     error: str = ""
     cost_usd: float = 0.0
     pii_entities: tuple = ()

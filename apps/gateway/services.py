@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from apps.gateway.models import BudgetLedger, BudgetReservation
+from apps.gateway.models import BudgetLedger, BudgetReservation, StoredResponse
 
 logger = logging.getLogger(__name__)
 
@@ -93,3 +93,59 @@ def budget_reservations_expire(*, older_than: timedelta, tenant_id: int | None =
             older_than,
         )
     return released
+
+
+# ---- stored responses (the Responses API's `store`) ------------------------------------------------------
+# Not audited: each is one agent call's own answer, recorded as its step is (the step is not audited either).
+
+
+@transaction.atomic
+def stored_response_create(
+    *,
+    tenant_id: int,
+    response_id: str,
+    step_id: str,
+    session_id: str,
+    conversation: list,
+    response: dict,
+    retention_until,
+) -> StoredResponse:
+    """Keeps one response for `GET /v1/responses/{id}` and `previous_response_id`. Tenancy: the tenant's.
+    Idempotent on (tenant, response id): a second store of the same response replaces the first."""
+    stored, _ = StoredResponse.objects.update_or_create(
+        tenant_id=tenant_id,
+        response_id=response_id,
+        defaults={
+            "step_id": step_id,
+            "session_id": session_id[:200],
+            "conversation": conversation,
+            "response": response,
+            "retention_until": retention_until,
+        },
+    )
+    return stored
+
+
+@transaction.atomic
+def stored_response_delete(*, tenant_id: int, response_id: str) -> bool:
+    """Deletes the tenant's stored response (`DELETE /v1/responses/{id}`); False when it has none of that id
+    (another tenant's included). Idempotent."""
+    deleted, _ = StoredResponse.objects.filter(tenant_id=tenant_id, response_id=response_id).delete()
+    return bool(deleted)
+
+
+def stored_responses_forget(*, tenant, trajectory_ids) -> int:
+    """Retention (apps.trajectories.retention calls this in the transaction that deletes `trajectory_ids`):
+    the stored responses of those trajectories' steps go with them, and so does any of the tenant's stored
+    responses past its own `retention_until`. Tenancy: only `tenant`'s rows. Idempotent."""
+    from django.db.models import Q
+
+    from apps.trajectories.selectors import step_list
+
+    step_ids = step_list(tenant=tenant).filter(trajectory_id__in=list(trajectory_ids)).values("pk")
+    deleted, _ = (
+        StoredResponse.objects.for_tenant(tenant)
+        .filter(Q(step_id__in=step_ids) | Q(retention_until__lte=timezone.now()))
+        .delete()
+    )
+    return deleted
