@@ -50,7 +50,7 @@ def vllm_server(vllm_python, model_dir, tmp_path_factory):
         model_path=str(model_dir),
         served_model_name=SERVED_MODEL,
         python=vllm_python,
-        max_model_len=1024,  # room for test_token_versions' long stream across a publication
+        max_model_len=2048,  # room for test_token_versions' long stream across a publication
         dtype="float32",
         cpu_kv_cache_gib=1,
         dev_mode=True,

@@ -28,7 +28,7 @@ SYSTEM = Actor.system("test")
 DISTINCT = 100 * LOGPROB_TOLERANCE  # old and new weights differ by far more than served/reference noise
 # Long enough that the stream is still generating when the publication pauses the server (the server does not
 # wait for the client to read, so a short stream is done before the swap).
-STREAM_TOKENS = 900
+STREAM_TOKENS = 1900
 
 
 @pytest.fixture
