@@ -38,7 +38,7 @@ from apps.gateway.principals import authenticate, presented_key
 from apps.gateway.responses import handle_response_by_id, handle_responses
 from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
 from apps.gateway.routing import candidates_for, fresh_session_version, remember_fresh_route, routes_flush
-from apps.gateway.sessions import SessionIndex, SessionState, prefix_hashes
+from apps.gateway.sessions import SessionIndex, SessionState, loose_prefix_hashes, prefix_hashes
 from apps.gateway.single_flight import single_flight
 from apps.gateway.versions import ServedVersionsSnapshot
 
@@ -256,10 +256,13 @@ class Gateway:
 
     async def attribute_session(
         self, principal, headers, session_from_path, messages
-    ) -> tuple[SessionState, list[str], bool]:
+    ) -> tuple[SessionState, list[str], bool, str | None]:
         """(the session's state with its shared cursor, message-prefix hashes, whether this request minted the
-        session); at most one read of the shared session state (sessions.py)."""
+        session, the loose hash of the messages: sessions.py's loose form); at most one read of the shared
+        session state (sessions.py)."""
         hashes = prefix_hashes(messages) if messages is not None else []
+        loose = loose_prefix_hashes(messages) if messages else []
+        loose_prompt = loose[-1] if loose else None
         session_id = (
             principal.session_id
             or headers.get(b"x-session-id", b"").decode("utf-8", "replace").strip()
@@ -268,14 +271,15 @@ class Gateway:
         if session_id:
             if len(session_id) > 200:
                 raise GatewayError(400, "session ids are at most 200 characters", "invalid_session_id")
-            return await self.sessions.resume(principal.tenant_id, session_id), hashes, False
+            return await self.sessions.resume(principal.tenant_id, session_id), hashes, False, loose_prompt
         if hashes:
             continued = await self.sessions.continue_by_prefix(
-                principal.tenant_id, principal.key_prefix, messages, hashes
+                principal.tenant_id, principal.key_prefix, messages, hashes, loose
             )
             if continued is not None:
-                return continued, hashes, False
-        return self.sessions.get(principal.tenant_id, "auto-" + uuid.uuid4().hex), hashes, True
+                return continued, hashes, False, loose_prompt
+        minted = self.sessions.get(principal.tenant_id, "auto-" + uuid.uuid4().hex)
+        return minted, hashes, True, loose_prompt
 
     async def route(self, principal, model: str, state, *, minted: bool = False):
         from apps.inference.models import BackendState

@@ -122,7 +122,7 @@ async def handle_generation(
     reserved = await budget_reserve(policy, policy.price(model, estimated_prompt, max_tokens * n))
     actual_cost = 0.0
     try:
-        state, hashes, minted = await gateway.attribute_session(
+        state, hashes, minted, loose_prompt_hash = await gateway.attribute_session(
             principal, headers, session_from_path, messages
         )
         if state.ended:
@@ -133,6 +133,7 @@ async def handle_generation(
         draft.attach(
             session=state, prompt_hash=hashes[-1] if hashes else None, backend=backend, version=state.version
         )
+        draft.loose_prompt_hash = loose_prompt_hash
         draft.backend_profile = profile
         harness = None
         if endpoint != "completions":  # a raw prompt has no system message or tools to apply a harness to

@@ -72,6 +72,9 @@ class StepDraft:
     session: object = None
     session_id: str = ""
     prompt_hash: str | None = None
+    loose_prompt_hash: str | None = (
+        None  # the prompt's loose form (sessions.py): system out, whitespace collapsed
+    )
     backend: object = None
     backend_profile: object = None  # apps.gateway.providers.BackendProfile: what the backend returns
     routed_version: str = ""  # the routed model version (a harness-only one differs from its backend's)
@@ -491,12 +494,14 @@ async def session_share(gateway, draft: StepDraft) -> None:
     that was not recorded (consent `none`, a refused journal write) shares nothing."""
     if draft.session is None or not draft.recorded:
         return
-    conversation = None
+    conversation = loose = None
     if draft.endpoint != "completions" and draft.reply_message is not None:
         conversation = extend_hash(draft.prompt_hash, draft.reply_message)
+        loose = extend_hash(draft.loose_prompt_hash, draft.reply_message, loose=True)
     await gateway.sessions.share(
         tenant_id=draft.principal.tenant_id,
         key_prefix=draft.principal.key_prefix,
         state=draft.session,
         conversation_hash=conversation,
+        loose_hash=loose,
     )

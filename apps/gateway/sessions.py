@@ -4,6 +4,11 @@ held in process memory where it does not.
 Order (DESIGN.md): a session key from /rl/start_session; the X-Session-Id header; the per-session base
 URL /s/<session_id>/v1; otherwise message-prefix continuity within (tenant, key): a request whose
 messages begin with an earlier request's messages plus that request's reply continues its session.
+Exactly first; failing that, loosely: the same comparison with every system (and developer) message left
+out and every run of whitespace in texts and tool-call arguments taken as one space. So a framework's call
+that changes the system prompt (smolagents' final-answer call) or re-sends a reply stripped still
+continues its run; a request whose other messages differ in anything else (a word, a reply, a tool
+result, their order) is another conversation, and the longest match wins.
 A request whose messages equal the previous call's prompt in the same session is a retry of it.
 
 Shared (apps.core.shared_state: Redis, or the embedded SQLite file), so that a conversation continued or a
@@ -41,7 +46,16 @@ MAX_SESSIONS = 100_000
 MAX_CANDIDATES = 256  # conversations looked up per request: its most recent assistant messages
 
 
-def _canonical(message: dict) -> bytes:
+SYSTEM_ROLES = ("system", "developer")
+
+
+def _collapse(text):
+    return " ".join(text.split()) if isinstance(text, str) else text
+
+
+def _canonical(message: dict, *, loose: bool = False) -> bytes:
+    """The message as attribution compares it; `loose`: every run of whitespace in its text and tool-call
+    arguments as one space, none at either end (a framework that re-sends a reply stripped or re-wrapped)."""
     content = message.get("content")
     if isinstance(content, list):
         content = "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
@@ -49,6 +63,9 @@ def _canonical(message: dict) -> bytes:
         (call.get("function", {}).get("name"), call.get("function", {}).get("arguments"))
         for call in message.get("tool_calls") or []
     ]
+    if loose:
+        content = _collapse(content)
+        calls = [(name, _collapse(arguments)) for name, arguments in calls]
     return json.dumps(
         [message.get("role"), content or "", calls, message.get("tool_call_id")],
         separators=(",", ":"),
@@ -65,9 +82,21 @@ def prefix_hashes(messages: list[dict]) -> list[str]:
     return hashes
 
 
-def extend_hash(previous: str | None, message: dict) -> str:
+def extend_hash(previous: str | None, message: dict, *, loose: bool = False) -> str:
     running = bytes.fromhex(previous) if previous else b""
-    return hashlib.blake2b(running + _canonical(message), digest_size=16).hexdigest()
+    return hashlib.blake2b(running + _canonical(message, loose=loose), digest_size=16).hexdigest()
+
+
+def loose_prefix_hashes(messages: list[dict]) -> list[str | None]:
+    """hashes[k] identifies messages[:k+1] with its system messages left out and whitespace collapsed (the
+    loose form of a conversation); None up to the first message that is not a system message."""
+    hashes: list[str | None] = []
+    running: str | None = None
+    for message in messages:
+        if message.get("role") not in SYSTEM_ROLES:
+            running = extend_hash(running, message, loose=True)
+        hashes.append(running)
+    return hashes
 
 
 @dataclass
@@ -96,13 +125,13 @@ class SessionState:
         )
 
 
-def conversation_candidates(messages: list[dict], hashes: list[str]) -> list[str]:
+def conversation_candidates(messages: list[dict], hashes: list, *, loose: bool = False) -> list[str]:
     """Hashes of the proper prefixes of `messages` that end with an assistant message, longest first: the
-    only prefixes a recorded conversation (a prompt and its reply) can be."""
+    only prefixes a recorded conversation (a prompt and its reply) can be (`loose`: of the loose form)."""
     candidates = []
     for index in range(len(messages) - 2, -1, -1):
-        if messages[index].get("role") == "assistant":
-            candidates.append(hashes[index])
+        if messages[index].get("role") == "assistant" and hashes[index] is not None:
+            candidates.append(("~" if loose else "") + hashes[index])
             if len(candidates) == MAX_CANDIDATES:
                 break
     return candidates
@@ -197,12 +226,21 @@ class SessionIndex:
         return state
 
     async def continue_by_prefix(
-        self, tenant_id: int, key_prefix: str, messages: list[dict], hashes: list[str]
+        self,
+        tenant_id: int,
+        key_prefix: str,
+        messages: list[dict],
+        hashes: list[str],
+        loose_hashes: list[str | None] | None = None,
     ) -> SessionState | None:
         """The session whose recorded conversation (prompt + reply) is the longest proper prefix of these
         messages, with its cursor (one shared read; none for messages that extend no assistant message), or
         None."""
+        # the exact conversations first, then the loose ones (system messages out, whitespace collapsed)
         candidates = conversation_candidates(messages, hashes)
+        if loose_hashes is None:
+            loose_hashes = loose_prefix_hashes(messages)
+        candidates += conversation_candidates(messages, loose_hashes, loose=True)
         if not candidates:
             return None
         try:
@@ -221,7 +259,13 @@ class SessionIndex:
         return state
 
     async def share(
-        self, *, tenant_id: int, key_prefix: str, state: SessionState, conversation_hash: str | None
+        self,
+        *,
+        tenant_id: int,
+        key_prefix: str,
+        state: SessionState,
+        conversation_hash: str | None,
+        loose_hash: str | None = None,
     ) -> None:
         """Writes the session's cursor and, when given, the conversation that now leads to it (in one round trip,
         shared with the requests answered at the same time: `SharedWrites`), each to live
@@ -229,6 +273,8 @@ class SessionIndex:
         entries = {_cursor_key(tenant_id, state.session_id): state.cursor()}
         if conversation_hash is not None:
             entries[_conversation_key(tenant_id, key_prefix, conversation_hash)] = state.session_id
+        if loose_hash is not None:  # the same conversation in its loose form (conversation_candidates)
+            entries[_conversation_key(tenant_id, key_prefix, "~" + loose_hash)] = state.session_id
         try:
             await self.writes.write(entries)
         except SharedStateUnavailable as error:
