@@ -237,3 +237,94 @@ def test_a_function_call_and_its_output_round_trip(gateway, tool_backend, agent_
     [trajectory] = trajectory_with_records(Trajectory.objects.filter(tenant=tenant), tenant=tenant)
     [sample] = training_samples(trajectory_record(trajectory))
     assert sample["step_ids"] == [str(one.pk), str(two.pk)]
+
+
+def test_the_event_stream_of_text_then_a_call_and_of_a_backend_failure():
+    """The translation alone (no server): a text then a streamed tool call become two output items in order,
+    the final response the same a whole answer gives; a failure mid-stream is `error` then `response.failed`."""
+    from apps.gateway import responses_wire
+    from apps.gateway.responses_stream import ChatStreamToResponseEvents
+
+    skeleton = responses_wire.response_skeleton({"model": "m"}, response_id="resp_1", store=True)
+    stream = ChatStreamToResponseEvents(skeleton)
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"content": "Let me check."}, "token_ids": [1, 2]}]},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_9",
+                                "function": {"name": "get_weather", "arguments": '{"city": '},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]},
+                    "finish_reason": "tool_calls",
+                }
+            ]
+        },
+        {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 9}},
+    ]
+    events = [event for chunk in chunks for event in stream.feed(chunk)] + stream.finish()
+    assert [event["type"] for event in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",  # the message closes before the call opens
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
+    final = events[-1]["response"]
+    assert [item["type"] for item in final["output"]] == ["message", "function_call"]
+    assert final["output"][1]["arguments"] == '{"city": "Paris"}'
+    assert final["output"][1]["call_id"] == "call_9"
+    assert final["usage"]["total_tokens"] == 16
+    whole = responses_wire.chat_response_to_response(
+        {
+            "choices": [
+                {
+                    "message": {
+                        "content": "Let me check.",
+                        "tool_calls": [
+                            {
+                                "id": "call_9",
+                                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                            }
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 9},
+        },
+        skeleton,
+    )
+    strip = lambda response: [{k: v for k, v in item.items() if k != "id"} for item in response["output"]]  # noqa: E731
+    assert strip(whole) == strip(final)
+
+    broken = ChatStreamToResponseEvents(skeleton)
+    broken.feed(chunks[0])
+    failed = broken.fail(message="the engine failed", code="backend_error")
+    assert [event["type"] for event in failed] == ["error", "response.failed"]
+    assert failed[0]["message"] == "the engine failed"
+    assert failed[1]["response"]["status"] == "failed"
