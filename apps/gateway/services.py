@@ -12,6 +12,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.gateway.models import BudgetLedger, BudgetReservation, StoredResponse
+from apps.tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ def stored_response_delete(*, tenant_id: int, response_id: str) -> bool:
     return bool(deleted)
 
 
-def stored_responses_forget(*, tenant, trajectory_ids) -> int:
+def stored_responses_forget(*, tenant: Tenant, trajectory_ids) -> int:
     """Retention (apps.trajectories.retention calls this in the transaction that deletes `trajectory_ids`):
     the stored responses of those trajectories' steps go with them, and so does any of the tenant's stored
     responses past its own `retention_until`. Tenancy: only `tenant`'s rows. Idempotent."""

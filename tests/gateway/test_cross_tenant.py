@@ -29,6 +29,8 @@ ROUTES_COVERED = {
         "/completions",
     ): "test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant",
     ("POST", "/messages"): "test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant",
+    # another tenant's previous_response_id and response ids: test_responses.py (404 response_not_found)
+    ("POST", "/responses"): "test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tenant",
     (
         "POST",
         "/rl/set_reward",
@@ -106,6 +108,7 @@ def test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tena
     client = openai.OpenAI(base_url=f"{url}/s/shared-name/v1", api_key=agent_key("inference"), max_retries=0)
     client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2)
     client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+    client.responses.create(model=MODEL, input="x", max_output_tokens=2, store=False)
     anthropic = httpx.post(
         f"{url}/s/shared-name/v1/messages",
         headers={"x-api-key": client.api_key},
@@ -120,7 +123,7 @@ def test_a_session_url_with_another_tenants_session_id_stays_in_the_callers_tena
     assert theirs.step_count == 2
     mine = Trajectory.objects.get(tenant=tenant, session_id="shared-name")
     assert mine.pk == trajectory_id_for(tenant_id=tenant.pk, session_id="shared-name") != theirs.pk
-    assert Step.objects.filter(trajectory=mine, tenant=tenant).count() == 3
+    assert Step.objects.filter(trajectory=mine, tenant=tenant).count() == 4
 
 
 def test_set_reward_and_end_session_naming_another_tenants_session_are_not_found(
