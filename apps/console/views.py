@@ -11,6 +11,7 @@ from apps.core.api import TENANT_SESSION_KEY
 from apps.core.login_throttle import ThrottledAuthenticationForm, login_throttled
 from apps.tenants import selectors
 from apps.tenants.permissions import Action, role_can
+from apps.trajectories.selectors import trajectory_list
 
 
 def login_view(request):
@@ -50,7 +51,10 @@ def tenant_switch(request):
 
 @console_page(Action.TENANT_VIEW)
 def home(request):
-    context = {"member_count": selectors.membership_list(tenant=request.tenant).count()}
+    context = {
+        "member_count": selectors.membership_list(tenant=request.tenant).count(),
+        "has_traffic": trajectory_list(tenant=request.tenant).exists(),
+    }
     if role_can(request.membership.role, Action.API_KEY_VIEW):
         context["active_key_count"] = selectors.api_key_list(
             tenant=request.tenant, include_inactive=False

@@ -16,6 +16,7 @@ from apps.evolution.figures import signal_figures
 from apps.evolution.forms import PolicyForm
 from apps.evolution.models import DecisionKind, DecisionStatus
 from apps.tenants.permissions import Action, role_can
+from apps.training.selectors import model_version_list
 
 TIMELINE_LENGTH = PAGE_SIZE
 SIGNAL_POINTS = 2000  # the newest points charted per page
@@ -53,9 +54,11 @@ STARTED_LINKS = {
 }
 
 
-def started_links(started: dict, *, model: str) -> list[tuple[str, str]]:
-    """(text, href) of each run, release and version a decision started."""
+def started_links(started: dict, *, model: str, version_numbers: dict | None = None) -> list[tuple[str, str]]:
+    """(text, href) of each run, release and version a decision started; a version by its label ("v3", from
+    `version_numbers`: id → number), never its database id."""
     links = []
+    version_numbers = version_numbers or {}
     for key, (label, url_name, by_id) in STARTED_LINKS.items():
         for object_id in (started or {}).get(key) or []:
             try:
@@ -66,6 +69,10 @@ def started_links(started: dict, *, model: str) -> list[tuple[str, str]]:
                 else:
                     href = f"{reverse(url_name)}#online-{object_id}"
             except NoReverseMatch:
+                continue
+            if key == "versions":
+                number = version_numbers.get(object_id)
+                links.append((f"{model} v{number}" if number is not None else f"a new {model} version", href))
                 continue
             links.append((f"{label} #{object_id}", href))
     return links
@@ -130,6 +137,14 @@ def _policy_page(request, policy, *, form=None, status=200):
             :TIMELINE_LENGTH
         ]
     )
+    started_versions = {
+        version_id for decision in decisions for version_id in (decision.started or {}).get("versions") or []
+    }
+    version_numbers = dict(
+        model_version_list(tenant=request.tenant)
+        .filter(pk__in=[value for value in started_versions if isinstance(value, int)])
+        .values_list("pk", "number")
+    )
     points = selectors.signal_series(tenant=request.tenant, policy=policy).order_by("-at", "-id")[
         :SIGNAL_POINTS
     ]
@@ -144,7 +159,7 @@ def _policy_page(request, policy, *, form=None, status=200):
                 (
                     decision,
                     evidence_summary(decision.evidence),
-                    started_links(decision.started, model=policy.model),
+                    started_links(decision.started, model=policy.model, version_numbers=version_numbers),
                     approval_question(decision) if decision.status == DecisionStatus.PROPOSED else "",
                 )
                 for decision in decisions

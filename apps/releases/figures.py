@@ -70,3 +70,88 @@ def serving_figure(events) -> dict:
         margin={"l": 40, "r": 10, "t": 40, "b": 30},
     )
     return _figure(figure)
+
+
+def deficit(row: dict) -> tuple[float | None, float | None, float | None]:
+    """How much worse the candidate is than the baseline in one guardrail's measurement (positive = worse,
+    whichever way the metric points), with the 95 % interval of that deficit where one was computed."""
+    candidate, baseline = row.get("candidate"), row.get("baseline")
+    low, high = row.get("low"), row.get("high")
+    higher_is_better = row.get("direction") == "higher_is_better"
+    sign = -1.0 if higher_is_better else 1.0
+    point = None if candidate is None or baseline is None else sign * (candidate - baseline)
+    if low is None or high is None:
+        return point, None, None
+    bounds = sorted((sign * low, sign * high))
+    return point, bounds[0], bounds[1]
+
+
+def guardrail_figures(analyses, guardrails: list[dict]) -> dict[str, dict]:
+    """One figure per guardrail (keyed by its index): the candidate's deficit against the baseline at each
+    tick, the 95 % interval around it as a ribbon, and the allowed deficit as a shaded band above which the
+    guardrail fails. Traces: 0 the interval's upper edge, 1 its lower edge (filled to trace 0), 2 the deficit,
+    so the page extends them in that order from the WebSocket."""
+    series: dict[int, dict[str, list]] = {
+        index: {"x": [], "point": [], "low": [], "high": []} for index in range(len(guardrails))
+    }
+    for run in analyses:
+        for row in run.measurements:
+            index = row.get("guardrail")
+            if row.get("suite") is not None or index not in series:
+                continue
+            point, low, high = deficit(row)
+            points = series[index]
+            points["x"].append(run.at.isoformat())
+            points["point"].append(point)
+            points["low"].append(low)
+            points["high"].append(high)
+    figures = {}
+    for index, guardrail in enumerate(guardrails):
+        points = series[index]
+        threshold = float(guardrail.get("threshold", 0))
+        figure = go.Figure(
+            [
+                go.Scatter(
+                    x=points["x"],
+                    y=points["high"],
+                    name="95 % interval",
+                    mode="lines",
+                    line={"width": 0, "color": COLORS["candidate"]},
+                    showlegend=False,
+                    hoverinfo="skip",
+                ),
+                go.Scatter(
+                    x=points["x"],
+                    y=points["low"],
+                    name="95 % interval",
+                    mode="lines",
+                    line={"width": 0, "color": COLORS["candidate"]},
+                    fill="tonexty",
+                    fillcolor="rgba(217, 72, 15, 0.18)",
+                ),
+                go.Scatter(
+                    x=points["x"],
+                    y=points["point"],
+                    name="candidate worse by",
+                    mode="lines+markers",
+                    line={"color": COLORS["candidate"]},
+                ),
+            ]
+        )
+        figure.add_hrect(
+            y0=threshold,
+            y1=max([threshold * 3 or 1.0, *(value for value in points["high"] + points["point"] if value)]),
+            fillcolor="rgba(192, 54, 44, 0.10)",
+            line_width=0,
+            annotation_text=f"fails above {threshold:g}",
+            annotation_position="top left",
+        )
+        figure.add_hline(y=0, line={"color": "#868e96", "width": 1, "dash": "dot"})
+        figure.update_layout(
+            title=f"{guardrail.get('metric', '').replace('_', ' ')}: candidate worse than baseline by",
+            height=260,
+            margin={"l": 40, "r": 10, "t": 40, "b": 30},
+            legend={"orientation": "h"},
+        )
+        figures[str(index)] = _figure(figure)
+    return figures

@@ -8,7 +8,7 @@ from django.views.decorators.http import require_POST
 from apps.console.access import console_page
 from apps.console.pages import console_action
 from apps.releases import selectors, services
-from apps.releases.figures import release_figures, serving_figure
+from apps.releases.figures import deficit, guardrail_figures, release_figures, serving_figure
 from apps.releases.forms import ProductionSetForm, ReleaseCreateForm
 from apps.releases.models import ACTIVE_STATUSES, ReleaseStatus
 from apps.releases.verdicts import guardrail_name
@@ -19,6 +19,56 @@ from apps.tenants.permissions import Action, role_can
 ANALYSES_SHOWN = 500
 EVENTS_SHOWN = 200
 SERVING_EVENTS_SHOWN = 500
+
+
+def guardrail_words(guardrail: dict, row: dict | None) -> dict:
+    """What a guardrail asks and what its newest measurement shows, in words: the threshold ("fails when the
+    candidate is worse by more than 0.05"), the samples against the minimum, the interval of the deficit."""
+    threshold = float(guardrail.get("threshold", 0))
+    needed = int(guardrail.get("min_samples", 30))
+    better = "lower" if guardrail.get("direction") == "lower_is_better" else "higher"
+    judge = (
+        "the whole 95 % interval of the deficit"
+        if guardrail.get("judge") == "interval"
+        else "the measured deficit"
+    )
+    words = {
+        "rule": f"{better} is better; fails when {judge} exceeds {threshold:g}",
+        "samples": f"needs {needed} per arm",
+        "interval": "",
+    }
+    if row is None:
+        return words
+    candidate_samples, baseline_samples = row.get("candidate_samples", 0), row.get("baseline_samples", 0)
+    enough = min(candidate_samples, baseline_samples) >= needed
+    words["samples"] = (
+        f"{candidate_samples} candidate and {baseline_samples} baseline samples of the {needed} needed per arm"
+        + ("" if enough else ": not enough yet")
+    )
+    point, low, high = deficit(row)
+    if low is not None and high is not None:
+        words["interval"] = f"worse by {low:+.4g} to {high:+.4g} (95 % interval)"
+    elif point is not None:
+        words["interval"] = f"worse by {point:+.4g} (no interval)"
+    return words
+
+
+def approval_words(release) -> dict:
+    """What approving a release awaiting approval does, and the question the confirmation asks: both name the
+    candidate version and the share of traffic it goes to."""
+    candidate, baseline = f"v{release.candidate.number}", f"v{release.baseline.number}"
+    now = f"{release.stage_percent:g} %" if release.stage_index >= 0 else "no"
+    return {
+        "effect": (
+            f"Approving promotes {candidate} of {release.model} to production: the production alias moves from "
+            f"{baseline} to {candidate}, {candidate} takes 100 % of new sessions (it takes {now} of them now) "
+            f"and {baseline} is retired."
+        ),
+        "question": (
+            f"Promote {candidate} of {release.model} to production? It takes 100 % of new sessions and "
+            f"{baseline} is retired."
+        ),
+    }
 
 
 def _newest(rows, count: int) -> list:
@@ -116,14 +166,12 @@ def release_detail(request, release_id):
             "latest": latest,
             "figures": release_figures(analyses),
             "guardrail_rows": [
-                (
-                    index,
-                    guardrail_name(guardrail),
-                    guardrail,
-                    measured.get(index, measured.get(guardrail["metric"])),
-                )
+                (index, guardrail_name(guardrail), guardrail, row, guardrail_words(guardrail, row))
                 for index, guardrail in enumerate(release.guardrails)
+                for row in [measured.get(index, measured.get(guardrail["metric"]))]
             ],
+            "guardrail_figures": guardrail_figures(analyses, release.guardrails),
+            "approval": approval_words(release),
             "stream": services.release_stream(release.pk),
             "can_approve": role_can(role, Action.RELEASE_APPROVE)
             and release.status == ReleaseStatus.AWAITING_APPROVAL,

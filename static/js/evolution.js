@@ -98,7 +98,7 @@
       ...(started.releases || []).map((id) => [`release #${id}`, withId(urls.releaseUrl, id)]),
       ...(started.eval_runs || []).map((id) => [`evaluation #${id}`, withId(urls.evalRunUrl, id)]),
       ...(started.online_runs || []).map((id) => [`online run #${id}`, `${urls.onlineUrl}#online-${id}`]),
-      ...(started.versions || []).map((id) => [`version #${id}`, urls.lineageUrl]),
+      ...(started.versions || []).map(() => ["the new version", urls.lineageUrl]),
     ]);
     if (decision.approvals_required) {
       const names = (decision.approvals || []).map((row) => row.actor).join(", ");

@@ -1,0 +1,97 @@
+"""What an operator reads before approving (issue 29): a release awaiting approval says, per guardrail, the
+rule, the samples against the minimum and the 95 % interval of the candidate's deficit, in words and on a chart
+(interval ribbon, the band where the guardrail fails), what approving does, and the confirmation names the
+version and its share of traffic. The control plane's decision cards name versions by label, never by id."""
+
+import json
+import re
+
+import pytest
+from django.test import Client
+
+from apps.releases.models import Release, ReleaseStatus
+from apps.tenants.permissions import Role
+from tests.evolution.factories import DecisionFactory, EvolutionPolicyFactory
+from tests.releases.helpers import release_at
+from tests.releases.test_verdicts import GUARDRAILS, arms  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.django_db
+
+
+def _page(member, role, path) -> str:
+    client = Client()
+    client.force_login(member(role))
+    response = client.get(path)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def _analysed(api_client, member, release):
+    client = api_client(user=member(Role.OPERATOR))
+    assert client.post(f"/api/v1/releases/{release.pk}/analyze/", {}, format="json").status_code == 200
+
+
+def test_a_release_awaiting_approval_shows_the_decision_in_words_and_on_the_chart(
+    api_client,
+    member,
+    tenant,
+    arms,  # noqa: F811
+):
+    release = release_at(tenant, ReleaseStatus.CANARY, stage_index=0, stages=[25], guardrails=GUARDRAILS)
+    arms(release, candidate=[1.0] * 18 + [0.0] * 22, baseline=[1.0] * 20 + [0.0] * 20)
+    _analysed(api_client, member, release)
+    Release.objects.filter(pk=release.pk).update(status=ReleaseStatus.AWAITING_APPROVAL)
+    candidate, baseline = f"v{release.candidate.number}", f"v{release.baseline.number}"
+
+    page = _page(member, Role.OPERATOR, f"/releases/{release.pk}/")
+    point_row = page.split('<tr data-guardrail="0"')[1].split("</tr>")[0]
+    assert "higher is better; fails when the measured deficit exceeds 0.25" in point_row
+    assert "40 candidate and 40 baseline samples of the 10 needed per arm" in point_row
+    assert re.search(r"worse by [+-][\d.]+ to [+-][\d.]+ \(95 % interval\)", point_row)
+    interval_row = page.split('<tr data-guardrail="1"')[1].split("</tr>")[0]
+    assert "fails when the whole 95 % interval of the deficit exceeds 0" in interval_row
+
+    effect = page.split('id="approval-effect">')[1].split("</p>")[0]
+    assert f"promotes {candidate} of {release.model} to production" in effect
+    assert f"from {baseline} to {candidate}" in effect
+    assert "100 % of new sessions" in effect
+    assert "it takes 25 % of them now" in effect
+    question = page.split(f'action="/releases/{release.pk}/approve/" class="inline" data-confirm="')[1]
+    assert question.startswith(f"Promote {candidate} of {release.model} to production? It takes 100 %")
+
+    figures = json.loads(
+        page.split('id="guardrail-figures" type="application/json">')[1].split("</script>")[0]
+    )
+    assert set(figures) == {"0", "1"}
+    ribbon_top, ribbon_bottom, deficit = figures["0"]["data"]
+    assert ribbon_bottom["fill"] == "tonexty"
+    # higher is better: the deficit is baseline − candidate, 0.5 − 0.45
+    assert deficit["y"] == [pytest.approx(0.05)]
+    assert ribbon_bottom["y"][0] < deficit["y"][0] < ribbon_top["y"][0]
+    band = figures["0"]["layout"]["shapes"][0]
+    assert band["type"] == "rect"
+    assert band["y0"] == 0.25  # the guardrail fails above its threshold
+
+
+def test_a_viewer_reads_what_approving_does_but_gets_no_button(member, tenant):
+    release = release_at(tenant, ReleaseStatus.AWAITING_APPROVAL, stage_index=0)
+    page = _page(member, Role.VIEWER, f"/releases/{release.pk}/")
+    assert 'id="approval-effect"' in page
+    assert 'id="approve"' not in page
+    assert "Your role cannot approve" in page
+
+
+def test_decision_cards_name_started_versions_by_label(member, tenant):
+    release = release_at(tenant, ReleaseStatus.CANARY, stage_index=0)
+    policy = EvolutionPolicyFactory(tenant=tenant, model=release.model)
+    DecisionFactory(
+        tenant=tenant,
+        policy=policy,
+        kind="train",
+        status="succeeded",
+        started={"versions": [release.candidate.pk]},
+    )
+    page = _page(member, Role.OPERATOR, f"/evolution/policies/{policy.pk}/")
+    started = page.split('class="started">')[1].split("</div>")[0]
+    assert f"{release.model} v{release.candidate.number}" in started
+    assert f"#{release.candidate.pk}" not in started
