@@ -15,3 +15,10 @@ def audit_event_list(
     if until:
         events = events.filter(occurred_at__lt=until)
     return events.order_by("-sequence")
+
+
+def audit_verbs(*, tenant: Tenant) -> list[str]:
+    """The verbs this tenant's audit log holds, alphabetically (the console's verb filter offers these)."""
+    return list(
+        AuditEvent.objects.for_tenant(tenant).order_by("verb").values_list("verb", flat=True).distinct()
+    )

@@ -29,7 +29,9 @@ def _trajectory_or_404(request, trajectory_id):
 
 @console_page(Action.TRAJECTORY_VIEW)
 def training_queue(request):
+    """The queue by agent, task and group, a page at a time (largest first), filtered by agent."""
     listing = reverse("console:training-queue-trajectories")
+    agent = request.GET.get("agent", "").strip()
     waiting = [
         {
             **row,
@@ -46,6 +48,11 @@ def training_queue(request):
         }
         for row in selectors.training_queue(tenant=request.tenant)
     ]
+    waiting_total = sum(row["count"] for row in waiting)
+    agents = sorted({row["agent"] for row in waiting if row["agent"]})
+    if agent:
+        waiting = [row for row in waiting if row["agent"] == agent]
+    page = Paginator(waiting, PAGE_SIZE).get_page(request.GET.get("page"))
     disqualified = [
         {**row, "url": listing + "?" + urlencode({"status": "disqualified", "reason": row["code"]})}
         for row in selectors.disqualified_counts(tenant=request.tenant)
@@ -54,8 +61,11 @@ def training_queue(request):
         request,
         "console/training_queue.html",
         {
-            "waiting": waiting,
-            "waiting_total": sum(row["count"] for row in waiting),
+            "page": page,
+            "waiting_total": waiting_total,
+            "agents": agents,
+            "agent": agent,
+            "query": query_without_page(request),
             "disqualified": disqualified,
             "gate_codes": GATE_CODES,
         },

@@ -31,6 +31,13 @@ def model_version_list(*, tenant: Tenant, name: str | None = None, status: str |
     return versions.order_by("name", "-number")
 
 
+def model_names(*, tenant: Tenant) -> list[str]:
+    """The names of this tenant's models, alphabetically."""
+    return list(
+        ModelVersion.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True).distinct()
+    )
+
+
 def model_version_get(*, tenant: Tenant, version_id) -> ModelVersion:
     return get_in_tenant(
         ModelVersion.objects.select_related("parent"),

@@ -13,6 +13,7 @@ from apps.inference import selectors as inference_selectors
 from apps.tenants.permissions import Action, role_can
 from apps.trajectories import forms, selectors
 from apps.trajectories.lifecycle import trajectory_end_by_request
+from apps.trajectories.search import trajectory_search
 from apps.trajectories.serialize import step_to_atdp
 
 
@@ -24,13 +25,30 @@ def trajectories(request):
         if form.is_valid()
         else {}
     )
-    rows = selectors.trajectory_list_with_reward_mean(tenant=request.tenant, **filters)
+    rows = trajectory_search(tenant=request.tenant, **filters)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,
         "console/trajectories.html",
-        {"form": form, "page": page, "query": query_without_page(request)},
+        {
+            "form": form,
+            "page": page,
+            "query": query_without_page(request),
+            "saved_filters": SAVED_FILTERS,
+        },
     )
+
+
+# The browser's saved filters: links to its own query strings.
+SAVED_FILTERS = [
+    ("Succeeded", "outcome=succeeded"),
+    ("Failed", "outcome=failed"),
+    ("A call failed", "outcome=errored"),
+    ("Not scored yet", "outcome=unscored"),
+    ("Open sessions", "status=open"),
+    ("Production traffic", "purpose=production"),
+    ("Evaluation traffic", "purpose=eval"),
+]
 
 
 def _token_view(tokens: dict | None, tokenizer_name: str) -> list[dict]:

@@ -44,7 +44,7 @@ def test_operators_get_a_publish_button_per_publishable_version(member, tenant, 
         page = _console(member, role).get("/models/")
         assert page.status_code == 200
         assert _publish_buttons(page) == sorted([candidate.pk, retired.pk])
-        assert f'data-confirm="Publish {MODEL}@1?' in page.content.decode()
+        assert f'data-confirm="Publish {MODEL} v1?' in page.content.decode()
         assert training.pk not in _publish_buttons(page)  # neither a version in training
         assert theirs.pk not in _publish_buttons(page)  # nor another tenant's
     for role in (Role.VIEWER, Role.ANNOTATOR):
