@@ -31,6 +31,7 @@ import json
 import uuid
 
 from apps.core.error_types import anthropic_error_type
+from apps.gateway.stream_tally import StreamTally
 
 TEXT_JOIN = "\n"
 TOOL_ERROR_PREFIX = "Error: "
@@ -576,9 +577,7 @@ class ChatStreamToMessageEvents:
         self._has_tool_use = False
         self._finish_reason = None
         self._backend_stop_reason = None
-        self._usage: dict | None = None
-        self._prompt_ids = 0
-        self._completion_ids = 0
+        self._tally = StreamTally()  # usage, else the token ids counted (stream_tally.py)
 
     @property
     def finished(self) -> bool:
@@ -592,17 +591,10 @@ class ChatStreamToMessageEvents:
             message = chunk["error"].get("message") or "the inference backend failed"
             return [("error", anthropic_error(500, str(message)))]
         events: list[tuple[str, dict]] = []
-        if isinstance(chunk.get("prompt_token_ids"), list):
-            self._prompt_ids = len(chunk["prompt_token_ids"])
+        first_choices = self._tally.first_choices(chunk)  # before the start: it reports the prompt's ids
         if not self._started:
             events += self._start()
-        if isinstance(chunk.get("usage"), dict):
-            self._usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            if isinstance(choice.get("token_ids"), list):
-                self._completion_ids += len(choice["token_ids"])
+        for choice in first_choices:
             delta = choice.get("delta") or {}
             text = delta.get("content")
             if isinstance(text, str) and text:
@@ -626,9 +618,9 @@ class ChatStreamToMessageEvents:
         stop_reason, stop_sequence = _stop_reason(
             self._finish_reason, self._backend_stop_reason, self._has_tool_use, self._stop_sequences
         )
-        usage = _usage(self._usage, self._prompt_ids, self._completion_ids)
+        usage = _usage(self._tally.usage, self._tally.prompt_ids, self._tally.completion_ids)
         delta_usage = {"output_tokens": usage["output_tokens"]}
-        if self._usage is not None:
+        if self._tally.usage is not None:
             delta_usage.update(
                 input_tokens=usage["input_tokens"], cache_read_input_tokens=usage["cache_read_input_tokens"]
             )
@@ -659,7 +651,7 @@ class ChatStreamToMessageEvents:
             "stop_reason": None,
             "stop_sequence": None,
             "usage": {
-                "input_tokens": self._prompt_ids,
+                "input_tokens": self._tally.prompt_ids,
                 "output_tokens": 0,
                 "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": 0,

@@ -12,6 +12,7 @@ A backend failure mid-stream is an `error` event followed by `response.failed`.
 import json
 
 from apps.gateway import responses_wire as wire
+from apps.gateway.stream_tally import StreamTally
 
 
 def sse_encode(event: dict) -> bytes:
@@ -36,9 +37,7 @@ class ChatStreamToResponseEvents:
         self._open: _Item | None = None
         self._calls: dict[int, _Item] = {}  # by the chat tool-call index
         self._finish_reason = None
-        self._usage = None
-        self._prompt_ids = 0
-        self._completion_ids = 0
+        self._tally = StreamTally()  # usage, else the token ids counted (stream_tally.py)
 
     def _event(self, kind: str, **fields) -> dict:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -58,15 +57,7 @@ class ChatStreamToResponseEvents:
         if self._finished:
             return []
         events = self.start()
-        if isinstance(chunk.get("prompt_token_ids"), list):
-            self._prompt_ids = len(chunk["prompt_token_ids"])
-        if isinstance(chunk.get("usage"), dict):
-            self._usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            if isinstance(choice.get("token_ids"), list):
-                self._completion_ids += len(choice["token_ids"])
+        for choice in self._tally.first_choices(chunk):
             delta = choice.get("delta") or {}
             text = delta.get("content")
             if isinstance(text, str) and text:
@@ -90,7 +81,7 @@ class ChatStreamToResponseEvents:
             self.response,
             output=self._output,
             finish_reason=self._finish_reason,
-            usage_=wire.usage(self._usage, self._prompt_ids, self._completion_ids),
+            usage_=wire.usage(self._tally.usage, self._tally.prompt_ids, self._tally.completion_ids),
         )
         kind = "response.completed" if self.final["status"] == "completed" else "response.incomplete"
         return events + [self._event(kind, response=self.final)]
