@@ -118,6 +118,7 @@ OBJECTS = {
     # console pages
     "console:member-role": lambda world: {"membership_id": world.membership.pk},
     "console:member-remove": lambda world: {"membership_id": world.membership.pk},
+    "console:member-invite-link": lambda world: {"membership_id": world.membership.pk},
     "console:key-revoke": lambda world: {"key_id": world.key.pk},
     "console:key-rotate": lambda world: {"key_id": world.key.pk},
     "console:trajectory-detail": lambda world: {"trajectory_id": world.trajectory.pk},
@@ -162,7 +163,10 @@ OBJECTS = {
 }
 
 # Patterns with a path parameter that name no tenant object, each with the reason.
-NOT_TENANT_OBJECTS: dict[str, str] = {}
+NOT_TENANT_OBJECTS: dict[str, str] = {
+    "console:invitation": "an invited person's set-a-password link: its uid and token name an account, not a "
+    "tenant's object; a wrong or used one answers 404 (tests/console/test_onboarding.py)",
+}
 
 # REST endpoints that only a signed-in person may call (labels come from people): requested with the admin's
 # session; every other REST endpoint with the tenant's admin key.

@@ -23,9 +23,47 @@ class ApiKeyRotateForm(forms.Form):
     )
 
 
+# The role select starts on a prompt, never on Admin: an admin picks each person's role on purpose.
+ROLE_PROMPT = [("", "Choose a role")]
+ROLE_HELP = (
+    "Viewer: reads everything. Annotator: labels in annotation queues. Operator: runs training, evaluation "
+    "and releases, approves promotions. Admin: all of that, plus members, API keys and the policy."
+)
+
+
 class MemberAddForm(forms.Form):
-    user = forms.CharField(max_length=254, label="Username or email")
-    role = forms.ChoiceField(choices=Role.choices)
+    user = forms.CharField(
+        max_length=254,
+        label="Email or username",
+        help_text="A person without an account gets one, and you get a link for them to set a password.",
+    )
+    role = forms.ChoiceField(choices=ROLE_PROMPT + list(Role.choices), help_text=ROLE_HELP)
+
+
+class InvitationAcceptForm(forms.Form):
+    password = forms.CharField(
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}), label="Choose a password"
+    )
+    repeated = forms.CharField(
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}), label="The same password again"
+    )
+
+    def clean(self):
+        data = super().clean()
+        if data.get("password") and data.get("repeated") and data["password"] != data["repeated"]:
+            self.add_error("repeated", "The two passwords differ.")
+        return data
+
+
+class TenantCreateForm(forms.Form):
+    slug = forms.SlugField(max_length=64, help_text="Lower-case letters, digits and hyphens; part of URLs.")
+    name = forms.CharField(max_length=200)
+    admin = forms.CharField(
+        max_length=254,
+        required=False,
+        label="First admin (email or username)",
+        help_text="Empty: you become its admin.",
+    )
 
 
 class MemberRoleForm(forms.Form):

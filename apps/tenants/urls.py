@@ -6,6 +6,13 @@ from apps.tenants import views
 
 urlpatterns = [
     path("settings/members/", views.members, name="members"),
+    path(
+        "settings/members/<int:membership_id>/invite-link/",
+        views.member_invite_link,
+        name="member-invite-link",
+    ),
+    path("invitation/<str:uidb64>/<str:token>/", views.invitation, name="invitation"),
+    path("tenants/new/", views.tenant_new, name="tenant-new"),
     path("settings/members/<int:membership_id>/role/", views.member_role, name="member-role"),
     path("settings/members/<int:membership_id>/remove/", views.member_remove, name="member-remove"),
     path("settings/keys/", views.keys, name="keys"),
