@@ -133,6 +133,7 @@ OBJECTS = {
     "console:trajectory-run-gates": lambda world: {"trajectory_id": world.trajectory.pk},
     "console:annotation-queue": lambda world: {"queue_id": world.queue.pk},
     "console:annotation-workspace": lambda world: {"queue_id": world.queue.pk},
+    "console:annotation-previous": lambda world: {"queue_id": world.queue.pk},
     "console:annotation-label": lambda world: {"item_id": world.item.pk},
     "console:annotation-skip": lambda world: {"item_id": world.item.pk},
     "console:annotation-resolve": lambda world: {"item_id": world.item.pk},

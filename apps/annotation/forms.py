@@ -18,6 +18,14 @@ class QueueCreateForm(forms.Form):
     )
     agent = forms.CharField(max_length=200, required=False)
     task_id = forms.CharField(max_length=200, required=False, label="Task id")
+    sample_size = forms.IntegerField(
+        min_value=1,
+        max_value=100_000,
+        required=False,
+        initial=50,
+        label="Sample size",
+        help_text="How many matching trajectories to sample at random; empty takes them all.",
+    )
     annotators_per_item = forms.IntegerField(min_value=1, max_value=10, initial=1, label="Labels per item")
     assignees = forms.TypedMultipleChoiceField(coerce=int, help_text="Members who may label.")
 
@@ -36,4 +44,5 @@ class QueueCreateForm(forms.Form):
             "filters": {name: data[name] for name in ("purpose", "status", "agent", "task_id") if data[name]},
             "annotators_per_item": data["annotators_per_item"],
             "assignee_ids": data["assignees"],
+            "sample_size": data["sample_size"],
         }

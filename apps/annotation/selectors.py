@@ -167,3 +167,36 @@ def annotation_label_rows(*, queue):
             "created_at": label.created_at.isoformat(),
             "resolved_value": label.item.resolved_value,
         }
+
+
+def annotation_item_list(*, queue):
+    """The queue's items in order, each with its `label_count` and `skip_count`, trajectory loaded (the
+    queue page lists them a page at a time)."""
+    return (
+        AnnotationItem.objects.filter(queue=queue)
+        .annotate(label_count=Count("labels", distinct=True), skip_count=Count("skips", distinct=True))
+        .select_related("trajectory")
+        .order_by("id")
+    )
+
+
+def annotation_previous(*, queue, user):
+    """What `user` did last in `queue`: ("label", their newest label) or ("skip", their newest skip), or
+    None. The workspace's Previous shows it, to change the label or take the skip back."""
+    label = (
+        AnnotationLabel.objects.filter(item__queue=queue, annotator=user)
+        .select_related("item__trajectory")
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    skip = (
+        AnnotationSkip.objects.filter(item__queue=queue, annotator=user)
+        .select_related("item__trajectory")
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    if label is None and skip is None:
+        return None
+    if skip is None or (label is not None and label.created_at >= skip.created_at):
+        return ("label", label)
+    return ("skip", skip)

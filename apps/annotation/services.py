@@ -18,6 +18,8 @@ from apps.trajectories.models import Step
 from apps.trajectories.selectors import trajectory_list
 
 FILTER_NAMES = ("agent", "task_id", "group_id", "status", "purpose")
+SAMPLE_SIZE = "sample_size"  # kept with the filters: how many trajectories the queue samples at most
+MAX_SAMPLE_SIZE = 100_000
 # A refill re-examines trajectories started this long before the last fill: one still running then (say,
 # filtered on status=completed) is taken once it matches.
 FILL_OVERLAP = timedelta(hours=1)
@@ -25,20 +27,26 @@ FILL_OVERLAP = timedelta(hours=1)
 
 def annotation_queue_fill(*, queue: AnnotationQueue) -> int:
     """Adds the trajectories matching the queue's filter that are not items yet: all of them the first time,
-    then those started since the last fill (less FILL_OVERLAP). Idempotent (the item is unique per queue and
-    trajectory); returns how many items the queue has. Called at creation, by the beat task
-    `annotation.fill_queues` and by `POST .../fill/`."""
+    then those started since the last fill (less FILL_OVERLAP). A queue with a `sample_size` (in its
+    filters) takes a random sample of the matching trajectories until it holds that many items, never the
+    whole backlog. Idempotent (the item is unique per queue and trajectory); returns how many items the
+    queue has. Called at creation, by the beat task `annotation.fill_queues` and by `POST .../fill/`."""
     now = timezone.now()
+    sample_size = queue.filters.get(SAMPLE_SIZE)
     matching = trajectory_list(
         tenant=queue.tenant, **{name: queue.filters.get(name) for name in FILTER_NAMES}
     )
     if queue.filled_at is not None:
         matching = matching.filter(started_at__gte=queue.filled_at - FILL_OVERLAP)
     taken = AnnotationItem.objects.filter(queue=queue).values("trajectory_id")
+    candidates = matching.exclude(pk__in=taken).values_list("id", flat=True)
+    if sample_size:
+        room = int(sample_size) - AnnotationItem.objects.filter(queue=queue).count()
+        candidates = candidates.order_by("?")[: max(room, 0)]
     AnnotationItem.objects.bulk_create(
         [
             AnnotationItem(tenant=queue.tenant, queue=queue, trajectory_id=trajectory_id)
-            for trajectory_id in matching.exclude(pk__in=taken).values_list("id", flat=True)
+            for trajectory_id in candidates
         ],
         ignore_conflicts=True,
     )
@@ -66,9 +74,11 @@ def annotation_queue_create(
     filters: dict,
     annotators_per_item: int,
     assignee_ids: list[int],
+    sample_size: int | None = None,
 ) -> AnnotationQueue:
-    """Creates a queue over the tenant's trajectories matching `filters` (audited `annotation_queue.create`).
-    Assignees must be members of the tenant whose role may label."""
+    """Creates a queue over the tenant's trajectories matching `filters` (audited `annotation_queue.create`),
+    all of them or, with `sample_size`, a random sample of at most that many. Assignees must be members of
+    the tenant whose role may label."""
     spec = reward_spec_get(tenant=tenant, spec_id=spec_id)
     if spec.kind == RewardKind.CRITIQUE:
         raise ValidationFailed(
@@ -91,6 +101,12 @@ def annotation_queue_create(
             "every assignee must be a member who may label",
             fields={"assignee_ids": ["not a labelling member of this tenant"]},
         )
+    if sample_size is not None and not 1 <= sample_size <= MAX_SAMPLE_SIZE:
+        raise ValidationFailed(
+            f"sample_size is 1 to {MAX_SAMPLE_SIZE}", fields={"sample_size": [f"1 to {MAX_SAMPLE_SIZE}"]}
+        )
+    if sample_size:
+        filters = {**filters, SAMPLE_SIZE: sample_size}
     if AnnotationQueue.objects.for_tenant(tenant).filter(name=name).exists():
         raise Conflict(f"a queue named {name!r} exists", code="annotation_queue_exists")
     queue = AnnotationQueue.objects.create(

@@ -1,4 +1,4 @@
-from apps.tenants.permissions import Action, role_can
+from apps.tenants.permissions import Action, Role, role_can
 from apps.tenants.selectors import tenant_list_for_user
 
 NAVIGATION = [
@@ -22,6 +22,10 @@ NAVIGATION = [
 ]
 
 
+# An annotator's navigation holds only what they use: their queues (the overview stays behind the brand).
+ANNOTATOR_NAVIGATION = {"console:annotation-queues"}
+
+
 def console(request):
     """Navigation filtered by the current role, and the tenants the user can switch to."""
     membership = getattr(request, "membership", None)
@@ -31,7 +35,10 @@ def console(request):
         "current_tenant": request.tenant,
         "current_role": membership.role,
         "navigation": [
-            (label, url) for label, url, action in NAVIGATION if role_can(membership.role, action)
+            (label, url)
+            for label, url, action in NAVIGATION
+            if role_can(membership.role, action)
+            and (membership.role != Role.ANNOTATOR or url in ANNOTATOR_NAVIGATION)
         ],
         "switchable_tenants": list(tenant_list_for_user(user=request.user)),
     }

@@ -1,5 +1,6 @@
 // Keyboard-first annotation workspace: number keys rate, j/k move the label's target between the
-// trajectory and its steps, c/e focus the comment/correction, Esc leaves a text box, s submits, x skips.
+// trajectory and its steps, c/e focus the comment/correction, Esc leaves a text box, s submits, x skips,
+// p opens the previous item (to change the last label).
 // The page works without it (plain forms); this only adds the keys.
 document.addEventListener("DOMContentLoaded", () => {
   const form = document.getElementById("label-form");
@@ -39,6 +40,7 @@ document.addEventListener("DOMContentLoaded", () => {
       e: () => document.getElementById("correction").focus(),
       s: () => form.requestSubmit(),
       x: () => document.getElementById("skip-form").requestSubmit(),
+      p: () => { const link = document.getElementById("previous-link"); if (link) link.click(); },
     };
     if (actions[event.key]) {
       event.preventDefault();

@@ -113,7 +113,7 @@
       approve.addEventListener("submit", (event) => { if (!window.confirm(approve.dataset.confirm)) event.preventDefault(); });
       actions.appendChild(approve);
       actions.appendChild(form(withId(urls.rejectUrl, decision.id), node("button", {type: "submit", class: "danger reject"}, "Reject"),
-        node("input", {type: "text", name: "reason", placeholder: "why not", maxlength: "500"})));
+        node("input", {type: "text", name: "reason", placeholder: "why not", maxlength: "500", "aria-label": "Why not (for the record)"})));
       item.appendChild(actions);
     }
     return item;

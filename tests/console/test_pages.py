@@ -43,7 +43,7 @@ def test_forms_are_csrf_protected(admin_user, tenant):
     [
         (Role.ADMIN, ["Members", "API keys", "Policy", "Audit log"], []),
         (Role.OPERATOR, ["Members", "Policy", "Audit log"], ["API keys"]),
-        (Role.ANNOTATOR, ["Policy"], ["Members", "API keys", "Audit log"]),
+        (Role.ANNOTATOR, ["Annotation"], ["Policy", "Members", "API keys", "Audit log", "Releases"]),
         (Role.VIEWER, ["Members", "Policy"], ["API keys", "Audit log"]),
     ],
 )
