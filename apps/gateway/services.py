@@ -100,7 +100,6 @@ def budget_reservations_expire(*, older_than: timedelta, tenant_id: int | None =
 # Not audited: each is one agent call's own answer, recorded as its step is (the step is not audited either).
 
 
-@transaction.atomic
 def stored_response_create(
     *,
     tenant_id: int,
@@ -112,17 +111,23 @@ def stored_response_create(
     retention_until,
 ) -> StoredResponse:
     """Keeps one response for `GET /v1/responses/{id}` and `previous_response_id`. Tenancy: the tenant's.
-    Idempotent on (tenant, response id): a second store of the same response replaces the first."""
-    stored, _ = StoredResponse.objects.update_or_create(
+    Idempotent on (tenant, response id): a second store of the same response replaces the first. One
+    statement, its own transaction (an insert that updates on the unique key): it runs before the answer is
+    released, so it costs one round trip, not a locking read, an insert and the transaction's own."""
+    stored = StoredResponse(
         tenant_id=tenant_id,
         response_id=response_id,
-        defaults={
-            "step_id": step_id,
-            "session_id": session_id[:200],
-            "conversation": conversation,
-            "response": response,
-            "retention_until": retention_until,
-        },
+        step_id=step_id,
+        session_id=session_id[:200],
+        conversation=conversation,
+        response=response,
+        retention_until=retention_until,
+    )
+    StoredResponse.objects.bulk_create(
+        [stored],
+        update_conflicts=True,
+        unique_fields=["tenant", "response_id"],
+        update_fields=["step_id", "session_id", "conversation", "response", "retention_until"],
     )
     return stored
 

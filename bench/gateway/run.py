@@ -55,6 +55,22 @@ def request_body(model: str, stream: bool) -> dict:
     return body
 
 
+def responses_body(model: str, stream: bool) -> dict:
+    """The same turn as `request_body` on the Responses API (`POST /v1/responses`), as the OpenAI Agents SDK
+    sends it: instructions, one user input, the output cap; `store` left to its default (true), so the
+    gateway keeps the response for `previous_response_id` as it does for an agent."""
+    body = {
+        "model": model,
+        "instructions": "You are a helpful assistant. Answer briefly.",
+        "input": [{"role": "user", "content": "Say hello and offer help in one short sentence."}],
+        "max_output_tokens": 16,
+        "temperature": 0.7,
+    }
+    if stream:
+        body["stream"] = True
+    return body
+
+
 # -- CPU accounting of the server processes we know -----------------------------------------------------
 
 
@@ -101,9 +117,13 @@ class Target:
         headers: dict,
         pid: int | None = None,
         stack: GatewayStack | None = None,
+        body: dict | None = None,
+        baseline: str = "direct",
     ):
         self.name, self.chat_url, self.headers, self.pid = name, chat_url, headers, pid
         self.stack = stack  # the gateway this run started: its persisted steps are counted per phase
+        self.body = body  # this target's own request body (None: the run's chat body)
+        self.baseline = baseline  # added latency is measured against this target (same round)
         self.probe: dict = {}
 
 
@@ -119,7 +139,9 @@ def probe(target: Target, body: dict) -> dict:
     if response.status_code != 200:
         result["error"] = text[:2000]
         return result
-    if payload is not None:
+    if payload is not None and payload.get("object") == "response":
+        result["token_data"] = {"output": bool(payload.get("output")), "usage": bool(payload.get("usage"))}
+    elif payload is not None:
         choice = (payload.get("choices") or [{}])[0]
         result["token_data"] = {
             "prompt_token_ids": payload.get("prompt_token_ids") is not None,
@@ -136,6 +158,7 @@ def probe(target: Target, body: dict) -> dict:
 
 def measure(target: Target, body: dict, args, upstream_pid: int | None) -> dict:
     """One round for one target: sequential, then each concurrency level."""
+    body = target.body or body
     figures: dict = {}
     phases = [("seq", 1, args.requests)] + [
         (f"c{level}", level, args.concurrent_requests) for level in args.concurrency
@@ -231,7 +254,9 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
-def summarize(rounds: list[dict], names: list[str], phases: list[str]) -> dict:
+def summarize(
+    rounds: list[dict], names: list[str], phases: list[str], baselines: dict[str, str] | None = None
+) -> dict:
     summary: dict = {"targets": {}, "added": {}, "ratio_gateway_over_litellm": {}}
     for name in names:
         per_phase = {}
@@ -244,12 +269,14 @@ def summarize(rounds: list[dict], names: list[str], phases: list[str]) -> dict:
             per_phase[phase]["failed"] = sum(row["failed"] for row in rows)
             per_phase[phase]["requests"] = sum(row["requests"] for row in rows)
         summary["targets"][name] = per_phase
+    baselines = baselines or {}
     for name in names:
         if name == "direct":
             continue
+        base = baselines.get(name, "direct")
         summary["added"][name] = {
             phase: {
-                q: _median([round_[name][phase][q] - round_["direct"][phase][q] for round_ in rounds])
+                q: _median([round_[name][phase][q] - round_[base][phase][q] for round_ in rounds])
                 for q in ("p50", "p99")
             }
             for phase in phases
@@ -274,7 +301,7 @@ def summarize(rounds: list[dict], names: list[str], phases: list[str]) -> dict:
 def goals(summary: dict, names: list[str], phases: list[str]) -> list[dict]:
     top = phases[-1]
     rows = []
-    for name in (n for n in names if n != "direct"):
+    for name in (n for n in names if n in ("litellm", "gateway")):
         added, figures = summary["added"][name], summary["targets"][name]
         rows.append(
             {
@@ -412,12 +439,21 @@ def _round_line(number: int, name: str, figures: dict) -> str:
 
 
 def recording_report(
-    rounds: list[dict], phases: list[str], probe_ok: bool, steps: dict, journal: dict, shutdown: dict
+    rounds: list[dict],
+    phases: list[str],
+    probes_ok: int,
+    steps: dict,
+    journal: dict,
+    shutdown: dict,
+    recorded: tuple[str, ...] = ("gateway",),
 ) -> dict:
-    """Steps persisted in PostgreSQL against requests answered 200 (warm-ups and the probe included)."""
-    answered = int(probe_ok) + sum(
-        round_["gateway"][phase]["requests"] + round_["gateway"][phase]["warmup_ok"]
+    """Steps persisted in PostgreSQL against requests answered 200 (warm-ups and the probes included) by
+    every target of the gateway (`recorded`: chat completions, and the Responses API when measured)."""
+    answered = probes_ok + sum(
+        round_[name][phase]["requests"] + round_[name][phase]["warmup_ok"]
         for round_ in rounds
+        for name in recorded
+        if name in round_
         for phase in phases
     )
     per_phase = {
@@ -444,7 +480,7 @@ def print_recording(report: dict, phases: list[str]) -> None:
     _print_table(
         [
             ["figure", "value"],
-            ["requests answered 200 (measured + warm-ups + probe)", f"{report['answered_200']:,}"],
+            ["requests answered 200 (measured + warm-ups + probes)", f"{report['answered_200']:,}"],
             ["steps persisted", f"{report['steps']:,}"],
             [
                 "  of which without error, with prompt/completion ids + logprobs",
@@ -574,6 +610,11 @@ def parse_args(argv=None):
         "does; default: the embedded default",
     )
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument(
+        "--skip-responses",
+        action="store_true",
+        help="with --start-gateway: do not also measure the gateway's /v1/responses (target `responses`)",
+    )
     parser.add_argument("--litellm-workers", type=int, default=1, help="LiteLLM --num_workers (default 1)")
     parser.add_argument("--litellm-venv", type=Path, default=REPO_ROOT / ".venv-litellm")
     parser.add_argument("--steps-url", help="GET this after the run (with --steps-key) and print the answer")
@@ -681,6 +722,17 @@ def main(argv=None) -> int:
                 name, _, value = header.partition(":")
                 headers[name.strip()] = value.strip()
             targets.append(Target("gateway", stack_.chat_url, headers, stack_.process.pid, stack=stack_))
+            if not args.skip_responses:  # the same gateway on the Responses API, against direct chat
+                targets.append(
+                    Target(
+                        "responses",
+                        stack_.url + "/v1/responses",
+                        headers,
+                        stack_.process.pid,
+                        stack=stack_,
+                        body=responses_body(args.model, args.stream),
+                    )
+                )
         elif use_gateway:
             headers = {"Authorization": f"Bearer {args.gateway_key}"}
             for header in args.gateway_header:
@@ -697,7 +749,7 @@ def main(argv=None) -> int:
         names = [target.name for target in targets]
 
         for target in targets:
-            target.probe = probe(target, body)
+            target.probe = probe(target, target.body or body)
             print(f"probe {target.name}: {json.dumps(target.probe)[:600]}")
             if not target.probe["ok"]:
                 print(f"{target.name} does not answer 200; stopping.", file=sys.stderr)
@@ -717,15 +769,17 @@ def main(argv=None) -> int:
         recording = None
         if stack_ is not None:
             stack_.stop_server()
+            recorded = tuple(target.name for target in targets if target.stack is not None)
             recording = recording_report(
                 rounds,
                 phases,
-                targets[-1].probe["ok"],
+                sum(target.probe["ok"] for target in targets if target.stack is not None),
                 stack_.step_summary(),
                 stack_.journal_state(),
                 stack_.shutdown,
+                recorded,
             )
-        summary = summarize(rounds, names, phases)
+        summary = summarize(rounds, names, phases, {target.name: target.baseline for target in targets})
         goal_rows = goals(summary, names, phases)
         if recording is not None:
             goal_rows.append(
