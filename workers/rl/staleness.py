@@ -14,11 +14,32 @@ runners.py) moves trajectories through here in the order the qualified queue gav
   the batch holds at least `samples_per_step` samples (the last one taken may overshoot: a trajectory's
   samples never straddle two steps), keeping only their fresh samples; the rest wait, in order.
 
+Lag along the lineage (`Lineage`): a version's lag is counted in training steps along the parent chain of
+versions, not in the model's version numbers. Numbers are model-wide: a learner restarted from production
+publishes its first version under the next free number, which can be many numbers past production although
+it is one step from it; counted in numbers, everything production served would look that many versions old
+and be dropped. `Lineage(current, parents).lag(v)` is the distance from the current version up to `v` (an
+ancestor) or, for a version on another branch (a canary of an earlier learner), the steps from the current
+version up to their nearest common ancestor plus those down to `v`; a version the lineage does not know falls
+back to the difference of numbers. With a lineage, `classify` and `take_batch` judge freshness by that lag,
+and the samples they hand on carry versions relabelled V − lag, so whatever counts V − v downstream (the
+trainer's lag histogram, the log-linear proximal) counts the chain too.
+
+The bound is kept rather than enforced by dropping (AReaL bounds staleness where rollouts are made):
+- `take_batch(..., max_samples=)`: a waiting trajectory at lag η is due (the step's publication would age it
+  past η); the due ones join the step first, up to `max_samples`, instead of being dropped at the next one.
+- `hold_for_serving`: the learner holds its next step while a version serving the traffic is η behind it
+  (its rollouts would arrive stale); the gateway's back-pressure (apps/training/online.py) bounds what
+  accumulates meanwhile.
+- `lag_histogram`: trained samples by their oldest generated token's lag, for the run's staleness chart.
+
 Pure: frozen dataclasses and primitives in and out, no Django.
 """
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from workers.rl.samples import TrainingSample, build_samples
 
@@ -47,6 +68,78 @@ class Batch:
     waiting: tuple[Waiting, ...]  # left for a later step, queue order kept
 
 
+@dataclass(frozen=True)
+class Lineage:
+    """The model's versions as a tree: `parents` maps a version number to its parent's (None: a root);
+    `current` is the learner's version V."""
+
+    current: int
+    parents: Mapping[int, int | None] = field(default_factory=dict)
+
+    @cached_property
+    def _chain(self) -> dict[int, int]:
+        """The current version's ancestors (itself included) → steps from the current version."""
+        chain: dict[int, int] = {}
+        node: int | None = self.current
+        while node is not None and node not in chain:
+            chain[node] = len(chain)
+            node = self.parents.get(node)
+        return chain
+
+    def lag(self, version: int) -> int:
+        """Training steps between `version` and the current one (module docstring); 0 for -1 (context, or
+        a generated token of unknown version: never aged here)."""
+        if version < 0:
+            return 0
+        chain = self._chain
+        steps, node, seen = 0, version, set()
+        while node is not None and node not in seen:
+            if node in chain:
+                return steps + chain[node]
+            if node not in self.parents:
+                break
+            seen.add(node)
+            node = self.parents[node]
+            steps += 1
+        return max(self.current - version, 0)  # not in the lineage: model-wide numbers, as before
+
+    def advanced(self, version: int) -> "Lineage":
+        """The lineage once `version` (a child of the current one) is published and becomes current."""
+        return Lineage(current=version, parents={**self.parents, version: self.current})
+
+
+def relabel(sample: TrainingSample, lineage: Lineage) -> TrainingSample:
+    """The sample with each generated token's version written V − lag (context and unknown: kept -1)."""
+    versions = tuple(
+        version if version < 0 else lineage.current - lineage.lag(version) for version in sample.versions
+    )
+    return sample if versions == sample.versions else replace(sample, versions=versions)
+
+
+def sample_lag(sample: TrainingSample, lineage: Lineage) -> int:
+    """The lag of the sample's oldest generated (trained) token; 0 with none of known version."""
+    return max(
+        (
+            lineage.lag(version)
+            for version, mask in zip(sample.versions, sample.loss_mask, strict=True)
+            if mask and version >= 0
+        ),
+        default=0,
+    )
+
+
+def lag_histogram(samples: Iterable[TrainingSample], lineage: Lineage) -> dict[int, int]:
+    """Samples by the lag of their oldest trained token against `lineage`, in lag order."""
+    counts: Counter[int] = Counter(sample_lag(sample, lineage) for sample in samples)
+    return dict(sorted(counts.items()))
+
+
+def hold_for_serving(lineage: Lineage, serving: Iterable[int], *, eta: int) -> bool:
+    """True when a version serving the traffic is η or more steps behind the learner: a step now would make
+    the rollouts it is serving arrive past the bound, so the learner waits for a release instead."""
+    return any(lineage.lag(version) >= eta for version in serving if version >= 0)
+
+
 def oldest_fresh_version(*, current_version: int, eta: int) -> int:
     """The oldest policy version whose tokens are still fresh: V − η."""
     return current_version - eta
@@ -71,11 +164,14 @@ def classify(
     eta: int,
     reward_discount: float | None = None,
     unknown_versions: str = "keep",
+    lineage: Lineage | None = None,
 ) -> Intake:
     """Sorts `pending` trajectory ids (queue order) by their training records (ATDP dicts, by trajectory id;
     a missing one is empty) under the bound η against `current_version`; `reward_discount` as in
     build_samples; samples holding generated tokens of unknown version are kept or dropped by
-    `unknown_versions`, and counted either way."""
+    `unknown_versions`, and counted either way. With a `lineage` (its current version is `current_version`)
+    a sample is fresh when its lag along the lineage is at most η; the waiting samples keep the versions
+    their tokens were sampled by (take_batch relabels them against the lineage of its step)."""
     waiting, stale, empty = [], [], []
     unknown = 0
     for trajectory_id in pending:
@@ -85,15 +181,20 @@ def classify(
             continue
         sample_set = build_samples(
             [record],
-            current_version=current_version,
-            eta=eta,
+            current_version=None if lineage else current_version,
+            eta=None if lineage else eta,
             reward_discount=reward_discount,
             unknown_versions=unknown_versions,
         )
         unknown += sample_set.counts.unknown_version_samples
-        if sample_set.samples:
-            waiting.append(Waiting(trajectory_id=trajectory_id, samples=sample_set.samples))
-        elif sample_set.counts.stale_samples:
+        samples = sample_set.samples
+        aged_out = sample_set.counts.stale_samples
+        if lineage is not None:
+            fresh = tuple(sample for sample in samples if sample_lag(sample, lineage) <= eta)
+            aged_out, samples = len(samples) - len(fresh), fresh
+        if samples:
+            waiting.append(Waiting(trajectory_id=trajectory_id, samples=samples))
+        elif aged_out:
             stale.append(trajectory_id)
         else:
             empty.append(trajectory_id)
@@ -111,25 +212,51 @@ def is_ready(waiting: Iterable[Waiting], *, samples_per_step: int) -> bool:
     return waiting_sample_count(waiting) >= samples_per_step
 
 
-def take_batch(waiting: Sequence[Waiting], *, current_version: int, eta: int, samples_per_step: int) -> Batch:
-    """The next step's batch from `waiting` (oldest first), against the learner's current version."""
-    oldest = oldest_fresh_version(current_version=current_version, eta=eta)
-    stale = tuple(
-        item.trajectory_id
-        for item in waiting
-        if not any(is_fresh(sample, oldest=oldest) for sample in item.samples)
-    )
+def take_batch(
+    waiting: Sequence[Waiting],
+    *,
+    current_version: int,
+    eta: int,
+    samples_per_step: int,
+    lineage: Lineage | None = None,
+    max_samples: int | None = None,
+) -> Batch:
+    """The next step's batch from `waiting` (oldest first), against the learner's current version (and, when
+    given, its `lineage`: freshness by lag along it, and the batch's samples relabelled V − lag). With
+    `max_samples`, the trajectories this step's publication would age past η (lag η: due) join the batch
+    first, in queue order, beyond `samples_per_step` if need be but within `max_samples`."""
+    if lineage is None:
+        lineage = Lineage(current=current_version)  # no parents known: lags are differences of numbers
+
+    def fresh_samples(item: Waiting) -> list[TrainingSample]:
+        return [sample for sample in item.samples if sample_lag(sample, lineage) <= eta]
+
+    stale = tuple(item.trajectory_id for item in waiting if not fresh_samples(item))
     fresh = [item for item in waiting if item.trajectory_id not in stale]
+    due = set()
+    if max_samples is not None:
+        room = max_samples
+        for item in fresh:
+            kept = fresh_samples(item)
+            if any(sample_lag(sample, lineage) == eta for sample in kept) and len(kept) <= room:
+                due.add(item.trajectory_id)
+                room -= len(kept)
     samples: list[TrainingSample] = []
-    taken = 0
+    taken: list[str] = []
+    for item in fresh:
+        if item.trajectory_id in due:
+            samples.extend(fresh_samples(item))
+            taken.append(item.trajectory_id)
     for item in fresh:
         if len(samples) >= samples_per_step:
             break
-        samples.extend(sample for sample in item.samples if is_fresh(sample, oldest=oldest))
-        taken += 1
+        if item.trajectory_id not in due:
+            samples.extend(fresh_samples(item))
+            taken.append(item.trajectory_id)
+    chosen = set(taken)
     return Batch(
-        samples=tuple(samples),
-        trained=tuple(item.trajectory_id for item in fresh[:taken]),
+        samples=tuple(relabel(sample, lineage) for sample in samples),
+        trained=tuple(item.trajectory_id for item in fresh if item.trajectory_id in chosen),
         stale=stale,
-        waiting=tuple(fresh[taken:]),
+        waiting=tuple(item for item in fresh if item.trajectory_id not in chosen),
     )
