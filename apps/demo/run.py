@@ -41,9 +41,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from apps.demo.bfcl import BfclMixin, NoAnnotator
 from apps.demo.loop import LoopMixin
 from apps.demo.report import ReportMixin
-from apps.demo.settings import MODEL, TENANT, DemoSettings
+from apps.demo.settings import TENANT, DemoSettings
 from apps.demo.stack import StackMixin
 from apps.demo.warm_up import WarmUpMixin
 
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from apps.tenants.models import Tenant
 
 
-class Demo(StackMixin, WarmUpMixin, LoopMixin, ReportMixin):
+class Demo(StackMixin, BfclMixin, WarmUpMixin, LoopMixin, ReportMixin):
     """One demo run in the var/demo process; its parts live in the mixins' modules, its state is all here."""
 
     # Set as the run goes: by _environment, _start_stack, _measure (the base) and _policy_create.
@@ -103,22 +104,14 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReportMixin):
             self._policy_create()
             self._first_learner()
             from apps.demo.scenario import ScenarioDriver, scenario_world
-            from workers.envs.traffic import Traffic
 
             world = scenario_world(self.demo_settings)  # DEMO_SCENARIO; None: the weather desk as it was
-            traffic = Traffic(
-                gateway_url=self.url,
-                api_key=api_key,
-                model=self.model,
-                users=self.demo_settings.users,
-                seed=self.seed,
-                world=world,
-            ).start()
+            traffic = self._traffic(api_key, world).start()  # DEMO_TASK=bfcl: BFCL's train split
             if world is not None:
                 scenario = ScenarioDriver(
                     tenant=self.tenant, model=self.model, run_dir=self.run_dir, world=world, say=self._say
                 ).start()
-            annotator = self._start_annotator(traffic)
+            annotator = NoAnnotator() if self._bfcl() else self._start_annotator(traffic)
             self._loop(traffic)
             self._close()
             traffic.stop()
@@ -178,12 +171,13 @@ class Demo(StackMixin, WarmUpMixin, LoopMixin, ReportMixin):
         from apps.training.models import ModelVersion
 
         self.tenant = Tenant.objects.get(slug=TENANT)
+        name = self.demo_settings.model_name  # weather, or bfcl under DEMO_TASK=bfcl
         taken = set(
-            ModelVersion.objects.filter(tenant=self.tenant, name__startswith=MODEL)
+            ModelVersion.objects.filter(tenant=self.tenant, name__startswith=name)
             .values_list("name", flat=True)
             .distinct()
         )
-        self.model = MODEL if MODEL not in taken else f"{MODEL}-{len(taken) + 1}"
+        self.model = name if name not in taken else f"{name}-{len(taken) + 1}"
         self.run_dir = Path(settings.VAR_DIR) / "runs" / self.model
         self.run_dir.mkdir(parents=True, exist_ok=True)
 

@@ -12,7 +12,11 @@ default var/demo/demo-summary.json), DEMO_SCENARIO (empty: none; a name of worke
 the world the traffic meets, see apps/demo/scenario.py), DEMO_SCENARIO_AT (empty: the scenario's own time;
 seconds after the traffic starts at which its trigger switches), DEMO_MODEL (default: the project's own
 few-million-parameter model; smollm2: SmolLM2-135M-Instruct, a real pretrained model converted by
-workers.models, with its own defaults in MODEL_DEFAULTS).
+workers.models, with its own defaults in MODEL_DEFAULTS), DEMO_TASK (weather: the weather desk; bfcl: the
+Berkeley Function Calling Leaderboard, workers/envs/bfcl, with SmolLM2 and the defaults of TASK_DEFAULTS),
+DEMO_BFCL_CATEGORIES (comma-separated single-turn categories; default all five), DEMO_BFCL_DEMOS (the
+warm-up's demonstrations from the train split's ground truth). Under DEMO_TASK=bfcl, DEMO_HELDOUT is held-out
+cases per category.
 """
 
 import os
@@ -22,6 +26,7 @@ from pathlib import Path
 from django.conf import settings
 
 MODEL = "weather"  # the model each run registers: weather, then weather-2, weather-3... under DEMO_KEEP=1
+TASK_MODELS = {"weather": MODEL, "bfcl": "bfcl"}  # DEMO_TASK → the model's name (bfcl, bfcl-2...)
 TENANT = "demo"
 DEMO_DIR_MARKER = ".areal-demo"  # marks a directory the demo made, so that a reset removes nothing else
 
@@ -45,19 +50,76 @@ MODEL_DEFAULTS: dict[str, dict[str, float]] = {
 }
 
 
-def demo_model() -> str:
-    name = os.environ.get("DEMO_MODEL", "").strip() or "default"
-    if name not in MODEL_DEFAULTS:
-        raise ValueError(f"DEMO_MODEL={name!r} is not one of {', '.join(sorted(MODEL_DEFAULTS))}")
+# DEMO_TASK=bfcl: BFCL's single-turn categories with SmolLM2 (the default model has no language to call
+# functions with). multi_turn_base is left out: its prompts are 2,200-5,100 tokens at their first turn with
+# SmolLM2's tokenizer (the tools of its API classes) and grow each step; they fit SmolLM2's 8,192 positions
+# but a case is several such forwards, and a training sample one, which 2 CPU cores cannot afford in a
+# 15-minute loop. The single-turn prompts are 205-1,059 tokens.
+TASK_DEFAULTS: dict[str, dict[str, float]] = {
+    "weather": {},
+    "bfcl": {
+        "DEMO_BUDGET_SECONDS": 900,
+        "DEMO_SFT_STEPS": 30,
+        "DEMO_SFT_BATCH": 8,
+        "DEMO_SFT_LR": 5e-5,
+        "DEMO_BFCL_DEMOS": 240,
+        "DEMO_LR": 1e-5,
+        "DEMO_BATCH": 8,
+        "DEMO_ETA": 4,
+        "DEMO_HELDOUT": 10,
+        "DEMO_USERS": 2,
+        "DEMO_EVAL_EVERY": 2,
+    },
+}
+BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
+
+
+def demo_task() -> str:
+    name = os.environ.get("DEMO_TASK", "").strip() or "weather"
+    if name not in TASK_DEFAULTS:
+        raise ValueError(f"DEMO_TASK={name!r} is not one of {', '.join(sorted(TASK_DEFAULTS))}")
     return name
 
 
+def demo_model() -> str:
+    default = "smollm2" if demo_task() == "bfcl" else "default"
+    name = os.environ.get("DEMO_MODEL", "").strip() or default
+    if name not in MODEL_DEFAULTS:
+        raise ValueError(f"DEMO_MODEL={name!r} is not one of {', '.join(sorted(MODEL_DEFAULTS))}")
+    if demo_task() == "bfcl" and name != "smollm2":
+        raise ValueError(
+            "DEMO_TASK=bfcl runs with DEMO_MODEL=smollm2 (the default model cannot call functions)"
+        )
+    return name
+
+
+def _default(name: str, default: float) -> float:
+    """The environment's value, else the task's default, else the model's, else `default`."""
+    if name in os.environ:
+        return float(os.environ[name])
+    return TASK_DEFAULTS[demo_task()].get(name, MODEL_DEFAULTS[demo_model()].get(name, default))
+
+
 def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, MODEL_DEFAULTS[demo_model()].get(name, default)))
+    value = _default(name, default)
+    if value != int(value):
+        raise ValueError(f"{name}={value!r} is not a whole number")
+    return int(value)
 
 
 def _env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name, MODEL_DEFAULTS[demo_model()].get(name, default)))
+    return float(_default(name, default))
+
+
+def _bfcl_categories() -> tuple[str, ...]:
+    named = [part.strip() for part in os.environ.get("DEMO_BFCL_CATEGORIES", "").split(",") if part.strip()]
+    unknown = [name for name in named if name not in BFCL_CATEGORIES]
+    if unknown:
+        raise ValueError(
+            f"DEMO_BFCL_CATEGORIES: {', '.join(unknown)} not among {', '.join(BFCL_CATEGORIES)} "
+            "(multi_turn_base does not fit the CPU loop; the live_* categories are never used)"
+        )
+    return tuple(named) or BFCL_CATEGORIES
 
 
 @dataclass(frozen=True)
@@ -88,11 +150,20 @@ class DemoSettings:
     annotator_share: float
     scenario: str  # empty: no scenario (the demo as it was)
     scenario_at: float | None  # None: the scenario's own trigger time
+    task: str = "weather"  # a key of TASK_DEFAULTS
+    bfcl_categories: tuple[str, ...] = BFCL_CATEGORIES
+    bfcl_demonstrations: int = 240
+
+    @property
+    def model_name(self) -> str:
+        return TASK_MODELS[self.task]
 
     def __post_init__(self):
         from workers.envs.scenarios import scenario_named
 
         scenario_named(self.scenario, at=self.scenario_at)  # an unknown name fails here, before the warm-up
+        if self.task == "bfcl" and self.scenario:
+            raise ValueError("DEMO_SCENARIO plays in the weather desk's world; DEMO_TASK=bfcl has none")
 
     @classmethod
     def from_environment(cls) -> "DemoSettings":
@@ -123,4 +194,7 @@ class DemoSettings:
             annotator_share=_env_float("DEMO_ANNOTATOR_SHARE", 0.3),
             scenario=os.environ.get("DEMO_SCENARIO", "").strip(),
             scenario_at=float(os.environ["DEMO_SCENARIO_AT"]) if os.environ.get("DEMO_SCENARIO_AT") else None,
+            task=demo_task(),
+            bfcl_categories=_bfcl_categories(),
+            bfcl_demonstrations=_env_int("DEMO_BFCL_DEMOS", 240),
         )

@@ -243,3 +243,35 @@ def bfcl_case_execute(*, caller, run, case, session_id: str, heartbeat=None) -> 
         "label": verdict.reason[:300],
         "details": details,
     }
+
+
+# ---- the evolution policy's environment gate `{"environment": "bfcl", ...}` ------------------------------
+
+GATE_MAX_TOKENS = 160  # a single-turn answer's calls fit; a reply that rambles is cut (and fails) sooner
+
+
+def bfcl_gate_heldout(checkpoint_path: str, gate: dict):
+    """The held-out BFCL accuracy of a checkpoint for an environment gate: the first `cases` held-out cases
+    of each of the gate's `categories` (single-turn ones; all when `cases` is missing), answered greedily by
+    an in-process engine over the checkpoint (not through the gateway: a candidate is measured before any
+    backend serves it, as the weather gate does) and scored by BFCL's checker. Returns an object with
+    `success`, `cases`, `reasons` (as the weather gate's) and `per_category` ({category: accuracy, cases,
+    right}). The live_* categories are refused as everywhere."""
+    from types import SimpleNamespace
+
+    from workers.envs.bfcl import SINGLE_TURN_CATEGORIES
+    from workers.envs.bfcl.local import heldout_cases, measure
+
+    categories = tuple(gate.get("categories") or SINGLE_TURN_CATEGORIES)
+    refused = [name for name in categories if name not in SINGLE_TURN_CATEGORIES]
+    if refused:
+        raise ValueError(f"the BFCL gate measures single-turn categories only, not {', '.join(refused)}")
+    per_category = gate.get("cases")
+    cases = heldout_cases(categories, per_category=int(per_category) if per_category else None)
+    measured = measure(checkpoint_path, cases, max_tokens=int(gate.get("max_tokens", GATE_MAX_TOKENS)))
+    return SimpleNamespace(
+        success=measured.accuracy,
+        cases=measured.cases,
+        reasons=measured.reasons,
+        per_category=measured.per_category,
+    )

@@ -5,7 +5,16 @@ import pytest
 
 from apps.demo.settings import MODEL_DEFAULTS, DemoSettings
 
-KNOBS = ("DEMO_MODEL", "DEMO_BUDGET_SECONDS", "DEMO_SKILL_STEPS", "DEMO_SFT_STEPS", "DEMO_SFT_LR", "DEMO_LR")
+KNOBS = (
+    "DEMO_MODEL",
+    "DEMO_TASK",
+    "DEMO_BFCL_CATEGORIES",
+    "DEMO_BUDGET_SECONDS",
+    "DEMO_SKILL_STEPS",
+    "DEMO_SFT_STEPS",
+    "DEMO_SFT_LR",
+    "DEMO_LR",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -46,4 +55,45 @@ def test_an_unknown_model_is_refused_with_the_choices(monkeypatch):
     monkeypatch.setenv("DEMO_MODEL", "gpt-9")
 
     with pytest.raises(ValueError, match=r"DEMO_MODEL='gpt-9' is not one of default, smollm2"):
+        DemoSettings.from_environment()
+
+
+def test_the_weather_desk_stays_the_default_task():
+    settings = DemoSettings.from_environment()
+
+    assert (settings.task, settings.model_name) == ("weather", "weather")
+
+
+def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_defaults(monkeypatch):
+    from apps.demo.settings import BFCL_CATEGORIES, TASK_DEFAULTS
+
+    monkeypatch.setenv("DEMO_TASK", "bfcl")
+
+    settings = DemoSettings.from_environment()
+
+    assert (settings.task, settings.model_name, settings.base_model) == ("bfcl", "bfcl", "smollm2")
+    assert settings.bfcl_categories == BFCL_CATEGORIES
+    assert "multi_turn_base" not in settings.bfcl_categories
+    assert settings.budget_seconds == TASK_DEFAULTS["bfcl"]["DEMO_BUDGET_SECONDS"] == 900
+    assert settings.sft_learning_rate == TASK_DEFAULTS["bfcl"]["DEMO_SFT_LR"]
+    monkeypatch.setenv("DEMO_BFCL_CATEGORIES", "irrelevance, simple_python")
+    assert DemoSettings.from_environment().bfcl_categories == ("irrelevance", "simple_python")
+
+
+@pytest.mark.parametrize("category", ["live_simple", "multi_turn_base"])
+def test_the_bfcl_task_refuses_live_and_multi_turn_categories(monkeypatch, category):
+    monkeypatch.setenv("DEMO_TASK", "bfcl")
+    monkeypatch.setenv("DEMO_BFCL_CATEGORIES", f"simple_python,{category}")
+
+    with pytest.raises(ValueError, match=category):
+        DemoSettings.from_environment()
+
+
+def test_the_bfcl_task_refuses_the_default_model_and_an_unknown_task(monkeypatch):
+    monkeypatch.setenv("DEMO_TASK", "bfcl")
+    monkeypatch.setenv("DEMO_MODEL", "default")
+    with pytest.raises(ValueError, match="DEMO_TASK=bfcl runs with DEMO_MODEL=smollm2"):
+        DemoSettings.from_environment()
+    monkeypatch.setenv("DEMO_TASK", "chess")
+    with pytest.raises(ValueError, match="DEMO_TASK='chess' is not one of bfcl, weather"):
         DemoSettings.from_environment()

@@ -1,0 +1,138 @@
+"""Live BFCL traffic for the demo (no Django): simulated users send train-split cases to the unmodified
+agent (agent.run_case) through the gateway, each case an AReaL-style RL session, and BFCL's checker's verdict
+goes back as an environment reward through the public reward API (agent.reward_bodies), as a customer's own
+evaluator would post it.
+
+One user's turn: POST /rl/start_session (429 → wait Retry-After: the online run's back-pressure) → the case
+with the session key as the client's api_key and the session's id as its X-Session-Id → the verdict posted by
+POST /v1/rewards (source `environment`) → POST /rl/end_session. Counters: workers.envs.traffic.TrafficStats
+(success is the checker's verdict), per category (`by_category`: cases, right), and the answers the checker
+accepted (`accepted`: what bench/bfcl's rejection-sampling baseline trains on).
+"""
+
+import random
+import threading
+import time
+
+from workers.envs.bfcl.agent import reward_bodies, run_case, score_run
+from workers.envs.bfcl.cases import Case, load_cases
+from workers.envs.traffic import TrafficStats
+
+
+class BfclTraffic:
+    def __init__(
+        self,
+        *,
+        gateway_url: str,
+        api_key: str,
+        model: str,
+        categories: tuple[str, ...],
+        users: int = 2,
+        seed: int = 0,
+        max_tokens: int = 160,
+        temperature: float = 1.0,
+    ):
+        self.gateway_url, self.api_key, self.model = gateway_url.rstrip("/"), api_key, model
+        self.users, self.seed = users, seed
+        self.max_tokens, self.temperature = max_tokens, temperature
+        self.cases: list[Case] = [
+            case
+            for category in categories
+            for case in load_cases(category, split="train")
+            if not case.multi_turn
+        ]
+        if not self.cases:
+            raise ValueError("no single-turn train case in the categories asked for")
+        self.stats = TrafficStats()
+        self.outcomes: dict = {}  # the annotator's ground truth in the weather demo; none here
+        self.by_category: dict[str, list[int]] = {}  # category → [cases, right]
+        # the answers the checker accepted (reward 1): {"case_id", "content", "calls": [[name, arguments]]}
+        self.accepted: list[dict] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> "BfclTraffic":
+        for number in range(self.users):
+            thread = threading.Thread(
+                target=self._user, args=(number,), name=f"bfcl-user-{number}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=timeout)
+
+    def _user(self, number: int) -> None:
+        import httpx
+        import openai
+
+        rng = random.Random(f"bfcl-user:{self.seed}:{number}")
+        http = httpx.Client(base_url=self.gateway_url, timeout=300)
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        while not self._stop.is_set():
+            case = rng.choice(self.cases)
+            try:
+                started = http.post("/rl/start_session", json={"task_id": case.case_id}, headers=headers)
+                if started.status_code == 429:
+                    with self.stats.lock:
+                        self.stats.held_back += 1
+                    self._stop.wait(float(started.headers.get("retry-after", "1")))
+                    continue
+                started.raise_for_status()
+                session = started.json()
+                client = openai.OpenAI(
+                    base_url=f"{self.gateway_url}/v1", api_key=session["api_key"], max_retries=2, timeout=300
+                )
+                try:
+                    ran = run_case(
+                        client,
+                        model=self.model,
+                        case=case,
+                        session_id=session["session_id"],
+                        max_tokens=self.max_tokens,
+                        temperature=self.temperature,
+                    )
+                finally:
+                    client.close()
+                verdict = score_run(ran)
+                for body in reward_bodies(ran, verdict):
+                    answer = http.post("/v1/rewards", headers=headers, json=body)
+                    if answer.status_code >= 400:
+                        with self.stats.lock:
+                            self.stats.rejected_rewards += 1
+                            self.stats.last_problem = f"environment reward: {answer.text[:200]}"
+                http.post(
+                    "/rl/end_session", json={}, headers={"Authorization": f"Bearer {session['api_key']}"}
+                )
+                with self.stats.lock:
+                    if ran.error is not None:
+                        self.stats.errors += 1
+                        self.stats.last_problem = ran.error[:200]
+                        continue
+                    right = verdict.valid
+                    self.stats.episodes += 1
+                    self.stats.successes += right
+                    self.stats.recent.append((right, verdict.value))
+                    self.stats.history.append((time.time(), right))
+                    tally = self.by_category.setdefault(case.category, [0, 0])
+                    tally[0] += 1
+                    tally[1] += int(right)
+                    if right and ran.steps:
+                        step = ran.steps[0]
+                        self.accepted.append(
+                            {
+                                "case_id": case.case_id,
+                                "category": case.category,
+                                "content": step.content,
+                                "calls": [[call.name, call.arguments] for call in step.calls],
+                            }
+                        )
+            except (httpx.HTTPError, KeyError, ValueError) as problem:
+                with self.stats.lock:
+                    self.stats.errors += 1
+                    self.stats.last_problem = f"{type(problem).__name__}: {problem}"[:200]
+                self._stop.wait(1.0)
+        http.close()
