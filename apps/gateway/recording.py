@@ -13,6 +13,7 @@ small thread pool, never on the event loop; a tenant pattern that no longer comp
 """
 
 import asyncio
+import functools
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from django.utils import timezone
 
 from apps.gateway.errors import GatewayError
 from apps.gateway.journal import JournalUnavailable
+from apps.gateway.scan_memo import scan_request, text_size
 from apps.gateway.sessions import extend_hash
 from workers.inference.client import parse_response, parse_stream
 from workers.pii import UNSCANNED, InvalidPattern, ScanLimits, sanitizer_for
@@ -128,12 +130,12 @@ class StepDraft:
         scanner = self._scanner()
         if mode == "redact":
             if self.policy.consent_mode not in ("none", "metadata_only"):
-                self.observation_scan = await _off_the_loop(scanner.scan_value, self._observation())
+                self.observation_scan = await self._scan_request(scanner, self._observation())
             return
         content = (
             self.request.get("messages") if self.endpoint != "completions" else self.request.get("prompt")
         )
-        _, entities = await _off_the_loop(scanner.scan_value, content)
+        _, entities = await self._scan_request(scanner, content)
         if UNSCANNED in entities:
             raise GatewayError(
                 422,
@@ -149,6 +151,20 @@ class StepDraft:
                 "tenant's policy blocks such requests",
                 "pii_blocked",
             )
+
+    async def _scan_request(self, scanner, value):
+        """`scanner.scan_value(value)`, each message taken from the per-process memo when it was scanned before
+        (scan_memo.py: an agent re-sends its conversation every turn); off the event loop when large."""
+        size = text_size(value, INLINE_SCAN_CHARS)
+        scan = functools.partial(
+            scan_request,
+            scanner,
+            has_custom_patterns=bool(self.policy.custom_patterns),
+            size=size if size <= INLINE_SCAN_CHARS else None,
+        )
+        if size <= INLINE_SCAN_CHARS:
+            return scan(value)
+        return await asyncio.get_running_loop().run_in_executor(_scan_pool, scan, value)
 
     async def sanitize_response(self) -> None:
         """Under `redact`, scans what the step will store of the answer, off the event loop when large."""
@@ -415,26 +431,9 @@ _scan_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pii-scan")
 
 
 async def _off_the_loop(scan, value):
-    if _text_size(value, INLINE_SCAN_CHARS) <= INLINE_SCAN_CHARS:
+    if text_size(value, INLINE_SCAN_CHARS) <= INLINE_SCAN_CHARS:
         return scan(value)
     return await asyncio.get_running_loop().run_in_executor(_scan_pool, scan, value)
-
-
-def _text_size(value, limit: int) -> int:
-    """Characters of the strings in a JSON-like value, counted until past `limit`."""
-    if isinstance(value, str):
-        return len(value)
-    total, pending = 0, [value]
-    while pending and total <= limit:
-        item = pending.pop()
-        if isinstance(item, str):
-            total += len(item)
-        elif isinstance(item, dict):
-            total += sum(len(key) for key in item if isinstance(key, str))
-            pending.extend(item.values())
-        elif isinstance(item, list | tuple):
-            pending.extend(item)
-    return total
 
 
 def _journal_unavailable(error: JournalUnavailable) -> GatewayError:

@@ -124,7 +124,8 @@ class ResponsesWire:
         conversation = self.conversation + wire.input_to_messages(response["output"])
         if draft.policy.pii_mode == "redact":  # kept as the step keeps it
             scanner = draft._scanner()
-            conversation, _ = await _off_the_loop(scanner.scan_value, conversation)
+            # its messages were scanned as the step's: taken from the memo (scan_memo.py)
+            conversation, _ = await draft._scan_request(scanner, conversation)
             response, _ = await _off_the_loop(scanner.scan_value, response)
 
         def store():
