@@ -78,12 +78,6 @@ class PolicyForm(forms.Form):
     consent_mode = forms.ChoiceField(choices=ConsentMode.choices)
     retention_days = forms.IntegerField(min_value=1, max_value=3650)
     pii_mode = forms.ChoiceField(choices=PiiMode.choices, label="PII mode")
-    price_table = forms.JSONField(
-        required=False, help_text='{"model": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}}'
-    )
-    pii_patterns = forms.JSONField(
-        required=False, label="PII patterns", help_text='[{"name": "order_id", "regex": "ORD-\\d+"}]'
-    )
     late_reward_hours = forms.IntegerField(
         min_value=0,
         max_value=24 * 366,
@@ -108,16 +102,52 @@ class PolicyForm(forms.Form):
         raw = self.cleaned_data["allowed_models"]
         return [item.strip() for item in raw.split(",") if item.strip()]
 
-    def clean_price_table(self):
-        return self.cleaned_data["price_table"] or {}
+    def __init__(self, *args, price_table: dict | None = None, pii_patterns: list | None = None, **kwargs):
+        """`price_table` and `pii_patterns`: the policy's current ones, shown as rows of fields (two empty
+        rows to add one); a post that holds none of a table's fields leaves that table as it is."""
+        super().__init__(*args, **kwargs)
+        prices = list((price_table or {}).items())
+        self.price_rows = max(len(prices), _posted_rows(self.data, "price")) + EMPTY_ROWS
+        for index in range(self.price_rows):
+            model, row = prices[index] if index < len(prices) else ("", {})
+            self.fields[f"price-{index}-model"] = forms.CharField(
+                required=False, max_length=200, label="Model", initial=model
+            )
+            for key, words in PRICE_KEYS.items():
+                self.fields[f"price-{index}-{key}"] = forms.DecimalField(
+                    required=False,
+                    min_value=0,
+                    max_digits=12,
+                    decimal_places=6,
+                    label=words,
+                    initial=row.get(key),
+                )
+        patterns = list(pii_patterns or [])
+        self.pattern_rows = max(len(patterns), _posted_rows(self.data, "pattern")) + EMPTY_ROWS
+        for index in range(self.pattern_rows):
+            pattern = patterns[index] if index < len(patterns) else {}
+            self.fields[f"pattern-{index}-name"] = forms.SlugField(
+                required=False, max_length=64, label="Name", initial=pattern.get("name", "")
+            )
+            self.fields[f"pattern-{index}-regex"] = forms.CharField(
+                required=False, max_length=500, label="Regular expression", initial=pattern.get("regex", "")
+            )
 
-    def clean_pii_patterns(self):
-        patterns = self.cleaned_data["pii_patterns"] or []
-        try:
-            patterns_from_policy(patterns)  # the validation the policy service and the gateway use
-        except InvalidPattern as error:
-            raise forms.ValidationError(str(error)) from None
-        return patterns
+    def settings_fields(self):
+        """The policy's own fields (the rows of the two tables come from `price_fields`, `pattern_fields`)."""
+        return [self[name] for name in self.fields if not name.startswith(("price-", "pattern-"))]
+
+    def price_fields(self):
+        return [
+            [self[f"price-{index}-{name}"] for name in ("model", *PRICE_KEYS)]
+            for index in range(self.price_rows)
+        ]
+
+    def pattern_fields(self):
+        return [
+            [self[f"pattern-{index}-{name}"] for name in ("name", "regex")]
+            for index in range(self.pattern_rows)
+        ]
 
     def clean(self):
         cleaned = super().clean()
@@ -125,4 +155,65 @@ class PolicyForm(forms.Form):
             cleaned.pop("late_reward_hours", None)  # left empty: keep the current window
         if cleaned.get("session_idle_seconds") is None:
             cleaned.pop("session_idle_seconds", None)  # left empty: keep the current timeout
+        if _posted_rows(self.data, "price"):
+            cleaned["price_table"] = self._price_table(cleaned)
+        if _posted_rows(self.data, "pattern"):
+            cleaned["pii_patterns"] = self._pii_patterns(cleaned)
+        for name in [name for name in cleaned if name.startswith(("price-", "pattern-"))]:
+            cleaned.pop(name)
         return cleaned
+
+    def _price_table(self, cleaned) -> dict:
+        table: dict = {}
+        for index in range(self.price_rows):
+            model = (cleaned.get(f"price-{index}-model") or "").strip()
+            values = {key: cleaned.get(f"price-{index}-{key}") for key in PRICE_KEYS}
+            if not model:
+                if any(value is not None for value in values.values()):
+                    self.add_error(f"price-{index}-model", "Name the model these prices are for.")
+                continue
+            if model in table:
+                self.add_error(f"price-{index}-model", f"{model} has a row already.")
+                continue
+            for key, value in values.items():
+                if value is None:
+                    self.add_error(f"price-{index}-{key}", "Give a price (0 for free).")
+            table[model] = {key: float(value) for key, value in values.items() if value is not None}
+        return table
+
+    def _pii_patterns(self, cleaned) -> list:
+        patterns = []
+        for index in range(self.pattern_rows):
+            name = cleaned.get(f"pattern-{index}-name") or ""
+            regex = cleaned.get(f"pattern-{index}-regex") or ""
+            if not name and not regex:
+                continue
+            if not name or not regex:
+                self.add_error(f"pattern-{index}-{'name' if not name else 'regex'}", "A pattern needs both.")
+                continue
+            try:
+                patterns_from_policy(
+                    [{"name": name, "regex": regex}]
+                )  # what the policy service and gateway use
+            except InvalidPattern as error:
+                self.add_error(f"pattern-{index}-regex", str(error))
+                continue
+            patterns.append({"name": name, "regex": regex})
+        return patterns
+
+
+EMPTY_ROWS = 2  # empty rows under a table's rows, to add one
+PRICE_KEYS = {
+    "prompt_per_1k": "Prompt (USD per 1,000 tokens)",
+    "completion_per_1k": "Completion (USD per 1,000 tokens)",
+}
+
+
+def _posted_rows(data, prefix: str) -> int:
+    """How many rows of the `prefix` table the post holds (its highest row number + 1; 0: none posted)."""
+    numbers = [
+        int(parts[1])
+        for name in data
+        if (parts := name.split("-"))[0] == prefix and len(parts) == 3 and parts[1].isdigit()
+    ]
+    return max(numbers) + 1 if numbers else 0

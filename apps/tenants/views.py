@@ -253,7 +253,12 @@ def policy(request):
     can_edit = role_can(request.membership.role, Action.POLICY_EDIT)
     initial = {field: getattr(current, field) for field in services.POLICY_FIELDS}
     initial["allowed_models"] = ", ".join(current.allowed_models)
-    form = forms.PolicyForm(request.POST or None, initial=initial)
+    form = forms.PolicyForm(
+        request.POST or None,
+        initial=initial,
+        price_table=current.price_table,
+        pii_patterns=current.pii_patterns,
+    )
     if request.method == "POST":
         if not can_edit:
             return render(request, "console/forbidden.html", {"action": Action.POLICY_EDIT}, status=403)
@@ -272,4 +277,5 @@ def policy(request):
         request,
         "console/policy.html",
         {"form": form, "can_edit": can_edit, "retention": retention_summary(tenant=request.tenant)},
+        status=400 if form.errors else 200,
     )

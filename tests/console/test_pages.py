@@ -99,13 +99,17 @@ def test_policy_form_saves(admin_user, tenant):
             "consent_mode": "metadata_only",
             "retention_days": 30,
             "pii_mode": "block",
-            "price_table": '{"policy-small": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}}',
+            "price-0-model": "policy-small",
+            "price-0-prompt_per_1k": "0.1",
+            "price-0-completion_per_1k": "0.2",
+            "price-1-model": "",
         },
     )
     assert response.status_code == 302
     policy = TenantPolicy.objects.get(tenant=tenant)
     assert policy.allowed_models == ["policy-small", "policy-large"]
     assert policy.retention_days == 30
+    assert policy.price_table == {"policy-small": {"prompt_per_1k": 0.1, "completion_per_1k": 0.2}}
 
 
 def test_tenant_switcher(admin_user, tenant, other_tenant):

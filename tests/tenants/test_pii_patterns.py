@@ -59,12 +59,13 @@ def test_the_console_shows_a_bad_pattern_as_a_form_error_and_saves_nothing(admin
             "consent_mode": "full",
             "retention_days": 30,
             "pii_mode": "redact",
-            "pii_patterns": '[{"name": "maybe", "regex": "x?"}]',
+            "pattern-0-name": "maybe",
+            "pattern-0-regex": "x?",
         },
     )
 
-    assert response.status_code == 200
-    assert "matches the empty string" in " ".join(response.context["form"].errors["pii_patterns"])
+    assert response.status_code == 400
+    assert "matches the empty string" in " ".join(response.context["form"].errors["pattern-0-regex"])
     policy = TenantPolicy.objects.get(tenant=tenant)
     assert policy.pii_patterns == []
     assert policy.retention_days == 90
