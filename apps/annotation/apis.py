@@ -8,8 +8,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from apps.annotation import selectors, services
-from apps.core.api import TenantApi
 from apps.core.errors import Forbidden
+from apps.tenants.api import TenantApi
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.permissions import Action
 

@@ -4,7 +4,7 @@ from rest_framework.response import Response
 
 from apps.audit.selectors import audit_event_list
 from apps.audit.services import audit_verify
-from apps.core.api import TenantApi
+from apps.tenants.api import TenantApi
 from apps.tenants.permissions import Action
 
 

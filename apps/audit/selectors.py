@@ -1,5 +1,11 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from apps.audit.models import AuditEvent
-from apps.tenants.models import Tenant
+
+if TYPE_CHECKING:  # apps.audit sits below apps.tenants (which audits its acts): annotations only
+    from apps.tenants.models import Tenant
 
 
 def audit_event_list(

@@ -7,8 +7,8 @@ from django.http import Http404
 from django.shortcuts import render
 
 from apps.audit.services import Actor
-from apps.core.api import TENANT_SESSION_KEY, tenant_resolve_for_user
 from apps.core.errors import NotFound
+from apps.tenants.api import TENANT_SESSION_KEY, tenant_resolve_for_user
 from apps.tenants.permissions import Action, role_can
 
 

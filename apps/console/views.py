@@ -6,10 +6,10 @@ from django.views.decorators.http import require_POST
 
 from apps.audit.selectors import audit_event_list
 from apps.console.access import console_page
-from apps.console.dashboard import overview_context
-from apps.core.api import TENANT_SESSION_KEY
 from apps.core.login_throttle import ThrottledAuthenticationForm, login_throttled
+from apps.loop.overview import overview_context
 from apps.tenants import selectors
+from apps.tenants.api import TENANT_SESSION_KEY
 from apps.tenants.permissions import Action, role_can
 from apps.trajectories.selectors import trajectory_list
 
@@ -61,5 +61,5 @@ def home(request):
         ).count()
     if role_can(request.membership.role, Action.AUDIT_VIEW):
         context["recent_events"] = audit_event_list(tenant=request.tenant)[:8]
-    context.update(overview_context(tenant=request.tenant))  # live charts: apps/console/dashboard.py
+    context.update(overview_context(tenant=request.tenant))  # live charts: apps/loop/overview.py
     return render(request, "console/home.html", context)

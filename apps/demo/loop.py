@@ -113,8 +113,8 @@ class LoopMixin:
     def _first_learner(self) -> None:
         """The first learner starts through a `train` decision, as the control plane's own would."""
         from apps.audit.services import Actor
-        from apps.evolution.actions import decision_execute
         from apps.evolution.decisions import decision_record
+        from apps.loop.actions import decision_execute
 
         if not self._learns_from_the_start():
             self._say("no learner yet: under this scenario the control plane decides when to train")
@@ -136,7 +136,7 @@ class LoopMixin:
 
     def _loop(self, traffic) -> None:
         """Every second: one tick of the control plane, the new decisions on the timeline, the status line."""
-        from apps.evolution.control import evolution_tick
+        from apps.loop.control import evolution_tick
 
         while not self.stopping.is_set() and self._loop_seconds() < self.budget:
             if not self._alive():
@@ -220,9 +220,9 @@ class LoopMixin:
         """The loop ended (budget, Ctrl-C or a failure): a release under way is aborted (production keeps
         serving), its decision settled, and the learner asked to stop."""
         from apps.audit.services import Actor
-        from apps.evolution.actions import decision_follow
         from apps.evolution.decisions import decision_finish
         from apps.evolution.selectors import decisions_in_status
+        from apps.loop.actions import decision_follow
         from apps.releases.models import ACTIVE_STATUSES
         from apps.releases.selectors import release_list
         from apps.releases.services import release_abort
@@ -258,7 +258,7 @@ class LoopMixin:
     def _measure(self, version, *, label: str) -> float:
         """The held-out success of `version` by the policy's gate (stored in its metrics, so the control
         plane's gate reads the base's score instead of measuring it again)."""
-        from apps.evolution.actions import gate_measure
+        from apps.loop.actions import gate_measure
 
         self._since()
         success = gate_measure(tenant=self.tenant, version=version, gate=self._gate())

@@ -2,10 +2,10 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
 from apps.core.errors import ValidationFailed
 from apps.evaluation import bfcl, selectors, services
 from apps.evaluation.models import CaseCategory, Scorer, SuiteKind
+from apps.tenants.api import TenantApi
 from apps.tenants.permissions import Action
 
 

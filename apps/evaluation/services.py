@@ -1,5 +1,5 @@
 """Writes of eval suites, cases and runs. Each runs in a transaction and audits governance acts; a run is
-queued on the `eval` queue on commit and executed by apps.evaluation.runner."""
+queued on the `eval` queue on commit and executed by apps.loop.eval_runs."""
 
 from datetime import timedelta
 
@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, ValidationFailed
+from apps.core.tasking import task_enqueue
 from apps.evaluation.models import (
     CaseCategory,
     EvalCase,
@@ -160,9 +161,7 @@ def eval_run_enqueue(*, run_id: int) -> None:
     claim refuses a run that is final or held by a live worker."""
     from django.conf import settings
 
-    from apps.evaluation.tasks import execute_eval_run
-
-    execute_eval_run.apply_async(args=[run_id], queue=settings.AREAL_EVAL_QUEUE)
+    task_enqueue("evaluation.execute_run", run_id, queue=settings.AREAL_EVAL_QUEUE)
 
 
 def eval_runs_requeue_stale(*, stale_after_seconds: int) -> list[int]:

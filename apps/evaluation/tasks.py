@@ -3,8 +3,8 @@
 from celery import shared_task
 from django.conf import settings
 
-from apps.evaluation.runner import eval_run_execute
 from apps.evaluation.services import eval_runs_requeue_stale
+from apps.loop.eval_runs import eval_run_execute
 
 
 @shared_task(
@@ -15,7 +15,7 @@ from apps.evaluation.services import eval_runs_requeue_stale
     time_limit=3700,
 )
 def execute_eval_run(run_id: int) -> dict:
-    """Executes an eval run through the gateway (see apps.evaluation.runner). Tenant-scoped by the run.
+    """Executes an eval run through the gateway (see apps.loop.eval_runs). Tenant-scoped by the run.
     Idempotent and resumable: claimed by a conditional update, cases already scored are skipped, each result
     is written once per (run, case); a killed worker's run is requeued by beat (evaluation.requeue_stale)
     once its heartbeat is AREAL_EVAL_STALE_SECONDS old, or taken over when the broker redelivers it."""

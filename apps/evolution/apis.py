@@ -10,11 +10,11 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.core.errors import ValidationFailed
 from apps.evolution import policies, selectors
 from apps.evolution.decisions import decision_approve, decision_payload, decision_reject
 from apps.evolution.models import DecisionKind, DecisionStatus
+from apps.tenants.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.tenants.permissions import Action
 
 

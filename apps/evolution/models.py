@@ -182,11 +182,6 @@ class Decision(TimestampedTenantOwned):
         ordering = ["-created_at", "-id"]
 
 
-class ToolRoute(models.TextChoices):
-    DISABLE = "disable"
-    ROUTE = "route", "Route to another version"
-
-
 class HarnessVersion(TimestampedTenantOwned):
     """A versioned agent harness the gateway applies to an unmodified agent's requests: a system-prompt revision,
     memory exemplars and tool routing. Attached to a model version (`training.ModelVersion.harness`), it goes

@@ -199,15 +199,6 @@ def signal_series(*, tenant: Tenant, policy: EvolutionPolicy, name: str | None =
     return rows
 
 
-def signals_latest(*, tenant: Tenant, policy: EvolutionPolicy) -> dict[str, SignalPoint]:
-    """The newest point of each signal of the policy: {name: point}."""
-    points = SignalPoint.objects.for_tenant(tenant).filter(policy=policy).order_by("name", "-at", "-id")
-    latest: dict[str, SignalPoint] = {}
-    for point in points.iterator():
-        latest.setdefault(point.name, point)
-    return latest
-
-
 def clusters_list(*, tenant: Tenant, policy: EvolutionPolicy):
     """The policy's tool-failure clusters, the most recently seen first."""
     return (

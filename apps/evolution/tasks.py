@@ -17,7 +17,7 @@ TICK_TIME_LIMIT = 150
 def tick() -> int:
     """Beat (every AREAL_EVOLUTION_TICK_SECONDS): enqueues one `evolution.tick_policy` per enabled policy of
     every tenant, so a slow policy (or tenant) holds up no other. Returns how many it enqueued."""
-    from apps.evolution.control import evolution_tick_due
+    from apps.loop.control import evolution_tick_due
 
     enqueued_at = timezone.now().isoformat()
     due = evolution_tick_due()
@@ -34,9 +34,9 @@ def tick() -> int:
     time_limit=TICK_TIME_LIMIT,
 )
 def tick_policy(tenant_id: int, policy_id: int, enqueued_at: str | None = None) -> bool:
-    """One policy's tick under its own row lock (apps.evolution.control.evolution_tick_policy). Idempotent: a
+    """One policy's tick under its own row lock (apps.loop.control.evolution_tick_policy). Idempotent: a
     policy ticked since `enqueued_at` (a second delivery, a backlog) is not ticked again."""
-    from apps.evolution.control import evolution_tick_policy
+    from apps.loop.control import evolution_tick_policy
 
     return evolution_tick_policy(
         tenant_id=tenant_id,
@@ -49,7 +49,7 @@ def tick_policy(tenant_id: int, policy_id: int, enqueued_at: str | None = None) 
 def evaluate(tenant_id: int, decision_id: int) -> dict:
     """Measures an evaluate decision's versions on the policy's environment gate; the next tick compares them.
     Idempotent: a version already measured by that gate is not measured again."""
-    from apps.evolution.actions import gate_run
+    from apps.loop.actions import gate_run
 
     return gate_run(tenant_id=tenant_id, decision_id=decision_id)
 
@@ -58,6 +58,6 @@ def evaluate(tenant_id: int, decision_id: int) -> dict:
 def propose(tenant_id: int, decision_id: int) -> str:
     """Drafts an update_harness decision's harness with the policy's proposer and registers its candidate
     version. Idempotent: a decision no longer running is skipped."""
-    from apps.evolution.actions import harness_run
+    from apps.loop.actions import harness_run
 
     return harness_run(tenant_id=tenant_id, decision_id=decision_id)

@@ -31,13 +31,18 @@ from apps.gateway import validation
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import backend_session_close
+from apps.gateway.fresh_session_routing import (
+    candidates_for,
+    fresh_session_version,
+    remember_fresh_route,
+    routes_flush,
+)
 from apps.gateway.generation import JSON_HEADERS, handle_chat, handle_completions, handle_messages
 from apps.gateway.journal import Journal, journal_recover
 from apps.gateway.policy import WindowCounter, policy_for
 from apps.gateway.principals import authenticate, presented_key
 from apps.gateway.responses import handle_response_by_id, handle_responses
 from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
-from apps.gateway.routing import candidates_for, fresh_session_version, remember_fresh_route, routes_flush
 from apps.gateway.sessions import SessionIndex, SessionState, loose_prefix_hashes, prefix_hashes
 from apps.gateway.single_flight import single_flight
 from apps.gateway.versions import ServedVersionsSnapshot
@@ -285,7 +290,7 @@ class Gateway:
         from apps.inference.models import BackendState
         from apps.inference.selectors import backend_list
         from apps.inference.services import NoBackendAvailable, backend_for_session
-        from apps.releases.routing import (
+        from apps.releases.version_routing import (
             MISSING,
             routing_plan,
             routing_plan_cached,
@@ -309,7 +314,7 @@ class Gateway:
         ):
             return backend
         tenant_id = principal.tenant_id
-        if minted:  # a session created by this request: nothing to read (apps/gateway/routing.py)
+        if minted:  # a session created by this request: nothing to read (fresh_session_routing.py)
             version = fresh_session_version(tenant_id=tenant_id, session_id=state.session_id, plan=plan)
             snapshot = await candidates_for(
                 tenant_id=tenant_id,

@@ -90,7 +90,3 @@ async def apply_cap(forward_body: dict, *, reserved: int, backend, endpoint: str
     if length is not None and length <= reserved:
         return  # the backend stops within its context: fewer tokens than were reserved
     forward_body[field] = reserved
-
-
-def lengths_clear() -> None:
-    _lengths.clear()

@@ -2,10 +2,10 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
 from apps.core.errors import Forbidden
 from apps.inference import selectors, services
 from apps.inference.models import BackendKind, BackendState, CapParameter
+from apps.tenants.api import TenantApi
 from apps.tenants.permissions import Action
 
 CREDENTIAL_HELP = (

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from apps.metrics import outcomes
+from apps.loop import outcomes
 
 
 @shared_task(name="metrics.overview_tick", ignore_result=True)

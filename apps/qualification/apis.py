@@ -6,10 +6,10 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import BIG_INTEGER_COLUMN_MAX, INTEGER_COLUMN_MAX, TenantApi
 from apps.core.errors import ValidationFailed
 from apps.qualification import selectors, services
 from apps.qualification.models import QualificationStatus, ReviewStatus
+from apps.tenants.api import BIG_INTEGER_COLUMN_MAX, INTEGER_COLUMN_MAX, TenantApi
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.permissions import Action
 from workers.qualification.gates import GATE_CODES

@@ -12,3 +12,10 @@ class QualificationConfig(AppConfig):
         from apps.trajectories.models import Trajectory
 
         post_save.connect(trajectory_saved, sender=Trajectory, dispatch_uid="qualification.trajectory_saved")
+
+        from apps.qualification.selectors import qualification_record_part, review_record_part
+        from apps.trajectories.selectors import record_part_register
+
+        # An ATDP record carries its trajectory's reviews and the gates' verdict.
+        record_part_register(review_record_part)
+        record_part_register(qualification_record_part)

@@ -1,6 +1,6 @@
 """Reads of reviews, verdicts and the training queue, tenant first; and the facts the gates judge."""
 
-from django.db.models import Count
+from django.db.models import Count, Prefetch
 
 from apps.core.selectors import get_in_tenant
 from apps.qualification.models import (
@@ -178,3 +178,15 @@ def qualification_list(*, tenant: Tenant, status=None, reason=None, agent=None, 
     }
     rows = rows.filter(**{name: value for name, value in exact.items() if value is not None})
     return rows.order_by("-trajectory__started_at", "-trajectory_id")
+
+
+def review_record_part(tenant: Tenant) -> Prefetch:
+    """The reviews of an ATDP record (trajectories.selectors.trajectory_with_records), newest first."""
+    return Prefetch("reviews", queryset=review_list(tenant=tenant), to_attr="reviews_newest_first")
+
+
+def qualification_record_part(tenant: Tenant) -> Prefetch:
+    """The gates' verdict of an ATDP record, `tenant_qualification` (None before the gates ran)."""
+    return Prefetch(
+        "qualification", queryset=qualification_rows(tenant=tenant), to_attr="tenant_qualification"
+    )

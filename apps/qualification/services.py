@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import ValidationFailed
+from apps.core.tasking import task_enqueue_on_commit
 from apps.qualification.models import (
     Qualification,
     QualificationLimits,
@@ -27,9 +28,7 @@ from workers.qualification.gates import OVERRIDE_CODE, evaluate
 def qualification_enqueue(*, trajectory_id) -> None:
     """Runs the trajectory's gates on a worker once the current transaction commits (immediately when
     none is open). Safe to call many times: the task is idempotent."""
-    from apps.qualification.tasks import evaluate_trajectory
-
-    transaction.on_commit(lambda: evaluate_trajectory.delay(str(trajectory_id)))
+    task_enqueue_on_commit("qualification.evaluate", str(trajectory_id))
 
 
 def _effective(row: Qualification) -> tuple[str, list[str]]:

@@ -6,9 +6,9 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.core.errors import ValidationFailed
 from apps.releases import selectors, services
+from apps.tenants.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.tenants.permissions import Action
 
 

@@ -1,5 +1,5 @@
 """Reads of releases, their analyses and the serving history; tenant first. Routing reads for the gateway are
-in apps.releases.routing."""
+in apps.releases.version_routing."""
 
 from django.db.models import Count
 

@@ -8,6 +8,7 @@ from django.utils import timezone
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from apps.core.selectors import get_in_tenant
+from apps.core.tasking import task_enqueue_on_commit
 from apps.metrics.publish import metrics_publish
 from apps.releases.models import (
     ACTIVE_STATUSES,
@@ -254,7 +255,7 @@ def _routing_set(
 ) -> RoutingState:
     """Points the tenant's model at `stable` (+ `canary` at `percent` of new sessions) and appends the change
     to the serving history. Locking: the routing row."""
-    from apps.releases.routing import routing_cache_clear
+    from apps.releases.version_routing import routing_cache_clear
 
     now = timezone.now()
     state = RoutingState.objects.select_for_update().filter(tenant=tenant, model=model).first()
@@ -387,9 +388,7 @@ def _release_begin(*, tenant: Tenant, actor: Actor, release_id, loaded: str) -> 
         started_by=actor.label,
         eval_runs=runs,
     )
-    from apps.releases.tasks import analyze_release
-
-    transaction.on_commit(lambda: analyze_release.delay(release.pk))
+    task_enqueue_on_commit("releases.analyze", release.pk)
     return release
 
 

@@ -4,7 +4,6 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
 from apps.core.errors import Forbidden, NotFound
 from apps.rewards import selectors, services
 from apps.rewards.models import (
@@ -15,6 +14,7 @@ from apps.rewards.models import (
     RewardSource,
     RewardTiming,
 )
+from apps.tenants.api import TenantApi
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.permissions import Action
 from apps.trajectories.selectors import trajectory_list

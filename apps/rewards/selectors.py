@@ -4,7 +4,8 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Q
+from django.db.models import Avg, Count, Prefetch, Q
+from django.db.models.functions import TruncMinute
 
 from apps.core.selectors import get_in_tenant
 from apps.rewards.errors import RewardRejected
@@ -303,11 +304,21 @@ class JudgeTarget:
     model_version: object | None = None  # apps.training ModelVersion when the registry holds the model
 
 
+# The tenant's model registry belongs to apps.training, which sits above this app (it trains on rewards): it
+# registers its lookup here in its AppConfig.ready(), `versions(*, tenant, name) -> queryset of model versions`.
+_MODEL_VERSIONS: list = []
+
+
+def model_versions_register(versions) -> None:
+    """Registers the model registry's `versions(*, tenant, name)` that `judge_target` pins judges to."""
+    _MODEL_VERSIONS[:] = [versions]
+
+
 def judge_target(*, tenant: Tenant, model: str, version: str) -> tuple[JudgeTarget | None, dict[str, str]]:
     """(the judge's target, or None with the problem by field `config.model` / `config.version`)."""
     from apps.inference.selectors import backend_list
-    from apps.training.selectors import model_version_list
 
+    (model_version_list,) = _MODEL_VERSIONS
     registered = model_version_list(tenant=tenant, name=model)
     if registered.exists():
         number = int(version) if version.isdigit() else None
@@ -410,3 +421,66 @@ def trajectory_outcome(*, trajectory) -> Outcome:
             for call_id, (name, arguments) in calls.items()
         ),
     )
+
+
+def reward_record_part(tenant: Tenant) -> Prefetch:
+    """The rewards of an ATDP record (trajectories.selectors.trajectory_with_records): the tenant's, in creation
+    order, ties by id, so two exports agree."""
+    return Prefetch("rewards", queryset=Reward.objects.for_tenant(tenant).order_by("created_at", "id"))
+
+
+def reward_import_conflicts(*, tenant: Tenant, rewards: list[dict]) -> dict[str, str]:
+    """Field paths of a valid ATDP record's `rewards` that clash with stored data, each with its problem: a
+    reward id already stored (a global key, so another tenant's count too, without saying whose), or an
+    idempotency key this tenant has already used or the record repeats. Empty: no clash."""
+    conflicts = {}
+    reward_ids = {uuid.UUID(reward["reward_id"]): position for position, reward in enumerate(rewards)}
+    for reward_id in Reward.objects.filter(id__in=reward_ids).values_list("id", flat=True):
+        conflicts[f"rewards[{reward_ids[reward_id]}].reward_id"] = "a reward with this id is already stored"
+    keys: dict[str, int] = {}
+    for position, reward in enumerate(rewards):
+        key = reward.get("idempotency_key")
+        if key is None:
+            continue
+        if key in keys:
+            conflicts[f"rewards[{position}].idempotency_key"] = (
+                f"repeats rewards[{keys[key]}].idempotency_key"
+            )
+        else:
+            keys[key] = position
+    used = Reward.objects.filter(tenant=tenant, idempotency_key__in=keys).values_list(
+        "idempotency_key", flat=True
+    )
+    for key in used:
+        if key not in keys:  # never: the query names only these keys (the column itself may be null)
+            continue
+        conflicts[f"rewards[{keys[key]}].idempotency_key"] = (
+            "this tenant already stored a reward with this key"
+        )
+    return conflicts
+
+
+def reward_outcomes_per_minute(*, tenant: Tenant, since) -> list[dict]:
+    """Rewards (critiques excluded) created since `since`, per minute (oldest first): their count, mean value
+    and success rate, where a reward of at least 0.5 counts as a success (the environment's 0/1 check,
+    thumbs up)."""
+    rows = (
+        Reward.objects.for_tenant(tenant)
+        .filter(created_at__gte=since)
+        .exclude(kind="critique")
+        .annotate(minute=TruncMinute("created_at"))
+        .values("minute")
+        .annotate(
+            rewards=Count("id"), reward_mean=Avg("value"), successes=Count("id", filter=Q(value__gte=0.5))
+        )
+        .order_by("minute")
+    )
+    return [
+        {
+            "minute": row["minute"],
+            "rewards": row["rewards"],
+            "reward_mean": row["reward_mean"],
+            "success_rate": row["successes"] / row["rewards"],
+        }
+        for row in rows
+    ]

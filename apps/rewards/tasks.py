@@ -2,7 +2,8 @@
 
 from celery import shared_task
 
-from apps.rewards.runner import evaluators_run, judge_evaluator_run
+from apps.loop.judging import judge_evaluator_run
+from apps.rewards.evaluator_runs import evaluators_run
 
 
 @shared_task(
@@ -15,7 +16,7 @@ from apps.rewards.runner import evaluators_run, judge_evaluator_run
     time_limit=660,
 )
 def run_evaluators(trajectory_id: str, evaluator_id: int | None = None) -> dict:
-    """Runs the trajectory's tenant's enabled evaluators, or only `evaluator_id` (apps.rewards.runner).
+    """Runs the trajectory's tenant's enabled evaluators, or only `evaluator_id` (apps.rewards.evaluator_runs).
     Idempotent: one reward per evaluator version and trajectory. An evaluator that cannot judge is skipped
     (terminal; a tenant pattern that backtracks is stopped after workers.rewards.evaluators.PATTERN_SECONDS,
     a program after its timeout_s, at most 60 s); a ConnectionError is retried (at most 3 times, backing
@@ -32,7 +33,7 @@ def run_evaluators(trajectory_id: str, evaluator_id: int | None = None) -> dict:
     time_limit=2460,
 )
 def run_judge(trajectory_id: str, evaluator_id: int) -> dict:
-    """Judges one trajectory with one llm_judge evaluator through the gateway (apps.rewards.judging). Tenant:
+    """Judges one trajectory with one llm_judge evaluator through the gateway (apps.loop.judging). Tenant:
     the evaluator's, which must be the trajectory's. Idempotent: one reward per evaluator version and
     trajectory; a run that succeeded, or that another worker holds, is not judged again. Transient gateway
     errors are retried inside the run (the evaluator's `retries`); a failure is recorded on the run (terminal

@@ -3,8 +3,8 @@ from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import INTEGER_COLUMN_MAX, TenantApi, UserApi
 from apps.tenants import selectors, services
+from apps.tenants.api import INTEGER_COLUMN_MAX, TenantApi, UserApi
 from apps.tenants.authentication import KeyPrincipal
 from apps.tenants.models import MAX_SESSION_IDLE_SECONDS, ConsentMode, PiiMode
 from apps.tenants.permissions import Action, Role, Scope

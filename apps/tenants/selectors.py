@@ -60,12 +60,6 @@ def membership_role_of_active_user(
     return memberships.values_list("tenant_id", "role").first()
 
 
-def membership_for(*, tenant: Tenant, user) -> Membership | None:
-    if user is None or not user.is_authenticated:
-        return None
-    return Membership.objects.filter(tenant=tenant, user=user).first()
-
-
 def membership_list(*, tenant: Tenant):
     return Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
 

@@ -15,9 +15,9 @@ from django.views.decorators.http import require_POST
 from apps.audit.services import Actor
 from apps.console.access import console_page
 from apps.console.pages import PAGE_SIZE, console_action
-from apps.core.api import TENANT_SESSION_KEY
 from apps.core.errors import DomainError
 from apps.tenants import forms, invitations, selectors, services
+from apps.tenants.api import TENANT_SESSION_KEY
 from apps.tenants.permissions import Action, role_can
 from apps.trajectories.retention import retention_summary
 

@@ -10,8 +10,6 @@ where accepted = sessions that ended and running = sessions still open. The gate
 /rl/start_session with 429 while the capacity of the tenant's running online run is ≤ 0.
 """
 
-from datetime import timedelta
-
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -19,6 +17,7 @@ from django.utils import timezone
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.selectors import get_in_tenant
+from apps.core.tasking import task_enqueue_on_commit
 from apps.metrics.publish import metrics_publish
 from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus, VersionStatus
 from apps.training.services import JOBS_STREAM
@@ -109,17 +108,11 @@ def online_run_start(
             "publish_to_backends": publish_to_backends,
         },
     )
-    transaction.on_commit(lambda: _enqueue(run.pk))
+    task_enqueue_on_commit("training.run_online", run.pk)
     metrics_publish(
         tenant_id=tenant.pk, stream=JOBS_STREAM, payload={"online_run": run.pk, "status": "running"}
     )
     return run
-
-
-def _enqueue(run_id: int) -> None:
-    from apps.training.tasks import run_online
-
-    run_online.delay(run_id)
 
 
 @transaction.atomic
@@ -284,12 +277,3 @@ def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
     counted = sessions.exclude(qualification__status="disqualified").exclude(pk__in=unusable).count()
     budget = (run.staleness_bound + run.steps + 1) * run.samples_per_step
     return budget - counted, run
-
-
-def online_runs_stale(*, stale_after_seconds: int) -> list[int]:
-    cutoff = timezone.now() - timedelta(seconds=stale_after_seconds)
-    return list(
-        OnlineRun.objects.filter(status=OnlineRunStatus.RUNNING, heartbeat_at__lt=cutoff).values_list(
-            "pk", flat=True
-        )
-    )

@@ -5,8 +5,8 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.core.errors import ValidationFailed
+from apps.tenants.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.tenants.permissions import Action
 from apps.training import online, selectors
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, ValidationFailed
+from apps.core.tasking import task_enqueue
 from apps.metrics.publish import metrics_publish
 from apps.tenants.models import Tenant
 from apps.training.models import (
@@ -315,9 +316,7 @@ def training_job_enqueue(*, job_id: int) -> None:
     the claim refuses a job that is not queued or running."""
     from django.conf import settings
 
-    from apps.training.tasks import run_training_job
-
-    run_training_job.apply_async(args=[job_id], queue=settings.AREAL_TRAINING_QUEUE)
+    task_enqueue("training.run_job", job_id, queue=settings.AREAL_TRAINING_QUEUE)
 
 
 def training_job_claim(*, job_id: int, worker: str) -> tuple[TrainingJob, str] | None:

@@ -1,10 +1,10 @@
 """Celery tasks of apps.training: training jobs and online runs (train queue), the stale-job requeue (beat).
-The runs themselves are runners in apps/training/runners.py."""
+The runs themselves are runners in apps/loop/training_runs.py."""
 
 from celery import shared_task
 from django.conf import settings
 
-from apps.training.runners import online_run_execute, training_job_execute
+from apps.loop.training_runs import online_run_execute, training_job_execute
 from apps.training.services import training_jobs_requeue_stale
 
 

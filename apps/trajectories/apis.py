@@ -16,10 +16,11 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
 from apps.core.errors import ValidationFailed
 from apps.core.parsers import JSONParser
 from apps.core.schema import ErrorSerializer
+from apps.loop.importing import trajectories_import
+from apps.tenants.api import TenantApi
 from apps.tenants.permissions import Action
 from apps.trajectories import selectors, services
 from apps.trajectories.lifecycle import trajectory_end_by_request
@@ -186,7 +187,7 @@ class TrajectoryImportApi(TenantApi):
         if len(body) > MAX_IMPORT_BYTES:
             raise ValidationFailed(f"an import is at most {MAX_IMPORT_BYTES} bytes; split the file")
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-        report = services.trajectories_import(
+        report = trajectories_import(
             tenant=self.tenant, actor=self.actor, lines=read_jsonl(text.splitlines())
         )
         stored = [
@@ -231,7 +232,7 @@ class TrajectoryReplayApi(TenantApi):
         operation_id="trajectory_replay", request=InputSerializer, responses={202: OutputSerializer}
     )
     def post(self, request, trajectory_id):
-        from apps.gateway.replay import trajectory_replay_start
+        from apps.loop.replay import trajectory_replay_start
 
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)

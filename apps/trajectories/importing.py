@@ -1,4 +1,4 @@
-"""ATDP records → rows, for `services.trajectory_import` (SDK mode). Django-side only: the record has
+"""ATDP records → rows, for `services.trajectory_import_store` (SDK mode). Django-side only: the record has
 already passed `workers.atdp` validation. What a step's columns cannot hold (versions.tools,
 versions.prompt_version, versions.gateway, permissions.data_class, pii.redacted, replayable) is kept in
 `Step.imported_fields`, so exporting an import gives back what was imported (apps/trajectories/serialize.py).

@@ -33,10 +33,21 @@ RETENTION_ACTOR = Actor.system("retention")
 _PURGE_LISTENERS: list = []
 
 
+# Called with (tenant=): the ids of the tenant's trajectories another app still needs, which a purge keeps
+# past their retention (apps.training: those an unfinished training job reads), registered the same way.
+_HOLDERS: list = []
+
+
 def purge_listener_register(listener) -> None:
     """Registers `listener(*, tenant, trajectory_ids)`, called in each purge batch's transaction."""
     if listener not in _PURGE_LISTENERS:
         _PURGE_LISTENERS.append(listener)
+
+
+def retention_holder_register(holder) -> None:
+    """Registers `holder(*, tenant) -> set of trajectory ids` that a purge must keep."""
+    if holder not in _HOLDERS:
+        _HOLDERS.append(holder)
 
 
 def tenant_retention_days(tenant) -> int:
@@ -57,9 +68,10 @@ def trajectories_past_retention(*, tenant, now=None):
 
 
 def _held_ids(tenant) -> set:
-    from apps.training.selectors import training_trajectory_ids_in_use
-
-    return training_trajectory_ids_in_use(tenant=tenant)
+    held: set = set()
+    for holder in _HOLDERS:
+        held |= holder(tenant=tenant)
+    return held
 
 
 def retention_summary(*, tenant, now=None) -> dict:

@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from apps.core.api import TenantApi
+from apps.tenants.api import TenantApi
 from apps.tenants.permissions import Action
 from apps.trajectories.retention import retention_summary
 

@@ -1,13 +1,11 @@
 import uuid
 
-from django.db.models import Avg, Count, Exists, OuterRef, Prefetch, Q, Subquery, Sum
-from django.db.models.functions import Coalesce, TruncMinute
+from django.db.models import Avg, OuterRef, Prefetch, Q, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.http import Http404
 
 from apps.core.errors import NotFound
 from apps.core.selectors import get_in_tenant
-from apps.qualification.selectors import qualification_rows, review_list
-from apps.rewards.models import Reward
 from apps.tenants.models import Tenant
 from apps.trajectories.models import Step, Trajectory, trajectory_id_for
 from workers.stats import percentile
@@ -30,6 +28,16 @@ FILTERS = (
     "started_before",
 )
 
+# A trajectory's outcome as the browser filters it: a reward of at least 0.5 counts as a success, as the
+# overview's success rate counts it (the environments' 0/1 check).
+SUCCESS_REWARD = 0.5
+OUTCOMES = {
+    "succeeded": "succeeded (mean reward ≥ 0.5)",
+    "failed": "failed (mean reward < 0.5)",
+    "unscored": "no reward yet",
+    "errored": "a call failed",
+}
+
 
 def trajectory_list(
     *,
@@ -44,8 +52,13 @@ def trajectory_list(
     reward_max=None,
     started_after=None,
     started_before=None,
+    text=None,
+    model_version=None,
+    outcome=None,
 ):
-    """Newest first. `reward_min`/`reward_max`: trajectories with at least one reward in that range."""
+    """Newest first. `reward_min`/`reward_max`: trajectories with at least one reward in that range. `text`:
+    a step whose messages, answer or tool results contain it (case-insensitive); `model_version`: a step
+    served by that version (its number, "3"); `outcome`: one of OUTCOMES."""
     trajectories = Trajectory.objects.for_tenant(tenant).select_related("tenant")
     exact = {
         "session_id": session_id,
@@ -61,12 +74,14 @@ def trajectory_list(
     if started_before:
         trajectories = trajectories.filter(started_at__lt=started_before)
     if reward_min is not None or reward_max is not None:
-        rewards = Reward.objects.filter(trajectory=OuterRef("pk"))
+        # through the rewards' relation (apps.rewards points at trajectories, not the other way): one filter()
+        # call, so both bounds hold for the same reward; a subquery, so a trajectory is listed once
+        in_range = Q()
         if reward_min is not None:
-            rewards = rewards.filter(value__gte=reward_min)
+            in_range &= Q(rewards__value__gte=reward_min)
         if reward_max is not None:
-            rewards = rewards.filter(value__lte=reward_max)
-        trajectories = trajectories.filter(Exists(rewards))
+            in_range &= Q(rewards__value__lte=reward_max)
+        trajectories = trajectories.filter(pk__in=Trajectory.objects.filter(in_range).values("pk"))
     return trajectories.order_by("-started_at", "-id")
 
 
@@ -76,17 +91,27 @@ def trajectory_list_with_reward_mean(*, tenant: Tenant, **filters):
     return trajectory_list(tenant=tenant, **filters).annotate(reward_mean=Avg("rewards__value"))
 
 
+# What an ATDP record holds besides the trajectory and its steps belongs to the apps above this one: each
+# registers, in its AppConfig.ready(), a `part(tenant) -> Prefetch` (apps.rewards: rewards in creation order;
+# apps.qualification: reviews newest first as `reviews_newest_first`, the gates' verdict as
+# `tenant_qualification`), so this app imports none of theirs.
+_RECORD_PARTS: list = []
+
+
+def record_part_register(part) -> None:
+    """Registers `part(tenant) -> Prefetch`, prefetched by `trajectory_with_records`."""
+    if part not in _RECORD_PARTS:
+        _RECORD_PARTS.append(part)
+
+
 def trajectory_with_records(queryset, *, tenant: Tenant):
     """The queryset (of `tenant`'s trajectories) with what an ATDP record holds prefetched (for
-    `serialize.trajectory_record`): steps in order, rewards in creation order (ties by id, so two exports
-    agree), reviews newest first (`reviews_newest_first`) and the gates' verdict (`tenant_qualification`,
-    None before the gates ran). All are read by tenant too, not by trajectory id alone: a row of another
-    tenant that names one of these trajectories is never read back."""
+    `serialize.trajectory_record`): steps in order and the registered record parts (rewards in creation order,
+    ties by id, so two exports agree; reviews newest first, `reviews_newest_first`; the gates' verdict,
+    `tenant_qualification`, None before the gates ran). All are read by tenant too, not by trajectory id
+    alone: a row of another tenant that names one of these trajectories is never read back."""
     return queryset.filter(tenant=tenant).prefetch_related(
-        Prefetch("steps", queryset=step_list(tenant=tenant)),
-        Prefetch("rewards", queryset=Reward.objects.for_tenant(tenant).order_by("created_at", "id")),
-        Prefetch("reviews", queryset=review_list(tenant=tenant), to_attr="reviews_newest_first"),
-        Prefetch("qualification", queryset=qualification_rows(tenant=tenant), to_attr="tenant_qualification"),
+        Prefetch("steps", queryset=step_list(tenant=tenant)), *(part(tenant) for part in _RECORD_PARTS)
     )
 
 
@@ -151,41 +176,17 @@ def session_trajectories(*, tenant_id: int, session_id: str) -> list[dict]:
 
 
 def trajectory_import_conflicts(*, tenant: Tenant, record: dict) -> dict[str, str]:
-    """Field paths of a valid ATDP `record` that clash with stored data, each with its problem: a step or
-    reward id already stored (they are global keys, so another tenant's count too, without saying whose),
-    or a reward idempotency key this tenant has already used or the record repeats. Empty: no clash."""
+    """Field paths of a valid ATDP `record`'s steps that clash with stored data: a step id already stored (a
+    global key, so another tenant's counts too, without saying whose). Empty: no clash. Its rewards are
+    checked by apps.rewards (`reward_import_conflicts`)."""
     conflicts = {}
     steps = {uuid.UUID(step["step_id"]): position for position, step in enumerate(record.get("steps") or [])}
     for step_id in Step.objects.filter(id__in=steps).values_list("id", flat=True):
         conflicts[f"steps[{steps[step_id]}].step_id"] = "a step with this id is already stored"
-    rewards = record.get("rewards") or []
-    reward_ids = {uuid.UUID(reward["reward_id"]): position for position, reward in enumerate(rewards)}
-    for reward_id in Reward.objects.filter(id__in=reward_ids).values_list("id", flat=True):
-        conflicts[f"rewards[{reward_ids[reward_id]}].reward_id"] = "a reward with this id is already stored"
-    keys: dict[str, int] = {}
-    for position, reward in enumerate(rewards):
-        key = reward.get("idempotency_key")
-        if key is None:
-            continue
-        if key in keys:
-            conflicts[f"rewards[{position}].idempotency_key"] = (
-                f"repeats rewards[{keys[key]}].idempotency_key"
-            )
-        else:
-            keys[key] = position
-    used = Reward.objects.filter(tenant=tenant, idempotency_key__in=keys).values_list(
-        "idempotency_key", flat=True
-    )
-    for key in used:
-        if key not in keys:  # never: the query names only these keys (the column itself may be null)
-            continue
-        conflicts[f"rewards[{keys[key]}].idempotency_key"] = (
-            "this tenant already stored a reward with this key"
-        )
     return conflicts
 
 
-# ---- overview aggregates (apps.console.dashboard, apps.metrics.outcomes) -----------------------------------
+# ---- overview aggregates (apps.loop.overview, apps.loop.outcomes) -----------------------------------
 
 
 def step_traffic_per_minute(*, tenant: Tenant, since, limit: int = 200_000) -> list[dict]:
@@ -215,32 +216,6 @@ def step_traffic_per_minute(*, tenant: Tenant, since, limit: int = 200_000) -> l
             }
         )
     return minutes
-
-
-def reward_outcomes_per_minute(*, tenant: Tenant, since) -> list[dict]:
-    """Rewards (critiques excluded) created since `since`, per minute (oldest first): their count, mean value
-    and success rate, where a reward of at least 0.5 counts as a success (the environment's 0/1 check,
-    thumbs up)."""
-    rows = (
-        Reward.objects.for_tenant(tenant)
-        .filter(created_at__gte=since)
-        .exclude(kind="critique")
-        .annotate(minute=TruncMinute("created_at"))
-        .values("minute")
-        .annotate(
-            rewards=Count("id"), reward_mean=Avg("value"), successes=Count("id", filter=Q(value__gte=0.5))
-        )
-        .order_by("minute")
-    )
-    return [
-        {
-            "minute": row["minute"],
-            "rewards": row["rewards"],
-            "reward_mean": row["reward_mean"],
-            "success_rate": row["successes"] / row["rewards"],
-        }
-        for row in rows
-    ]
 
 
 def dangerously_steps_recorded_per_tenant() -> dict[str, int]:

@@ -3,24 +3,19 @@ status changes and session metadata."""
 
 import logging
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import DataError, IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from apps.audit.services import audit_record
-from apps.core.errors import DomainError
 from apps.tenants.models import Tenant
 from apps.trajectories import importing
 from apps.trajectories.lifecycle import late_step_target, session_trajectory_end
 from apps.trajectories.models import EndReason, Step, Trajectory, TrajectoryStatus, trajectory_id_for
-from apps.trajectories.selectors import trajectory_import_conflicts
-from workers.atdp.jsonl import ImportLine
 from workers.atdp.tokens import pack_floats, pack_ids, pack_versions
 
 logger = logging.getLogger(__name__)
@@ -354,15 +349,14 @@ def trajectory_end(
     return session_trajectory_end(tenant=tenant, trajectory_id=trajectory_id, status=status, reason=reason)
 
 
-@transaction.atomic
-def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
-    """Stores one validated ATDP trajectory logged by an agent itself (SDK mode), audited as
-    `trajectory.import`. The record's tenant must be this tenant. Everything the record says is kept
-    (`importing`: token arrays with loss masks, versions, permissions, replayability, retention), so its
-    export says the same; its rewards go through `apps.rewards.services.rewards_import` and its current
-    review through `apps.qualification.services.review_import`. Its qualification is not taken: this
-    tenant's gates judge it (enqueued on commit when the imported trajectory is ended), on the same facts.
-    Its `retention_until` is kept up to this tenant's `retention_days` from now.
+def trajectory_import_store(*, tenant: Tenant, record: dict) -> tuple[Trajectory, bool]:
+    """Stores the trajectory and steps of one validated ATDP record logged by an agent itself (SDK mode), in
+    the caller's transaction (apps.loop.importing.trajectory_import adds its rewards and review and audits
+    it). Everything the record says is kept (`importing`: token arrays with loss masks, versions,
+    permissions, replayability, retention), so its export says the same. Its qualification is not taken:
+    this tenant's gates judge it (enqueued on commit when the imported trajectory is ended), on the same
+    facts. Its `retention_until` is kept up to this tenant's `retention_days` from now. Returns the
+    trajectory and whether its retention was shortened.
 
     The stored trajectory gets a fresh id; the record's `trajectory_id` is kept as `source_trajectory_id`.
     An importer never chooses a primary key, so it cannot take an id the gateway will derive for another
@@ -371,8 +365,6 @@ def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
     or a source id) or its session; another tenant's rows are never consulted, so the answer reveals
     nothing of them."""
     from apps.core.errors import Conflict, ValidationFailed
-    from apps.qualification.services import review_import
-    from apps.rewards.services import rewards_import
 
     if record.get("tenant") != tenant.slug:
         raise ValidationFailed(
@@ -402,30 +394,28 @@ def trajectory_import(*, tenant: Tenant, record: dict, actor) -> Trajectory:
     Step.objects.bulk_create(
         [importing.step_row(tenant=tenant, trajectory_id=trajectory.pk, step=step, pii=pii) for step in steps]
     )
-    rewards = record.get("rewards") or []
-    rewards_import(tenant=tenant, trajectory=trajectory, rewards=rewards)
+    return trajectory, retention_shortened
+
+
+def trajectory_import_audit(
+    *, tenant: Tenant, actor, trajectory: Trajectory, record: dict, retention_shortened: bool
+) -> None:
+    """The `trajectory.import` audit event of a stored import, in its transaction."""
     review = (record.get("governance") or {}).get("review") or {}
-    review_import(
-        tenant=tenant,
-        trajectory=trajectory,
-        review=review,
-        recorded_at=importing.moment(review["at"]) if review.get("at") else None,
-    )
     audit_record(
         tenant=tenant,
         actor=actor,
         verb="trajectory.import",
         target=trajectory,
         data={
-            "source_trajectory_id": str(source_id),
+            "source_trajectory_id": str(uuid.UUID(record["trajectory_id"])),
             "session_id": trajectory.session_id,
-            "steps": len(steps),
-            "rewards": len(rewards),
+            "steps": len(record.get("steps") or []),
+            "rewards": len(record.get("rewards") or []),
             "review": review.get("status", "unreviewed"),
             "retention_shortened": retention_shortened,
         },
     )
-    return trajectory
 
 
 @transaction.atomic
@@ -435,73 +425,3 @@ def trajectory_export_record(*, tenant: Tenant, actor, format: str, filters: dic
     audit_record(
         tenant=tenant, actor=actor, verb="trajectory.export", data={"format": format, "filters": filters}
     )
-
-
-@dataclass(frozen=True)
-class ImportedLine:
-    line: int
-    trajectory: Trajectory
-
-
-@dataclass(frozen=True)
-class RefusedLine:
-    line: int
-    field: str  # the failing field's path in the record ("" for the line as a whole)
-    message: str
-
-
-@dataclass(frozen=True)
-class TrajectoryImportReport:
-    stored: list[ImportedLine]
-    rejected: list[RefusedLine]
-
-
-def _refusals(line_number: int, error: DomainError) -> list[RefusedLine]:
-    """One refusal per field the service named (its message when it named one field, else each field's
-    problems), or one at `trajectory_id` when it named none."""
-    if len(error.fields) <= 1:
-        field = next(iter(error.fields), "trajectory_id")
-        return [RefusedLine(line=line_number, field=field, message=error.message)]
-    return [
-        RefusedLine(line=line_number, field=field, message="; ".join(problems))
-        for field, problems in error.fields.items()
-    ]
-
-
-def trajectories_import(*, tenant: Tenant, actor, lines: Iterable[ImportLine]) -> TrajectoryImportReport:
-    """Stores the valid lines of an ATDP JSON Lines import (`workers.atdp.jsonl.read_jsonl`) for `tenant`,
-    each through `trajectory_import` in its own transaction (one `trajectory.import` audit event per stored
-    trajectory): a bad line is reported and never costs the good ones. A line is refused with its problems
-    when it is not a valid record, with each field the service names when it refuses it (another tenant's
-    record, a value too long for its column, an id or session this tenant already holds), with each
-    clashing field (`selectors.trajectory_import_conflicts`) when a step or reward id, or a reward
-    idempotency key, turns out to be taken, and as a whole when a value no check foresaw does not fit
-    its column. Not idempotent: the same lines again are refused as existing trajectories."""
-    stored: list[ImportedLine] = []
-    rejected: list[RefusedLine] = []
-    for line in lines:
-        if line.record is None:  # not a valid record: its problems say why
-            rejected.extend(
-                RefusedLine(line=line.line_number, field=problem.path, message=problem.message)
-                for problem in line.problems
-            )
-            continue
-        try:
-            trajectory = trajectory_import(tenant=tenant, record=line.record, actor=actor)
-        except DomainError as error:
-            rejected.extend(_refusals(line.line_number, error))
-        except IntegrityError:  # a step or reward id, or a reward idempotency key, is taken: say which
-            conflicts = trajectory_import_conflicts(tenant=tenant, record=line.record) or {
-                "": "an id or reward idempotency key of this record was stored meanwhile"
-            }
-            rejected.extend(
-                RefusedLine(line=line.line_number, field=field, message=message)
-                for field, message in conflicts.items()
-            )
-        except DataError as error:  # a value no check foresaw does not fit its column: the line alone goes
-            rejected.append(
-                RefusedLine(line=line.line_number, field="", message=f"a value does not fit: {error}"[:300])
-            )
-        else:
-            stored.append(ImportedLine(line=line.line_number, trajectory=trajectory))
-    return TrajectoryImportReport(stored=stored, rejected=rejected)

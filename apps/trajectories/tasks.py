@@ -4,7 +4,7 @@
 from celery import shared_task
 from django.conf import settings
 
-from apps.gateway.replay import trajectory_replay_run
+from apps.loop.replay import trajectory_replay_run
 from apps.trajectories.lifecycle import dangerously_trajectories_close_idle_all
 from apps.trajectories.retention import dangerously_trajectories_purge_expired_all
 
@@ -20,7 +20,7 @@ def replay_trajectory(
     *, tenant_id: int, source_id: str, session_id: str, model: str, model_version: str = ""
 ) -> int:
     """Replays a trajectory's observations against `model` into the replay trajectory `session_id`
-    (opened by apps.gateway.replay.trajectory_replay_start). Tenant-scoped by `tenant_id`. Idempotent:
+    (opened by apps.loop.replay.trajectory_replay_start). Tenant-scoped by `tenant_id`. Idempotent:
     step ids are derived from (replay session, source step), so a redelivered task records nothing twice."""
     return trajectory_replay_run(
         tenant_id=tenant_id,

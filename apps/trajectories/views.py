@@ -110,7 +110,7 @@ def trajectory_detail(request, trajectory_id):
 @require_POST
 @console_page(Action.TRAJECTORY_REPLAY)
 def trajectory_replay(request, trajectory_id):
-    from apps.gateway.replay import trajectory_replay_start
+    from apps.loop.replay import trajectory_replay_start
 
     selectors.trajectory_get(tenant=request.tenant, trajectory_id=trajectory_id)  # another tenant's: 404
     model, _, model_version = request.POST.get("target", "").partition("@")

@@ -306,7 +306,7 @@ AREAL_RETENTION_MAX_BATCHES_PER_RUN = env_int("AREAL_RETENTION_MAX_BATCHES_PER_R
 
 # Evaluation and releases. Eval workers call the gateway as agents do, at this URL (the web process; in a
 # cluster, its internal service address). No key is configured: a worker mints a per-session key for each
-# eval case in the shared cache (see apps/evaluation/runner.py).
+# eval case in the shared cache (see apps/loop/eval_runs.py).
 AREAL_GATEWAY_URL = env_str("AREAL_GATEWAY_URL", "http://127.0.0.1:8000")
 # Program evaluators and program-checked eval cases run only executables from this directory (unset: none).
 AREAL_EVALUATOR_PROGRAMS_DIR = env_str("AREAL_EVALUATOR_PROGRAMS_DIR", "")
@@ -322,7 +322,7 @@ AREAL_ROUTING_CACHE_SECONDS = env_int("AREAL_ROUTING_CACHE_SECONDS", 2)
 # Plotly's browser bundle, shipped inside the plotly package, served as static/vendor/plotly/plotly.min.js.
 STATICFILES_DIRS += [("vendor/plotly", str(Path(__import__("plotly").__file__).parent / "package_data"))]
 
-# Training jobs (apps.training, apps/training/runners.py): the queue they are sent to, where runs keep their
+# Training jobs (apps.training, apps/loop/training_runs.py): the queue they are sent to, where runs keep their
 # checkpoints and where trained versions are exported, how long a silent running job waits before beat
 # requeues it (a killed worker), torch threads and device of a training worker ("" = cuda if present).
 AREAL_TRAINING_QUEUE = env_str("AREAL_TRAINING_QUEUE", Queue.TRAIN.value)
@@ -344,7 +344,7 @@ AREAL_MODEL_IMPORT_MAX_BYTES = env_int("AREAL_MODEL_IMPORT_MAX_BYTES", 8 << 30)
 AREAL_MODEL_INBOX_DIR = Path(env_str("AREAL_MODEL_INBOX_DIR", str(VAR_DIR / "model-inbox")))
 CELERY_BEAT_SCHEDULE["training-requeue-stale"] = {"task": "training.requeue_stale", "schedule": 60.0}
 
-# Live overview (apps.metrics.outcomes): a worker publishes each tenant's reward/success point this often.
+# Live overview (apps.loop.outcomes): a worker publishes each tenant's reward/success point this often.
 # /metrics (Prometheus): with AREAL_METRICS_TOKEN set, scrapers send "Authorization: Bearer <token>";
 # without it, only loopback clients are answered.
 CELERY_BEAT_SCHEDULE["metrics-overview-tick"] = {

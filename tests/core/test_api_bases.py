@@ -2,7 +2,7 @@
 
 import pytest
 
-from apps.core.api import TenantApi, UserApi
+from apps.tenants.api import TenantApi, UserApi
 
 
 @pytest.mark.parametrize("base", [TenantApi, UserApi])

@@ -7,8 +7,8 @@ tiny model mostly answers wrong: what is asserted is the behaviour, not accuracy
 import pytest
 
 from apps.evaluation.models import EvalCaseResult, EvalRun, RunStatus
-from apps.evaluation.runner import eval_run_execute
 from apps.inference.models import BackendKind, BackendState
+from apps.loop.eval_runs import eval_run_execute
 from apps.tenants.permissions import Role
 from apps.training.models import VersionStatus
 from apps.training.services import model_version_register

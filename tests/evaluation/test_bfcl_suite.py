@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from apps.evaluation.models import EvalCase, EvalCaseResult, EvalRun, EvalSuite, RunStatus
-from apps.evaluation.runner import eval_run_execute
+from apps.loop.eval_runs import eval_run_execute
 from apps.tenants.permissions import Role
 from apps.training.models import VersionStatus
 from apps.training.services import alias_move
@@ -244,8 +244,8 @@ def test_the_evolution_policys_gate_runs_the_bfcl_suite_and_passes_the_better_ve
     """A policy names the BFCL suite as its gate: the evaluate decision runs it on the learner's version and
     on production, and the checker's accuracy decides (here the candidate calls nothing: it wins
     irrelevance; production makes a wrong call: it loses both)."""
-    from apps.evolution.control import evolution_tick
     from apps.evolution.models import Decision, DecisionStatus
+    from apps.loop.control import evolution_tick
     from apps.training.online import online_run_record_step, online_run_start
     from tests.evolution.factories import AutoPolicyFactory
     from tests.evolution.helpers import CALM, candidate

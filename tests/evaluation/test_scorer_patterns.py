@@ -8,7 +8,7 @@ import time
 import pytest
 
 from apps.evaluation.models import EvalCaseResult, RunStatus
-from apps.evaluation.runner import eval_run_execute
+from apps.loop.eval_runs import eval_run_execute
 from apps.training.models import VersionStatus
 from apps.training.services import alias_move
 from areal_web.celery import app

@@ -7,7 +7,7 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.evaluation.models import EvalCaseResult, RunStatus
-from apps.evaluation.runner import eval_run_execute
+from apps.loop.eval_runs import eval_run_execute
 from apps.releases.models import ReleaseStatus
 from apps.training.models import VersionStatus
 from apps.training.services import alias_move

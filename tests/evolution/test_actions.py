@@ -5,11 +5,11 @@ import pytest
 
 from apps.audit.services import Actor
 from apps.evaluation.models import EvalRun, RunStatus
-from apps.evolution.control import evolution_tick, evolution_tick_all
 from apps.evolution.decisions import decision_approve, decision_record
 from apps.evolution.models import Decision, DecisionStatus
 from apps.evolution.selectors import gate_key
 from apps.evolution.tasks import evaluate
+from apps.loop.control import evolution_tick, evolution_tick_all
 from apps.releases.models import ReleaseStatus
 from apps.releases.services import release_abort
 from apps.training.models import ModelVersion, OnlineRun, OnlineRunStatus, VersionStatus

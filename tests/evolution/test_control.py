@@ -7,10 +7,10 @@ from django.utils import timezone
 
 from apps.audit.services import Actor
 from apps.core.errors import Conflict, NotFound
-from apps.evolution.control import evolution_tick
 from apps.evolution.decisions import decision_approve, decision_record, decision_reject
 from apps.evolution.models import Decision, DecisionStatus
 from apps.evolution.policies import policy_update
+from apps.loop.control import evolution_tick
 from apps.releases.models import ReleaseStatus
 from apps.training.models import OnlineRun, OnlineRunStatus
 from apps.training.online import online_run_finish, online_run_start

@@ -7,8 +7,8 @@ version and its share of traffic."""
 import pytest
 from django.test import Client
 
-from apps.evolution.control import evolution_tick
 from apps.evolution.models import Decision, DecisionStatus
+from apps.loop.control import evolution_tick
 from apps.releases.models import ReleaseStatus
 from apps.tenants.permissions import Role
 from tests.evolution.factories import AutoPolicyFactory

@@ -13,12 +13,12 @@ from apps.evolution.harness import (
     harness_for_version,
     harness_propose,
     harness_version_create,
-    model_complete,
     version_serving,
     version_serving_clear,
 )
 from apps.evolution.models import HarnessVersion
 from apps.inference.models import BackendKind, BackendState
+from apps.loop.proposing import model_complete
 from apps.training.models import ModelVersion, VersionStatus
 from apps.training.services import model_version_register
 from tests.gateway.conftest import (  # noqa: F401  (fixtures: the gateway, a real embedded server)
@@ -286,7 +286,7 @@ def test_an_online_run_from_a_harnessed_version_registers_versions_with_that_har
     tmp_path,  # noqa: F811
 ):
     """The online runner registers each published version with parent = the version it trains from."""
-    from apps.training import runners
+    from apps.loop import training_runs as runners
     from apps.training.online import online_run_start
     from tests.training.helpers import base_version, qualified_trajectories
 

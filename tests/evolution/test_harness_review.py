@@ -11,10 +11,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.evolution.actions import harness_run
-from apps.evolution.control import evolution_tick
 from apps.evolution.harness import harness_candidate_create, harness_version_create
 from apps.evolution.models import Decision, DecisionStatus, HarnessVersion, ToolFailureCluster
+from apps.loop.actions import harness_run
+from apps.loop.control import evolution_tick
 from apps.releases.models import Release
 from apps.tenants.models import Role
 from apps.training.models import ModelVersion, VersionStatus

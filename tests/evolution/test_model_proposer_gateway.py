@@ -1,4 +1,4 @@
-"""The model proposer's call (apps.evolution.harness.model_complete, the `complete` of ModelProposer) goes
+"""The model proposer's call (apps.loop.proposing.model_complete, the `complete` of ModelProposer) goes
 through the real gateway as the tenant's own traffic, like the LLM judge's: budgeted, priced and recorded as
 eval traffic under a session key of its own, and refused when the tenant's budget or policy says no, before any
 backend is reached (issue 26, Low)."""
@@ -6,9 +6,9 @@ backend is reached (issue 26, Low)."""
 import pytest
 
 from apps.core.errors import ValidationFailed
-from apps.evolution.harness import PROPOSER_AGENT, model_complete
 from apps.gateway.models import BudgetLedger
 from apps.inference.models import BackendKind, BackendState
+from apps.loop.proposing import PROPOSER_AGENT, model_complete
 from apps.tenants.models import TenantPolicy
 from apps.trajectories.models import Purpose, Step, Trajectory
 from tests.gateway.conftest import gateway  # noqa: F401  (fixture)

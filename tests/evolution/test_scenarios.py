@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.evolution.actions import harness_run
-from apps.evolution.control import evolution_tick
 from apps.evolution.decisions import decision_record
 from apps.evolution.models import Decision, DecisionStatus, HarnessVersion, SignalPoint, ToolFailureCluster
+from apps.loop.actions import harness_run
+from apps.loop.control import evolution_tick
 from apps.releases.models import ReleaseStatus
 from apps.releases.services import release_analyze, release_approve, release_create, release_start
 from apps.training.models import ModelVersion, OnlineRun, OnlineRunStatus, VersionStatus

@@ -31,10 +31,10 @@ def tool_backend_url(tool_model_dir, tmp_path_factory):  # noqa: F811
 @pytest.fixture
 def gateway(transactional_db):
     """(base URL, Gateway) of the real ASGI application served by uvicorn; flush() drains the journal."""
+    from apps.gateway.fresh_session_routing import candidates_clear
     from apps.gateway.policy import snapshots_clear
     from apps.gateway.principals import memo_clear
     from apps.gateway.providers import profiles_clear
-    from apps.gateway.routing import candidates_clear
 
     snapshots_clear()
     memo_clear()

@@ -15,7 +15,7 @@ from apps.audit.services import Actor
 from apps.evolution.harness import harness_candidate_create, harness_version_create, version_serving_clear
 from apps.inference.models import BackendKind, BackendState
 from apps.releases.models import RoutingState
-from apps.releases.routing import routing_cache_clear, session_bucket
+from apps.releases.version_routing import routing_cache_clear, session_bucket
 from apps.training.models import VersionStatus
 from apps.training.services import model_version_register
 from apps.trajectories.models import Step

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from apps.gateway import policy
-from apps.gateway.routing import candidates_clear, candidates_for
+from apps.gateway.fresh_session_routing import candidates_clear, candidates_for
 from apps.gateway.single_flight import loads_in_flight, single_flight
 
 

@@ -247,7 +247,7 @@ def test_console_registration_with_a_credential(tenant, member):
 @pytest.mark.django_db(transaction=True)
 def test_the_control_planes_own_calls_carry_the_credential(gateway, settings, tenant):  # noqa: F811
     """The model proposer's call goes through the gateway, which sends the backend its credential."""
-    from apps.evolution.harness import model_complete
+    from apps.loop.proposing import model_complete
     from tests.gateway.anthropic_app import serve_in_thread
     from tests.gateway.provider_standins import REPLY, openai_standin
 

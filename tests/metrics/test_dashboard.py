@@ -12,12 +12,13 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.audit.services import Actor
-from apps.metrics.outcomes import overview_tick
+from apps.loop.outcomes import overview_tick
 from apps.metrics.traffic import gateway_steps_recorded, traffic_points
 from apps.releases.models import AnalysisRun, ReleaseStatus
+from apps.rewards.selectors import reward_outcomes_per_minute
 from apps.tenants.permissions import Role
 from apps.training.services import alias_move
-from apps.trajectories.selectors import reward_outcomes_per_minute, step_traffic_per_minute
+from apps.trajectories.selectors import step_traffic_per_minute
 from areal_web.asgi import application
 from tests.metrics.exposition import sample
 from tests.releases.helpers import release_at

@@ -6,10 +6,10 @@ import httpx
 import pytest
 
 from apps.evaluation.models import EvalRun, RunStatus
-from apps.evaluation.runner import eval_run_execute
 from apps.evaluation.selectors import eval_comparison
 from apps.evaluation.services import eval_case_create, eval_suite_create
 from apps.inference.models import BackendKind, BackendState
+from apps.loop.eval_runs import eval_run_execute
 from apps.releases.models import ReleaseStatus, ServingEvent
 from apps.releases.services import release_analyze, release_create, release_start
 from apps.training.models import ModelVersion, VersionStatus

@@ -10,8 +10,8 @@ from django.test import Client
 
 from apps.audit.models import AuditEvent
 from apps.audit.services import Actor
-from apps.evolution.control import evolution_tick
 from apps.evolution.models import Decision, DecisionStatus
+from apps.loop.control import evolution_tick
 from apps.releases.models import Release, ReleaseStatus, RoutingState, ServingEvent
 from apps.tenants.permissions import Role
 from apps.training.models import OnlineRun, VersionStatus

@@ -10,8 +10,8 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
+from apps.rewards.evaluator_runs import evaluators_run
 from apps.rewards.models import Evaluator, EvaluatorRun, Reward
-from apps.rewards.runner import evaluators_run
 from apps.rewards.services import evaluator_create, evaluator_reward_store
 from apps.tenants.permissions import Role
 from apps.trajectories.models import Purpose
@@ -290,7 +290,7 @@ def test_a_failed_judge_run_is_run_again_on_request_and_a_held_one_is_left_alone
     django_capture_on_commit_callbacks,
     eager_tasks,  # noqa: F811
 ):
-    from apps.rewards import judging
+    from apps.loop import judging
 
     answers = ["I cannot say.", '{"score": 9, "reason": "clear"}']
     calls = []

@@ -4,7 +4,7 @@ publication, and queued trajectories a publication aged past η dropped as stale
 import pytest
 
 from apps.audit.services import Actor
-from apps.training import runners
+from apps.loop import training_runs as runners
 from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus
 from apps.training.online import online_run_start, online_run_stop
 from tests.training.helpers import base_version, qualified_trajectories
@@ -42,8 +42,10 @@ def test_the_run_trains_a_step_per_batch_and_registers_each_version(
     result = runners.online_run_execute(run_id=run.pk, poll_seconds=0)
     assert result == {"run": run.pk, "status": "stopped", "steps": 2, "version": 2}
     run = OnlineRun.objects.select_related("current_version").get(pk=run.pk)
-    assert (run.status, run.steps, run.consumed, run.dropped_stale) == (OnlineRunStatus.STOPPED, 2, 8, 0)
-    assert outcomes(run) == {"trained": 8, "waiting": 4}
+    # step 1 trains 4 of the 12 and publishes v1; at step 2 the 8 left (lag 1 = η) are due: the publication
+    # would age them past η, so they join that step (up to 2 batches' samples) instead of being dropped later
+    assert (run.status, run.steps, run.consumed, run.dropped_stale) == (OnlineRunStatus.STOPPED, 2, 12, 0)
+    assert outcomes(run) == {"trained": 12}
     versions = ModelVersion.objects.filter(tenant=tenant, name=base.name).order_by("number")
     assert [(version.number, version.parent_id) for version in versions] == [
         (0, None),
@@ -72,12 +74,13 @@ def test_a_publication_ages_the_waiting_trajectories_past_eta(
 
     monkeypatch.setattr(runners, "online_run_heartbeat", stops_in_the_third_round)
     result = runners.online_run_execute(run_id=run.pk, poll_seconds=0)
-    # round 1 trains 4 of the 12 at version 0 and publishes version 1; with η = 0 the 8 still waiting are
-    # stale in round 2 and dropped without a step; round 3 sees the stop
+    # round 1: with η = 0 every trajectory at version 0 is due (the publication ages it past η), so the step
+    # takes as many as fit in 2 batches (8 of the 12) and publishes version 1; the 4 still waiting are stale in
+    # round 2 and dropped without a step; round 3 sees the stop
     assert result == {"run": run.pk, "status": "stopped", "steps": 1, "version": 1}
     run = OnlineRun.objects.get(pk=run.pk)
-    assert (run.steps, run.consumed, run.dropped_stale) == (1, 4, 8)
-    assert outcomes(run) == {"trained": 4, "stale": 8}
+    assert (run.steps, run.consumed, run.dropped_stale) == (1, 8, 4)
+    assert outcomes(run) == {"trained": 8, "stale": 4}
     assert set(OnlineConsumption.objects.filter(run=run, outcome="stale").values_list("step", flat=True)) == {
         1
     }
@@ -92,7 +95,7 @@ def test_samples_of_unknown_version_are_counted_and_kept_by_default(
     base = base_version(tenant, default_model_dir)
     run = start(tenant, base, eta=0, max_steps=1)
     qualified_trajectories(tenant, groups=1, version=-1)  # 4 trajectories, every generated token -1
-    with caplog.at_level("WARNING", logger="apps.training.runners"):
+    with caplog.at_level("WARNING", logger="apps.loop.training_runs"):
         result = runners.online_run_execute(run_id=run.pk, poll_seconds=0)
     assert result["steps"] == 1
     run = OnlineRun.objects.get(pk=run.pk)

@@ -5,9 +5,9 @@ The runner runs in this process; the backend is a scripted stand-in on loopback.
 
 import pytest
 
+from apps.loop import training_runs as runners
 from apps.releases.models import RoutingState, ServingEvent
 from apps.releases.services import release_create, routing_initialize
-from apps.training import runners
 from apps.training.models import ModelVersion, VersionStatus
 from apps.training.online import online_run_start
 from apps.training.selectors import alias_resolve

@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from apps.audit.services import Actor
+from apps.loop.importing import trajectory_import
 from apps.trajectories import services
 from apps.trajectories.models import Trajectory, trajectory_id_for
 from tests.workers.atdp.fixtures import make_reward, make_trajectory
@@ -112,6 +113,6 @@ def atdp_record(tenant, session_id: str, *, rewards: list[float] | None = None, 
 
 def imported(tenant, session_id: str, **overrides) -> Trajectory:
     """Stores an ATDP record through trajectory_import (the service behind the import API)."""
-    return services.trajectory_import(
+    return trajectory_import(
         tenant=tenant, record=atdp_record(tenant, session_id, **overrides), actor=Actor.system("test")
     )

@@ -1,6 +1,6 @@
 """The control plane's rules: from the signals, the policy and a snapshot of the state, what to propose.
 
-Pure (no Django): apps.evolution.control builds `PolicyView` and `ControlState` from the database, calls
+Pure (no Django): apps.loop.control builds `PolicyView` and `ControlState` from the database, calls
 `decide`, and records each `Proposal` as a decision. The rules, in order:
 
 1. a release awaiting approval → promote it;

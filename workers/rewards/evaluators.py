@@ -178,7 +178,7 @@ EVALUATORS = {
     "tool_call_succeeded": tool_call_succeeded,
     "program": program_check,
 }
-# The LLM judge is no function of the outcome alone: it calls a model through the gateway (apps.rewards.judging;
+# The LLM judge is no function of the outcome alone: it calls a model through the gateway (apps.loop.judging;
 # its prompt and parsing are pure, in workers.rewards.judge).
 LLM_JUDGE = "llm_judge"
 KINDS = (*EVALUATORS, LLM_JUDGE)
@@ -186,7 +186,7 @@ KINDS = (*EVALUATORS, LLM_JUDGE)
 
 def run_evaluator(kind: str, config: dict, outcome: Outcome) -> EvaluatorResult:
     if kind == LLM_JUDGE:
-        raise EvaluatorError("an llm_judge evaluator runs through the gateway (apps.rewards.judging)")
+        raise EvaluatorError("an llm_judge evaluator runs through the gateway (apps.loop.judging)")
     if kind not in EVALUATORS:
         raise EvaluatorError(f"unknown evaluator kind {kind!r}")
     return EVALUATORS[kind](outcome, config)

@@ -1,6 +1,6 @@
 """The LLM judge's pure half: its configuration checked and normalized, the rubric rendered from a trajectory's
 outcome, the prompt built, and the judge's answer parsed into a verdict. The call itself goes through the
-gateway (apps.rewards.judging). Never imports Django.
+gateway (apps.loop.judging). Never imports Django.
 
 An answer that holds no verdict the configuration accepts raises `UnparseableAnswer` with the raw text: the
 caller records a failure, never a score it made up.

@@ -6,6 +6,7 @@ from django.db import transaction
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.selectors import get_in_tenant
+from apps.core.tasking import task_enqueue_on_commit
 from apps.rewards.models import Evaluator, Reward, RewardKind, RewardSource, RewardTarget, RewardTiming
 from apps.rewards.selectors import evaluator_has_rewards, judge_target, reward_spec_for, trajectory_outcome
 from apps.rewards.services.storing import EVALUATOR_PRINCIPAL, _checked, _existing, _store, idempotency_scope
@@ -161,9 +162,7 @@ def evaluators_enqueue(*, trajectory_id, tenant_id: int) -> bool:
     """Queues the tenant's enabled evaluators over an ended trajectory, on commit. False: none to run."""
     if not Evaluator.objects.filter(tenant_id=tenant_id, enabled=True).exists():
         return False
-    from apps.rewards.tasks import run_evaluators
-
-    transaction.on_commit(lambda: run_evaluators.delay(str(trajectory_id)))
+    task_enqueue_on_commit("rewards.run_evaluators", str(trajectory_id))
     return True
 
 
@@ -173,10 +172,7 @@ def evaluator_run_enqueue(*, tenant: Tenant, evaluator: Evaluator, trajectory: T
     stores one reward per evaluator version and trajectory."""
     if evaluator.tenant_id != tenant.pk or trajectory.tenant_id != tenant.pk:
         raise NotFound("no such evaluator or trajectory in this tenant")
-    from apps.rewards.tasks import run_evaluators
-
-    trajectory_id, evaluator_id = str(trajectory.pk), evaluator.pk
-    transaction.on_commit(lambda: run_evaluators.delay(trajectory_id, evaluator_id))
+    task_enqueue_on_commit("rewards.run_evaluators", str(trajectory.pk), evaluator.pk)
 
 
 def evaluator_reward_key(*, evaluator: Evaluator, trajectory_id) -> str:
@@ -241,7 +237,7 @@ def evaluator_run(*, evaluator: Evaluator, trajectory) -> Reward:
     """Runs one rule evaluator over one trajectory and appends its result (`evaluator_reward_store`).
     Idempotent per evaluator version and trajectory. Raises EvaluatorError when the evaluator cannot judge
     (nothing stored); a value outside its spec raises RewardRejected. llm_judge evaluators run through
-    apps.rewards.judging instead."""
+    apps.loop.judging instead."""
     existing = evaluator_reward_existing(evaluator=evaluator, trajectory_id=trajectory.pk)
     if existing:
         return existing

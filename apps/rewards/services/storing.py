@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from apps.audit.services import Actor
 from apps.core.errors import Forbidden, Gone, NotFound
+from apps.core.tasking import task_enqueue_on_commit
 from apps.rewards.errors import RewardRejected
 from apps.rewards.models import Reward, RewardKind, RewardSource, RewardSpec
 from apps.rewards.selectors import reward_spec_for, spec_data
@@ -44,10 +45,9 @@ def _payload(reward: Reward, *, created: bool) -> dict:
 
 
 def _enqueue_follow_ups(reward: Reward) -> None:
-    """A new reward can change the trajectory's qualification: its gates re-run once this commits."""
-    from apps.qualification.services import qualification_enqueue
-
-    qualification_enqueue(trajectory_id=reward.trajectory_id)
+    """A new reward can change the trajectory's qualification: its gates re-run once this commits (the task
+    apps.qualification runs, by name: qualification sits above rewards)."""
+    task_enqueue_on_commit("qualification.evaluate", str(reward.trajectory_id))
 
 
 # What a machine key may name as a reward's source (the gateway and REST alike); `agent` by default.

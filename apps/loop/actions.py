@@ -29,6 +29,7 @@ from django.db import transaction
 
 from apps.audit.services import Actor
 from apps.core.errors import Conflict, DomainError, Forbidden
+from apps.core.tasking import task_enqueue
 from apps.evolution.decisions import decision_finish, decision_note, decision_record, decision_start
 from apps.evolution.models import Decision, DecisionKind, DecisionStatus, EvolutionPolicy
 from apps.evolution.selectors import decision_get, gate_key, gate_score, production_versions
@@ -214,12 +215,21 @@ def gate_measure(*, tenant: Tenant, version, gate: dict) -> float:
     known = gate_score(version, gate)
     if known is not None:
         return known
-    if gate.get("environment") != "weather":
+    if (
+        gate.get("environment") == "bfcl"
+    ):  # BFCL's held-out split, scored by its checker (apps.evaluation.bfcl)
+        from apps.evaluation.bfcl import bfcl_gate_heldout
+
+        result = bfcl_gate_heldout(version.checkpoint_path, gate)
+    elif gate.get("environment") == "weather":
+        seed = int(gate.get("seed", 0))
+        tasks = weather.make_tasks(split="heldout", count=int(gate.get("cases", 64)), seed=seed)
+        result = heldout_success(version.checkpoint_path, tasks, seed=seed)
+    else:
         raise ValueError(f"no environment gate named {gate.get('environment')!r}")
-    seed = int(gate.get("seed", 0))
-    tasks = weather.make_tasks(split="heldout", count=int(gate.get("cases", 64)), seed=seed)
-    result = heldout_success(version.checkpoint_path, tasks, seed=seed)
     entry = {"score": result.success, "cases": result.cases, "reasons": dict(result.reasons)}
+    if getattr(result, "per_category", None):
+        entry["per_category"] = result.per_category
     version.refresh_from_db()
     model_version_update_metrics(
         tenant=tenant,
@@ -318,9 +328,7 @@ def _waited(decision: Decision) -> float:
 
 
 def _enqueue_gate(tenant_id: int, decision_id: int) -> None:
-    from apps.evolution.tasks import evaluate
-
-    evaluate.delay(tenant_id, decision_id)
+    task_enqueue("evolution.evaluate", tenant_id, decision_id)
 
 
 def _suite_score(*, tenant, gate, version) -> float | None:
@@ -610,14 +618,12 @@ def _update_harness(*, tenant, decision, policy) -> Decision:
 
 
 def _enqueue_proposal(tenant_id: int, decision_id: int) -> None:
-    from apps.evolution.tasks import propose
-
-    propose.delay(tenant_id, decision_id)
+    task_enqueue("evolution.propose", tenant_id, decision_id)
 
 
 def _proposer(*, tenant, policy):
-    from apps.evolution.harness import model_complete
     from apps.evolution.models import HarnessProposer
+    from apps.loop.proposing import model_complete
     from workers.evolution.proposers import ModelProposer, RuleProposer
 
     if policy.harness_proposer == HarnessProposer.MODEL:

@@ -14,7 +14,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.core.selectors import get_in_tenant
-from apps.evolution.actions import decision_execute, decision_follow, policy_actor
 from apps.evolution.decisions import (
     decision_finish,
     decision_follow_release,
@@ -28,6 +27,7 @@ from apps.evolution.selectors import (
     decision_timeline,
     decisions_in_status,
 )
+from apps.loop.actions import decision_execute, decision_follow, policy_actor
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import tenant_get
 from workers.evolution.rules import PolicyView, decide

@@ -1,20 +1,18 @@
 """The overview's outcome points: each tenant's reward mean and success rate of the current minute, published on
 its "overview.outcomes" stream by the `metrics.overview_tick` task on a worker; the console's overview
-(apps.console.dashboard) draws the minutes before and appends these."""
+(apps.loop.overview) draws the minutes before and appends these."""
 
 from django.utils import timezone
 
 from apps.metrics.publish import OUTCOMES_STREAM, chart_time, metrics_publish
+from apps.rewards import selectors as rewards
 from apps.tenants.selectors import tenant_list_all
-from apps.trajectories import selectors as trajectories
 
 
 def outcomes_publish(*, tenant) -> dict | None:
     """Publishes the tenant's current-minute outcome point (None when no reward arrived this minute)."""
     now = timezone.now()
-    minutes = trajectories.reward_outcomes_per_minute(
-        tenant=tenant, since=now.replace(second=0, microsecond=0)
-    )
+    minutes = rewards.reward_outcomes_per_minute(tenant=tenant, since=now.replace(second=0, microsecond=0))
     if not minutes:
         return None
     row = minutes[-1]

@@ -5,7 +5,7 @@ Charts and the live streams that extend them:
 - traffic (requests per minute) and latency (p50/p95 per minute): "gateway.traffic", one point per flushed
   gateway batch (apps.metrics.traffic);
 - outcomes (reward mean and success rate per minute, production-alias moves marked): "overview.outcomes",
-  published by the `metrics.overview_tick` task on a worker (apps.metrics.outcomes);
+  published by the `metrics.overview_tick` task on a worker (apps.loop.outcomes);
 - loss per training job and online run: "training.jobs" announces both, "training.job-<id>" and
   "training.online-<id>" carry their steps;
 - canary vs baseline: "release-<id>" of the release shown (apps.releases.figures).
@@ -21,6 +21,7 @@ from apps.metrics.publish import OUTCOMES_STREAM, TRAFFIC_STREAM, chart_time
 from apps.releases import selectors as releases
 from apps.releases.figures import release_figures
 from apps.releases.services import release_stream
+from apps.rewards import selectors as rewards
 from apps.training import online
 from apps.training import selectors as training
 from apps.training.models import OnlineRunStatus
@@ -163,9 +164,7 @@ def overview_context(*, tenant) -> dict:
     release = releases.release_for_dashboard(tenant=tenant)
     figures = {
         **traffic_figures(trajectories.step_traffic_per_minute(tenant=tenant, since=since), markers),
-        "outcomes": outcomes_figure(
-            trajectories.reward_outcomes_per_minute(tenant=tenant, since=since), markers
-        ),
+        "outcomes": outcomes_figure(rewards.reward_outcomes_per_minute(tenant=tenant, since=since), markers),
         "loss": loss_figure(series),
     }
     release_charts = (

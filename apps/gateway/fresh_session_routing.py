@@ -7,7 +7,7 @@ the releases app uses, and its backend from a per-process snapshot of the health
 every couple of seconds) as the least loaded per unit of weight, counting the sessions this process has
 placed since the snapshot. The route and pin records are then written off the request path, on the
 journal's database thread, so later turns (in any gateway process) find them. Every other session goes
-through the database routers (apps.releases.routing, apps.inference.services.backend_for_session).
+through the database routers (apps.releases.version_routing, apps.inference.services.backend_for_session).
 """
 
 import logging
@@ -40,7 +40,7 @@ class CandidateSnapshot:
 
 def fresh_session_version(*, tenant_id: int, session_id: str, plan) -> str | None:
     """The version a brand-new session gets under `plan` (None: any), as routing_version_for_session would."""
-    from apps.releases.routing import session_bucket
+    from apps.releases.version_routing import session_bucket
 
     if plan is None:
         return None
@@ -90,7 +90,7 @@ def remember_fresh_route(*, tenant_id: int, model: str, session_id: str, backend
 
 def _write(routes: list[tuple]) -> None:
     from apps.inference.services import session_pins_record
-    from apps.releases.routing import routing_version_for_session
+    from apps.releases.version_routing import routing_version_for_session
 
     session_pins_record(
         pins=[

@@ -14,6 +14,7 @@ from django.db import transaction
 
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound
+from apps.core.tasking import task_enqueue_on_commit
 from apps.trajectories.models import EndReason, Purpose, Step, StepKind, Trajectory, TrajectoryStatus
 
 ENDPOINT_PATHS = {
@@ -52,7 +53,6 @@ def trajectory_replay_start(
     from apps.inference.selectors import backend_list
     from apps.trajectories.selectors import trajectory_get
     from apps.trajectories.services import trajectory_open
-    from apps.trajectories.tasks import replay_trajectory
 
     source = trajectory_get(tenant=tenant, trajectory_id=trajectory_id)
     steps = _replayable_steps(source)
@@ -87,14 +87,13 @@ def trajectory_replay_start(
         target=replay,
         data={"source": str(source.id), "model": model, "model_version": model_version, "steps": len(steps)},
     )
-    transaction.on_commit(
-        lambda: replay_trajectory.delay(
-            tenant_id=tenant.pk,
-            source_id=str(source.id),
-            session_id=session_id,
-            model=model,
-            model_version=model_version,
-        )
+    task_enqueue_on_commit(
+        "trajectories.replay",
+        tenant_id=tenant.pk,
+        source_id=str(source.id),
+        session_id=session_id,
+        model=model,
+        model_version=model_version,
     )
     return replay
 
@@ -190,7 +189,7 @@ def trajectory_replay_run(
                 draft.fail(
                     profile.credential_error or "replay cannot send chat messages to an anthropic backend"
                 )
-            elif backend is not None:
+            elif backend is not None and profile is not None:  # a backend always has a profile
                 started = time.perf_counter()
                 forward = dict(request)
                 add_token_parameters(forward, endpoint=endpoint, profile=profile)  # only what it accepts
@@ -199,8 +198,8 @@ def trajectory_replay_run(
                     response = client.post(
                         backend.base_url + ENDPOINT_PATHS[endpoint], json=forward, headers=profile.headers
                     )
-                    if credential_refused(response.status_code):
-                        draft.fail(credential_refused(response.status_code))
+                    if refusal := credential_refused(response.status_code):
+                        draft.fail(refusal)
                     elif response.status_code >= 400:
                         draft.fail(f"the backend answered {response.status_code}: {response.text[:200]}")
                     else:

@@ -1,12 +1,12 @@
 """Running a trajectory's evaluators on a worker (the task rewards.run_evaluators): each rule evaluator's
 result appended as a reward through services.evaluator_run; an evaluator that cannot judge is logged and
 skipped, the others still run. An llm_judge evaluator calls a model, so it gets its own task
-(rewards.run_judge, apps.rewards.judging) and cannot hold the rule evaluators up."""
+(rewards.run_judge, run in apps.loop.judging) and cannot hold the rule evaluators up."""
 
 import logging
 
 from apps.core.errors import DomainError
-from apps.rewards.judging import judge_run
+from apps.core.tasking import task_enqueue
 from apps.rewards.models import EvaluatorKind
 from apps.rewards.selectors import evaluator_list
 from apps.rewards.services import evaluator_run
@@ -31,12 +31,10 @@ def evaluators_run(*, trajectory_id: str, evaluator_id: int | None = None) -> di
     results: dict[str, float | str] = {}
     for evaluator in evaluators:
         if evaluator.kind == EvaluatorKind.LLM_JUDGE:
-            from apps.rewards.tasks import run_judge
-
             if trajectory.purpose == Purpose.EVAL:  # eval traffic holds the judge's own calls
                 results[str(evaluator)] = "skipped: eval traffic is not judged"
                 continue
-            run_judge.delay(str(trajectory.pk), evaluator.pk)
+            task_enqueue("rewards.run_judge", str(trajectory.pk), evaluator.pk)
             results[str(evaluator)] = "queued: rewards.run_judge"
             continue
         try:
@@ -46,19 +44,3 @@ def evaluators_run(*, trajectory_id: str, evaluator_id: int | None = None) -> di
             logger.warning("evaluator %s skipped trajectory %s: %s", evaluator, trajectory_id, error)
             results[str(evaluator)] = f"skipped: {error}"
     return {"trajectory_id": trajectory_id, "results": results}
-
-
-def judge_evaluator_run(*, trajectory_id: str, evaluator_id: int) -> dict:
-    """Runs one llm_judge evaluator over one trajectory (apps.rewards.judging.judge_run) and says how it went."""
-    run = judge_run(evaluator_id=evaluator_id, trajectory_id=trajectory_id)
-    if run is None:
-        return {"trajectory_id": trajectory_id, "evaluator_id": evaluator_id, "skipped": True}
-    if run.status == "failed":
-        logger.warning("judge %s failed on trajectory %s: %s", evaluator_id, trajectory_id, run.error)
-    return {
-        "trajectory_id": trajectory_id,
-        "evaluator_id": evaluator_id,
-        "status": run.status,
-        "reward_id": str(run.reward_id) if run.reward_id else None,
-        "error_code": run.error_code,
-    }

@@ -13,6 +13,7 @@ Every run leaves an EvaluatorRun: claimed by a conditional update (so two worker
 pair at once), then succeeded with its reward, or failed with a code, the reason and, when the answer could
 not be parsed, the raw answer cut short. Nothing is stored as a score unless the judge gave it."""
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from workers.rewards.judge import (
 RETRYABLE_STATUSES = {429, 500, 502, 503, 504}
 MAX_RETRY_AFTER_SECONDS = 30.0
 ERROR_CHARS = 1000
+
+logger = logging.getLogger(__name__)
 
 
 class JudgeFailed(Exception):
@@ -330,3 +333,19 @@ def _judge(evaluator: Evaluator, trajectory: Trajectory, session_id: str, run: E
             error.code, error.message, raw=truncated(answer.text, 2000), step_id=answer.step_id
         ) from None
     return reward, answer
+
+
+def judge_evaluator_run(*, trajectory_id: str, evaluator_id: int) -> dict:
+    """Runs one llm_judge evaluator over one trajectory (judge_run) and says how it went."""
+    run = judge_run(evaluator_id=evaluator_id, trajectory_id=trajectory_id)
+    if run is None:
+        return {"trajectory_id": trajectory_id, "evaluator_id": evaluator_id, "skipped": True}
+    if run.status == "failed":
+        logger.warning("judge %s failed on trajectory %s: %s", evaluator_id, trajectory_id, run.error)
+    return {
+        "trajectory_id": trajectory_id,
+        "evaluator_id": evaluator_id,
+        "status": run.status,
+        "reward_id": str(run.reward_id) if run.reward_id else None,
+        "error_code": run.error_code,
+    }

@@ -203,6 +203,9 @@ def _learn(run, poll_seconds: float) -> dict:
     version = run.current_version
     trainer = Trainer(version.checkpoint_path, config, device=settings.AREAL_TRAINING_DEVICE)
     waiting: tuple[staleness.Waiting, ...] = ()  # queued trajectories' samples, oldest first, until a step
+    # lag counted along the parent chain (workers.rl.staleness.Lineage)
+    lineage = _lineage(run, version.number)
+    lags: dict[int, int] = {}  # trained samples by lag since the last publication (its version's metrics)
     steps = run.steps
     while online_run_heartbeat(run_id=run.pk) and (run.max_steps is None or steps < run.max_steps):
         pending = online_pending(run=run)
@@ -218,6 +221,7 @@ def _learn(run, poll_seconds: float) -> dict:
                 eta=run.staleness_bound,
                 reward_discount=config.reward_discount,
                 unknown_versions=settings.AREAL_TRAINING_UNKNOWN_VERSIONS,
+                lineage=lineage,
             )
             waiting += intake.waiting
             online_run_take(
@@ -228,7 +232,7 @@ def _learn(run, poll_seconds: float) -> dict:
                 unknown_version_samples=intake.unknown_version_samples,
             )
             _warn_unknown_versions(f"online run {run.pk}", intake.unknown_version_samples)
-        if not staleness.is_ready(waiting, samples_per_step=run.samples_per_step):
+        if not staleness.is_ready(waiting, samples_per_step=run.samples_per_step) or _holds(run, lineage):
             time.sleep(poll_seconds)
             continue
         batch = staleness.take_batch(
@@ -236,12 +240,16 @@ def _learn(run, poll_seconds: float) -> dict:
             current_version=version.number,
             eta=run.staleness_bound,
             samples_per_step=run.samples_per_step,
+            lineage=lineage,
+            max_samples=DUE_SAMPLES_PER_STEP * run.samples_per_step,
         )
         waiting = batch.waiting
         if not batch.samples:
             online_run_settle(run=run, step=steps, trained=[], stale=list(batch.stale))
             continue
         metrics = trainer.step(list(batch.samples), current_version=version.number)
+        for lag, count in staleness.lag_histogram(batch.samples, staleness.Lineage(version.number)).items():
+            lags[lag] = lags.get(lag, 0) + count  # the batch is relabelled V − lag: numbers give the lags
         steps += 1
         online_run_settle(run=run, step=steps, trained=list(batch.trained), stale=list(batch.stale))
         published = None
@@ -255,12 +263,21 @@ def _learn(run, poll_seconds: float) -> dict:
                 checkpoint_path=str(out),
                 tokenizer_hash=version.tokenizer_hash,
                 parent=version,
-                metrics={"online": {"run": run.pk, "step": steps, **_summary(metrics)}},
+                metrics={
+                    "online": {
+                        "run": run.pk,
+                        "step": steps,
+                        **_summary(metrics),
+                        "staleness": {str(lag): count for lag, count in sorted(lags.items())},
+                    }
+                },
                 description=f"online run {run.pk}, step {steps}",
             )
             if run.publish_to_backends:
                 _publish_and_serve(run=run, actor=actor, version=published, step=steps)
             version = published
+            lineage = lineage.advanced(published.number)
+            lags = {}
         online_run_record_step(run_id=run.pk, version=published)
         metrics_publish(
             tenant_id=tenant.pk,
@@ -270,6 +287,39 @@ def _learn(run, poll_seconds: float) -> dict:
     final = OnlineRun.objects.get(pk=run.pk)
     online_run_finish(run_id=run.pk, status=OnlineRunStatus.STOPPED)
     return {"run": run.pk, "status": "stopped", "steps": final.steps, "version": version.number}
+
+
+# A step takes the trajectories it would age past η, up to this many batches' samples.
+DUE_SAMPLES_PER_STEP = 2
+
+
+def _lineage(run, current: int) -> staleness.Lineage:
+    """The run's model's versions as a tree (number → parent's number), current: version `current`."""
+    from apps.training.models import ModelVersion
+
+    rows = ModelVersion.objects.filter(tenant=run.tenant, name=run.model_name).values_list(
+        "number", "parent__number"
+    )
+    return staleness.Lineage(current=current, parents=dict(rows))
+
+
+def _lineage_knowing(run, lineage: staleness.Lineage, number: int) -> staleness.Lineage:
+    """`lineage`, read again when it does not know version `number` (registered since: a harness update)."""
+    return lineage if number in lineage.parents else _lineage(run, lineage.current)
+
+
+def _holds(run, lineage: staleness.Lineage) -> bool:
+    """A run that leaves serving to releases holds its next step while production is η steps behind it:
+    what production serves would arrive stale (workers.rl.staleness.hold_for_serving)."""
+    if run.publish_to_backends:
+        return False
+    from apps.training.selectors import alias_resolve
+
+    production = alias_resolve(tenant=run.tenant, name=run.model_name, alias="production")
+    if production is None:
+        return False
+    known = _lineage_knowing(run, lineage, production.number)
+    return staleness.hold_for_serving(known, [production.number], eta=run.staleness_bound)
 
 
 def _warn_unknown_versions(who: str, samples: int) -> str:

@@ -138,10 +138,10 @@ class GatewayCaller:
         latency = (time.perf_counter() - started) * 1000
         if response.status_code >= 400:
             try:
-                error = response.json()["error"]
+                refusal = response.json()["error"]
                 return (
                     None,
-                    f"{response.status_code} {error.get('code')}: {error.get('message')}"[:500],
+                    f"{response.status_code} {refusal.get('code')}: {refusal.get('message')}"[:500],
                     latency,
                 )
             except (ValueError, KeyError, TypeError):
