@@ -110,7 +110,9 @@ def test_the_learner_holds_while_a_serving_version_is_eta_behind():
     assert not hold_for_serving(lineage, [4], eta=3)  # production two steps behind
     assert hold_for_serving(lineage, [4], eta=2)
     assert hold_for_serving(lineage, [9, 4], eta=2)  # any serving version counts
-    assert not hold_for_serving(lineage, [-1], eta=0)
+    assert not hold_for_serving(lineage, [-1], eta=1)
+    # η = 0 never holds: no released version could ever catch up with a learner that waits for one
+    assert not hold_for_serving(lineage, [10], eta=0)
 
 
 def test_the_histogram_counts_samples_by_their_oldest_tokens_lag():
