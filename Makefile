@@ -56,8 +56,12 @@ $(REAL_MODEL_INSTALLED): pyproject.toml $(INSTALLED)
 demo: install $(if $(filter smollm2,$(DEMO_MODEL))$(filter bfcl,$(DEMO_TASK)),$(REAL_MODEL_INSTALLED))
 	$(BIN)/python manage.py demo
 
+# The suite runs on TEST_WORKERS pytest-xdist processes (each file on one of them, each process its own test
+# database, var folder, cache, broker and channel names: areal_web/settings/test.py); TEST_WORKERS=0 runs it in one.
+TEST_WORKERS ?= 2
+
 test: install browsers
-	$(BIN)/python -m pytest -m "not vllm and not real_model"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not vllm and not real_model"
 
 # The real vLLM tier: builds .venv-vllm (vLLM's CPU build, ~3 minutes the first time) and serves the
 # default model with it. The gateway tests of the tier use the database like the rest of the suite

@@ -55,6 +55,12 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix():
+    """Each pytest-xdist worker names its own test database already (areal_web/settings/test.py), a name that
+    the processes it starts inherit; pytest-django's `_gw<n>` suffix would hide the database from them."""
+
+
+@pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """pytest-django's setup, plus: before the test database is dropped, connections that threads of the
     suite left open to it (a live server's, an executor's) are ended, so the drop succeeds and no

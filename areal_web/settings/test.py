@@ -10,6 +10,21 @@ from pathlib import Path
 
 from areal_web.env import env_bool, env_list
 
+# Under pytest-xdist each worker is a test session of its own. It inherits the controller's environment, so the
+# names below that the controller chose are dropped and the worker takes its own; the processes a worker starts
+# inherit the worker's names, as the processes of a plain run inherit that run's.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _XDIST_WORKER and os.environ.get("AREAL_TEST_SESSION_WORKER") != _XDIST_WORKER:
+    for _name in (
+        "AREAL_VAR_DIR",
+        "AREAL_TEST_DATABASE_NAME",
+        "AREAL_CHANNEL_PREFIX",
+        "AREAL_CACHE_PREFIX",
+        "AREAL_BROKER_PREFIX",
+    ):
+        os.environ.pop(_name, None)
+    os.environ["AREAL_TEST_SESSION_WORKER"] = _XDIST_WORKER
+
 # Each test session keeps its files (SQLite test database, embedded broker, cache, journal) in its own
 # folder, apart from a running stack's and from any other test session's; processes the tests start
 # inherit the variable and so share it. tests/conftest.py removes the folder at the end.
