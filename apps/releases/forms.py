@@ -2,6 +2,9 @@
 
 from django import forms
 
+from apps.console.rows import add_rows, row_fields, row_values
+from workers.evaluation.analysis import METRICS, WORSE_WHEN_HIGHER
+
 
 class ProductionSetForm(forms.Form):
     """A model's first production version: it serves every new session from now on."""
@@ -14,10 +17,33 @@ class ProductionSetForm(forms.Form):
         self.fields["version"].choices = [(v.pk, f"{v.label} ({v.status})") for v in versions]
 
 
-DEFAULT_GUARDRAILS = """[
-  {"metric": "reward_mean", "direction": "higher_is_better", "threshold": 0.1, "min_samples": 30},
-  {"metric": "error_rate", "direction": "lower_is_better", "threshold": 0.05, "min_samples": 30}
-]"""
+DEFAULT_GUARDRAILS = [
+    {"metric": "reward_mean", "direction": "higher_is_better", "threshold": 0.1, "min_samples": 30},
+    {"metric": "error_rate", "direction": "lower_is_better", "threshold": 0.05, "min_samples": 30},
+]
+GUARDRAIL_COLUMNS = {
+    "metric": lambda: forms.ChoiceField(
+        required=False,
+        label="Metric",
+        choices=[("", "—")] + [(metric, metric.replace("_", " ")) for metric in METRICS],
+    ),
+    "direction": lambda: forms.ChoiceField(
+        required=False,
+        label="Better when",
+        choices=[
+            ("", "the metric's own"),
+            ("higher_is_better", "higher is better"),
+            ("lower_is_better", "lower is better"),
+        ],
+    ),
+    "threshold": lambda: forms.FloatField(required=False, min_value=0, label="Allowed deficit"),
+    "min_samples": lambda: forms.IntegerField(required=False, min_value=1, label="Samples per arm"),
+    "judge": lambda: forms.ChoiceField(
+        required=False,
+        label="Judged on",
+        choices=[("point", "measured value"), ("interval", "whole 95 % interval")],
+    ),
+}
 
 
 class ReleaseCreateForm(forms.Form):
@@ -35,13 +61,6 @@ class ReleaseCreateForm(forms.Form):
         initial="5, 25, 50, 100", help_text="Percent of new sessions on the candidate per stage, rising."
     )
     stage_min_seconds = forms.IntegerField(min_value=0, initial=300, label="Minimum seconds per stage")
-    guardrails = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 6, "cols": 100, "spellcheck": "false"}),
-        initial=DEFAULT_GUARDRAILS,
-        required=False,
-        help_text='JSON: [{"metric", "direction", "threshold", "min_samples", "judge"}]; metrics: reward_mean, '
-        "user_correction_rate, error_rate, latency_p95, cost_per_task, eval_score.",
-    )
     eval_suites = forms.TypedMultipleChoiceField(
         coerce=int,
         required=False,
@@ -53,6 +72,14 @@ class ReleaseCreateForm(forms.Form):
 
     def __init__(self, *args, candidates=(), versions=(), suites=(), **kwargs):
         super().__init__(*args, **kwargs)
+        # Guardrails as rows of fields (two empty rows to add one): a metric, which way is better, the
+        # deficit allowed, the samples each arm needs and how it is judged.
+        self.guardrail_rows = add_rows(
+            self,
+            prefix="guardrail",
+            columns=GUARDRAIL_COLUMNS,
+            rows=DEFAULT_GUARDRAILS if not self.is_bound else [],
+        )
         self.fields["candidate"].choices = [(v.pk, f"{v.label} ({v.status})") for v in candidates]
         self.fields["baseline"].choices = [("", "production")] + [
             (v.pk, f"{v.label} ({v.status})") for v in versions
@@ -69,19 +96,49 @@ class ReleaseCreateForm(forms.Form):
         except ValueError:
             raise forms.ValidationError("Numbers separated by commas, e.g. 5, 25, 50, 100.") from None
 
-    def clean_guardrails(self) -> list:
-        import json
+    def main_fields(self):
+        return [self[name] for name in self.fields if not name.startswith("guardrail-")]
 
-        text = self.cleaned_data["guardrails"].strip()
-        if not text:
-            return []
-        try:
-            guardrails = json.loads(text)
-        except ValueError as error:
-            raise forms.ValidationError(f"Not JSON: {error}") from None
-        if not isinstance(guardrails, list) or not all(isinstance(item, dict) for item in guardrails):
-            raise forms.ValidationError("A JSON list of objects.")
-        return guardrails
+    def guardrail_fields(self):
+        return row_fields(self, prefix="guardrail", columns=GUARDRAIL_COLUMNS, count=self.guardrail_rows)
+
+    def clean(self):
+        cleaned = super().clean()
+        guardrails = []
+        for index, row in row_values(
+            cleaned, prefix="guardrail", columns=GUARDRAIL_COLUMNS, count=self.guardrail_rows
+        ):
+            if not row["metric"]:
+                if row["threshold"] is not None or row["min_samples"] is not None:
+                    self.add_error(f"guardrail-{index}-metric", "Choose the metric this guardrail watches.")
+                continue
+            if row["threshold"] is None:
+                self.add_error(
+                    f"guardrail-{index}-threshold", "How much worse the candidate may be (0: not at all)."
+                )
+                continue
+            worse_when_higher = row["metric"] in WORSE_WHEN_HIGHER
+            guardrail = {
+                "metric": row["metric"],
+                "direction": row["direction"]
+                or ("lower_is_better" if worse_when_higher else "higher_is_better"),
+                "threshold": row["threshold"],
+                "min_samples": row["min_samples"] or 30,
+            }
+            if row["judge"] == "interval":
+                guardrail["judge"] = "interval"
+            guardrails.append(guardrail)
+        cleaned["guardrails"] = guardrails
+        return cleaned
+
+    def add_guardrail_error(self, key: str, problem: str) -> bool:
+        """A service's `guardrails[1].threshold` problem on that row's field; False when it names none."""
+        index, _, column = key.removeprefix("guardrails[").partition("]")
+        name = f"guardrail-{index}-{column.lstrip('.')}"
+        if key.startswith("guardrails[") and name in self.fields:
+            self.add_error(name, problem)
+            return True
+        return False
 
     def service_arguments(self) -> dict:
         data = self.cleaned_data

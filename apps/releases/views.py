@@ -113,7 +113,8 @@ def release_new(request):
                 name = field.split("[", 1)[0]
                 name = {"candidate_id": "candidate", "baseline_id": "baseline"}.get(name, name)
                 for problem in problems:
-                    form.add_error(name if name in form.fields else None, f"{field}: {problem}")
+                    if not form.add_guardrail_error(field, problem):
+                        form.add_error(name if name in form.fields else None, f"{field}: {problem}")
             form.add_error(None, error.message)
         else:
             messages.success(

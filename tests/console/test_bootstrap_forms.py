@@ -3,8 +3,6 @@ aborted; an alias moved on a model's page (production refused: it moves with wha
 an evaluation suite and its cases. Operators act, viewers only see; another tenant's objects are 404s; a
 refused form keeps its input and names the field."""
 
-import json
-
 import pytest
 from django.test import Client
 
@@ -33,9 +31,11 @@ def _release_form(candidate, **changes):
         "baseline": "",
         "stages": "10, 100",
         "stage_min_seconds": 60,
-        "guardrails": json.dumps(
-            [{"metric": "error_rate", "direction": "lower_is_better", "threshold": 0.05, "min_samples": 10}]
-        ),
+        "guardrail-0-metric": "error_rate",
+        "guardrail-0-direction": "lower_is_better",
+        "guardrail-0-threshold": "0.05",
+        "guardrail-0-min_samples": "10",
+        "guardrail-0-judge": "point",
         "failure_limit": 0,
         "inconclusive_limit": 3,
         **changes,
@@ -71,8 +71,10 @@ def test_an_operator_drafts_a_release_starts_it_and_aborts_it(
     [
         ({"stages": "50, 10"}, "stages"),
         ({"stages": "half"}, "stages"),
-        ({"guardrails": "[not json"}, "guardrails"),
-        ({"guardrails": json.dumps([{"metric": "nonsense"}])}, "guardrails"),
+        ({"guardrail-0-metric": "nonsense"}, "guardrail-0-metric"),
+        ({"guardrail-0-threshold": ""}, "guardrail-0-threshold"),
+        ({"guardrail-0-min_samples": "0"}, "guardrail-0-min_samples"),
+        ({"guardrail-1-threshold": "0.1"}, "guardrail-1-metric"),
     ],
 )
 def test_a_bad_release_plan_names_its_field_and_creates_nothing(member, tenant, changes, field):

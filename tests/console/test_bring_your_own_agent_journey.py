@@ -14,7 +14,6 @@ between the versions, beat's analysis passes the guardrail, and the operator app
 
 On CI the same test runs on PostgreSQL and Redis (the workers and beat share the session's broker prefix)."""
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -287,7 +286,15 @@ def test_an_empty_tenant_reaches_an_approved_canary_through_the_console(
             ops.select_option("#release-form [name=candidate]", str(candidate.pk))
             ops.fill("#release-form [name=stages]", "50")
             ops.fill("#release-form [name=stage_min_seconds]", "0")
-            ops.fill("#release-form [name=guardrails]", json.dumps(GUARDRAILS))
+            for index, guardrail in enumerate(GUARDRAILS):  # rows of fields; the defaults' second row emptied
+                row = f"#release-form [data-guardrail-row='{index}']"
+                ops.select_option(f"{row} [name$=metric]", guardrail["metric"])
+                ops.select_option(f"{row} [name$=direction]", guardrail["direction"])
+                ops.fill(f"{row} [name$=threshold]", str(guardrail["threshold"]))
+                ops.fill(f"{row} [name$=min_samples]", str(guardrail["min_samples"]))
+            ops.select_option("#release-form [data-guardrail-row='1'] [name$=metric]", "")
+            ops.fill("#release-form [data-guardrail-row='1'] [name$=threshold]", "")
+            ops.fill("#release-form [data-guardrail-row='1'] [name$=min_samples]", "")
             _submit(ops, "#create-release")
             release = Release.objects.get(tenant=tenant)
             _submit(ops, "#release-actions button:has-text('Start')")

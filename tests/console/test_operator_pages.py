@@ -95,3 +95,45 @@ def test_decision_cards_name_started_versions_by_label(member, tenant):
     started = page.split('class="started">')[1].split("</div>")[0]
     assert f"{release.model} v{release.candidate.number}" in started
     assert f"#{release.candidate.pk}" not in started
+
+
+def test_a_release_plan_takes_its_guardrails_as_rows_of_fields(member, tenant):
+    from tests.releases.helpers import register_versions
+
+    _, candidate = register_versions(tenant)
+    client = Client()
+    client.force_login(member(Role.OPERATOR))
+    page = client.get("/releases/new/").content.decode()
+    assert "<textarea" not in page
+    assert 'name="guardrail-0-metric"' in page
+    assert 'name="guardrail-3-metric"' in page  # the two defaults and two empty rows
+    response = client.post(
+        "/releases/new/",
+        {
+            "candidate": candidate.pk,
+            "baseline": "",
+            "stages": "10, 100",
+            "stage_min_seconds": 60,
+            "failure_limit": 0,
+            "inconclusive_limit": 3,
+            "guardrail-0-metric": "reward_mean",
+            "guardrail-0-threshold": "0",
+            "guardrail-0-judge": "interval",
+            "guardrail-1-metric": "latency_p95",
+            "guardrail-1-threshold": "50",
+            "guardrail-1-min_samples": "20",
+            "guardrail-2-metric": "",
+        },
+    )
+    assert response.status_code == 302
+    release = Release.objects.get(tenant=tenant)
+    assert release.guardrails == [
+        {
+            "metric": "reward_mean",
+            "direction": "higher_is_better",
+            "threshold": 0.0,
+            "min_samples": 30,
+            "judge": "interval",
+        },
+        {"metric": "latency_p95", "direction": "lower_is_better", "threshold": 50.0, "min_samples": 20},
+    ]
