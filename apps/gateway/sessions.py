@@ -5,7 +5,8 @@ Order (DESIGN.md): a session key from /rl/start_session; the X-Session-Id header
 URL /s/<session_id>/v1; otherwise message-prefix continuity within (tenant, key): a request whose
 messages begin with an earlier request's messages plus that request's reply continues its session.
 Exactly first; failing that, loosely: the same comparison with every system (and developer) message left
-out and every run of whitespace in texts and tool-call arguments taken as one space. So a framework's call
+out, every run of whitespace in texts taken as one space, and tool-call arguments compared as the JSON values
+they spell (a framework that re-serializes them compactly, Pydantic AI). So a framework's call
 that changes the system prompt (smolagents' final-answer call) or re-sends a reply stripped still
 continues its run; a request whose other messages differ in anything else (a word, a reply, a tool
 result, their order) is another conversation, and the longest match wins.
@@ -53,9 +54,19 @@ def _collapse(text):
     return " ".join(text.split()) if isinstance(text, str) else text
 
 
+def _loose_arguments(arguments):
+    """Tool-call arguments as the JSON value they spell (keys sorted, no spaces); text that is not JSON with
+    its whitespace collapsed."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return _collapse(arguments)
+
+
 def _canonical(message: dict, *, loose: bool = False) -> bytes:
-    """The message as attribution compares it; `loose`: every run of whitespace in its text and tool-call
-    arguments as one space, none at either end (a framework that re-sends a reply stripped or re-wrapped)."""
+    """The message as attribution compares it; `loose`: every run of whitespace in its text as one space,
+    none at either end (a framework that re-sends a reply stripped or re-wrapped), and its tool-call arguments
+    as JSON values (a framework that re-serializes them)."""
     content = message.get("content")
     if isinstance(content, list):
         content = "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
@@ -65,7 +76,7 @@ def _canonical(message: dict, *, loose: bool = False) -> bytes:
     ]
     if loose:
         content = _collapse(content)
-        calls = [(name, _collapse(arguments)) for name, arguments in calls]
+        calls = [(name, _loose_arguments(arguments)) for name, arguments in calls]
     return json.dumps(
         [message.get("role"), content or "", calls, message.get("tool_call_id")],
         separators=(",", ":"),

@@ -83,3 +83,26 @@ def test_conversations_that_differ_in_anything_else_are_never_merged(gateway, ba
     same, _ = ask(client, [*start, {"role": "assistant", "content": reply}, follow])
     drain(gw)
     assert str(Step.objects.get(pk=same).trajectory_id) == str(Step.objects.get(pk=first).trajectory_id)
+
+
+def test_tool_call_arguments_compare_loosely_as_the_json_they_spell():
+    """Pydantic AI re-sends a call's arguments compact (`{"city":"Paris"}` for the `{"city": "Paris"}` it got):
+    the same JSON value continues the run; another value, or a space inside a string, is another."""
+    from apps.gateway.sessions import loose_prefix_hashes
+
+    def conversation(arguments):
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": arguments},
+        }
+        return loose_prefix_hashes(
+            [{"role": "user", "content": TASK}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+        )[-1]
+
+    given = conversation('{"city": "Paris", "days": 2}')
+    assert conversation('{"city":"Paris","days":2}') == given
+    assert conversation('{ "days" : 2,\n "city": "Paris" }') == given
+    assert conversation('{"city": "Pa ris", "days": 2}') != given
+    assert conversation('{"city": "Paris", "days": 3}') != given
+    assert conversation("not json,  spaced") == conversation("not json, spaced")
