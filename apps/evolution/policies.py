@@ -39,7 +39,8 @@ RATE_SIGNALS = frozenset(
 NON_NEGATIVE_SIGNALS = frozenset(
     {"cost_per_success", "latency_p95_ms", "safety_events", "qualified_volume", "staleness_versions"}
 )
-KNOWN_ENVIRONMENTS = ("weather",)
+# weather: the demo's desk (workers/envs/weather); bfcl: BFCL's held-out split, single-turn (apps.evaluation.bfcl)
+KNOWN_ENVIRONMENTS = ("weather", "bfcl")
 
 WINDOW_RANGE = (60, 86_400)
 COOLDOWN_MAX = 86_400
@@ -52,7 +53,9 @@ RECIPE_KEYS = ("learning_rate", "samples_per_step", "publish_every", "staleness_
 RECIPE_EXTRA_KEYS = frozenset({"max_steps"}) | {
     field.name for field in dataclass_fields(TrainConfig) if field.name not in RECIPE_KEYS
 }
-GATE_KEYS = frozenset({"environment", "suite_id", "cases", "seed", "min_gain", "safety_suite_id"})
+GATE_KEYS = frozenset(
+    {"environment", "suite_id", "cases", "seed", "min_gain", "safety_suite_id", "categories", "max_tokens"}
+)
 PLAN_KEYS = frozenset({"stages", "stage_min_seconds", "guardrails", "failure_limit", "inconclusive_limit"})
 
 # What an edit may change (the service's keyword arguments); the rest is the service's own bookkeeping.
@@ -181,6 +184,12 @@ def _gate_problems(*, tenant: Tenant, gate, mode) -> dict:
             problems["gate.environment"] = [f"unknown environment; known: {', '.join(KNOWN_ENVIRONMENTS)}"]
         if "cases" not in gate:
             problems["gate.cases"] = ["how many cases of the environment the gate runs"]
+        if gate["environment"] == "bfcl" and "categories" in gate:
+            _bfcl_categories_check(problems, gate["categories"])
+    if "categories" in gate and gate.get("environment") != "bfcl":
+        problems["gate.categories"] = ["categories belong to a bfcl gate"]
+    if "max_tokens" in gate:
+        _integer_in(problems, "gate.max_tokens", gate["max_tokens"], 1, 4096)
     suites = eval_suite_list(tenant=tenant)
     for key in ("suite_id", "safety_suite_id"):
         if gate.get(key) is not None and (
@@ -194,6 +203,21 @@ def _gate_problems(*, tenant: Tenant, gate, mode) -> dict:
     if "min_gain" in gate and (not _is_number(gate["min_gain"]) or not -1 <= gate["min_gain"] <= 1):
         problems["gate.min_gain"] = ["a number in [-1, 1]"]
     return problems
+
+
+def _bfcl_categories_check(problems: dict, categories) -> None:
+    """A BFCL gate measures single-turn, non-live categories (the live_* ones stay untouched by tuning)."""
+    from workers.envs.bfcl import SINGLE_TURN_CATEGORIES
+
+    if not isinstance(categories, list) or not categories or not all(isinstance(c, str) for c in categories):
+        problems["gate.categories"] = ["a non-empty list of BFCL category names"]
+        return
+    unknown = [name for name in categories if name not in SINGLE_TURN_CATEGORIES]
+    if unknown:
+        problems["gate.categories"] = [
+            f"not a single-turn, non-live BFCL category: {', '.join(unknown)};"
+            f" known: {', '.join(SINGLE_TURN_CATEGORIES)}"
+        ]
 
 
 def _plan_problems(plan) -> dict:

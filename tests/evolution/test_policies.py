@@ -311,3 +311,19 @@ def test_delete_is_audited_and_refused_while_a_decision_runs(tenant):
     assert not EvolutionPolicy.objects.exists()
     assert not Decision.objects.exists()
     assert AuditEvent.objects.get(verb="evolution_policy.delete").target_id == str(policy.pk)
+
+
+def test_a_bfcl_gate_names_single_turn_non_live_categories(tenant):
+    gate = {
+        "environment": "bfcl",
+        "categories": ["simple_python", "irrelevance"],
+        "cases": 10,
+        "min_gain": 0.0,
+    }
+    for categories in (["live_simple"], ["multi_turn_base"], "simple_python", []):
+        problems = refused(tenant, gate={**gate, "categories": categories})
+        assert list(problems) == ["gate.categories"], categories
+    problems = refused(tenant, gate={"environment": "weather", "cases": 5, "categories": ["simple_python"]})
+    assert problems == {"gate.categories": ["categories belong to a bfcl gate"]}
+    policy = policy_create(tenant=tenant, actor=ACTOR, **valid(gate=gate))
+    assert policy.gate["categories"] == ["simple_python", "irrelevance"]
