@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from apps.console.access import console_page
 from apps.console.pages import PAGE_SIZE, console_action
 from apps.core.errors import DomainError
+from apps.evaluation.selectors import eval_suite_list
 from apps.evolution import policies, selectors
 from apps.evolution.decisions import STREAM, approval_question, decision_approve, decision_reject
 from apps.evolution.figures import signal_figures
@@ -43,6 +44,32 @@ def evidence_summary(evidence: dict) -> dict:
         "clusters": list(evidence.get("clusters") or [])[:10],
         "gate": evidence.get("gate") if isinstance(evidence.get("gate"), dict) else None,
     }
+
+
+def gate_words(gate: dict, *, suite_names: dict) -> str:
+    """A policy's gate in a sentence: "20 held-out cases of weather (seed 7); the candidate must beat the
+    best production version by at least 0.05; and do no worse on suite safety"."""
+    if not gate:
+        return "No gate: a new version goes to a release without an offline check."
+    if "environment" in gate:
+        seed = f" (seed {gate['seed']})" if gate.get("seed") is not None else ""
+        words = f"{gate.get('cases', '?')} held-out cases of {gate['environment']}{seed}"
+    else:
+        words = f"the evaluation suite {suite_names.get(gate.get('suite_id'), gate.get('suite_id'))}"
+    gain = gate.get("min_gain")
+    words += (
+        f"; the candidate must beat the best production version by at least {gain:g}"
+        if isinstance(gain, (int, float))
+        else "; the candidate must do at least as well as the best production version"
+    )
+    if gate.get("safety_suite_id") is not None:
+        safety = suite_names.get(gate["safety_suite_id"], gate["safety_suite_id"])
+        words += f", and no worse on the safety suite {safety}"
+    known = {"environment", "cases", "seed", "suite_id", "min_gain", "safety_suite_id"}
+    others = [f"{key.replace('_', ' ')} {gate[key]}" for key in sorted(set(gate) - known)]
+    if others:
+        words += f" (also {', '.join(others)})"
+    return words[0].upper() + words[1:] + "."
 
 
 # started key → (label, console URL name, whether the URL takes the id)
@@ -108,9 +135,9 @@ def policy_new(request):
             "harness_proposer": "rule",
             "signals": {},
             "recipe": {},
-            "gate": {},
             "release_plan": {},
         },
+        suites=eval_suite_list(tenant=request.tenant),
     )
     if request.method == "POST" and form.is_valid():
         try:
@@ -131,7 +158,9 @@ def _policy_page(request, policy, *, form=None, status=200):
     role = request.membership.role
     can_manage = role_can(role, Action.EVOLUTION_MANAGE)
     if form is None and can_manage:
-        form = PolicyForm(initial=PolicyForm.initial_of(policy))
+        form = PolicyForm(
+            initial=PolicyForm.initial_of(policy), suites=eval_suite_list(tenant=request.tenant)
+        )
     decisions = list(
         selectors.decision_list(tenant=request.tenant, policy_id=policy.pk).select_related("policy")[
             :TIMELINE_LENGTH
@@ -154,6 +183,10 @@ def _policy_page(request, policy, *, form=None, status=200):
         {
             "policy": policy,
             "form": form,
+            "gate_words": gate_words(
+                policy.gate,
+                suite_names=dict(eval_suite_list(tenant=request.tenant).values_list("pk", "name")),
+            ),
             "figures": signal_figures(reversed(list(points)), thresholds=policy.signals),
             "timeline": [
                 (
@@ -185,7 +218,7 @@ def policy_detail(request, policy_id):
 @console_page(Action.EVOLUTION_MANAGE)
 def policy_edit(request, policy_id):
     policy = selectors.policy_get(tenant=request.tenant, policy_id=policy_id)  # another tenant's: 404
-    form = PolicyForm(request.POST)
+    form = PolicyForm(request.POST, suites=eval_suite_list(tenant=request.tenant), gate=policy.gate)
     stale = False
     if form.is_valid():
         try:

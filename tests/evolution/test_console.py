@@ -35,7 +35,6 @@ def _form(policy, **overrides) -> dict:
         "signals": '{"correction_rate": {"op": ">", "threshold": 0.2}}',
         "update_kinds": [],
         "recipe": "{}",
-        "gate": "{}",
         "release_plan": "{}",
         "approval_mode": policy.approval_mode,
         "cooldown_seconds": policy.cooldown_seconds,
@@ -144,12 +143,15 @@ def test_the_settings_form_shows_field_errors_and_changes_nothing(member, world)
             policy,
             window_seconds=5,
             signals='{"happiness": {"op": ">", "threshold": 1}}',
-            gate='{"environment": "weather"',
+            gate_source="environment",
+            gate_cases="many",
         ),
     )
     assert response.status_code == 400
     page = response.content.decode()
-    assert 'data-field="gate"' in page  # not JSON: the form's own error, before the service is asked
+    assert (
+        'data-field="gate_cases"' in page
+    )  # not a number: the form's own error, before the service is asked
     response = client.post(
         f"/evolution/policies/{policy.pk}/edit/",
         _form(policy, window_seconds=5, signals='{"happiness": {"op": ">", "threshold": 1}}'),
@@ -192,7 +194,9 @@ def test_new_policy_form(member, tenant):
             "mode": "auto",
             "window_seconds": 600,
             "update_kinds": ["weights"],
-            "gate": '{"environment": "weather", "cases": 5000}',
+            "gate_source": "environment",
+            "gate_environment": "weather",
+            "gate_cases": 5000,
             "approval_mode": "one_operator",
             "cooldown_seconds": 300,
             "compute_budget_seconds": 3600,
