@@ -78,7 +78,7 @@ test-real-model: $(REAL_MODEL_INSTALLED)
 # The agent-framework tier: pinned OpenAI Agents SDK, LangChain + LangGraph, Pydantic AI, smolagents and AReaL's
 # OpenAIProxyClient in .venv-frameworks (scripts/frameworks_venv.sh: the project too, about 2 minutes the first
 # time; rebuilt when pyproject.toml or the pins change), each through the gateway on the embedded server with
-# only base URL and key. About a minute on 2 cores once built; nothing leaves this machine (tests/frameworks).
+# only base URL and key. About 3 minutes on 2 busy cores once built; nothing leaves this machine (tests/frameworks).
 FRAMEWORKS_BIN := .venv-frameworks/bin
 
 test-frameworks:
