@@ -23,7 +23,7 @@ def annotation_label_revise(
     reward on the same target whose reason names the reward it replaces, the label row pointed at it, and
     `annotation_label.revise` audited. The same value again changes nothing. Locking: the label row."""
     row = (
-        AnnotationLabel.objects.select_for_update()
+        AnnotationLabel.objects.select_for_update(of=("self",))  # the label row: its reward may be null
         .select_related("item__queue__spec", "reward")
         .filter(tenant=tenant, pk=label_id, annotator=user)
         .first()
