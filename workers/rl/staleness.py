@@ -92,7 +92,8 @@ class Lineage:
         if version < 0:
             return 0
         chain = self._chain
-        steps, node, seen = 0, version, set()
+        steps, seen = 0, set()
+        node: int | None = version
         while node is not None and node not in seen:
             if node in chain:
                 return steps + chain[node]

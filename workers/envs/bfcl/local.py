@@ -207,7 +207,7 @@ def train_on_demonstrations(
     for step in range(steps):
         if seconds is not None and time.monotonic() - started >= seconds:
             break
-        batch = []
+        batch: list = []
         while len(batch) < batch_size:
             if not order:
                 order = list(range(len(samples)))
