@@ -61,7 +61,7 @@ demo: install $(if $(filter smollm2,$(DEMO_MODEL))$(filter bfcl,$(DEMO_TASK)),$(
 TEST_WORKERS ?= 2
 
 test: install browsers
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not vllm and not real_model"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not vllm and not real_model and not frameworks"
 
 # The real vLLM tier: builds .venv-vllm (vLLM's CPU build, ~3 minutes the first time) and serves the
 # default model with it. The gateway tests of the tier use the database like the rest of the suite
@@ -86,7 +86,7 @@ test-frameworks:
 	$(FRAMEWORKS_BIN)/python -m pytest -m frameworks tests/frameworks
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not browser and not worker and not real_model"
+	$(BIN)/python -m pytest -m "not browser and not worker and not real_model and not vllm and not frameworks"
 
 # mypy's Django plugin loads the test settings; AREAL_VAR_DIR keeps their folder in one place rather than
 # one new folder per run under var/test.
