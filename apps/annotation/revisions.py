@@ -10,7 +10,7 @@ from django.db import transaction
 from apps.annotation.models import AnnotationLabel, AnnotationSkip
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import NotFound
-from apps.rewards.models import RewardSource
+from apps.rewards.choices import RewardSource
 from apps.rewards.services import reward_create
 from apps.tenants.models import Tenant
 

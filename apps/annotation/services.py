@@ -9,7 +9,7 @@ from apps.annotation.models import AnnotationItem, AnnotationLabel, AnnotationQu
 from apps.annotation.selectors import annotation_item_get, is_assigned
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, Forbidden, NotFound, ValidationFailed
-from apps.rewards.models import RewardKind, RewardSource
+from apps.rewards.choices import RewardKind, RewardSource
 from apps.rewards.selectors import reward_spec_get
 from apps.rewards.services import reward_create
 from apps.tenants.models import Membership, Tenant

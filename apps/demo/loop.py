@@ -152,7 +152,7 @@ class LoopMixin:
     def _learner(self):
         """The running online run of the demo's model; None between a stop and a restart. A failed one ends
         the demo (its error)."""
-        from apps.training.models import OnlineRunStatus
+        from apps.training.choices import OnlineRunStatus
         from apps.training.online import online_run_active, online_run_list
 
         active = online_run_active(tenant=self.tenant)
@@ -223,7 +223,7 @@ class LoopMixin:
         from apps.evolution.decisions import decision_finish
         from apps.evolution.selectors import decisions_in_status
         from apps.loop.actions import decision_follow
-        from apps.releases.models import ACTIVE_STATUSES
+        from apps.releases.choices import ACTIVE_STATUSES
         from apps.releases.selectors import release_list
         from apps.releases.services import release_abort
         from apps.training.online import online_run_active, online_run_stop

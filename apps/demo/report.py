@@ -45,7 +45,7 @@ class ReportMixin:
 
     def _release_label(self) -> str:
         """The release of the demo's model under way, if any."""
-        from apps.releases.models import ACTIVE_STATUSES
+        from apps.releases.choices import ACTIVE_STATUSES
         from apps.releases.selectors import release_list
 
         release = (

@@ -151,7 +151,7 @@ class Demo(StackMixin, BfclMixin, WarmUpMixin, LoopMixin, ReportMixin):
             if (
                 getattr(self, "tenant", None) is not None
             ):  # the worker is gone: runs it did not close are closed
-                from apps.training.models import OnlineRunStatus
+                from apps.training.choices import OnlineRunStatus
                 from apps.training.online import online_run_finish, online_run_list
 
                 running = online_run_list(tenant=self.tenant).filter(

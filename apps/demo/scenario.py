@@ -107,8 +107,8 @@ class ScenarioDriver:
 
     def _bad_release(self, request: dict) -> dict:
         from apps.audit.services import Actor
+        from apps.evolution.choices import DecisionKind
         from apps.evolution.decisions import decision_record
-        from apps.evolution.models import DecisionKind
         from apps.training.selectors import alias_resolve
         from apps.training.services import model_version_register
         from workers.envs.scenarios import write_degraded_checkpoint

@@ -106,7 +106,7 @@ class WarmUpMixin:
 
     def _register_base(self, base_dir: Path):
         from apps.audit.services import Actor
-        from apps.training.models import VersionStatus
+        from apps.training.choices import VersionStatus
         from apps.training.services import alias_move, model_version_register, model_version_set_status
         from workers.inference.modelgen import tokenizer_fingerprint
 

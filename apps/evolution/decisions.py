@@ -263,7 +263,7 @@ def _close_with_release(*, tenant: Tenant, decision: Decision, release) -> Decis
     promoted succeeded (someone did what it proposed); of one rolled back or aborted, it was rejected by
     whoever ended the release. A rollback of a release rolled back or aborted succeeded; of one promoted, it
     was rejected by its approver. Audited `evolution_decision.follow_release` and published."""
-    from apps.releases.models import ReleaseStatus
+    from apps.releases.choices import ReleaseStatus
 
     who, sentence = _how_it_ended(tenant=tenant, release=release)
     promoted = release.status == ReleaseStatus.PROMOTED
@@ -290,7 +290,7 @@ def _close_with_release(*, tenant: Tenant, decision: Decision, release) -> Decis
 def _close_if_release_ended(*, tenant: Tenant, decision_id) -> str:
     """The sentence saying how the release of an open promotion or rollback ended, once the decision is closed
     accordingly; "" when the decision names no release, is not open, or its release is still under way."""
-    from apps.releases.models import ACTIVE_STATUSES
+    from apps.releases.choices import ACTIVE_STATUSES
     from apps.releases.selectors import release_get
 
     decision = _lock(tenant=tenant, decision_id=decision_id)

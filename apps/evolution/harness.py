@@ -143,7 +143,7 @@ def harness_candidate_create(*, tenant: Tenant, actor: Actor, harness: HarnessVe
     production's checkpoint and tokenizer, parent = production, `weights_of` = the version whose backends
     serve production's weights, status candidate; it then goes through evaluation, canary and approval like
     any candidate. Registered (and audited) by apps.training's `model_version_register`."""
-    from apps.training.models import VersionStatus
+    from apps.training.choices import VersionStatus
     from apps.training.services import model_version_register
 
     if harness.tenant_id != tenant.pk or production_version.tenant_id != tenant.pk:

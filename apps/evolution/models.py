@@ -6,28 +6,16 @@ from django.db import models
 from django.utils import timezone
 
 from apps.core.models import TenantOwned, TimestampedTenantOwned
-
-
-class PolicyMode(models.TextChoices):
-    OBSERVE = "observe", "Observe (signals only)"
-    PROPOSE = "propose", "Propose (decisions wait for a person)"
-    AUTO = "auto", "Automatic"
-
-
-class ApprovalMode(models.TextChoices):
-    AUTOMATIC = "automatic", "Automatic"
-    ONE_OPERATOR = "one_operator", "One operator"
-    TWO_PERSON = "two_person", "Two people"
-
-
-class UpdateKind(models.TextChoices):
-    WEIGHTS = "weights"
-    HARNESS = "harness"
-
-
-class HarnessProposer(models.TextChoices):
-    RULE = "rule", "Rules (no model)"
-    MODEL = "model", "A model rewrites the prompt"
+from apps.evolution.choices import (  # noqa: F401 (re-exported)
+    OPEN_DECISION_STATUSES,
+    ApprovalMode,
+    ClusterKind,
+    DecisionKind,
+    DecisionStatus,
+    HarnessProposer,
+    PolicyMode,
+    UpdateKind,
+)
 
 
 class EvolutionPolicy(TimestampedTenantOwned):
@@ -89,11 +77,6 @@ class SignalPoint(TenantOwned):
         indexes = [models.Index(fields=["tenant", "policy", "name", "at"], name="evolution_signal_series")]
 
 
-class ClusterKind(models.TextChoices):
-    FAILED_RESULT = "failed_result", "Tool result reports an error"
-    MALFORMED_CALL = "malformed_call", "Tool call the agent could not parse"
-
-
 class ToolFailureCluster(TimestampedTenantOwned):
     """Failed tool results and malformed tool calls of one policy's traffic, grouped by tool, error signature
     and argument shape (workers.evolution.clusters)."""
@@ -119,31 +102,6 @@ class ToolFailureCluster(TimestampedTenantOwned):
                 name="evolution_cluster_unique",
             ),
         ]
-
-
-class DecisionKind(models.TextChoices):
-    TRAIN = "train"
-    EVALUATE = "evaluate"
-    RELEASE = "release"
-    PROMOTE = "promote"
-    ROLLBACK = "rollback", "Roll back"
-    PAUSE_LEARNING = "pause_learning", "Pause learning"
-    RESTART_LEARNER = "restart_learner", "Restart the learner from production"
-    UPDATE_HARNESS = "update_harness", "Update the harness"
-    NOTHING = "nothing", "Do nothing"
-
-
-class DecisionStatus(models.TextChoices):
-    PROPOSED = "proposed", "Waiting for approval"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-OPEN_DECISION_STATUSES = (DecisionStatus.PROPOSED, DecisionStatus.APPROVED, DecisionStatus.RUNNING)
 
 
 class Decision(TimestampedTenantOwned):

@@ -11,14 +11,15 @@ from apps.evolution.models import (
     SignalPoint,
     ToolFailureCluster,
 )
-from apps.qualification.models import QualificationStatus
+from apps.qualification.choices import QualificationStatus
 from apps.qualification.selectors import qualification_list
 from apps.releases.selectors import serving_history
 from apps.rewards.selectors import reward_list
 from apps.tenants.models import Tenant
-from apps.training.models import ModelVersion, VersionStatus
+from apps.training.choices import VersionStatus
+from apps.training.models import ModelVersion
 from apps.training.selectors import alias_history, alias_resolve, model_version_list
-from apps.trajectories.models import Purpose
+from apps.trajectories.choices import Purpose
 from apps.trajectories.selectors import step_list, trajectory_list
 from workers.pii import sanitizer_for
 
@@ -278,7 +279,8 @@ def control_state(*, tenant: Tenant, policy: EvolutionPolicy, now=None):
     from django.utils import timezone
 
     from apps.evolution.models import DecisionKind, ToolFailureCluster
-    from apps.releases.models import ACTIVE_STATUSES, Release, ReleaseStatus
+    from apps.releases.choices import ACTIVE_STATUSES, ReleaseStatus
+    from apps.releases.models import Release
     from apps.training.models import OnlineRun
     from apps.training.online import online_run_active
     from apps.training.selectors import alias_history

@@ -287,7 +287,7 @@ class Gateway:
         return minted, hashes, True, loose_prompt
 
     async def route(self, principal, model: str, state, *, minted: bool = False):
-        from apps.inference.models import BackendState
+        from apps.inference.choices import BackendState
         from apps.inference.selectors import backend_list
         from apps.inference.services import NoBackendAvailable, backend_for_session
         from apps.releases.version_routing import (

@@ -363,7 +363,8 @@ async def handle_set_reward(gateway, scope, receive, send, headers, session_from
 def _end(session: RlSession) -> tuple[int, int]:
     """(steps, interactions) of the session's trajectory, which is now complete."""
     from apps.tenants.models import Tenant
-    from apps.trajectories.models import Step, StepKind
+    from apps.trajectories.choices import StepKind
+    from apps.trajectories.models import Step
     from apps.trajectories.services import trajectory_end
 
     tenant = Tenant.objects.get(pk=session.principal.tenant_id)

@@ -30,8 +30,9 @@ from django.db import transaction
 from apps.audit.services import Actor
 from apps.core.errors import Conflict, DomainError, Forbidden
 from apps.core.tasking import task_enqueue
+from apps.evolution.choices import DecisionKind, DecisionStatus
 from apps.evolution.decisions import decision_finish, decision_note, decision_record, decision_start
-from apps.evolution.models import Decision, DecisionKind, DecisionStatus, EvolutionPolicy
+from apps.evolution.models import Decision, EvolutionPolicy
 from apps.evolution.selectors import decision_get, gate_key, gate_score, production_versions
 from apps.tenants.models import Tenant
 
@@ -169,7 +170,8 @@ def _start_again(*, tenant, decision, policy) -> Decision:
 def _stopped(*, decision) -> tuple[bool, float]:
     """Whether every online run the decision asked to stop left `running`, and seconds since it started."""
 
-    from apps.training.models import OnlineRun, OnlineRunStatus
+    from apps.training.choices import OnlineRunStatus
+    from apps.training.models import OnlineRun
 
     ids = (decision.started or {}).get("online_runs", [])
     still = OnlineRun.objects.filter(pk__in=ids, status=OnlineRunStatus.RUNNING).exists()
@@ -332,7 +334,7 @@ def _enqueue_gate(tenant_id: int, decision_id: int) -> None:
 
 
 def _suite_score(*, tenant, gate, version) -> float | None:
-    from apps.evaluation.models import RunStatus
+    from apps.evaluation.choices import RunStatus
     from apps.evaluation.selectors import eval_run_list
 
     run = (
@@ -409,7 +411,7 @@ def _follow_evaluate(*, tenant, decision, policy) -> Decision:
 
 
 def _suite_failed(*, tenant, decision) -> str:
-    from apps.evaluation.models import RunStatus
+    from apps.evaluation.choices import RunStatus
     from apps.evaluation.selectors import eval_run_statuses
 
     statuses = eval_run_statuses(tenant=tenant, run_ids=(decision.started or {}).get("eval_runs", []))
@@ -460,7 +462,7 @@ def _release(*, tenant, decision, policy) -> Decision:
 
 
 def _follow_release(*, tenant, decision, policy) -> Decision:
-    from apps.releases.models import ReleaseStatus
+    from apps.releases.choices import ReleaseStatus
     from apps.releases.selectors import release_get
     from apps.releases.services import release_abort
 
@@ -497,7 +499,7 @@ def _approver(decision: Decision, policy: EvolutionPolicy) -> Actor:
 
 
 def _release_under_way(*, tenant, decision, policy):
-    from apps.releases.models import ACTIVE_STATUSES
+    from apps.releases.choices import ACTIVE_STATUSES
     from apps.releases.selectors import release_list
 
     named = decision.evidence.get("release")
@@ -520,7 +522,7 @@ def _promote(*, tenant, decision, policy) -> Decision:
     takes two different people (the decision then asked for two: `decisions.approvals_required`). A refusal
     (403 `two_person_rule`, 409 `already_approved` for someone who approved on the release's page) moves on to
     the next approver; the last refusal fails the decision."""
-    from apps.releases.models import ReleaseStatus
+    from apps.releases.choices import ReleaseStatus
     from apps.releases.services import release_approve
 
     release = _release_under_way(tenant=tenant, decision=decision, policy=policy)
@@ -573,7 +575,7 @@ def _restore_previous(*, tenant, decision, policy) -> Decision:
     """No release under way: production goes back to the version it had before (apps.releases'
     production_restore: statuses, alias and routing, audited), and the learner is not touched."""
     from apps.releases.services import production_restore
-    from apps.training.models import VersionStatus
+    from apps.training.choices import VersionStatus
 
     current = _production(tenant=tenant, policy=policy)
     earlier = [
@@ -622,7 +624,7 @@ def _enqueue_proposal(tenant_id: int, decision_id: int) -> None:
 
 
 def _proposer(*, tenant, policy):
-    from apps.evolution.models import HarnessProposer
+    from apps.evolution.choices import HarnessProposer
     from apps.loop.proposing import model_complete
     from workers.evolution.proposers import ModelProposer, RuleProposer
 
@@ -638,8 +640,8 @@ def harness_run(*, tenant_id: int, decision_id: int) -> str:
     `evaluate` decision takes the candidate through the same gate, canary and approval as weights."""
     import httpx
 
+    from apps.evolution.choices import HarnessProposer
     from apps.evolution.harness import harness_candidate_create, harness_propose
-    from apps.evolution.models import HarnessProposer
     from apps.evolution.selectors import harness_inputs
 
     tenant = Tenant.objects.get(pk=tenant_id)

@@ -14,13 +14,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.core.selectors import get_in_tenant
+from apps.evolution.choices import DecisionKind, DecisionStatus, PolicyMode
 from apps.evolution.decisions import (
     decision_finish,
     decision_follow_release,
     decision_record,
     decisions_expire,
 )
-from apps.evolution.models import Decision, DecisionKind, DecisionStatus, EvolutionPolicy, PolicyMode
+from apps.evolution.models import Decision, EvolutionPolicy
 from apps.evolution.selectors import (
     control_state,
     dangerously_policies_to_tick,

@@ -25,7 +25,8 @@ from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import DomainError
-from apps.evaluation.models import EvalCaseResult, EvalRun, RunStatus
+from apps.evaluation.choices import RunStatus
+from apps.evaluation.models import EvalCaseResult, EvalRun
 from apps.metrics.publish import metrics_publish
 from workers.evaluation.compare import bootstrap_mean
 from workers.evaluation.scorers import (

@@ -25,10 +25,12 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from apps.core.errors import DomainError
-from apps.rewards.models import Evaluator, EvaluatorKind, EvaluatorRun, EvaluatorRunStatus
+from apps.rewards.choices import EvaluatorKind, EvaluatorRunStatus
+from apps.rewards.models import Evaluator, EvaluatorRun
 from apps.rewards.selectors import judge_target, trajectory_outcome
 from apps.rewards.services import evaluator_reward_existing, evaluator_reward_store
-from apps.trajectories.models import Purpose, Trajectory
+from apps.trajectories.choices import Purpose
+from apps.trajectories.models import Trajectory
 from workers.rewards.judge import (
     JudgeConfig,
     JudgeConfigInvalid,

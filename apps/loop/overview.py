@@ -24,7 +24,7 @@ from apps.releases.services import release_stream
 from apps.rewards import selectors as rewards
 from apps.training import online
 from apps.training import selectors as training
-from apps.training.models import OnlineRunStatus
+from apps.training.choices import OnlineRunStatus
 from apps.training.services import JOBS_STREAM, training_job_stream
 from apps.trajectories import selectors as trajectories
 

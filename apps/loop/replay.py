@@ -15,7 +15,8 @@ from django.db import transaction
 from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound
 from apps.core.tasking import task_enqueue_on_commit
-from apps.trajectories.models import EndReason, Purpose, Step, StepKind, Trajectory, TrajectoryStatus
+from apps.trajectories.choices import EndReason, Purpose, StepKind, TrajectoryStatus
+from apps.trajectories.models import Step, Trajectory
 
 ENDPOINT_PATHS = {
     "chat": "/v1/chat/completions",

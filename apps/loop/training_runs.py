@@ -18,7 +18,8 @@ from apps.audit.services import Actor
 from apps.core.errors import Conflict, Forbidden, ValidationFailed
 from apps.metrics.publish import metrics_publish
 from apps.training import services
-from apps.training.models import JobStatus, OnlineRun, OnlineRunStatus
+from apps.training.choices import JobStatus, OnlineRunStatus
+from apps.training.models import OnlineRun
 from apps.training.online import (
     online_pending,
     online_run_finish,

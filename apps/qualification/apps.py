@@ -9,9 +9,12 @@ class QualificationConfig(AppConfig):
         from django.db.models.signals import post_save
 
         from apps.qualification.triggers import trajectory_saved
-        from apps.trajectories.models import Trajectory
 
-        post_save.connect(trajectory_saved, sender=Trajectory, dispatch_uid="qualification.trajectory_saved")
+        # The sender by its label: Django resolves it once the app registry is ready (no import of
+        # trajectories' models).
+        post_save.connect(
+            trajectory_saved, sender="trajectories.Trajectory", dispatch_uid="qualification.trajectory_saved"
+        )
 
         from apps.qualification.selectors import qualification_record_part, review_record_part
         from apps.trajectories.selectors import record_part_register

@@ -2,19 +2,10 @@ from django.conf import settings
 from django.db import models
 
 from apps.core.models import TenantOwned, TimestampedTenantOwned
-
-
-class ReviewStatus(models.TextChoices):
-    UNREVIEWED = "unreviewed"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    NEEDS_CHANGES = "needs_changes"
-
-
-class QualificationStatus(models.TextChoices):
-    PENDING = "pending"
-    QUALIFIED = "qualified"
-    DISQUALIFIED = "disqualified"
+from apps.qualification.choices import (  # noqa: F401 (re-exported)
+    QualificationStatus,
+    ReviewStatus,
+)
 
 
 class Review(TimestampedTenantOwned):

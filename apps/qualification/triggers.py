@@ -1,7 +1,7 @@
 """The one signal this app listens to: a trajectory that ends (or is imported ended). The receiver only
 enqueues work on commit (gates, evaluators); the trajectories app stays unaware of qualification."""
 
-from apps.trajectories.models import TrajectoryStatus
+from apps.trajectories.choices import TrajectoryStatus
 
 
 def trajectory_saved(sender, instance, created, update_fields=None, **kwargs):

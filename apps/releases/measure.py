@@ -6,7 +6,8 @@ Reads trajectory steps read-only: apps.trajectories has no aggregate selector fo
 from collections import defaultdict
 
 from apps.rewards.selectors import feedback_summary, training_reward
-from apps.trajectories.models import Purpose, Step, StepKind, Trajectory
+from apps.trajectories.choices import Purpose, StepKind
+from apps.trajectories.models import Step, Trajectory
 
 MAX_TRAJECTORIES_PER_ARM = 1000
 

@@ -2,18 +2,11 @@ from django.db import models
 from django.utils import timezone
 
 from apps.core.models import ImmutableModel, TenantOwned, TimestampedTenantOwned
-
-
-class ReleaseStatus(models.TextChoices):
-    DRAFT = "draft"
-    EVALUATING = "evaluating"
-    CANARY = "canary"
-    PAUSED = "paused", "Paused (inconclusive; an operator decides)"
-    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
-    PROMOTED = "promoted"
-    ROLLED_BACK = "rolled_back", "Rolled back"
-    ABORTED = "aborted"
-
+from apps.releases.choices import (  # noqa: F401 (re-exported)
+    ACTIVE_STATUSES,
+    SERVING_STATUSES,
+    ReleaseStatus,
+)
 
 # The only moves a release may make. canary → canary is the move to the next stage.
 RELEASE_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -38,15 +31,6 @@ RELEASE_TRANSITIONS: dict[str, frozenset[str]] = {
     ReleaseStatus.ROLLED_BACK: frozenset(),
     ReleaseStatus.ABORTED: frozenset(),
 }
-ACTIVE_STATUSES = (
-    ReleaseStatus.DRAFT,
-    ReleaseStatus.EVALUATING,
-    ReleaseStatus.CANARY,
-    ReleaseStatus.PAUSED,
-    ReleaseStatus.AWAITING_APPROVAL,
-)
-# Statuses in which the candidate takes live traffic, so ticks measure it.
-SERVING_STATUSES = (ReleaseStatus.CANARY, ReleaseStatus.PAUSED, ReleaseStatus.AWAITING_APPROVAL)
 
 
 class Release(TimestampedTenantOwned):

@@ -22,7 +22,8 @@ from apps.releases.models import (
     SessionRoute,
 )
 from apps.tenants.models import Tenant
-from apps.training.models import ModelVersion, VersionStatus
+from apps.training.choices import VersionStatus
+from apps.training.models import ModelVersion
 from workers.evaluation.analysis import guardrail_problems
 
 SYSTEM = Actor.system("release-analysis")

@@ -15,7 +15,8 @@ from apps.audit.services import Actor
 from apps.core.errors import Conflict
 from apps.releases.models import ACTIVE_STATUSES, Release, RoutingState
 from apps.tenants.models import Tenant
-from apps.training.models import ModelVersion, VersionStatus
+from apps.training.choices import VersionStatus
+from apps.training.models import ModelVersion
 
 logger = logging.getLogger(__name__)
 # Statuses a version may serve from by direct publication (it becomes production from each of them).

@@ -10,7 +10,8 @@ from apps.core.tasking import task_enqueue
 from apps.rewards.models import EvaluatorKind
 from apps.rewards.selectors import evaluator_list
 from apps.rewards.services import evaluator_run
-from apps.trajectories.models import Purpose, Trajectory
+from apps.trajectories.choices import Purpose
+from apps.trajectories.selectors import dangerously_trajectory_with_tenant
 from workers.rewards.evaluators import EvaluatorError
 
 logger = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ def evaluators_run(*, trajectory_id: str, evaluator_id: int | None = None) -> di
     Idempotent: one reward per evaluator version and trajectory (deterministic idempotency key). An
     evaluator that cannot judge, or whose value falls outside its spec, is logged and skipped (terminal,
     not retried). Each stored reward enqueues the trajectory's qualification."""
-    trajectory = Trajectory.objects.select_related("tenant").filter(pk=trajectory_id).first()
+    trajectory = dangerously_trajectory_with_tenant(trajectory_id)
     if trajectory is None:
         return {"trajectory_id": trajectory_id, "missing": True}
     evaluators = evaluator_list(tenant=trajectory.tenant, agent_name=trajectory.agent_name, enabled=True)

@@ -3,38 +3,15 @@ import uuid
 from django.db import models
 
 from apps.core.models import TimestampedTenantOwned
-
-
-class RewardTarget(models.TextChoices):
-    TRAJECTORY = "trajectory"
-    STEP = "step"
-
-
-class RewardKind(models.TextChoices):
-    NUMERIC = "numeric"
-    BOOLEAN = "boolean"
-    CATEGORICAL = "categorical"
-    CRITIQUE = "critique"
-
-
-class RewardSource(models.TextChoices):
-    USER = "user"
-    ANNOTATOR = "annotator"
-    EVALUATOR = "evaluator"
-    ENVIRONMENT = "environment"
-    AGENT = "agent"
-    RULE = "rule"
-
-
-class RewardTiming(models.TextChoices):
-    IMMEDIATE = "immediate"
-    DELAYED = "delayed"
-    TERMINAL = "terminal"
-
-
-class Combination(models.TextChoices):
-    PRIORITY = "priority"
-    WEIGHTED_SUM = "weighted_sum"
+from apps.rewards.choices import (  # noqa: F401 (re-exported)
+    Combination,
+    EvaluatorKind,
+    EvaluatorRunStatus,
+    RewardKind,
+    RewardSource,
+    RewardTarget,
+    RewardTiming,
+)
 
 
 class RewardSpec(TimestampedTenantOwned):
@@ -119,15 +96,6 @@ class Reward(TimestampedTenantOwned):
         return f"{self.value} on {self.target} {self.step_id or self.trajectory_id}"
 
 
-class EvaluatorKind(models.TextChoices):
-    EXACT_MATCH = "exact_match"
-    REGEX = "regex"
-    JSON_SCHEMA = "json_schema"
-    TOOL_CALL_SUCCEEDED = "tool_call_succeeded"
-    PROGRAM = "program"
-    LLM_JUDGE = "llm_judge"
-
-
 class Evaluator(TimestampedTenantOwned):
     """A rule that scores ended trajectories on a worker (workers.rewards.evaluators); its results are
     rewards with source `evaluator` and `created_by` "<name>@<version>"."""
@@ -148,12 +116,6 @@ class Evaluator(TimestampedTenantOwned):
 
     def __str__(self) -> str:
         return f"{self.name}@{self.version}"
-
-
-class EvaluatorRunStatus(models.TextChoices):
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
 
 
 class EvaluatorRun(TimestampedTenantOwned):

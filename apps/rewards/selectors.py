@@ -18,7 +18,8 @@ from apps.rewards.models import (
     RewardSpec,
 )
 from apps.tenants.models import Tenant
-from apps.trajectories.models import Step, TrajectoryStatus
+from apps.trajectories.choices import TrajectoryStatus
+from apps.trajectories.models import Step
 from workers.rewards.combine import DEFAULT_PRIORITY, CombinationRule, RewardPoint, combine
 from workers.rewards.evaluators import Outcome, ToolCall
 from workers.rewards.specs import SpecData

@@ -2,16 +2,13 @@ from django.db import models
 from django.utils import timezone
 
 from apps.core.models import ImmutableModel, TenantOwned, TimestampedTenantOwned
-
-
-class VersionStatus(models.TextChoices):
-    TRAINING = "training"
-    CANDIDATE = "candidate"
-    CANARY = "canary"
-    PRODUCTION = "production"
-    RETIRED = "retired"
-    ROLLED_BACK = "rolled_back"
-
+from apps.training.choices import (  # noqa: F401 (re-exported)
+    JOB_FINAL,
+    Algorithm,
+    JobStatus,
+    OnlineRunStatus,
+    VersionStatus,
+)
 
 # Which statuses a version may move to from each status.
 VERSION_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -123,14 +120,6 @@ class AliasMove(ImmutableModel, TenantOwned):
 # ---- training jobs ---------------------------------------------------------------------------------
 
 
-class JobStatus(models.TextChoices):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
 # running → running is a resumption: a redelivered or requeued job claimed again by another worker.
 JOB_TRANSITIONS: dict[str, frozenset[str]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
@@ -141,13 +130,6 @@ JOB_TRANSITIONS: dict[str, frozenset[str]] = {
     JobStatus.FAILED: frozenset(),
     JobStatus.CANCELLED: frozenset(),
 }
-JOB_FINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-
-
-class Algorithm(models.TextChoices):
-    SFT = "sft", "SFT"
-    GRPO = "grpo", "GRPO"
-    DECOUPLED_PPO = "decoupled_ppo", "Decoupled PPO (AReaL)"
 
 
 class TrainingJob(TimestampedTenantOwned):
@@ -226,12 +208,6 @@ class TrainingLogLine(TenantOwned):
 
     def __str__(self) -> str:
         return f"job {self.job_id}: {self.message[:60]}"
-
-
-class OnlineRunStatus(models.TextChoices):
-    RUNNING = "running"
-    STOPPED = "stopped"
-    FAILED = "failed"
 
 
 class OnlineRun(TenantOwned):

@@ -242,7 +242,8 @@ def online_run_get(*, tenant, run_id) -> OnlineRun:
 def online_pending(*, run: OnlineRun, limit: int = 256) -> list[str]:
     """Qualified trajectories of this run's window (started since the run began, production traffic) that the
     run has not consumed yet, oldest first."""
-    from apps.qualification.models import Qualification, QualificationStatus
+    from apps.qualification.choices import QualificationStatus
+    from apps.qualification.models import Qualification
 
     taken = OnlineConsumption.objects.filter(run=run).values("trajectory_id")
     rows = (
@@ -263,7 +264,8 @@ def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
     (η + v + 1)·B − (accepted + running) over the RL sessions started since the run began, where a session
     stops counting once it can never be trained on (disqualified, or taken by the run as stale or empty), as
     AReaL counts only accepted rollouts: otherwise rejected sessions would use the budget up for good."""
-    from apps.trajectories.models import Trajectory, TrajectoryStatus
+    from apps.trajectories.choices import TrajectoryStatus
+    from apps.trajectories.models import Trajectory
 
     run = OnlineRun.objects.filter(tenant_id=tenant_id, status=OnlineRunStatus.RUNNING).first()
     if run is None:

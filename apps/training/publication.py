@@ -32,6 +32,7 @@ from django.db import transaction
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import NotFound
 from apps.inference.admin_tokens import inference_admin_token
+from apps.inference.choices import BackendKind, BackendState
 from apps.inference.egress import (
     BackendAddressRefused,
     BackendTransport,
@@ -39,7 +40,6 @@ from apps.inference.egress import (
     backend_url_check,
 )
 from apps.inference.grants import backend_server_shared
-from apps.inference.models import BackendKind, BackendState
 from apps.inference.selectors import backend_list
 from apps.inference.services import backend_record_health, backend_update
 from apps.training.models import ModelVersion

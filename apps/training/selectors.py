@@ -5,7 +5,8 @@ from uuid import UUID
 from django.db.models import Count
 
 from apps.core.selectors import get_in_tenant
-from apps.qualification.models import Qualification, QualificationStatus
+from apps.qualification.choices import QualificationStatus
+from apps.qualification.models import Qualification
 from apps.rewards.selectors import training_rewards
 from apps.tenants.models import Tenant
 from apps.training.models import (

@@ -4,6 +4,12 @@ from django.db import models
 from django.utils import timezone
 
 from apps.core.models import TenantOwned, TimestampedTenantOwned
+from apps.trajectories.choices import (  # noqa: F401 (re-exported)
+    EndReason,
+    Purpose,
+    StepKind,
+    TrajectoryStatus,
+)
 
 # Gateway trajectory ids are derived from (tenant, session): the gateway attributes a step without a lookup.
 # The namespace is public, so anyone can compute another tenant's ids: an id is never proof of ownership.
@@ -13,29 +19,6 @@ TRAJECTORY_NAMESPACE = uuid.UUID("5b0c1a52-7f0e-4c8e-9a43-3c1c2f6ad2b1")
 
 def trajectory_id_for(*, tenant_id: int, session_id: str) -> uuid.UUID:
     return uuid.uuid5(TRAJECTORY_NAMESPACE, f"{tenant_id}:{session_id}")
-
-
-class TrajectoryStatus(models.TextChoices):
-    OPEN = "open"
-    COMPLETE = "complete"
-    ABORTED = "aborted"
-
-
-class EndReason(models.TextChoices):
-    """Why a trajectory ended. Blank: not recorded (still open, imported, or ended before reasons were kept)."""
-
-    AGENT = "agent", "The agent called /rl/end_session"
-    SIGNAL = "signal", "The agent sent X-Session-End on its last request"
-    API = "api", "Ended through the end API or the console"
-    IDLE = "idle", "No step for the tenant's session idle timeout"
-    REPLAY = "replay", "The replay finished"
-
-
-class Purpose(models.TextChoices):
-    PRODUCTION = "production"
-    EVAL = "eval"
-    REPLAY = "replay"
-    ANNOTATION = "annotation"
 
 
 class Trajectory(TenantOwned):
@@ -92,15 +75,6 @@ class Trajectory(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.session_id} ({self.id})"
-
-
-class StepKind(models.TextChoices):
-    LLM_CALL = "llm_call"
-    TOOL_CALL = "tool_call"
-    TOOL_RESULT = "tool_result"
-    USER_MESSAGE = "user_message"
-    USER_FEEDBACK = "user_feedback"
-    ENV_EVENT = "env_event"
 
 
 class Step(TimestampedTenantOwned):

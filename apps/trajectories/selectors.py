@@ -156,6 +156,22 @@ def trajectory_lifecycle_get(*, tenant: Tenant, trajectory_id) -> Trajectory:
     )
 
 
+def trajectory_ended_at(*, tenant_id: int, trajectory_id):
+    """When tenant `tenant_id`'s trajectory `trajectory_id` ended; None while it runs or when the tenant has
+    no such trajectory."""
+    return (
+        Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id)
+        .values_list("ended_at", flat=True)
+        .first()
+    )
+
+
+def dangerously_trajectory_with_tenant(trajectory_id) -> Trajectory | None:
+    """The trajectory `trajectory_id` of whichever tenant, with its tenant loaded (a task's entry: the tenant
+    comes from the row), or None. Every read after it must be scoped to that tenant."""
+    return Trajectory.objects.select_related("tenant").filter(pk=trajectory_id).first()
+
+
 SESSION_TRAJECTORY_FIELDS = ("id", "status", "agent_name", "ended_at")
 
 

@@ -1,6 +1,8 @@
 """Evaluators: registering and editing versions, queueing runs, and storing a run's result as a reward
 (idempotent per evaluator version and trajectory)."""
 
+from typing import TYPE_CHECKING
+
 from django.db import transaction
 
 from apps.audit.services import Actor, audit_record
@@ -11,12 +13,14 @@ from apps.rewards.models import Evaluator, Reward, RewardKind, RewardSource, Rew
 from apps.rewards.selectors import evaluator_has_rewards, judge_target, reward_spec_for, trajectory_outcome
 from apps.rewards.services.storing import EVALUATOR_PRINCIPAL, _checked, _existing, _store, idempotency_scope
 from apps.tenants.models import Tenant
-from apps.trajectories.models import Trajectory
 from workers.pii.base import InvalidPattern
 from workers.pii.patterns import tenant_regex
 from workers.rewards.evaluators import KINDS as EVALUATOR_KINDS
 from workers.rewards.evaluators import LLM_JUDGE, run_evaluator
 from workers.rewards.judge import JudgeConfigInvalid, judge_config, judge_config_problems
+
+if TYPE_CHECKING:
+    from apps.trajectories.models import Trajectory
 
 EVALUATOR_FIELDS = ("name", "version", "kind", "config", "agent_name", "enabled")
 # What an edit may change: a version's name and number are its identity; a new meaning is a new version.
@@ -166,7 +170,7 @@ def evaluators_enqueue(*, trajectory_id, tenant_id: int) -> bool:
     return True
 
 
-def evaluator_run_enqueue(*, tenant: Tenant, evaluator: Evaluator, trajectory: Trajectory) -> None:
+def evaluator_run_enqueue(*, tenant: Tenant, evaluator: Evaluator, trajectory: "Trajectory") -> None:
     """Queues one evaluator over one trajectory of `tenant` (task rewards.run_evaluators, eval queue) on
     commit; another tenant's evaluator or trajectory answers as a missing one. A repeat is harmless: the task
     stores one reward per evaluator version and trajectory."""

@@ -15,7 +15,7 @@ from apps.core.tasking import task_enqueue_on_commit
 from apps.rewards.errors import RewardRejected
 from apps.rewards.models import Reward, RewardKind, RewardSource, RewardSpec
 from apps.rewards.selectors import reward_spec_for, spec_data
-from apps.trajectories.models import Trajectory
+from apps.trajectories.selectors import trajectory_ended_at
 from workers.rewards.specs import check_reward
 
 
@@ -132,11 +132,7 @@ def _refuse_after_window(*, tenant_id: int, trajectory_id) -> None:
     """A session that ended more than the tenant's `late_reward_hours` ago takes no more rewards (410)."""
     from apps.tenants.models import TenantPolicy
 
-    ended_at = (
-        Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id)
-        .values_list("ended_at", flat=True)
-        .first()
-    )
+    ended_at = trajectory_ended_at(tenant_id=tenant_id, trajectory_id=trajectory_id)
     if ended_at is None:
         return
     hours = (
