@@ -133,9 +133,6 @@ def policy_new(request):
             "compute_budget_seconds": 3600,
             "decision_ttl_seconds": 3600,
             "harness_proposer": "rule",
-            "signals": {},
-            "recipe": {},
-            "release_plan": {},
         },
         suites=eval_suite_list(tenant=request.tenant),
     )
@@ -159,7 +156,9 @@ def _policy_page(request, policy, *, form=None, status=200):
     can_manage = role_can(role, Action.EVOLUTION_MANAGE)
     if form is None and can_manage:
         form = PolicyForm(
-            initial=PolicyForm.initial_of(policy), suites=eval_suite_list(tenant=request.tenant)
+            initial=PolicyForm.initial_of(policy),
+            suites=eval_suite_list(tenant=request.tenant),
+            policy=policy,
         )
     decisions = list(
         selectors.decision_list(tenant=request.tenant, policy_id=policy.pk).select_related("policy")[
@@ -218,7 +217,7 @@ def policy_detail(request, policy_id):
 @console_page(Action.EVOLUTION_MANAGE)
 def policy_edit(request, policy_id):
     policy = selectors.policy_get(tenant=request.tenant, policy_id=policy_id)  # another tenant's: 404
-    form = PolicyForm(request.POST, suites=eval_suite_list(tenant=request.tenant), gate=policy.gate)
+    form = PolicyForm(request.POST, suites=eval_suite_list(tenant=request.tenant), policy=policy)
     stale = False
     if form.is_valid():
         try:

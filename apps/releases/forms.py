@@ -104,31 +104,9 @@ class ReleaseCreateForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
-        guardrails = []
-        for index, row in row_values(
-            cleaned, prefix="guardrail", columns=GUARDRAIL_COLUMNS, count=self.guardrail_rows
-        ):
-            if not row["metric"]:
-                if row["threshold"] is not None or row["min_samples"] is not None:
-                    self.add_error(f"guardrail-{index}-metric", "Choose the metric this guardrail watches.")
-                continue
-            if row["threshold"] is None:
-                self.add_error(
-                    f"guardrail-{index}-threshold", "How much worse the candidate may be (0: not at all)."
-                )
-                continue
-            worse_when_higher = row["metric"] in WORSE_WHEN_HIGHER
-            guardrail = {
-                "metric": row["metric"],
-                "direction": row["direction"]
-                or ("lower_is_better" if worse_when_higher else "higher_is_better"),
-                "threshold": row["threshold"],
-                "min_samples": row["min_samples"] or 30,
-            }
-            if row["judge"] == "interval":
-                guardrail["judge"] = "interval"
-            guardrails.append(guardrail)
-        cleaned["guardrails"] = guardrails
+        cleaned["guardrails"] = [
+            guardrail for _, guardrail in guardrails_from_rows(self, cleaned, count=self.guardrail_rows)
+        ]
         return cleaned
 
     def add_guardrail_error(self, key: str, problem: str) -> bool:
@@ -152,3 +130,31 @@ class ReleaseCreateForm(forms.Form):
             "inconclusive_limit": data["inconclusive_limit"],
             "stage_min_seconds": data["stage_min_seconds"],
         }
+
+
+def guardrails_from_rows(form: forms.Form, cleaned: dict, *, count: int, prefix: str = "guardrail") -> list:
+    """(row number, guardrail) of each filled row of guardrail fields (GUARDRAIL_COLUMNS); a row with a
+    threshold but no metric, or a metric but no threshold, gets a field error instead. Used by the release
+    form and the evolution policy form (a policy's release plan)."""
+    guardrails = []
+    for index, row in row_values(cleaned, prefix=prefix, columns=GUARDRAIL_COLUMNS, count=count):
+        if not row["metric"]:
+            if row["threshold"] is not None or row["min_samples"] is not None:
+                form.add_error(f"{prefix}-{index}-metric", "Choose the metric this guardrail watches.")
+            continue
+        if row["threshold"] is None:
+            form.add_error(
+                f"{prefix}-{index}-threshold", "How much worse the candidate may be (0: not at all)."
+            )
+            continue
+        worse_when_higher = row["metric"] in WORSE_WHEN_HIGHER
+        guardrail = {
+            "metric": row["metric"],
+            "direction": row["direction"] or ("lower_is_better" if worse_when_higher else "higher_is_better"),
+            "threshold": row["threshold"],
+            "min_samples": row["min_samples"] or 30,
+        }
+        if row["judge"] == "interval":
+            guardrail["judge"] = "interval"
+        guardrails.append((index, guardrail))
+    return guardrails

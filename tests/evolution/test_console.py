@@ -32,10 +32,12 @@ def _form(policy, **overrides) -> dict:
         "mode": policy.mode,
         "enabled": "on",
         "window_seconds": policy.window_seconds,
-        "signals": '{"correction_rate": {"op": ">", "threshold": 0.2}}',
+        "signal-0-name": "correction_rate",
+        "signal-0-op": ">",
+        "signal-0-threshold": 0.2,
+        "signal-1-name": "",
         "update_kinds": [],
-        "recipe": "{}",
-        "release_plan": "{}",
+        "guardrail-0-metric": "",
         "approval_mode": policy.approval_mode,
         "cooldown_seconds": policy.cooldown_seconds,
         "compute_budget_seconds": policy.compute_budget_seconds,
@@ -142,28 +144,178 @@ def test_the_settings_form_shows_field_errors_and_changes_nothing(member, world)
         _form(
             policy,
             window_seconds=5,
-            signals='{"happiness": {"op": ">", "threshold": 1}}',
+            **{"signal-1-name": "happiness", "signal-1-threshold": 1},
             gate_source="environment",
             gate_cases="many",
         ),
     )
     assert response.status_code == 400
     page = response.content.decode()
-    assert (
-        'data-field="gate_cases"' in page
-    )  # not a number: the form's own error, before the service is asked
+    # not a number, not a known signal: the form's own errors, before the service is asked
+    assert 'data-field="gate_cases"' in page
+    assert 'data-field="signal-1-name"' in page
     response = client.post(
         f"/evolution/policies/{policy.pk}/edit/",
-        _form(policy, window_seconds=5, signals='{"happiness": {"op": ">", "threshold": 1}}'),
+        _form(
+            policy,
+            window_seconds=5,
+            **{"signal-0-threshold": 1.5, "recipe_learning_rate": 2, "plan_stages": "50, 25"},
+        ),
     )
     page = response.content.decode()
     assert response.status_code == 400
     assert 'data-field="window_seconds"' in page
-    assert 'data-field="signals"' in page
-    assert "happiness: unknown signal" in page
+    # the service's errors on the fields they belong to: the signal's row, the recipe's and the plan's fields
+    assert 'data-field="signal-0-threshold">threshold of a rate must be in [0, 1]' in page
+    assert 'data-field="recipe_learning_rate">a number in (0, 1]' in page
+    assert 'data-field="plan_stages">a rising list of percentages' in page
+    # the input is kept as typed
+    assert 'name="signal-0-threshold" value="1.5"' in page
+    assert 'name="plan_stages" value="50, 25"' in page
     policy.refresh_from_db()
     assert policy.revision == 1
     assert policy.window_seconds == 600
+    assert policy.signals == {"correction_rate": {"op": ">", "threshold": 0.2}}
+
+
+def test_the_settings_form_saves_signals_recipe_and_release_plan_as_fields(member, world):
+    policy, *_ = world
+    policy.recipe = {"learning_rate": 1e-4, "schedule": "cosine", "total_steps": 40}
+    policy.release_plan = {
+        "stages": [10, 100],
+        "guardrails": [{"metric": "error_rate", "direction": "lower_is_better", "threshold": 0.05}],
+    }
+    policy.save()
+    client = _client(member(Role.OPERATOR))
+    page = client.get(f"/evolution/policies/{policy.pk}/").content.decode()
+    assert 'name="plan_stages" value="10, 100"' in page
+    assert 'name="recipe_learning_rate" value="0.0001"' in page
+    assert '<option value="error_rate" selected>' in page  # the plan's guardrail, as a row
+    assert "schedule = cosine" in page  # an engine setting no field covers, shown as kept
+    saved = client.post(
+        f"/evolution/policies/{policy.pk}/edit/",
+        _form(
+            policy,
+            **{
+                "signal-0-name": "thumbs_down_rate",
+                "signal-0-op": ">",
+                "signal-0-threshold": 0.3,
+                "signal-1-name": "reward_mean",
+                "signal-1-op": "<",
+                "signal-1-threshold": 0.5,
+                "recipe_learning_rate": 0.001,
+                "recipe_samples_per_step": 8,
+                "recipe_max_steps": 20,
+                "plan_stages": "5, 50, 100",
+                "plan_stage_min_seconds": 60,
+                "plan_inconclusive_limit": 2,
+                "guardrail-0-metric": "",
+                "guardrail-1-metric": "reward_mean",
+                "guardrail-1-threshold": 0.1,
+                "guardrail-1-min_samples": 20,
+                "guardrail-1-judge": "interval",
+            },
+        ),
+    )
+    assert saved.status_code == 302
+    policy.refresh_from_db()
+    assert policy.signals == {
+        "thumbs_down_rate": {"op": ">", "threshold": 0.3},
+        "reward_mean": {"op": "<", "threshold": 0.5},
+    }
+    assert policy.recipe == {
+        "learning_rate": 0.001,
+        "samples_per_step": 8,
+        "max_steps": 20,
+        "schedule": "cosine",
+        "total_steps": 40,
+    }
+    assert policy.release_plan == {
+        "stages": [5, 50, 100],
+        "stage_min_seconds": 60,
+        "inconclusive_limit": 2,
+        "guardrails": [
+            {
+                "metric": "reward_mean",
+                "direction": "higher_is_better",
+                "threshold": 0.1,
+                "min_samples": 20,
+                "judge": "interval",
+            }
+        ],
+    }
+
+
+def test_a_post_without_rows_keeps_the_lists_and_row_errors_land_on_their_row(member, world):
+    from apps.core.errors import ValidationFailed
+    from apps.evolution.forms import PolicyForm
+
+    policy, *_ = world
+    policy.release_plan = {
+        "guardrails": [{"metric": "error_rate", "direction": "lower_is_better", "threshold": 0}]
+    }
+    policy.save()
+    data = _form(policy)
+    for key in ("signal-0-name", "signal-0-op", "signal-0-threshold", "signal-1-name", "guardrail-0-metric"):
+        data.pop(key)
+    form = PolicyForm(data, policy=policy)
+    assert form.is_valid(), form.errors
+    assert form.service_arguments()["signals"] == policy.signals
+    assert form.service_arguments()["release_plan"] == policy.release_plan
+    rows = PolicyForm(
+        {**_form(policy), "guardrail-1-metric": "error_rate", "guardrail-1-threshold": 0.2}, policy=policy
+    )
+    assert rows.is_valid(), rows.errors
+    # the plan's first guardrail is the second row (the first row is empty)
+    rows.add_service_errors(
+        ValidationFailed(
+            "invalid",
+            fields={
+                "release_plan.guardrails[0]": ["threshold: must be ≥ 0"],
+                "signals.correction_rate": ["op must be > or <"],
+            },
+        )
+    )
+    assert rows.errors["guardrail-1-threshold"] == ["must be ≥ 0"]
+    assert rows.errors["signal-0-op"] == ["op must be > or <"]
+
+
+def test_automatic_approval_without_guardrails_is_refused_on_the_guardrail_rows(member, world):
+    policy, *_ = world
+    client = _client(member(Role.OPERATOR))
+    response = client.post(
+        f"/evolution/policies/{policy.pk}/edit/",
+        _form(
+            policy,
+            mode="auto",
+            approval_mode="automatic",
+            update_kinds=["harness"],
+            gate_source="environment",
+            gate_environment="weather",
+            gate_cases=2,
+            **{"guardrail-0-threshold": 0.1},  # a deficit without its metric: the row's own error first
+        ),
+    )
+    assert response.status_code == 400
+    assert 'data-field="guardrail-0-metric">Choose the metric' in response.content.decode()
+    response = client.post(
+        f"/evolution/policies/{policy.pk}/edit/",
+        _form(
+            policy,
+            mode="auto",
+            approval_mode="automatic",
+            update_kinds=["harness"],
+            gate_source="environment",
+            gate_environment="weather",
+            gate_cases=2,
+        ),
+    )
+    assert response.status_code == 400
+    assert 'data-field="guardrail-0-metric">automatic approval needs at least one guardrail' in (
+        response.content.decode()
+    )
+    policy.refresh_from_db()
+    assert policy.revision == 1
 
 
 def test_the_settings_form_saves_and_refuses_a_stale_revision(member, world):
@@ -213,7 +365,9 @@ def test_new_policy_form(member, tenant):
             "mode": "observe",
             "enabled": "on",
             "window_seconds": 600,
-            "signals": '{"reward_mean": {"op": "<", "threshold": 0.5}}',
+            "signal-0-name": "reward_mean",
+            "signal-0-op": "<",
+            "signal-0-threshold": 0.5,
             "approval_mode": "one_operator",
             "cooldown_seconds": 300,
             "compute_budget_seconds": 3600,
@@ -225,6 +379,7 @@ def test_new_policy_form(member, tenant):
     assert created["Location"] == f"/evolution/policies/{policy.pk}/"
     assert policy.signals == {"reward_mean": {"op": "<", "threshold": 0.5}}
     assert policy.recipe == {}
+    assert policy.release_plan == {}
 
 
 def test_another_tenants_policy_and_decisions_are_404(member, other_tenant, world):
