@@ -117,7 +117,7 @@ def test_gate_settings_the_fields_do_not_cover_are_kept(operator, tenant):
     policy.refresh_from_db()
     form = PolicyForm(
         {**NEW, "gate_source": "environment", "gate_environment": "weather", "gate_cases": 9},
-        gate=policy.gate,
+        policy=policy,
     )
     assert form.is_valid(), form.errors
     assert form.gate_dict() == {"environment": "weather", "cases": 9, "hidden": 1}
