@@ -233,7 +233,7 @@ def _learn(run, poll_seconds: float) -> dict:
                 unknown_version_samples=intake.unknown_version_samples,
             )
             _warn_unknown_versions(f"online run {run.pk}", intake.unknown_version_samples)
-        if not staleness.is_ready(waiting, samples_per_step=run.samples_per_step) or _holds(run, lineage):
+        if not staleness.is_ready(waiting, samples_per_step=run.samples_per_step):
             time.sleep(poll_seconds)
             continue
         batch = staleness.take_batch(
@@ -302,25 +302,6 @@ def _lineage(run, current: int) -> staleness.Lineage:
         "number", "parent__number"
     )
     return staleness.Lineage(current=current, parents=dict(rows))
-
-
-def _lineage_knowing(run, lineage: staleness.Lineage, number: int) -> staleness.Lineage:
-    """`lineage`, read again when it does not know version `number` (registered since: a harness update)."""
-    return lineage if number in lineage.parents else _lineage(run, lineage.current)
-
-
-def _holds(run, lineage: staleness.Lineage) -> bool:
-    """A run that leaves serving to releases holds its next step while production is η steps behind it:
-    what production serves would arrive stale (workers.rl.staleness.hold_for_serving)."""
-    if run.publish_to_backends:
-        return False
-    from apps.training.selectors import alias_resolve
-
-    production = alias_resolve(tenant=run.tenant, name=run.model_name, alias="production")
-    if production is None:
-        return False
-    known = _lineage_knowing(run, lineage, production.number)
-    return staleness.hold_for_serving(known, [production.number], eta=run.staleness_bound)
 
 
 def _warn_unknown_versions(who: str, samples: int) -> str:

@@ -135,13 +135,6 @@ def lag_histogram(samples: Iterable[TrainingSample], lineage: Lineage) -> dict[i
     return dict(sorted(counts.items()))
 
 
-def hold_for_serving(lineage: Lineage, serving: Iterable[int], *, eta: int) -> bool:
-    """True when a version serving the traffic is η or more steps behind the learner: a step now would make
-    the rollouts it is serving arrive past the bound, so the learner waits for a release instead. Never
-    under η = 0: the learner would wait for a release of a version it has not made."""
-    return eta > 0 and any(lineage.lag(version) >= eta for version in serving if version >= 0)
-
-
 def oldest_fresh_version(*, current_version: int, eta: int) -> int:
     """The oldest policy version whose tokens are still fresh: V − η."""
     return current_version - eta

@@ -6,7 +6,6 @@ from tests.workers.rl.test_staleness import ids, sample, waiting
 from workers.rl.staleness import (
     Lineage,
     classify,
-    hold_for_serving,
     lag_histogram,
     relabel,
     take_batch,
@@ -103,16 +102,6 @@ def test_due_trajectories_join_the_step_rather_than_being_dropped_at_the_next():
     )
     assert tight.trained == ("big-due",)  # not due-first, but still the oldest when the step fills
     assert len(tight.samples) == 3
-
-
-def test_the_learner_holds_while_a_serving_version_is_eta_behind():
-    lineage = Lineage(current=10, parents=PARENTS)
-    assert not hold_for_serving(lineage, [4], eta=3)  # production two steps behind
-    assert hold_for_serving(lineage, [4], eta=2)
-    assert hold_for_serving(lineage, [9, 4], eta=2)  # any serving version counts
-    assert not hold_for_serving(lineage, [-1], eta=1)
-    # η = 0 never holds: no released version could ever catch up with a learner that waits for one
-    assert not hold_for_serving(lineage, [10], eta=0)
 
 
 def test_the_histogram_counts_samples_by_their_oldest_tokens_lag():
