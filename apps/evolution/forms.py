@@ -3,7 +3,7 @@ from django import forms
 from apps.console.rows import add_rows, posted_rows, row_fields, row_values
 from apps.evolution.models import ApprovalMode, HarnessProposer, PolicyMode, UpdateKind
 from apps.evolution.policies import EDITABLE, KNOWN_ENVIRONMENTS, KNOWN_SIGNALS
-from apps.releases.forms import GUARDRAIL_COLUMNS, guardrails_from_rows
+from apps.releases.guardrail_rows import GUARDRAIL_COLUMNS, guardrails_from_rows
 
 # A signal rule per row: which signal, which way it fires, at what value (`signals.<name>` errors land here).
 SIGNAL_COLUMNS = {
