@@ -25,6 +25,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 
 from apps.demo.report import bar
+from apps.demo.warm_up import cache_store
 
 
 class NoAnnotator:
@@ -111,11 +112,7 @@ class BfclMixin:
         )
         self.out.write("")
         self.warmup_seconds = time.monotonic() - started
-        partial = cached.with_name(cached.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(base_dir, partial)
-        shutil.rmtree(cached, ignore_errors=True)
-        partial.rename(cached)
+        cache_store(base_dir, cached)
         return base_dir
 
     def _zero_shot(self, initial: Path, path: Path) -> dict:

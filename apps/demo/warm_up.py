@@ -16,6 +16,16 @@ from django.core.management.base import CommandError
 from apps.demo.report import bar
 
 
+def cache_store(base_dir: Path, cached: Path) -> None:
+    """Copies a trained base into the demo's cache under `cached`, whole or not at all (a `.partial` copy
+    renamed into place), so an interrupted run never leaves half a base for the next run to reuse."""
+    partial = cached.with_name(cached.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(base_dir, partial)
+    shutil.rmtree(cached, ignore_errors=True)
+    partial.rename(cached)
+
+
 class WarmUpMixin:
     """Part of apps.demo.run.Demo (whose __init__ declares the state): the base the loop starts from."""
 
@@ -79,11 +89,7 @@ class WarmUpMixin:
         )
         self.out.write("")
         self.warmup_seconds = time.monotonic() - started
-        partial = cached.with_name(cached.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(base_dir, partial)
-        shutil.rmtree(cached, ignore_errors=True)
-        partial.rename(cached)
+        cache_store(base_dir, cached)
         return base_dir
 
     def _real_model(self) -> Path:

@@ -49,7 +49,36 @@ class TrafficStats:
             return sum(r for _, r in self.recent) / len(self.recent) if self.recent else None
 
 
-class Traffic:
+class UserThreads:
+    """Simulated users, one daemon thread each, running `_user(number)` until `stop()`. A subclass sets `users`
+    and `thread_name` and calls `super().__init__()`."""
+
+    users: int
+    thread_name = "user"
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self):
+        for number in range(self.users):
+            thread = threading.Thread(
+                target=self._user, args=(number,), name=f"{self.thread_name}-{number}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=timeout)
+
+    def _user(self, number: int) -> None:
+        raise NotImplementedError
+
+
+class Traffic(UserThreads):
     def __init__(
         self,
         *,
@@ -67,24 +96,14 @@ class Traffic:
         self.world = world  # a scenario's world (workers/envs/scenarios.py); None: the weather desk as is
         self.stats = TrafficStats()
         self.outcomes: OrderedDict = OrderedDict()  # session id -> the episode's Outcome (ground truth)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        super().__init__()
+
+    thread_name = "demo-user"
 
     def start(self) -> "Traffic":
         if self.world is not None:
             self.world.start()
-        for number in range(self.users):
-            thread = threading.Thread(
-                target=self._user, args=(number,), name=f"demo-user-{number}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-        return self
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=timeout)
+        return super().start()
 
     def _user(self, number: int) -> None:
         import httpx

@@ -11,15 +11,16 @@ accepted (`accepted`: what bench/bfcl's rejection-sampling baseline trains on).
 """
 
 import random
-import threading
 import time
 
 from workers.envs.bfcl.agent import reward_bodies, run_case, score_run
 from workers.envs.bfcl.cases import Case, load_cases
-from workers.envs.traffic import TrafficStats
+from workers.envs.traffic import TrafficStats, UserThreads
 
 
-class BfclTraffic:
+class BfclTraffic(UserThreads):
+    thread_name = "bfcl-user"
+
     def __init__(
         self,
         *,
@@ -48,22 +49,7 @@ class BfclTraffic:
         self.by_category: dict[str, list[int]] = {}  # category → [cases, right]
         # the answers the checker accepted (reward 1): {"case_id", "content", "calls": [[name, arguments]]}
         self.accepted: list[dict] = []
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-
-    def start(self) -> "BfclTraffic":
-        for number in range(self.users):
-            thread = threading.Thread(
-                target=self._user, args=(number,), name=f"bfcl-user-{number}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-        return self
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=timeout)
+        super().__init__()
 
     def _user(self, number: int) -> None:
         import httpx
