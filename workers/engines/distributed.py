@@ -32,9 +32,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from workers.engines.checkpoints import copy_tokenizer_files
 from workers.engines.config import TrainConfig
 from workers.engines.data import plan_batches
-from workers.engines.trainer import Trainer, _copy_tokenizer_files
+from workers.engines.trainer import Trainer
 from workers.rl.samples import TrainingSample
 
 
@@ -138,7 +139,7 @@ def main(argv=None) -> None:
         export = AutoModelForCausalLM.from_pretrained(arguments.model, dtype=torch.float32)
         export.load_state_dict(state)
         export.save_pretrained(out / "export", safe_serialization=True)
-        _copy_tokenizer_files(Path(arguments.model), out / "export")
+        copy_tokenizer_files(Path(arguments.model), out / "export")
     dist.barrier()
     dist.destroy_process_group()
 

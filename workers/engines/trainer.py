@@ -13,13 +13,15 @@ computes the LM head on generated positions only), each micro-batch's loss divid
 loss-token count, so accumulating the rows' gradients gives the minibatch's mean; gradient clipping,
 the scheduled learning rate, AdamW.
 
-Losses (workers.rl.losses): SFT - mean NLL of generated tokens; GRPO - PPO against the behaviour
+Losses (workers.engines.objective, formulas in workers.rl.losses): SFT - mean NLL of generated tokens; GRPO - PPO against the behaviour
 logprobs (the sampling policy is the "old" one); decoupled PPO - ratio against the proximal policy,
 weighted by the capped behaviour weight, optional KPop token filter. The proximal logprobs are those of
 the weights at the start of the step: recomputed by one no-grad pass over the batch before the first
 update when there are several minibatches; with one minibatch the pre-update weights are the ones the
 loss's own forward runs, so its logprobs, detached, are exact and no extra pass is made. `proximal=
 "loglinear"` interpolates from per-token versions instead (workers.rl.proximal).
+
+Checkpoints and their RNG states are written and read by workers.engines.checkpoints.
 
 Precision: weights and optimizer state stay float32; on CUDA the forward runs under bf16 autocast
 (precision "auto" or "bf16"); CPU runs float32. Nothing here imports Django.
@@ -29,7 +31,6 @@ import copy
 import json
 import math
 import os
-import random
 import shutil
 import time
 from collections import Counter
@@ -40,27 +41,21 @@ from typing import Any
 
 import torch
 
+from workers.engines.checkpoints import (
+    STATE_FILE,
+    copy_tokenizer_files,
+    load_checkpoint_state,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+    write_checkpoint,
+)
 from workers.engines.config import CheckpointInfo, StepMetrics, TrainConfig
 from workers.engines.forward import micro_batch_logprobs, plan_micro_batches, resolve_layout
+from workers.engines.objective import micro_batch_loss
 from workers.engines.schedule import LRSchedule
 from workers.rl.advantages import Advantages, GRPOConfig, sample_token_advantages
-from workers.rl.filtering import kpop_filter
-from workers.rl.losses import PPOConfig, decoupled_ppo_loss, ppo_loss, sft_loss
 from workers.rl.packing import pack_sequences, pack_values, packed_token_logprobs, plan_rows, unpack
-from workers.rl.proximal import loglinear_proximal_logprobs
-
-STATE_FILE = "trainer_state.pt"
-LATEST_FILE = "latest"
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "vocab.json",
-    "merges.txt",
-    "added_tokens.json",
-    "tokenizer.model",
-)
 
 
 def _adamw(parameters, config, *, sharded: bool) -> torch.optim.AdamW:
@@ -104,7 +99,7 @@ class Trainer:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.reduce_sum = reduce_sum or (lambda value: value)
         self.world_size = world_size
-        _seed_everything(config.seed)
+        seed_everything(config.seed)
         model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
         if config.gradient_checkpointing:
             model.activation_checkpointing_enable()
@@ -151,7 +146,7 @@ class Trainer:
     @classmethod
     def resume(cls, model_dir, checkpoint_path, *, config: TrainConfig | None = None, **kwargs) -> "Trainer":
         """A trainer over the base `model_dir` restored from a checkpoint directory (its config unless given)."""
-        state = _load_checkpoint_state(Path(checkpoint_path) / STATE_FILE)
+        state = load_checkpoint_state(Path(checkpoint_path) / STATE_FILE)
         trainer = cls(model_dir, config or TrainConfig.from_dict(state["config"]), **kwargs)
         trainer._load_state(state)
         return trainer
@@ -274,34 +269,18 @@ class Trainer:
         return [part.float().cpu() for part in unpack(logp, row)]
 
     def checkpoint(self, directory, *, data_position: int | None = None, keep: int = 2) -> CheckpointInfo:
-        """Writes `directory/step-NNNNNN/` atomically (a temporary folder renamed), then points
-        `directory/latest` at it, then prunes all but the newest `keep` checkpoints."""
+        """Writes `directory/step-NNNNNN/` atomically, points `directory/latest` at it and keeps the newest
+        `keep` checkpoints (workers.engines.checkpoints)."""
         if data_position is not None:
             self.data_position = data_position
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        final = directory / f"step-{self.step_count:06d}"
-        partial = directory / f".step-{self.step_count:06d}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir()
-        torch.save(self._state(), partial / STATE_FILE)
-        (partial / "state.json").write_text(
-            json.dumps(
-                {
-                    "step": self.step_count,
-                    "data_position": self.data_position,
-                    "config": self.config.to_dict(),
-                },
-                indent=2,
-            )
-            + "\n"
+        return write_checkpoint(
+            directory,
+            self._state(),
+            step=self.step_count,
+            data_position=self.data_position,
+            config=self.config.to_dict(),
+            keep=keep,
         )
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(partial, final)
-        _write_atomically(directory / LATEST_FILE, final.name)
-        for old in sorted(directory.glob("step-*"))[:-keep] if keep else []:
-            shutil.rmtree(old, ignore_errors=True)
-        return CheckpointInfo(path=str(final), step=self.step_count, data_position=self.data_position)
 
     def export(self, out_dir) -> Path:
         """A Hugging Face model directory (full weights, LoRA merged; the base's tokenizer files copied)
@@ -313,7 +292,7 @@ class Trainer:
         if self.config.lora is not None:
             model = copy.deepcopy(model).merge_and_unload()
         model.save_pretrained(partial, safe_serialization=True)
-        _copy_tokenizer_files(self.model_dir, partial)
+        copy_tokenizer_files(self.model_dir, partial)
         config_path = partial / "config.json"
         data = json.loads(config_path.read_text())
         data["dtype"] = data["torch_dtype"] = "float32"
@@ -369,62 +348,22 @@ class Trainer:
                 temperature=config.temperature,
             )
         logp = logp.float()
-        scale = self.world_size  # FSDP averages gradients over ranks; the denominator is already global
-        loss_tokens = int(mask.sum())
-        totals["loss_tokens"] += loss_tokens
-        if config.algorithm == "sft":
-            loss, _ = sft_loss(logp, mask, denominator=denominator)
-            totals["kept"] += loss_tokens
-            (loss * scale).backward()
-            return float(loss.detach())
-        behaviour = pack_values([samples[i].logprobs for i in indices]).to(device)
-        advantages = torch.cat([token_advantages[i] for i in indices]).to(device)
-        with torch.no_grad():
-            drift = torch.where(mask.bool(), logp.detach() - behaviour, torch.zeros_like(logp))
-            # typeshed types a Counter's values as int; the standard library takes any number
-            totals["kl_sum"] += float(0.5 * drift.square().sum())  # type: ignore[assignment]
-        if config.algorithm == "grpo":
-            loss, stats = ppo_loss(
-                logp,
-                behaviour,
-                advantages,
-                mask,
-                PPOConfig(eps_clip=config.eps_clip, eps_clip_high=config.eps_clip_high),
-                denominator=denominator,
-            )
-        else:
-            if config.proximal == "loglinear":
-                if current_version is None:
-                    raise ValueError("the log-linear proximal approximation needs current_version")
-                versions = pack_values([samples[i].versions for i in indices], torch.long).to(device)
-                proximal = loglinear_proximal_logprobs(behaviour, logp, versions, current_version)
-            elif recomputed is not None:
-                proximal = torch.cat([recomputed[i] for i in indices]).to(device)
-            else:
-                proximal = logp.detach()
-            keep = None
-            if config.kpop_threshold is not None:
-                keep = kpop_filter(behaviour, proximal, mask, config.kpop_threshold).keep_mask
-            loss, stats = decoupled_ppo_loss(
-                logp,
-                proximal,
-                behaviour,
-                advantages,
-                mask,
-                PPOConfig(
-                    eps_clip=config.eps_clip,
-                    eps_clip_high=config.eps_clip_high,
-                    behaviour_weight_cap=config.behaviour_weight_cap,
-                    cap_mode=config.cap_mode,
-                ),
-                keep_mask=keep,
-                denominator=denominator,
-            )
-        (loss * scale).backward()
-        totals["kept"] += stats.kept_count
-        totals["clipped"] += round(stats.clip_fraction * stats.kept_count)
-        maxima["importance"] = max(maxima["importance"], stats.importance_weight_max)
-        maxima["behaviour"] = max(maxima["behaviour"], stats.behaviour_weight_max)
+        totals["loss_tokens"] += int(mask.sum())
+        loss = micro_batch_loss(
+            logp,
+            mask,
+            samples,
+            indices,
+            config=config,
+            device=device,
+            token_advantages=token_advantages,
+            recomputed=recomputed,
+            current_version=current_version,
+            denominator=denominator,
+            totals=totals,
+            maxima=maxima,
+        )
+        (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the denominator is global
         return float(loss.detach())
 
     def _clip(self) -> float:
@@ -450,7 +389,7 @@ class Trainer:
             "model": self._trainable_state(),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
-            "rng": _rng_state(),
+            "rng": rng_state(),
             "step": self.step_count,
             "data_position": self.data_position,
             "config": self.config.to_dict(),
@@ -468,20 +407,7 @@ class Trainer:
         self.schedule.load_state_dict(state["schedule"])
         self.step_count = int(state["step"])
         self.data_position = int(state["data_position"])
-        _set_rng_state(state["rng"])
-
-
-def latest_checkpoint(directory) -> CheckpointInfo | None:
-    """The checkpoint `directory/latest` names, or None when there is none (a fresh run)."""
-    directory = Path(directory)
-    pointer = directory / LATEST_FILE
-    if not pointer.exists():
-        return None
-    path = directory / pointer.read_text().strip()
-    if not (path / "state.json").exists():
-        return None
-    state = json.loads((path / "state.json").read_text())
-    return CheckpointInfo(path=str(path), step=int(state["step"]), data_position=int(state["data_position"]))
+        set_rng_state(state["rng"])
 
 
 def _split(count: int, parts: int) -> list[list[int]]:
@@ -497,77 +423,3 @@ def _split(count: int, parts: int) -> list[list[int]]:
 
 def _unwrap(model):
     return getattr(model, "module", model)
-
-
-def _copy_tokenizer_files(source: Path, target: Path) -> None:
-    for name in TOKENIZER_FILES:
-        if (source / name).exists():
-            shutil.copy2(source / name, target / name)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-    try:
-        import numpy
-
-        numpy.random.seed(seed)
-    except ImportError:  # pragma: no cover
-        pass
-
-
-def _load_checkpoint_state(path: Path) -> dict:
-    """The trainer state of a checkpoint, loaded with `weights_only=True`: tensors, containers and plain
-    values only, so a planted file cannot run code (pickle.UnpicklingError). numpy's array reconstruction is
-    allowed for checkpoints written before the numpy RNG state was stored as a tensor."""
-    import numpy
-
-    try:
-        from numpy._core.multiarray import _reconstruct
-    except ImportError:  # numpy 1.x
-        from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]  # same function, older home
-
-    with torch.serialization.safe_globals(
-        [_reconstruct, numpy.ndarray, numpy.dtype, numpy.dtypes.UInt32DType]
-    ):
-        return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def _rng_state() -> dict:
-    import numpy
-
-    legacy_state = numpy.random.get_state(legacy=True)
-    # a tuple for the global RandomState (MT19937); numpy types it as possibly a dict (other bit generators)
-    assert isinstance(legacy_state, tuple)
-    kind, keys, position, has_gauss, cached_gaussian = legacy_state
-    # numpy's state as plain values and a tensor, so the checkpoint loads with torch.load(weights_only=True)
-    numpy_state = [
-        kind,
-        torch.from_numpy(keys.astype(numpy.int64)),
-        int(position),
-        int(has_gauss),
-        float(cached_gaussian),
-    ]
-    state = {"python": random.getstate(), "torch": torch.get_rng_state(), "numpy": numpy_state}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    import numpy
-
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    kind, keys, position, has_gauss, cached_gaussian = state["numpy"]
-    if isinstance(keys, torch.Tensor):
-        keys = keys.numpy().astype(numpy.uint32)
-    numpy.random.set_state((kind, keys, int(position), int(has_gauss), float(cached_gaussian)))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])

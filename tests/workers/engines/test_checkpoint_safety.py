@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from workers.engines import TrainConfig, Trainer
-from workers.engines.trainer import STATE_FILE
+from workers.engines.checkpoints import STATE_FILE
 
 
 class _RunsOnLoad:
