@@ -14,8 +14,7 @@ from apps.rewards.selectors import reward_spec_get
 from apps.rewards.services import reward_create
 from apps.tenants.models import Membership, Tenant
 from apps.tenants.permissions import Action, role_can
-from apps.trajectories.models import Step
-from apps.trajectories.selectors import trajectory_list
+from apps.trajectories.selectors import step_exists, trajectory_list
 
 FILTER_NAMES = ("agent", "task_id", "group_id", "status", "purpose")
 SAMPLE_SIZE = "sample_size"  # kept with the filters: how many trajectories the queue samples at most
@@ -164,10 +163,7 @@ def annotation_label_submit(
     AnnotationItem.objects.select_for_update().filter(pk=item.pk).values_list("pk", flat=True).get()
     if item.labels.count() >= item.queue.annotators_per_item:
         raise Conflict("this item has all the labels it needs", code="item_complete")
-    if (
-        step_id
-        and not Step.objects.filter(tenant=tenant, trajectory_id=item.trajectory_id, pk=step_id).exists()
-    ):
+    if step_id and not step_exists(tenant=tenant, trajectory_id=item.trajectory_id, step_id=step_id):
         raise NotFound("no such step in this trajectory", code="step_not_found")
     key = f"annotation:{item.pk}:{user.pk}"
     reward, _ = reward_create(

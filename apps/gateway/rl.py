@@ -186,15 +186,13 @@ def _session_target(tenant_id: int, session_id: str):
 
 def _stored_step_trajectory(tenant_id: int, step_id: str) -> uuid.UUID | None:
     """The trajectory of the tenant's stored step `step_id`; None while it is not in the database."""
-    from apps.trajectories.models import Step
+    from apps.trajectories.selectors import step_trajectory_id
 
     try:
         step_uuid = uuid.UUID(step_id)
     except ValueError:
         return None
-    return (
-        Step.objects.filter(tenant_id=tenant_id, pk=step_uuid).values_list("trajectory_id", flat=True).first()
-    )
+    return step_trajectory_id(tenant_id=tenant_id, step_id=step_uuid)
 
 
 async def _wait_until_stored(tenant_id: int, step_id: str) -> uuid.UUID:
@@ -271,16 +269,11 @@ def _last_step_id(session: RlSession) -> str | None:
     """The completion a reward without an interaction id goes to: the shared cursor's last step when it is
     in the session's newest trajectory (the reward's trajectory), else that trajectory's newest stored step;
     None when it has none."""
-    from apps.trajectories.models import Step
+    from apps.trajectories.selectors import step_last_id
 
     if session.cursor_step is not None and session.cursor_step[1] == session.trajectory_id:
         return session.cursor_step[0]
-    last = (
-        Step.objects.filter(tenant_id=session.principal.tenant_id, trajectory_id=session.trajectory_id)
-        .order_by("-index")
-        .values_list("id", flat=True)
-        .first()
-    )
+    last = step_last_id(tenant_id=session.principal.tenant_id, trajectory_id=session.trajectory_id)
     return str(last) if last else None
 
 
@@ -364,14 +357,12 @@ def _end(session: RlSession) -> tuple[int, int]:
     """(steps, interactions) of the session's trajectory, which is now complete."""
     from apps.tenants.models import Tenant
     from apps.trajectories.choices import StepKind
-    from apps.trajectories.models import Step
+    from apps.trajectories.selectors import step_count
     from apps.trajectories.services import trajectory_end
 
     tenant = Tenant.objects.get(pk=session.principal.tenant_id)
     trajectory = trajectory_end(tenant=tenant, trajectory_id=session.trajectory_id)
-    interactions = Step.objects.filter(
-        tenant=tenant, trajectory_id=trajectory.pk, kind=StepKind.LLM_CALL
-    ).count()
+    interactions = step_count(tenant=tenant, trajectory_id=trajectory.pk, kind=StepKind.LLM_CALL)
     return trajectory.step_count, interactions
 
 

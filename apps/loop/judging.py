@@ -18,19 +18,24 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import httpx
 from django.conf import settings
-from django.db.models import F, Q
-from django.utils import timezone
 
 from apps.core.errors import DomainError
-from apps.rewards.choices import EvaluatorKind, EvaluatorRunStatus
-from apps.rewards.models import Evaluator, EvaluatorRun
-from apps.rewards.selectors import judge_target, trajectory_outcome
-from apps.rewards.services import evaluator_reward_existing, evaluator_reward_store
+from apps.rewards.choices import EvaluatorRunStatus
+from apps.rewards.selectors import dangerously_llm_judge_with_tenant, judge_target, trajectory_outcome
+from apps.rewards.services import (
+    evaluator_reward_existing,
+    evaluator_reward_store,
+    evaluator_run_attempts_add,
+    evaluator_run_claim,
+    evaluator_run_finish,
+    evaluator_run_session_set,
+)
 from apps.trajectories.choices import Purpose
-from apps.trajectories.models import Trajectory
+from apps.trajectories.selectors import dangerously_trajectory_with_tenant
 from workers.rewards.judge import (
     JudgeConfig,
     JudgeConfigInvalid,
@@ -40,6 +45,10 @@ from workers.rewards.judge import (
     parse_verdict,
     truncated,
 )
+
+if TYPE_CHECKING:
+    from apps.rewards.models import Evaluator, EvaluatorRun
+    from apps.trajectories.models import Trajectory
 
 RETRYABLE_STATUSES = {429, 500, 502, 503, 504}
 MAX_RETRY_AFTER_SECONDS = 30.0
@@ -67,7 +76,7 @@ class JudgeAnswer:
     attempts: int
 
 
-def judge_session_id(*, evaluator: Evaluator, trajectory_id) -> str:
+def judge_session_id(*, evaluator: "Evaluator", trajectory_id) -> str:
     return f"judge-{evaluator.pk}-{trajectory_id}"
 
 
@@ -190,7 +199,7 @@ def _answer(response: httpx.Response, attempts: int) -> JudgeAnswer:
     )
 
 
-def _stale_after(evaluator: Evaluator) -> timedelta:
+def _stale_after(evaluator: "Evaluator") -> timedelta:
     """How long a running claim may last before another worker takes it over: every try at its timeout and
     backoff, and a minute more."""
     try:
@@ -202,39 +211,19 @@ def _stale_after(evaluator: Evaluator) -> timedelta:
     return timedelta(seconds=tries * per_try + 60)
 
 
-def _claim(*, evaluator: Evaluator, trajectory: Trajectory) -> tuple[EvaluatorRun, bool]:
-    """(the pair's run, whether this worker now holds it). A new run is created running; a failed one, or one
-    running past `_stale_after` (a killed worker's), is taken over by a conditional update; a succeeded or
-    freshly running one is left alone."""
-    now = timezone.now()
-    run, created = EvaluatorRun.objects.get_or_create(
-        tenant_id=evaluator.tenant_id,
-        evaluator=evaluator,
-        trajectory=trajectory,
-        defaults={"status": EvaluatorRunStatus.RUNNING, "started_at": now},
+def _claim(*, evaluator: "Evaluator", trajectory: "Trajectory") -> tuple["EvaluatorRun", bool]:
+    """(the pair's run, whether this worker now holds it): `services.evaluator_run_claim`, a run running past
+    `_stale_after` (a killed worker's) taken over."""
+    return evaluator_run_claim(
+        evaluator=evaluator, trajectory=trajectory, stale_after=_stale_after(evaluator)
     )
-    if created:
-        return run, True
-    taken = (
-        EvaluatorRun.objects.filter(pk=run.pk)
-        .filter(
-            Q(status=EvaluatorRunStatus.FAILED)
-            | Q(status=EvaluatorRunStatus.RUNNING, started_at__lt=now - _stale_after(evaluator))
-        )
-        .update(status=EvaluatorRunStatus.RUNNING, started_at=now, finished_at=None)
-    )
-    run.refresh_from_db()
-    return run, bool(taken)
 
 
-def _finish(run: EvaluatorRun, **fields) -> EvaluatorRun:
-    fields = {"finished_at": timezone.now(), **fields}
-    EvaluatorRun.objects.filter(pk=run.pk).update(**fields)
-    run.refresh_from_db()
-    return run
+def _finish(run: "EvaluatorRun", **fields) -> "EvaluatorRun":
+    return evaluator_run_finish(run=run, **fields)
 
 
-def _fail(run: EvaluatorRun, failure: JudgeFailed) -> EvaluatorRun:
+def _fail(run: "EvaluatorRun", failure: JudgeFailed) -> "EvaluatorRun":
     return _finish(
         run,
         status=EvaluatorRunStatus.FAILED,
@@ -246,19 +235,15 @@ def _fail(run: EvaluatorRun, failure: JudgeFailed) -> EvaluatorRun:
     )
 
 
-def judge_run(*, evaluator_id: int, trajectory_id: str, sleep=time.sleep) -> EvaluatorRun | None:
+def judge_run(*, evaluator_id: int, trajectory_id: str, sleep=time.sleep) -> "EvaluatorRun | None":
     """Judges one trajectory with one llm_judge evaluator of the same tenant (anything else: None). Skips
     the gateway's eval traffic (the judge's own sessions among it, which would otherwise be judged in turn).
     Idempotent per (evaluator version, trajectory): a succeeded run, or one another worker holds, is returned
     as it is; a failed one is run again. Stores one reward (`services.evaluator_reward_store`, evidence: the
     judge's step id, session, model, version, reason) or records why not; enqueues the trajectory's
     qualification when a reward is stored."""
-    evaluator = (
-        Evaluator.objects.select_related("tenant", "spec")
-        .filter(pk=evaluator_id, kind=EvaluatorKind.LLM_JUDGE)
-        .first()
-    )
-    trajectory = Trajectory.objects.filter(pk=trajectory_id).first()
+    evaluator = dangerously_llm_judge_with_tenant(evaluator_id)
+    trajectory = dangerously_trajectory_with_tenant(trajectory_id)
     if evaluator is None or trajectory is None or trajectory.tenant_id != evaluator.tenant_id:
         return None
     if trajectory.purpose == Purpose.EVAL:
@@ -270,7 +255,7 @@ def judge_run(*, evaluator_id: int, trajectory_id: str, sleep=time.sleep) -> Eva
     if existing is not None:  # stored by a run that died before it could say so
         return _finish(run, status=EvaluatorRunStatus.SUCCEEDED, reward=existing, error_code="", error="")
     session_id = judge_session_id(evaluator=evaluator, trajectory_id=trajectory.pk)
-    EvaluatorRun.objects.filter(pk=run.pk).update(judge_session_id=session_id)
+    evaluator_run_session_set(run=run, session_id=session_id)
     try:
         reward, answer = _judge(evaluator, trajectory, session_id, run, sleep)
     except JudgeFailed as failure:
@@ -289,7 +274,7 @@ def judge_run(*, evaluator_id: int, trajectory_id: str, sleep=time.sleep) -> Eva
     )
 
 
-def _judge(evaluator: Evaluator, trajectory: Trajectory, session_id: str, run: EvaluatorRun, sleep):
+def _judge(evaluator: "Evaluator", trajectory: "Trajectory", session_id: str, run: "EvaluatorRun", sleep):
     try:
         config = judge_config(evaluator.config)
         messages = judge_messages(config, trajectory_outcome(trajectory=trajectory))
@@ -301,9 +286,9 @@ def _judge(evaluator: Evaluator, trajectory: Trajectory, session_id: str, run: E
             tenant=evaluator.tenant, config=config, session_id=session_id, messages=messages, sleep=sleep
         )
     except JudgeFailed as failure:
-        EvaluatorRun.objects.filter(pk=run.pk).update(attempts=F("attempts") + failure.attempts)
+        evaluator_run_attempts_add(run=run, attempts=failure.attempts)
         raise
-    EvaluatorRun.objects.filter(pk=run.pk).update(attempts=F("attempts") + answer.attempts)
+    evaluator_run_attempts_add(run=run, attempts=answer.attempts)
     try:
         verdict = parse_verdict(answer.text, config)
     except UnparseableAnswer as error:

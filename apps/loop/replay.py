@@ -9,6 +9,7 @@ does. A replayed step's `state.replay_of` names the step it repeats.
 
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 
@@ -16,7 +17,9 @@ from apps.audit.services import audit_record
 from apps.core.errors import Conflict, NotFound
 from apps.core.tasking import task_enqueue_on_commit
 from apps.trajectories.choices import EndReason, Purpose, StepKind, TrajectoryStatus
-from apps.trajectories.models import Step, Trajectory
+
+if TYPE_CHECKING:
+    from apps.trajectories.models import Step, Trajectory
 
 ENDPOINT_PATHS = {
     "chat": "/v1/chat/completions",
@@ -46,7 +49,7 @@ def replay_step_id(*, source_step_id, session_id: str) -> str:
 @transaction.atomic
 def trajectory_replay_start(
     *, tenant, trajectory_id, model: str, model_version: str = "", actor
-) -> Trajectory:
+) -> "Trajectory":
     """Opens the replay trajectory and enqueues the replay on the `eval` queue (on commit).
 
     Tenancy: the source must be this tenant's (404 otherwise), and so must the backend serving `model`.
@@ -99,7 +102,7 @@ def trajectory_replay_start(
     return replay
 
 
-def _request_body(step: Step, model: str) -> dict:
+def _request_body(step: "Step", model: str) -> dict:
     observation = step.observation
     body = dict(observation.get("params") or {})
     body.pop("stream", None)
@@ -136,11 +139,12 @@ def trajectory_replay_run(
     from apps.inference.egress import BackendAddressRefused, backend_http_client
     from apps.inference.services import NoBackendAvailable, backend_for_session
     from apps.tenants.models import Tenant
+    from apps.trajectories.selectors import step_list, trajectory_of_session_get, trajectory_row_get
     from apps.trajectories.services import steps_ingest, trajectory_end
 
     tenant = Tenant.objects.get(pk=tenant_id)
-    source = Trajectory.objects.for_tenant(tenant).get(pk=source_id)
-    replay = Trajectory.objects.for_tenant(tenant).get(session_id=session_id)
+    source = trajectory_row_get(tenant=tenant, trajectory_id=source_id)
+    replay = trajectory_of_session_get(tenant=tenant, session_id=session_id)
     policy = policy_load(tenant_id)
     principal = Principal(
         tenant_id=tenant_id,
@@ -151,7 +155,7 @@ def trajectory_replay_run(
         task_id=source.task_id,
     )
     session = SessionState(session_id=session_id, task_id=source.task_id)
-    done = set(Step.objects.for_tenant(tenant).filter(trajectory=replay).values_list("id", flat=True))
+    done = set(step_list(tenant=tenant, trajectory=replay).values_list("id", flat=True))
     recorded = 0
     with backend_http_client(timeout=timeout_s) as client:  # checked addresses, no redirects (egress.py)
         for step in _replayable_steps(source):

@@ -1,8 +1,9 @@
 """Reads of reviews, verdicts and the training queue, tenant first; and the facts the gates judge."""
 
+from typing import TYPE_CHECKING
+
 from django.db.models import Count, Prefetch
 
-from apps.core.selectors import get_in_tenant
 from apps.qualification.models import (
     Qualification,
     QualificationLimits,
@@ -13,18 +14,16 @@ from apps.qualification.models import (
 )
 from apps.rewards.selectors import training_reward
 from apps.tenants.models import Tenant
-from apps.trajectories.models import Step, Trajectory
+from apps.trajectories.selectors import step_list, trajectory_row_get
 from workers.atdp.tokens import unpack_floats, unpack_ids, unpack_versions
 from workers.qualification.gates import Limits, StepFacts, TrajectoryFacts, content_hash
 
+if TYPE_CHECKING:
+    from apps.trajectories.models import Trajectory
 
-def trajectory_for_qualification(*, tenant: Tenant, trajectory_id) -> Trajectory:
-    return get_in_tenant(
-        Trajectory.objects.select_related("tenant"),
-        tenant=tenant,
-        pk=trajectory_id,
-        code="trajectory_not_found",
-    )
+
+def trajectory_for_qualification(*, tenant: Tenant, trajectory_id) -> "Trajectory":
+    return trajectory_row_get(tenant=tenant, trajectory_id=trajectory_id)
 
 
 def review_current(*, tenant: Tenant, trajectory_id) -> Review | None:
@@ -100,12 +99,7 @@ def trajectory_facts(*, trajectory) -> tuple[TrajectoryFacts, str]:
     """(facts for the gates, content hash). Duplicate: another trajectory of the tenant with the same
     content hash that started earlier (ties broken by id)."""
     tenant = trajectory.tenant
-    steps = list(
-        Step.objects.for_tenant(tenant)
-        .filter(trajectory=trajectory)
-        .order_by("index")
-        .values(*STEP_FACT_FIELDS)
-    )
+    steps = list(step_list(tenant=tenant, trajectory=trajectory).values(*STEP_FACT_FIELDS))
     digest = content_hash(steps)
     earlier = (
         Qualification.objects.for_tenant(tenant)
@@ -150,6 +144,47 @@ def training_queue(*, tenant: Tenant) -> list[dict]:
         }
         for row in rows
     ]
+
+
+def qualified_content_hashes(
+    *, tenant: Tenant, agent: str | None = None, task_id: str | None = None, limit: int | None = None
+) -> list[tuple[str, str]]:
+    """(trajectory id, content hash) of the tenant's qualified trajectories (of `agent`, of `task_id` when
+    given), oldest first, the first `limit` of them when given: the training queue a job's snapshot freezes."""
+    rows = Qualification.objects.for_tenant(tenant).filter(status=QualificationStatus.QUALIFIED)
+    if agent:
+        rows = rows.filter(trajectory__agent_name=agent)
+    if task_id:
+        rows = rows.filter(trajectory__task_id=task_id)
+    rows = rows.order_by("trajectory__started_at", "trajectory_id").values_list(
+        "trajectory_id", "content_hash"
+    )
+    return [(str(trajectory_id), digest) for trajectory_id, digest in (rows[:limit] if limit else rows)]
+
+
+def content_hashes(*, tenant: Tenant, trajectory_ids) -> dict:
+    """{trajectory id: content hash} of those of `trajectory_ids` the tenant's gates have judged."""
+    return dict(
+        Qualification.objects.for_tenant(tenant)
+        .filter(trajectory_id__in=trajectory_ids)
+        .values_list("trajectory_id", "content_hash")
+    )
+
+
+def qualified_trajectory_ids(*, tenant_id: int, started_since, excluding, limit: int) -> list:
+    """Ids of tenant `tenant_id`'s qualified trajectories started at or after `started_since`, oldest first, at most
+    `limit`, leaving out the trajectory ids `excluding` holds (ids, or a queryset of `trajectory_id` values,
+    read as a subquery): what an online run has not consumed yet."""
+    return list(
+        Qualification.objects.filter(
+            tenant_id=tenant_id,
+            status=QualificationStatus.QUALIFIED,
+            trajectory__started_at__gte=started_since,
+        )
+        .exclude(trajectory_id__in=excluding)
+        .order_by("trajectory__started_at", "trajectory_id")
+        .values_list("trajectory_id", flat=True)[:limit]
+    )
 
 
 def disqualified_counts(*, tenant: Tenant) -> list[dict]:

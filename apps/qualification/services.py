@@ -1,6 +1,8 @@
 """Writes: reviews, gate verdicts, overrides, limits. Every write that can change a verdict re-runs the
 gates on a worker (enqueued on commit)."""
 
+from typing import TYPE_CHECKING
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -21,8 +23,11 @@ from apps.qualification.selectors import (
     trajectory_for_qualification,
 )
 from apps.tenants.models import Tenant
-from apps.trajectories.models import Trajectory
+from apps.trajectories.selectors import dangerously_trajectory_lock
 from workers.qualification.gates import OVERRIDE_CODE, evaluate
+
+if TYPE_CHECKING:
+    from apps.trajectories.models import Trajectory
 
 
 def qualification_enqueue(*, trajectory_id) -> None:
@@ -54,9 +59,7 @@ def qualification_evaluate(*, trajectory_id) -> Qualification | None:
     Tenancy: the trajectory's own tenant (the id is globally unique). Locking: the trajectory row.
     When this trajectory turns out to be the earliest of identical ones, the later copies are re-queued
     so they are marked duplicates. Returns None for a trajectory that no longer exists."""
-    trajectory = (
-        Trajectory.objects.select_for_update().select_related("tenant").filter(pk=trajectory_id).first()
-    )
+    trajectory = dangerously_trajectory_lock(trajectory_id)
     if trajectory is None:
         return None
     facts, digest = trajectory_facts(trajectory=trajectory)
@@ -108,7 +111,7 @@ def review_set(
     return review
 
 
-def review_import(*, tenant: Tenant, trajectory: Trajectory, review: dict, recorded_at) -> Review | None:
+def review_import(*, tenant: Tenant, trajectory: "Trajectory", review: dict, recorded_at) -> Review | None:
     """Appends the review an imported ATDP record carries (`governance.review`) beside `trajectory`, a row of
     `tenant` the caller's transaction has just created: its status, note, reviewer (as a label: the person
     belongs to the record's origin, not to this tenant) and time (`recorded_at`; the import's own time when

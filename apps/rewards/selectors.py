@@ -8,6 +8,7 @@ from django.db.models import Avg, Count, Prefetch, Q
 from django.db.models.functions import TruncMinute
 
 from apps.core.selectors import get_in_tenant
+from apps.rewards.choices import EvaluatorKind
 from apps.rewards.errors import RewardRejected
 from apps.rewards.models import (
     Evaluator,
@@ -19,7 +20,7 @@ from apps.rewards.models import (
 )
 from apps.tenants.models import Tenant
 from apps.trajectories.choices import TrajectoryStatus
-from apps.trajectories.models import Step
+from apps.trajectories.selectors import step_list
 from workers.rewards.combine import DEFAULT_PRIORITY, CombinationRule, RewardPoint, combine
 from workers.rewards.evaluators import Outcome, ToolCall
 from workers.rewards.specs import SpecData
@@ -274,6 +275,17 @@ def evaluator_get(*, tenant: Tenant, evaluator_id) -> Evaluator:
     )
 
 
+def dangerously_llm_judge_with_tenant(evaluator_id) -> Evaluator | None:
+    """The llm_judge evaluator `evaluator_id` of whichever tenant, with its tenant and spec loaded (the judge
+    task's entry: the tenant comes from the row), or None (missing, or another kind). Every read after it
+    must be scoped to that tenant."""
+    return (
+        Evaluator.objects.select_related("tenant", "spec")
+        .filter(pk=evaluator_id, kind=EvaluatorKind.LLM_JUDGE)
+        .first()
+    )
+
+
 def evaluator_has_rewards(*, evaluator: Evaluator) -> bool:
     """Whether this evaluator version has stored a result (its rewards carry the evaluator workers' key
     `evaluator:<id>:<trajectory>`): a used version's meaning must not change."""
@@ -370,9 +382,9 @@ def trajectory_outcome(*, trajectory) -> Outcome:
     arguments, its result and whether that succeeded (a tool message or result without an error), and the
     environment's reported outcome (env_event results)."""
     steps = list(
-        Step.objects.filter(tenant_id=trajectory.tenant_id, trajectory=trajectory)
-        .order_by("index")
-        .values("kind", "observation", "action", "result")
+        step_list(tenant=trajectory.tenant_id, trajectory=trajectory).values(
+            "kind", "observation", "action", "result"
+        )
     )
     calls: dict[str, tuple[str, str]] = {}
     results: dict[str, tuple[bool, str]] = {}

@@ -242,19 +242,11 @@ def online_run_get(*, tenant, run_id) -> OnlineRun:
 def online_pending(*, run: OnlineRun, limit: int = 256) -> list[str]:
     """Qualified trajectories of this run's window (started since the run began, production traffic) that the
     run has not consumed yet, oldest first."""
-    from apps.qualification.choices import QualificationStatus
-    from apps.qualification.models import Qualification
+    from apps.qualification.selectors import qualified_trajectory_ids
 
     taken = OnlineConsumption.objects.filter(run=run).values("trajectory_id")
-    rows = (
-        Qualification.objects.filter(
-            tenant_id=run.tenant_id,
-            status=QualificationStatus.QUALIFIED,
-            trajectory__started_at__gte=run.started_at,
-        )
-        .exclude(trajectory_id__in=taken)
-        .order_by("trajectory__started_at", "trajectory_id")
-        .values_list("trajectory_id", flat=True)[:limit]
+    rows = qualified_trajectory_ids(
+        tenant_id=run.tenant_id, started_since=run.started_at, excluding=taken, limit=limit
     )
     return [str(trajectory_id) for trajectory_id in rows]
 
@@ -264,15 +256,12 @@ def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
     (η + v + 1)·B − (accepted + running) over the RL sessions started since the run began, where a session
     stops counting once it can never be trained on (disqualified, or taken by the run as stale or empty), as
     AReaL counts only accepted rollouts: otherwise rejected sessions would use the budget up for good."""
-    from apps.trajectories.choices import TrajectoryStatus
-    from apps.trajectories.models import Trajectory
+    from apps.trajectories.selectors import rl_sessions_since
 
     run = OnlineRun.objects.filter(tenant_id=tenant_id, status=OnlineRunStatus.RUNNING).first()
     if run is None:
         return None
-    sessions = Trajectory.objects.filter(
-        tenant_id=tenant_id, started_at__gte=run.started_at, session_id__startswith="rl-"
-    ).exclude(status=TrajectoryStatus.ABORTED)
+    sessions = rl_sessions_since(tenant_id=tenant_id, since=run.started_at)
     unusable = OnlineConsumption.objects.filter(run=run, outcome__in=("stale", "empty")).values(
         "trajectory_id"
     )

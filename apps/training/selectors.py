@@ -5,8 +5,7 @@ from uuid import UUID
 from django.db.models import Count
 
 from apps.core.selectors import get_in_tenant
-from apps.qualification.choices import QualificationStatus
-from apps.qualification.models import Qualification
+from apps.qualification.selectors import content_hashes, qualified_content_hashes
 from apps.rewards.selectors import training_rewards
 from apps.tenants.models import Tenant
 from apps.training.models import (
@@ -18,8 +17,7 @@ from apps.training.models import (
     TrainingLogLine,
     TrainingMetric,
 )
-from apps.trajectories.models import Trajectory
-from apps.trajectories.selectors import trajectory_with_records
+from apps.trajectories.selectors import trajectories_by_id, trajectory_with_records
 from apps.trajectories.serialize import trajectory_to_atdp
 
 
@@ -115,15 +113,7 @@ def training_queue_snapshot(
 ) -> dict:
     """The qualified training queue now, frozen: trajectory ids (oldest first) and a sha256 over their
     (id, content hash) pairs, so a job trains on exactly what it was created with."""
-    rows = Qualification.objects.for_tenant(tenant).filter(status=QualificationStatus.QUALIFIED)
-    if agent:
-        rows = rows.filter(trajectory__agent_name=agent)
-    if task_id:
-        rows = rows.filter(trajectory__task_id=task_id)
-    rows = rows.order_by("trajectory__started_at", "trajectory_id").values_list(
-        "trajectory_id", "content_hash"
-    )
-    pairs = [(str(trajectory_id), digest) for trajectory_id, digest in (rows[:limit] if limit else rows)]
+    pairs = qualified_content_hashes(tenant=tenant, agent=agent, task_id=task_id, limit=limit)
     return {
         "trajectory_ids": [trajectory_id for trajectory_id, _ in pairs],
         "content_hash": _snapshot_hash(pairs),
@@ -133,11 +123,7 @@ def training_queue_snapshot(
 
 def training_snapshot_hash(*, tenant: Tenant, trajectory_ids) -> str:
     """The content hash the snapshot's trajectories have now (compare with the one frozen at creation)."""
-    digests = dict(
-        Qualification.objects.for_tenant(tenant)
-        .filter(trajectory_id__in=trajectory_ids)
-        .values_list("trajectory_id", "content_hash")
-    )
+    digests = content_hashes(tenant=tenant, trajectory_ids=trajectory_ids)
     return _snapshot_hash([(str(t), digests.get(UUID(str(t)), "")) for t in trajectory_ids])
 
 
@@ -152,7 +138,7 @@ def training_records(*, tenant: Tenant, trajectory_ids) -> list[dict]:
     keeps the rewards of single steps, ready for workers.rl.samples (a step with its own reward trains with
     it). A trajectory deleted since the snapshot is left out."""
     trajectories = trajectory_with_records(
-        Trajectory.objects.for_tenant(tenant).filter(pk__in=trajectory_ids).select_related("tenant"),
+        trajectories_by_id(tenant=tenant, trajectory_ids=trajectory_ids).select_related("tenant"),
         tenant=tenant,
     )
     by_id = {str(t.pk): t for t in trajectories}

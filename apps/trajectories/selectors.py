@@ -7,6 +7,7 @@ from django.http import Http404
 from apps.core.errors import NotFound
 from apps.core.selectors import get_in_tenant
 from apps.tenants.models import Tenant
+from apps.trajectories.choices import Purpose, StepKind, TrajectoryStatus
 from apps.trajectories.models import Step, Trajectory, trajectory_id_for
 from workers.stats import percentile
 
@@ -122,6 +123,116 @@ def step_list(*, tenant: Tenant, trajectory=None):
     if trajectory is not None:
         steps = steps.filter(trajectory=trajectory)
     return steps.order_by("index")
+
+
+def step_exists(*, tenant: Tenant, trajectory_id, step_id) -> bool:
+    """Whether `step_id` is a step of the tenant's trajectory `trajectory_id` (another tenant's is not)."""
+    return Step.objects.for_tenant(tenant).filter(pk=step_id, trajectory_id=trajectory_id).exists()
+
+
+def step_trajectory_id(*, tenant_id: int, step_id: uuid.UUID) -> uuid.UUID | None:
+    """The trajectory of tenant `tenant_id`'s stored step `step_id`; None while no such step is stored."""
+    return (
+        Step.objects.filter(tenant_id=tenant_id, pk=step_id).values_list("trajectory_id", flat=True).first()
+    )
+
+
+def step_with_agent_name(*, tenant_id: int, step_id: uuid.UUID) -> dict | None:
+    """Tenant `tenant_id`'s step `step_id` as {"id", "trajectory_id", "agent_name"} (its trajectory's agent),
+    None when the tenant has no such step."""
+    row = (
+        Step.objects.filter(tenant_id=tenant_id, id=step_id)
+        .values("id", "trajectory_id", "trajectory__agent_name")
+        .first()
+    )
+    if row is None:
+        return None
+    return {
+        "id": row["id"],
+        "trajectory_id": row["trajectory_id"],
+        "agent_name": row["trajectory__agent_name"],
+    }
+
+
+def step_last_id(*, tenant_id: int, trajectory_id) -> uuid.UUID | None:
+    """The id of the newest (highest index) stored step of tenant `tenant_id`'s trajectory; None without one."""
+    return (
+        Step.objects.filter(tenant_id=tenant_id, trajectory_id=trajectory_id)
+        .order_by("-index")
+        .values_list("id", flat=True)
+        .first()
+    )
+
+
+def step_count(*, tenant: Tenant, trajectory_id, kind: str | None = None) -> int:
+    """How many steps (of `kind` when given) the tenant's trajectory `trajectory_id` has stored."""
+    steps = Step.objects.filter(tenant=tenant, trajectory_id=trajectory_id)
+    if kind is not None:
+        steps = steps.filter(kind=kind)
+    return steps.count()
+
+
+def production_calls_of_version(
+    *, tenant: Tenant, model: str, version: str, since, limit: int
+) -> list[tuple]:
+    """The newest `limit` model calls of production traffic (eval, replay and annotation sessions left out)
+    that `version` of the tenant's `model` served since `since`, newest first, as (trajectory id, error,
+    aborted, latency_ms, cost_usd): what a release's guardrails measure per arm."""
+    return list(
+        Step.objects.for_tenant(tenant)
+        .filter(
+            kind=StepKind.LLM_CALL,
+            served_model=model,
+            model_version=version,
+            created_at__gte=since,
+            trajectory__purpose=Purpose.PRODUCTION,
+        )
+        .order_by("-created_at")
+        .values_list("trajectory_id", "error", "aborted", "latency_ms", "cost_usd")[:limit]
+    )
+
+
+def trajectories_by_id(*, tenant: Tenant, trajectory_ids):
+    """The tenant's trajectories among `trajectory_ids` (a queryset, unordered; another tenant's never)."""
+    return Trajectory.objects.for_tenant(tenant).filter(pk__in=trajectory_ids)
+
+
+def trajectory_agent(*, tenant_id: int, trajectory_id) -> dict | None:
+    """Tenant `tenant_id`'s trajectory `trajectory_id` as {"id", "agent_name"}; None when the tenant has no
+    such trajectory."""
+    return Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id).values("id", "agent_name").first()
+
+
+def rl_sessions_since(*, tenant_id: int, since):
+    """Tenant `tenant_id`'s RL sessions (session id `rl-...`, /rl/start_session's) started at or after
+    `since`, aborted ones left out: a queryset (an online run counts its capacity over it)."""
+    return Trajectory.objects.filter(
+        tenant_id=tenant_id, started_at__gte=since, session_id__startswith="rl-"
+    ).exclude(status=TrajectoryStatus.ABORTED)
+
+
+def trajectory_row_get(*, tenant: Tenant, trajectory_id) -> Trajectory:
+    """The tenant's trajectory with its tenant loaded and nothing prefetched (`trajectory_get` reads its
+    record too); a missing one, or another tenant's, is NotFound `trajectory_not_found`."""
+    return get_in_tenant(
+        Trajectory.objects.select_related("tenant"),
+        tenant=tenant,
+        pk=trajectory_id,
+        code="trajectory_not_found",
+    )
+
+
+def trajectory_of_session_get(*, tenant: Tenant, session_id: str) -> Trajectory:
+    """The tenant's trajectory of session `session_id` (not its continuations); a missing one is NotFound
+    `trajectory_not_found`."""
+    return get_in_tenant(Trajectory, tenant=tenant, session_id=session_id, code="trajectory_not_found")
+
+
+def dangerously_trajectory_lock(trajectory_id) -> Trajectory | None:
+    """The trajectory `trajectory_id` of whichever tenant, locked (with its tenant) until the caller's
+    transaction ends, or None (a task's entry: the tenant comes from the row; every read after it must be
+    scoped to that tenant). Call it inside a transaction."""
+    return Trajectory.objects.select_for_update().select_related("tenant").filter(pk=trajectory_id).first()
 
 
 def trajectory_get(*, tenant: Tenant, trajectory_id) -> Trajectory:

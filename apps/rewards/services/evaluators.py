@@ -1,15 +1,28 @@
 """Evaluators: registering and editing versions, queueing runs, and storing a run's result as a reward
 (idempotent per evaluator version and trajectory)."""
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.selectors import get_in_tenant
 from apps.core.tasking import task_enqueue_on_commit
-from apps.rewards.models import Evaluator, Reward, RewardKind, RewardSource, RewardTarget, RewardTiming
+from apps.rewards.choices import EvaluatorRunStatus
+from apps.rewards.models import (
+    Evaluator,
+    EvaluatorRun,
+    Reward,
+    RewardKind,
+    RewardSource,
+    RewardTarget,
+    RewardTiming,
+)
 from apps.rewards.selectors import evaluator_has_rewards, judge_target, reward_spec_for, trajectory_outcome
 from apps.rewards.services.storing import EVALUATOR_PRINCIPAL, _checked, _existing, _store, idempotency_scope
 from apps.tenants.models import Tenant
@@ -245,7 +258,62 @@ def evaluator_run(*, evaluator: Evaluator, trajectory) -> Reward:
     existing = evaluator_reward_existing(evaluator=evaluator, trajectory_id=trajectory.pk)
     if existing:
         return existing
-    result = run_evaluator(evaluator.kind, evaluator.config, trajectory_outcome(trajectory=trajectory))
+    result = run_evaluator(
+        evaluator.kind,
+        evaluator.config,
+        trajectory_outcome(trajectory=trajectory),
+        programs_dir=settings.AREAL_EVALUATOR_PROGRAMS_DIR or None,
+    )
     return evaluator_reward_store(
         evaluator=evaluator, trajectory=trajectory, value=result.value, label=result.label
     )
+
+
+# ---- an LLM judge's runs (apps.loop.judging runs the judge) -------------------------------------------
+
+
+def evaluator_run_claim(
+    *, evaluator: Evaluator, trajectory, stale_after: timedelta
+) -> tuple[EvaluatorRun, bool]:
+    """(the pair's run, whether this worker now holds it). Tenancy: the evaluator's tenant (the caller has
+    checked the trajectory is of it). A new run is created running; a failed one, or one running for longer
+    than `stale_after` (a killed worker's), is taken over by a conditional update; a succeeded or freshly
+    running one is left alone, so two workers never judge the same pair at once."""
+    now = timezone.now()
+    run, created = EvaluatorRun.objects.get_or_create(
+        tenant_id=evaluator.tenant_id,
+        evaluator=evaluator,
+        trajectory=trajectory,
+        defaults={"status": EvaluatorRunStatus.RUNNING, "started_at": now},
+    )
+    if created:
+        return run, True
+    taken = (
+        EvaluatorRun.objects.filter(pk=run.pk)
+        .filter(
+            Q(status=EvaluatorRunStatus.FAILED)
+            | Q(status=EvaluatorRunStatus.RUNNING, started_at__lt=now - stale_after)
+        )
+        .update(status=EvaluatorRunStatus.RUNNING, started_at=now, finished_at=None)
+    )
+    run.refresh_from_db()
+    return run, bool(taken)
+
+
+def evaluator_run_session_set(*, run: EvaluatorRun, session_id: str) -> None:
+    """Records the gateway session the run's judge is called in."""
+    EvaluatorRun.objects.filter(pk=run.pk).update(judge_session_id=session_id)
+
+
+def evaluator_run_attempts_add(*, run: EvaluatorRun, attempts: int) -> None:
+    """Counts `attempts` more judge calls on the run (an F() increment)."""
+    EvaluatorRun.objects.filter(pk=run.pk).update(attempts=F("attempts") + attempts)
+
+
+def evaluator_run_finish(*, run: EvaluatorRun, **fields) -> EvaluatorRun:
+    """Ends the run with `fields` (status, reward, error_code, ...) and `finished_at` now (unless given);
+    returns it read again."""
+    fields = {"finished_at": timezone.now(), **fields}
+    EvaluatorRun.objects.filter(pk=run.pk).update(**fields)
+    run.refresh_from_db()
+    return run

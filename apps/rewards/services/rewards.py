@@ -4,6 +4,7 @@ audited), and the rewards of an imported trajectory."""
 
 import uuid
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.utils import timezone
@@ -30,7 +31,10 @@ from apps.rewards.services.storing import (
     idempotency_scope,
 )
 from apps.tenants.models import Tenant
-from apps.trajectories.models import Step, Trajectory
+from apps.trajectories.selectors import step_exists, step_with_agent_name, trajectory_agent
+
+if TYPE_CHECKING:
+    from apps.trajectories.models import Trajectory
 
 
 def reward_append_for_agent(
@@ -67,15 +71,11 @@ def reward_append_for_agent(
         return _payload(existing, created=False)
     agent_name: str | None
     if step_id:
-        step = (
-            Step.objects.filter(tenant_id=tenant_id, id=_as_uuid(step_id, "step"))
-            .values("id", "trajectory_id", "trajectory__agent_name")
-            .first()
-        )
+        step = step_with_agent_name(tenant_id=tenant_id, step_id=_as_uuid(step_id, "step"))
         if step is None:
             raise NotFound(f"no step {step_id!r} in this tenant", code="step_not_found")
         target, trajectory_id, bound_step = RewardTarget.STEP, step["trajectory_id"], step["id"]
-        agent_name = step["trajectory__agent_name"]
+        agent_name = step["agent_name"]
     elif not session_id:  # the gateway asks for exactly one of the two
         raise NotFound(f"no session {session_id!r} in this tenant", code="session_not_found")
     else:
@@ -122,13 +122,10 @@ def reward_set_for_interaction(
     own namespace (`SET_REWARD_SCOPE`, key `<target>#<n>`): concurrent calls for one target are ordered by
     the unique key of their number, the loser looks again. Checked against the agent's training spec (422
     naming it). Enqueues the trajectory's qualification on commit."""
-    agent_name = (
-        Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id)
-        .values_list("agent_name", flat=True)
-        .first()
-    )
-    if agent_name is None:
+    trajectory = trajectory_agent(tenant_id=tenant_id, trajectory_id=trajectory_id)
+    if trajectory is None:
         raise NotFound("no such session in this tenant", code="session_not_found")
+    agent_name = trajectory["agent_name"]
     spec, kind, value, label = _checked(
         tenant_id=tenant_id, agent_name=agent_name, spec_name="", kind="numeric", value=value, label=""
     )
@@ -209,15 +206,10 @@ def reward_create(
     existing = _existing(tenant.pk, scope, idempotency_key)
     if existing:
         return existing, False
-    trajectory = (
-        Trajectory.objects.for_tenant(tenant).filter(pk=trajectory_id).values("id", "agent_name").first()
-    )
+    trajectory = trajectory_agent(tenant_id=tenant.pk, trajectory_id=trajectory_id)
     if trajectory is None:
         raise NotFound("no such trajectory in this tenant", code="trajectory_not_found")
-    if (
-        step_id
-        and not Step.objects.for_tenant(tenant).filter(pk=step_id, trajectory_id=trajectory["id"]).exists()
-    ):
+    if step_id and not step_exists(tenant=tenant, trajectory_id=trajectory["id"], step_id=step_id):
         raise NotFound("no such step in this trajectory", code="step_not_found")
     if override and not reason.strip():
         raise ValidationFailed("an override needs a reason", fields={"reason": ["required for an override"]})
@@ -277,7 +269,7 @@ def _recorded_at(value) -> datetime:
 
 
 @transaction.atomic
-def rewards_import(*, tenant: Tenant, trajectory: Trajectory, rewards: list[dict]) -> list[Reward]:
+def rewards_import(*, tenant: Tenant, trajectory: "Trajectory", rewards: list[dict]) -> list[Reward]:
     """Stores the rewards of an imported ATDP trajectory (SDK mode) beside `trajectory`, a row of `tenant`,
     as they were recorded: reward ids, sources, timing, `created_by` (default "import") and idempotency keys
     are kept, and `idempotency_scope` stays "" so no principal's namespace holds them. Imported rewards are
