@@ -52,6 +52,12 @@ def eval_run_get(*, tenant: Tenant, run_id) -> EvalRun:
     )
 
 
+def eval_run_for_worker(*, run_id) -> EvalRun:
+    """The run an eval worker executes, with its tenant, suite and version (the worker holds the claim; no
+    tenant in hand yet). Raises EvalRun.DoesNotExist for a missing one."""
+    return EvalRun.objects.select_related("tenant", "suite", "model_version").get(pk=run_id)
+
+
 def eval_results(*, tenant: Tenant, run_id):
     return (
         EvalCaseResult.objects.for_tenant(tenant)

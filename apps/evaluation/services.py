@@ -13,6 +13,7 @@ from apps.core.tasking import task_enqueue
 from apps.evaluation.models import (
     CaseCategory,
     EvalCase,
+    EvalCaseResult,
     EvalRun,
     EvalSuite,
     RunStatus,
@@ -193,3 +194,46 @@ def eval_runs_requeue_stale(*, stale_after_seconds: int) -> list[int]:
         eval_run_enqueue(run_id=run.pk)
         requeued.append(run.pk)
     return requeued
+
+
+# ---- a run on its worker (apps.loop.eval_runs) --------------------------------------------------------
+
+
+def eval_run_claim(*, run_id: int) -> bool:
+    """Whether this worker now holds the run: a conditional update takes it when queued, or running without
+    a heartbeat for AREAL_EVAL_STALE_SECONDS (a redelivered message of a killed worker's run), and sets it
+    running; zero rows means another worker has it or it is final."""
+    from django.conf import settings
+
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.AREAL_EVAL_STALE_SECONDS)
+    return bool(
+        EvalRun.objects.filter(pk=run_id)
+        .filter(Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, heartbeat_at__lt=stale))
+        .update(status=RunStatus.RUNNING, started_at=now, heartbeat_at=now)
+    )
+
+
+def eval_run_heartbeat(*, run_id: int) -> int:
+    """Says the run's worker is alive (its heartbeat, now); returns the rows updated."""
+    return EvalRun.objects.filter(pk=run_id).update(heartbeat_at=timezone.now())
+
+
+def eval_case_result_store(*, run: EvalRun, case: EvalCase, fields: dict) -> bool:
+    """Writes one case's result in the run's tenant, in a transaction (a savepoint inside one) of its own.
+    Idempotent: one per (run, case); when a redelivered task scored it first, nothing is written and False
+    comes back."""
+    try:
+        with transaction.atomic():
+            EvalCaseResult.objects.create(tenant=run.tenant, run=run, case=case, **fields)
+    except IntegrityError:
+        return False
+    return True
+
+
+def eval_run_close(*, run_id: int, status: str, summary: dict, error: str = "") -> int:
+    """Ends a running run with `status`, its summary and error (a conditional update: a run no longer running
+    is left as it is); returns the rows updated. The caller audits the end in the same transaction."""
+    return EvalRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(
+        status=status, summary=summary, finished_at=timezone.now(), error=error
+    )

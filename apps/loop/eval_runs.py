@@ -14,19 +14,22 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Q
-from django.utils import timezone
+from django.db import transaction
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import DomainError
 from apps.evaluation.choices import RunStatus
-from apps.evaluation.models import EvalCaseResult, EvalRun
+from apps.evaluation.selectors import eval_results, eval_run_for_worker
+from apps.evaluation.services import (
+    eval_case_result_store,
+    eval_run_claim,
+    eval_run_close,
+    eval_run_heartbeat,
+)
 from apps.metrics.publish import metrics_publish
 from workers.evaluation.compare import bootstrap_mean
 from workers.evaluation.scorers import (
@@ -38,19 +41,10 @@ from workers.evaluation.scorers import (
     score_case,
 )
 
+if TYPE_CHECKING:
+    from apps.evaluation.models import EvalRun
+
 SYSTEM = Actor.system("eval-runner")
-
-
-def _claim(run_id: int) -> bool:
-    """Queued, or running without a heartbeat for AREAL_EVAL_STALE_SECONDS (a redelivered message of a
-    killed worker's run)."""
-    now = timezone.now()
-    stale = now - timedelta(seconds=settings.AREAL_EVAL_STALE_SECONDS)
-    return bool(
-        EvalRun.objects.filter(pk=run_id)
-        .filter(Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, heartbeat_at__lt=stale))
-        .update(status=RunStatus.RUNNING, started_at=now, heartbeat_at=now)
-    )
 
 
 @dataclass
@@ -205,7 +199,7 @@ def _run_case(caller, run, case) -> dict:
             run=run,
             case=case,
             session_id=session_id,
-            heartbeat=lambda: EvalRun.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now()),
+            heartbeat=lambda: eval_run_heartbeat(run_id=run.pk),
         )
     body = {
         "model": run.model_version.name,
@@ -280,14 +274,14 @@ def summarize(results) -> dict:
 def eval_run_execute(*, run_id: int) -> dict:
     """Runs every case of the run not yet scored, then finishes it (succeeded; failed when the gateway could not
     be reached for any case). Returns the summary. Publishes progress on the tenant's `evaluation` stream."""
-    if not _claim(run_id):
-        run = EvalRun.objects.get(pk=run_id)
+    if not eval_run_claim(run_id=run_id):
+        run = eval_run_for_worker(run_id=run_id)
         return {"status": run.status, "skipped": "claimed by another worker or finished"}
-    run = EvalRun.objects.select_related("tenant", "suite", "model_version").get(pk=run_id)
+    run = eval_run_for_worker(run_id=run_id)
     refusal = _serve(run)
     if refusal:
         return _finish(run, failed=True, error=refusal)
-    done = set(EvalCaseResult.objects.filter(run=run).values_list("case_id", flat=True))
+    done = set(eval_results(tenant=run.tenant, run_id=run.pk).values_list("case_id", flat=True))
     caller = GatewayCaller(
         tenant=run.tenant,
         agent_name=run.suite.agent_name,
@@ -300,12 +294,8 @@ def eval_run_execute(*, run_id: int) -> dict:
                 continue
             fields = _run_case(caller, run, case)
             unreachable += fields.get("error", "").startswith("gateway unreachable")
-            try:
-                with transaction.atomic():
-                    EvalCaseResult.objects.create(tenant=run.tenant, run=run, case=case, **fields)
-            except IntegrityError:
-                pass  # a redelivered task scored it first
-            EvalRun.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+            eval_case_result_store(run=run, case=case, fields=fields)  # False: a redelivered task scored it
+            eval_run_heartbeat(run_id=run.pk)
             with transaction.atomic():
                 metrics_publish(
                     tenant_id=run.tenant_id,
@@ -321,7 +311,7 @@ def eval_run_execute(*, run_id: int) -> dict:
     )
 
 
-def _serve(run: EvalRun) -> str:
+def _serve(run: "EvalRun") -> str:
     """Puts the version under test on a serving slot when no backend of its model holds its weights (a candidate
     an online run or a job registered), as a release's start does: its cases would otherwise get 503. Returns
     why it could not ("" when it serves): the run then fails at once with that reason, scoring nothing."""
@@ -349,17 +339,12 @@ def _serve(run: EvalRun) -> str:
 
 
 @transaction.atomic
-def _finish(run: EvalRun, *, failed: bool, error: str = "") -> dict:
+def _finish(run: "EvalRun", *, failed: bool, error: str = "") -> dict:
     from apps.training.services import model_version_update_metrics
 
-    summary = summarize(EvalCaseResult.objects.filter(run=run))
+    summary = summarize(eval_results(tenant=run.tenant, run_id=run.pk))
     status = RunStatus.FAILED if failed else RunStatus.SUCCEEDED
-    EvalRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=status,
-        summary=summary,
-        finished_at=timezone.now(),
-        error=error if failed else "",
-    )
+    eval_run_close(run_id=run.pk, status=status, summary=summary, error=error if failed else "")
     if not failed:
         model_version_update_metrics(
             tenant=run.tenant,
