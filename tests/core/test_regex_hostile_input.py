@@ -252,7 +252,7 @@ def test_the_walk_finds_the_products_patterns():
         "workers.evolution.clusters._SPACE",
         "workers.evolution.drift._WORD",
         "workers.pii.addresses._EMAIL_DOMAIN",
-        "workers.rewards.judge._VERDICT_LINE",
+        "workers.rewards.judge_answers._VERDICT_LINE",
     ):
         assert name in where
     assert len(PATTERNS) > 40

@@ -1,6 +1,7 @@
 """The LLM judge's pure half: its configuration checked and normalized, the rubric rendered from a trajectory's
-outcome, the prompt built, and the judge's answer parsed into a verdict. The call itself goes through the
-gateway (apps.loop.judging). Never imports Django.
+outcome, the prompt built, and the judge's answer parsed into a verdict (where the answer states its score
+and verdict is found by workers.rewards.judge_answers). The call itself goes through the gateway
+(apps.loop.judging). Never imports Django.
 
 An answer that holds no verdict the configuration accepts raises `UnparseableAnswer` with the raw text: the
 caller records a failure, never a score it made up.
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TypeGuard
 
 from workers.rewards.evaluators import Outcome
+from workers.rewards.judge_answers import SCORE_TEXT, found_in, verdict_label, without_thinking
 
 # What a rubric may name, as {name}; {{ and }} stand for literal braces.
 PLACEHOLDERS = {
@@ -44,30 +46,13 @@ MAX_RUBRIC_CHARS = 20_000
 MAX_FIELD_CHARS = 8_000  # each rendered placeholder; longer values are cut with a note
 MAX_ANSWER_CHARS = 32_000  # the tail of an answer that is searched for the verdict
 RAW_ANSWER_CHARS = 2_000  # what a failure keeps of the answer
-MAX_JSON_STARTS = 256  # '{' positions tried when looking for a JSON object in the answer
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _LABEL = re.compile(r"[A-Za-z][A-Za-z0-9_ -]{0,59}")
-_NUMBER = r"([-+]?\d+(?:\.\d+)?)"
-_SCORE_TEXT = re.compile(rf"{_NUMBER}(?:[ \t]*(?:/|out[ \t]+of)[ \t]*{_NUMBER})?", re.I)
-# Single character classes between the required parts, no newline in them: linear on any input.
-_SCORE_LINE = re.compile(
-    rf"^[ \t>*#_`-]*(?:final[ \t]+|overall[ \t]+)?(?:score|rating|grade)[ \t*_`]*[:=][ \t*_`]*"
-    rf"{_NUMBER}(?:[ \t]*(?:/|out[ \t]+of)[ \t]*{_NUMBER})?",
-    re.I | re.M,
-)
-_VERDICT_LINE = re.compile(
-    r"^[ \t>*#_`-]*(?:final[ \t]+)?(?:verdict|decision)[ \t*_`]*[:=]([^\n]*)$", re.I | re.M
-)
-_THINK_TAG = re.compile(r"<(/?)think>", re.I)
 QUOTE_OPEN = "<trajectory-text>"
 QUOTE_CLOSE = "</trajectory-text>"
 # The quote's tags as a reader might take them (any case, spaces inside); possessive, so linear.
 _QUOTE_TAG = re.compile(r"<\s*+(/?)\s*+trajectory-text\s*+>", re.I)
-_SCORE_FIELDS = ("score", "rating", "grade")
-_VERDICT_FIELDS = ("verdict", "decision", "label", "category")
-_REASON_FIELDS = ("reason", "reasoning", "explanation", "rationale")
-_TRIM = " \t\r\n*_`\"'.,;:!()[]"
 
 
 @dataclass(frozen=True)
@@ -354,32 +339,6 @@ def judge_messages(config: JudgeConfig, outcome: Outcome) -> list[dict]:
 # the answer ----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Found:
-    score: str | float | None = None
-    verdict: str | None = None
-    reason: str = ""
-
-
-def _without_thinking(text: str) -> str:
-    """The answer without its <think>...</think> blocks (each from an opening tag to the next closing one), and
-    without what comes before a closing tag left over (thinking whose opening tag the server left out). One
-    pass over the tags: linear, where the pattern ``<think>.*?</think>`` read to the end again from every
-    opening tag that no closing one follows."""
-    parts, copied, opened = [], 0, None
-    for tag in _THINK_TAG.finditer(text):
-        if not tag.group(1):
-            if opened is None:
-                opened = tag.start()
-        elif opened is not None:
-            parts.append(text[copied:opened])
-            copied, opened = tag.end(), None
-        else:  # a closing tag with no opening one: what precedes it was thinking
-            parts, copied = [], tag.end()
-    parts.append(text[copied:])
-    return "".join(parts)
-
-
 def without_quotes(text: str) -> str:
     """The judge's own words: its answer without what it quoted back between QUOTE_OPEN and QUOTE_CLOSE. A
     quote left open runs to the end of the answer; a closing tag with no opening one ends a quote that began
@@ -398,84 +357,13 @@ def without_quotes(text: str) -> str:
     return "".join(parts)
 
 
-def _json_objects(text: str) -> list[dict]:
-    decoder = json.JSONDecoder()
-    found: list[dict] = []
-    start, tries = text.find("{"), 0
-    while start != -1 and tries < MAX_JSON_STARTS:
-        tries += 1
-        try:
-            value, end = decoder.raw_decode(text, start)
-        except (ValueError, RecursionError):
-            start = text.find("{", start + 1)
-            continue
-        if isinstance(value, dict):
-            found.append(value)
-        start = text.find("{", end)
-    return found
-
-
-def _field(document: dict, names: tuple[str, ...]):
-    folded = {str(key).strip().lower(): value for key, value in document.items()}
-    return next((folded[name] for name in names if name in folded), None)
-
-
-def _from_json(text: str) -> _Found:
-    for document in reversed(_json_objects(text)):
-        score, verdict = _field(document, _SCORE_FIELDS), _field(document, _VERDICT_FIELDS)
-        if score is None and verdict is None:
-            continue
-        reason = _field(document, _REASON_FIELDS)
-        return _Found(
-            score=score,
-            verdict=verdict if verdict is None else str(verdict),
-            reason=reason if isinstance(reason, str) else "",
-        )
-    return _Found()
-
-
-def _from_lines(text: str) -> _Found:
-    scores = list(_SCORE_LINE.finditer(text))
-    verdicts = list(_VERDICT_LINE.finditer(text))
-    score = None
-    if scores:
-        number, denominator = scores[-1].group(1), scores[-1].group(2)
-        score = f"{number}/{denominator}" if denominator else number
-    return _Found(score=score, verdict=verdicts[-1].group(1) if verdicts else None)
-
-
-def _found_in(text: str, config: JudgeConfig) -> _Found:
-    """The score and verdict the answer gives: from its last JSON object naming either, the rest from its last
-    `SCORE: n` / `VERDICT: label` lines, or an answer that is only a number or only a label."""
-    in_json, in_lines = _from_json(text), _from_lines(text)
-    score = in_json.score if in_json.score is not None else in_lines.score
-    verdict = in_json.verdict if in_json.verdict is not None else in_lines.verdict
-    bare = text.strip(_TRIM)
-    if score is None and verdict is None and bare:
-        if config.score is not None and _SCORE_TEXT.fullmatch(bare):
-            score = bare
-        elif _verdict_label(bare, config.verdicts):
-            verdict = bare
-    return _Found(score=score, verdict=verdict, reason=in_json.reason)
-
-
-def _verdict_label(said: str, verdicts: dict[str, float]) -> str | None:
-    """The configured label the judge named (letter case, quotes and trailing words aside)."""
-    said = said.strip(_TRIM).lower()
-    for label in sorted(verdicts, key=len, reverse=True):
-        folded = label.lower()
-        if said == folded or (said.startswith(folded) and not said[len(folded)].isalnum()):
-            return label
-    return None
-
-
 def _score_value(given, scale: ScoreRange, raw: str) -> tuple[float, float, bool]:
     """(score as given, score within the range, whether it was clamped)."""
     if isinstance(given, bool) or not isinstance(given, int | float | str):
         raise UnparseableAnswer(f"the score {given!r} is not a number", raw)
     denominator = None
     if isinstance(given, str):
-        match = _SCORE_TEXT.fullmatch(given.strip())
+        match = SCORE_TEXT.fullmatch(given.strip())
         if match is None:
             raise UnparseableAnswer(f"the score {given!r} is not a number", raw)
         number, denominator = float(match.group(1)), match.group(2)
@@ -502,17 +390,17 @@ def parse_verdict(text: str | None, config: JudgeConfig) -> Verdict:
     labels. With a score the reward is numeric and the verdict, if any, its label; with verdicts only it is
     categorical, valued by the label's value. Raises UnparseableAnswer (with the raw text) otherwise."""
     raw = text or ""
-    body = without_quotes(_without_thinking(raw))[-MAX_ANSWER_CHARS:]
+    body = without_quotes(without_thinking(raw))[-MAX_ANSWER_CHARS:]
     if not body.strip():
         raise UnparseableAnswer("the judge answered nothing", raw)
-    found = _found_in(body, config)
+    found = found_in(body, scored=config.score is not None, verdicts=config.verdicts)
     label = None
     if config.verdicts:
         if found.verdict is None:
             raise UnparseableAnswer(
                 'no verdict in the answer (a JSON "verdict" or a line "VERDICT: <label>")', raw
             )
-        label = _verdict_label(found.verdict, config.verdicts)
+        label = verdict_label(found.verdict, config.verdicts)
         if label is None:
             known = ", ".join(config.verdicts)
             raise UnparseableAnswer(f"the verdict {found.verdict.strip()[:60]!r} is not one of {known}", raw)
