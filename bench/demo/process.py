@@ -1,4 +1,4 @@
-"""`manage.py demo` as a benchmark runs it: in its own process group, stopped and then killed past its time,
+"""`python -m demo` as a benchmark runs it: in its own process group, stopped and then killed past its time,
 so no web, worker or inference server outlives a run (bench/demo, bench/evolution)."""
 
 import os
@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_demo(environment: dict, *, timeout: float) -> tuple[int | None, str]:
-    """`manage.py demo` in its own process group; past `timeout` it is asked to stop (SIGTERM: it stops its
+    """`python -m demo` in its own process group; past `timeout` it is asked to stop (SIGTERM: it stops its
     stack), and the whole group is killed a minute later, so no web, worker or server outlives a scenario."""
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "demo"],
+        [sys.executable, "-m", "demo"],
         cwd=ROOT,
         env=environment,
         stdout=subprocess.PIPE,

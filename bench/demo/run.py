@@ -1,4 +1,4 @@
-"""The demo's goal, measured: `manage.py demo` with DEMO_EXIT=1 for three seeds, each from scratch (its own
+"""The demo's goal, measured: `python -m demo` with DEMO_EXIT=1 for three seeds, each from scratch (its own
 var directory, so the warm-up runs every time), default settings. Prints each seed's held-out curve
 (version, seconds since the base was measured, success), the versions its releases promoted to production
 (through canary and approval), and whether it reached the goal: a version PROMOTED within 10 minutes of the

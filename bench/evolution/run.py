@@ -1,4 +1,4 @@
-"""The evolution control plane under scenarios: `manage.py demo` with DEMO_SCENARIO=<name> and DEMO_EXIT=1 for each
+"""The evolution control plane under scenarios: `python -m demo` with DEMO_SCENARIO=<name> and DEMO_EXIT=1 for each
 scenario of workers.envs.scenarios.SCENARIOS, on the full stack (web, workers, beat, embedded inference
 servers, the control plane's ticks). Reads each run's summary (the scenario's switches with their times, the
 control plane's decisions with theirs, live success by 30 s) and prints: the reaction time (the trigger
@@ -140,7 +140,7 @@ DEMO_OVERHEAD_SECONDS = 1800
 def run_scenario(
     name: str, *, seed: int, at: float | None, budget: float | None, port: int, scratch: Path
 ) -> dict:
-    """One `manage.py demo` under DEMO_SCENARIO=name in scratch/<name> (the warm-up's base is cached in
+    """One `python -m demo` under DEMO_SCENARIO=name in scratch/<name> (the warm-up's base is cached in
     scratch/demo-cache, so only the first scenario pays for it); its summary, or an `error`."""
     scenario = scenario_named(name, at=at)
     loop_seconds = budget if budget is not None else scenario.duration_seconds

@@ -1,7 +1,7 @@
 """Bring your own agent, the whole loop, in a real headless Chromium: from an empty tenant, its admin and an
 operator use only the console, the tenant's agent is an unmodified openai-SDK client that makes no session
 call, and the stack is the one an installation runs (the web app, two embedded inference servers, Celery
-workers on the real queues, and beat sending the periodic tasks). No `manage.py demo`, no Django shell, no
+workers on the real queues, and beat sending the periodic tasks). No `python -m demo`, no Django shell, no
 service called by the test: the database is only read, to wait and to assert.
 
 The journey: the admin creates an API key, registers the model the tenant dropped into its inbox, registers the

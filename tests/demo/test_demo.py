@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.core.management.commands.up import port_is_free
+from areal_web.processes import port_is_free
 
 pytestmark = pytest.mark.worker
 
@@ -100,7 +100,7 @@ def _demo(tmp_path, **overrides) -> subprocess.CompletedProcess:
     ):
         environment.pop(name, None)
     return subprocess.run(
-        [sys.executable, "manage.py", "demo"],
+        [sys.executable, "-m", "demo"],
         cwd=ROOT,
         env=environment,
         capture_output=True,

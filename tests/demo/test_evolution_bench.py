@@ -20,7 +20,7 @@ class Clock:
 def _summary(
     name: str, decisions: list[tuple[str, float]], *, buckets=(), run_seconds: float = 400, notes=()
 ) -> dict:
-    """A summary as apps/demo/scenario.py writes it: the world run for `run_seconds`, the host's notes and
+    """A summary as demo/scenario.py writes it: the world run for `run_seconds`, the host's notes and
     the decisions at their seconds."""
     clock = Clock()
     world = World(SCENARIOS[name], clock=clock).start()

@@ -1,4 +1,4 @@
-"""The demo's scenario host (apps/demo/scenario.py): the world DEMO_SCENARIO names, the bad release it pushes (a
+"""The demo's scenario host (demo/scenario.py): the world DEMO_SCENARIO names, the bad release it pushes (a
 degraded copy of production registered and sent to release through a decision of the demo's policy), and the
 scenario's section of the summary bench/evolution reads."""
 
@@ -10,17 +10,17 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from apps.audit.services import Actor
-from apps.demo.scenario import ScenarioDriver, scenario_summary_write, scenario_world
-from apps.demo.settings import DemoSettings
 from apps.evolution.models import Decision, EvolutionPolicy, PolicyMode
 from apps.training.models import VersionStatus
 from apps.training.services import alias_move, model_version_register
+from demo.config import DemoConfig
+from demo.scenario import ScenarioDriver, scenario_summary_write, scenario_world
 from workers.envs.traffic import Traffic
 
 ACTOR = Actor.system("test")
 
 
-def _settings(tmp_path, **changes) -> DemoSettings:
+def _settings(tmp_path, **changes) -> DemoConfig:
     values = {
         "base_model": "default",
         "var_dir": tmp_path,
@@ -49,7 +49,7 @@ def _settings(tmp_path, **changes) -> DemoSettings:
         "scenario": "",
         "scenario_at": None,
     }
-    return DemoSettings(**{**values, **changes})
+    return DemoConfig(**{**values, **changes})
 
 
 def test_the_setting_names_a_world_and_an_unknown_name_fails_before_anything_runs(tmp_path):
@@ -111,9 +111,9 @@ def test_without_a_policy_the_bad_version_is_registered_and_nothing_is_released(
 def test_the_summary_gains_the_scenario_its_decisions_and_live_success(tenant, production, tmp_path):
     from apps.evolution.decisions import decision_record
 
-    demo_settings = _settings(tmp_path, scenario="tool_failure", scenario_at=0)
+    demo_config = _settings(tmp_path, scenario="tool_failure", scenario_at=0)
     (tmp_path / "summary.json").write_text(json.dumps({"seed": 0, "rows": []}))
-    world = scenario_world(demo_settings)
+    world = scenario_world(demo_config)
     traffic = Traffic(
         gateway_url="http://127.0.0.1:9", api_key="k", model="weather", users=0, world=world
     ).start()
@@ -122,7 +122,7 @@ def test_the_summary_gains_the_scenario_its_decisions_and_live_success(tenant, p
     policy = EvolutionPolicy.objects.create(tenant=tenant, model="weather", mode=PolicyMode.AUTO)
     decision_record(tenant=tenant, policy=policy, kind="update_harness", reason="cluster", actor=ACTOR)
     summary = scenario_summary_write(
-        demo_settings=demo_settings, tenant=tenant, model="weather", world=world, traffic=traffic, driver=None
+        demo_config=demo_config, tenant=tenant, model="weather", world=world, traffic=traffic, driver=None
     )
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert summary["seed"] == 0

@@ -1,7 +1,7 @@
 """The control plane's four scenarios in short (workers/envs/scenarios.py: tool_failure, drift, bad_release,
 stationary), each driven through the real signals (`evolution_tick` with no `signals`, so `signals_compute`
 reads the recorded traffic) and the real tick, on trajectories recorded as the gateway records them, for an
-automatic policy watching what the demo watches under a scenario (apps.demo.loop `_watching`)."""
+automatic policy watching what the demo watches under a scenario (demo.loop `_watching`)."""
 
 import json
 from datetime import timedelta
@@ -38,7 +38,7 @@ WINDOW = 60
 
 
 def _watching(**more) -> dict:
-    """The policy apps.demo.loop sets under a scenario: tool failures and drift over a minute, weight and
+    """The policy demo.loop sets under a scenario: tool failures and drift over a minute, weight and
     harness updates, automatic approval."""
     return {
         "agent_name": AGENT,

@@ -1,4 +1,4 @@
-"""Bring your own agent, end to end through the REST API only (no `manage.py demo`, no Django shell): from an
+"""Bring your own agent, end to end through the REST API only (no `python -m demo`, no Django shell): from an
 empty tenant and its admin key, register a base model from a small model directory, register the embedded
 server serving it on 127.0.0.1 as a backend, make the version production, mint an agent key, and see an
 unmodified openai-SDK agent's chat completion answered by that version through the gateway and recorded;

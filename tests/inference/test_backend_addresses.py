@@ -300,8 +300,8 @@ def test_only_operator_listed_addresses_count_as_listed_for_the_admin_token(sett
 
 
 def test_the_stack_lists_its_own_inference_ports_and_gives_each_server_its_own_token(settings):
-    from apps.core.management.commands.up import inference_server_environment, stack_environment
     from apps.inference.admin_tokens import inference_admin_token
+    from areal_web.processes import inference_server_environment, stack_environment
 
     settings.AREAL_BACKEND_ALLOWED_HOSTS = list(EMBEDDED_ALLOWED_HOSTS)
     environment = stack_environment({}, host="127.0.0.1", inference_ports=[8100, 9555])

@@ -45,7 +45,7 @@ def test_the_bfcl_demo_runs_the_loop_and_prints_the_table_per_category(tmp_path,
     ):
         environment.pop(name, None)  # the demo is the embedded default (tests/demo/test_demo.py says why)
     finished = subprocess.run(
-        [sys.executable, "manage.py", "demo"],
+        [sys.executable, "-m", "demo"],
         cwd=ROOT,
         env=environment,
         capture_output=True,

@@ -3,7 +3,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-DEFAULT_MODEL_DIR = "models/default"
+from areal_web.processes import DEFAULT_MODEL_DIR
 
 
 class Command(BaseCommand):

@@ -26,12 +26,11 @@ time. The console stays up afterwards (Ctrl-C stops everything); DEMO_EXIT=1 exi
 The warm-up's base is kept in var/demo-cache, keyed by the seed, the warm-up settings and the initial
 weights, so a second `make demo` starts its loop in seconds (DEMO_FRESH_BASE=1 trains it again).
 
-Settings (environment): apps/demo/settings.py.
+Settings (environment): demo/config.py.
 """
 
 import contextlib
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -39,14 +38,16 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import OutputWrapper
+from django.core.management.color import Style
 
-from apps.demo.bfcl import BfclMixin, NoAnnotator
-from apps.demo.loop import LoopMixin
-from apps.demo.report import ReportMixin
-from apps.demo.settings import TENANT, DemoSettings
-from apps.demo.stack import StackMixin
-from apps.demo.warm_up import WarmUpMixin
+from areal_web.processes import ProcessGroup
+from demo.bfcl import BfclMixin, NoAnnotator
+from demo.config import TENANT, DemoConfig
+from demo.loop import LoopMixin
+from demo.report import ReportMixin
+from demo.stack import StackMixin
+from demo.warm_up import WarmUpMixin
 
 if TYPE_CHECKING:
     from apps.tenants.models import Tenant
@@ -63,15 +64,23 @@ class Demo(StackMixin, BfclMixin, WarmUpMixin, LoopMixin, ReportMixin):
     production_number: int  # the version production served when the demo last looked (the base at first)
 
     def __init__(
-        self, command: BaseCommand, *, host: str, port: int, inference_port: int, demo_settings: DemoSettings
+        self,
+        *,
+        out: OutputWrapper,
+        err: OutputWrapper,
+        style: Style,
+        host: str,
+        port: int,
+        inference_port: int,
+        demo_config: DemoConfig,
     ):
-        self.out, self.err, self.style = command.stdout, command.stderr, command.style
-        self.demo_settings = demo_settings
+        self.out, self.err, self.style = out, err, style
+        self.demo_config = demo_config
         self.host, self.port, self.inference_port = host, port, inference_port
         self.url = f"http://{host}:{port}"
-        self.seed = demo_settings.seed
-        self.budget = demo_settings.budget_seconds
-        self.processes: dict[str, subprocess.Popen] = {}
+        self.seed = demo_config.seed
+        self.budget = demo_config.budget_seconds
+        self.processes = ProcessGroup()
         self.slots = {"a": inference_port, "b": inference_port + 1}  # serving slots: production and canary
         self.policy = None  # the weather agent's EvolutionPolicy: the control plane decides from here on
         self.seen: dict[int, str] = {}  # decision id → the status the timeline last printed
@@ -103,9 +112,9 @@ class Demo(StackMixin, BfclMixin, WarmUpMixin, LoopMixin, ReportMixin):
             api_key = self._api_key()
             self._policy_create()
             self._first_learner()
-            from apps.demo.scenario import ScenarioDriver, scenario_world
+            from demo.scenario import ScenarioDriver, scenario_world
 
-            world = scenario_world(self.demo_settings)  # DEMO_SCENARIO; None: the weather desk as it was
+            world = scenario_world(self.demo_config)  # DEMO_SCENARIO; None: the weather desk as it was
             traffic = self._traffic(api_key, world).start()  # DEMO_TASK=bfcl: BFCL's train split
             if world is not None:
                 scenario = ScenarioDriver(
@@ -118,18 +127,18 @@ class Demo(StackMixin, BfclMixin, WarmUpMixin, LoopMixin, ReportMixin):
             annotator.stop()
             self._table(traffic, annotator)
             if world is not None:
-                from apps.demo.scenario import scenario_summary_write
+                from demo.scenario import scenario_summary_write
 
                 scenario.stop()
                 scenario_summary_write(
-                    demo_settings=self.demo_settings,
+                    demo_config=self.demo_config,
                     tenant=self.tenant,
                     model=self.model,
                     world=world,
                     traffic=traffic,
                     driver=scenario,
                 )
-            if self.demo_settings.exit_after_table or self.stopping.is_set():
+            if self.demo_config.exit_after_table or self.stopping.is_set():
                 return
             self.out.write(
                 self.style.SUCCESS(f"\nThe console stays up: {self.url}/  (Ctrl-C stops everything)")
@@ -171,7 +180,7 @@ class Demo(StackMixin, BfclMixin, WarmUpMixin, LoopMixin, ReportMixin):
         from apps.training.models import ModelVersion
 
         self.tenant = Tenant.objects.get(slug=TENANT)
-        name = self.demo_settings.model_name  # weather, or bfcl under DEMO_TASK=bfcl
+        name = self.demo_config.model_name  # weather, or bfcl under DEMO_TASK=bfcl
         taken = set(
             ModelVersion.objects.filter(tenant=self.tenant, name__startswith=name)
             .values_list("name", flat=True)
@@ -235,7 +244,7 @@ class Demo(StackMixin, BfclMixin, WarmUpMixin, LoopMixin, ReportMixin):
             annotators_per_item=1,
             assignee_ids=[user.pk],
         )
-        share = self.demo_settings.annotator_share
+        share = self.demo_config.annotator_share
         client = AnnotatorClient(
             console_url=self.url,
             username=user.username,

@@ -2,7 +2,7 @@
 the simulated traffic consults (workers/envs/scenarios.py), the host's part of its switches, and the
 scenario's section of the JSON summary (read by bench/evolution).
 
-- `scenario_world(demo_settings)`: the `World` of DEMO_SCENARIO (None without one: the demo as it was),
+- `scenario_world(demo_config)`: the `World` of DEMO_SCENARIO (None without one: the demo as it was),
   handed to `Traffic(world=)`, whose start starts the scenario's clock.
 - `ScenarioDriver`: a thread that carries out what the world asks of the host. `bad_release`: once
   production's held-out success reaches the request's `production_success`, a degraded copy of production's
@@ -24,13 +24,13 @@ from pathlib import Path
 
 from django.conf import settings
 
-from apps.demo.settings import DemoSettings
+from demo.config import DemoConfig
 
 
-def scenario_world(demo_settings: DemoSettings):
+def scenario_world(demo_config: DemoConfig):
     from workers.envs.scenarios import World, scenario_named
 
-    scenario = scenario_named(demo_settings.scenario, at=demo_settings.scenario_at)
+    scenario = scenario_named(demo_config.scenario, at=demo_config.scenario_at)
     return None if scenario is None else World(scenario)
 
 
@@ -196,13 +196,11 @@ def _control_plane(tenant, model: str) -> dict:
     }
 
 
-def scenario_summary_write(
-    *, demo_settings: DemoSettings, tenant, model: str, world, traffic, driver
-) -> dict:
+def scenario_summary_write(*, demo_config: DemoConfig, tenant, model: str, world, traffic, driver) -> dict:
     """Adds the scenario's section to the summary the table wrote (see the module's docstring)."""
     from workers.envs.scenarios import success_timeline
 
-    path = Path(demo_settings.summary_path or str(Path(settings.VAR_DIR) / "demo-summary.json"))
+    path = Path(demo_config.summary_path or str(Path(settings.VAR_DIR) / "demo-summary.json"))
     summary = json.loads(path.read_text()) if path.exists() else {}
     scenario = world.summary()
     scenario["host"] = list(driver.done) if driver is not None else []

@@ -12,7 +12,7 @@
   task, the learner's staleness: how many qualified trajectories it trained on, how many it dropped, and
   the trained samples by lag along the lineage (the versions' `online.staleness`).
 
-A mixin of apps.demo.run.Demo placed before the weather parts: each method falls back to them under
+A mixin of demo.run.Demo placed before the weather parts: each method falls back to them under
 DEMO_TASK=weather.
 """
 
@@ -24,8 +24,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import CommandError
 
-from apps.demo.report import bar
-from apps.demo.warm_up import cache_store
+from demo.report import bar
+from demo.warm_up import cache_store
 
 
 class NoAnnotator:
@@ -40,21 +40,21 @@ class NoAnnotator:
 
 
 class BfclMixin:
-    """Part of apps.demo.run.Demo (whose __init__ declares the state): `zero_shot` is set by the warm-up."""
+    """Part of demo.run.Demo (whose __init__ declares the state): `zero_shot` is set by the warm-up."""
 
     zero_shot: dict | None = None
 
     def _bfcl(self) -> bool:
-        return self.demo_settings.task == "bfcl"
+        return self.demo_config.task == "bfcl"
 
     def _gate(self) -> dict:
         if not self._bfcl():
             return super()._gate()
         return {
             "environment": "bfcl",
-            "categories": list(self.demo_settings.bfcl_categories),
-            "cases": self.demo_settings.heldout_cases,
-            "min_gain": -self.demo_settings.tolerance,
+            "categories": list(self.demo_config.bfcl_categories),
+            "cases": self.demo_config.heldout_cases,
+            "min_gain": -self.demo_config.tolerance,
         }
 
     def _warm_up(self) -> Path:
@@ -63,27 +63,27 @@ class BfclMixin:
         from workers.envs.bfcl.local import demonstration, demonstrations, train_on_demonstrations
         from workers.models.manifest import read_manifest
 
-        demo_settings = self.demo_settings
+        demo_config = self.demo_config
         initial = self._real_model()
         weights = (read_manifest(initial) or {}).get("files", {}).get("model.safetensors", "")[:12]
         cache = Path(settings.VAR_DIR).parent / "demo-cache"
         gate = self._gate()
         self.zero_shot = self._zero_shot(initial, cache / f"bfcl-zero-shot-{weights}-{_gate_tag(gate)}.json")
-        steps, batch, rate = demo_settings.sft_steps, demo_settings.sft_batch, demo_settings.sft_learning_rate
-        count = demo_settings.bfcl_demonstrations
+        steps, batch, rate = demo_config.sft_steps, demo_config.sft_batch, demo_config.sft_learning_rate
+        count = demo_config.bfcl_demonstrations
         cached = cache / (
-            f"bfcl-base-{weights}-{'+'.join(demo_settings.bfcl_categories)}-demos{count}-sft{steps}x{batch}"
+            f"bfcl-base-{weights}-{'+'.join(demo_config.bfcl_categories)}-demos{count}-sft{steps}x{batch}"
             f"-lr{rate:g}-seed{self.seed}"
         )
         base_dir = self.run_dir / "base"
-        if (cached / "model.safetensors").exists() and not demo_settings.fresh_base:
+        if (cached / "model.safetensors").exists() and not demo_config.fresh_base:
             shutil.copytree(cached, base_dir)
             self.base_reused = True
             self._say(
                 f"warm-up: reusing the base trained by an earlier run ({cached}; DEMO_FRESH_BASE=1 retrains)"
             )
             return base_dir
-        chosen = demonstrations(demo_settings.bfcl_categories, count=count, seed=self.seed)
+        chosen = demonstrations(demo_config.bfcl_categories, count=count, seed=self.seed)
         by_category: dict[str, int] = {}
         for case in chosen.cases:
             by_category[case.category] = by_category.get(case.category, 0) + 1
@@ -144,7 +144,7 @@ class BfclMixin:
                 gateway_url=self.url,
                 api_key=api_key,
                 model=self.model,
-                users=self.demo_settings.users,
+                users=self.demo_config.users,
                 seed=self.seed,
                 world=world,
             )
@@ -154,8 +154,8 @@ class BfclMixin:
             gateway_url=self.url,
             api_key=api_key,
             model=self.model,
-            categories=self.demo_settings.bfcl_categories,
-            users=self.demo_settings.users,
+            categories=self.demo_config.bfcl_categories,
+            users=self.demo_config.users,
             seed=self.seed,
         )
 
@@ -165,9 +165,9 @@ class BfclMixin:
         if self._bfcl():
             extra["task"] = "bfcl"
             extra["per_category"] = self._category_table(traffic)
-            extra["demonstrations"] = self.demo_settings.bfcl_demonstrations
+            extra["demonstrations"] = self.demo_config.bfcl_demonstrations
             extra["accepted_traffic"] = list(traffic.accepted)  # bench/bfcl's SFT-only baseline uses them
-        path = Path(self.demo_settings.summary_path or str(Path(settings.VAR_DIR) / "demo-summary.json"))
+        path = Path(self.demo_config.summary_path or str(Path(settings.VAR_DIR) / "demo-summary.json"))
         summary = json.loads(path.read_text()) if path.exists() else {}
         path.write_text(json.dumps({**summary, **extra}, indent=2))
 
@@ -187,10 +187,10 @@ class BfclMixin:
             entry = ((version.metrics if version else {}).get("gate") or {}).get(key) or {}
             label = "warmed-up v0" if row["role"] == "base" else f"v{row['version']}"
             columns.append((label, entry.get("per_category", {})))
-        categories = list(self.demo_settings.bfcl_categories)
+        categories = list(self.demo_config.bfcl_categories)
         self.out.write(
             "\nheld-out accuracy per category (BFCL's checker; first "
-            f"{self.demo_settings.heldout_cases} held-out cases of each)"
+            f"{self.demo_config.heldout_cases} held-out cases of each)"
         )
         self.out.write(f"{'category':<18}" + "".join(f"{label:>14}" for label, _ in columns))
         table: dict = {label: {} for label, _ in columns}

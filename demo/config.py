@@ -1,4 +1,4 @@
-"""The demo's settings: every DEMO_* knob of the environment, with its default, read in one place.
+"""The demo's configuration: every DEMO_* knob of the environment, with its default, read in one place.
 
 DEMO_VAR_DIR (var/demo: the demo's own state), DEMO_KEEP (1: keep var/demo and add a run to it), DEMO_EXIT
 (1: exit after the table), DEMO_APPROVE (manual: an operator approves releases in the console),
@@ -9,7 +9,7 @@ DEMO_ETA (8: production lags the learner by the versions a release takes), DEMO_
 DEMO_PUBLISH_EVERY (1), DEMO_EVAL_EVERY (2 versions), DEMO_LR (1e-4), DEMO_TOLERANCE (0.05),
 DEMO_CANARY_PERCENT (50), DEMO_CANARY_SECONDS (10), DEMO_ANNOTATOR_SHARE (0.3), DEMO_SUMMARY (a JSON file;
 default var/demo/demo-summary.json), DEMO_SCENARIO (empty: none; a name of workers.envs.scenarios.SCENARIOS:
-the world the traffic meets, see apps/demo/scenario.py), DEMO_SCENARIO_AT (empty: the scenario's own time;
+the world the traffic meets, see demo/scenario.py), DEMO_SCENARIO_AT (empty: the scenario's own time;
 seconds after the traffic starts at which its trigger switches), DEMO_MODEL (default: the project's own
 few-million-parameter model; smollm2: SmolLM2-135M-Instruct, a real pretrained model converted by
 workers.models, with its own defaults in MODEL_DEFAULTS), DEMO_TASK (weather: the weather desk; bfcl: the
@@ -123,7 +123,7 @@ def _bfcl_categories() -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class DemoSettings:
+class DemoConfig:
     base_model: str  # a key of MODEL_DEFAULTS
     var_dir: Path
     keep: bool
@@ -166,7 +166,7 @@ class DemoSettings:
             raise ValueError("DEMO_SCENARIO plays in the weather desk's world; DEMO_TASK=bfcl has none")
 
     @classmethod
-    def from_environment(cls) -> "DemoSettings":
+    def from_environment(cls) -> "DemoConfig":
         return cls(
             base_model=demo_model(),
             var_dir=Path(os.environ.get("DEMO_VAR_DIR", settings.BASE_DIR / "var" / "demo")).resolve(),

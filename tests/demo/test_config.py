@@ -1,9 +1,9 @@
-"""The demo's settings (apps/demo/settings.py): DEMO_MODEL picks the base and the defaults that go with it;
+"""The demo's configuration (demo/config.py): DEMO_MODEL picks the base and the defaults that go with it;
 an environment variable still wins; an unknown model is refused before anything starts."""
 
 import pytest
 
-from apps.demo.settings import MODEL_DEFAULTS, DemoSettings
+from demo.config import MODEL_DEFAULTS, DemoConfig
 
 KNOBS = (
     "DEMO_MODEL",
@@ -24,7 +24,7 @@ def clean_environment(monkeypatch):
 
 
 def test_the_default_model_keeps_the_demo_as_it_was():
-    settings = DemoSettings.from_environment()
+    settings = DemoConfig.from_environment()
 
     assert settings.base_model == "default"
     assert (settings.budget_seconds, settings.skill_steps, settings.sft_steps) == (300, 200, 60)
@@ -34,7 +34,7 @@ def test_the_default_model_keeps_the_demo_as_it_was():
 def test_smollm2_brings_its_own_defaults(monkeypatch):
     monkeypatch.setenv("DEMO_MODEL", "smollm2")
 
-    settings = DemoSettings.from_environment()
+    settings = DemoConfig.from_environment()
 
     wanted = MODEL_DEFAULTS["smollm2"]
     assert settings.base_model == "smollm2"
@@ -48,28 +48,28 @@ def test_an_environment_variable_wins_over_the_models_default(monkeypatch):
     monkeypatch.setenv("DEMO_MODEL", "smollm2")
     monkeypatch.setenv("DEMO_BUDGET_SECONDS", "900")
 
-    assert DemoSettings.from_environment().budget_seconds == 900
+    assert DemoConfig.from_environment().budget_seconds == 900
 
 
 def test_an_unknown_model_is_refused_with_the_choices(monkeypatch):
     monkeypatch.setenv("DEMO_MODEL", "gpt-9")
 
     with pytest.raises(ValueError, match=r"DEMO_MODEL='gpt-9' is not one of default, smollm2"):
-        DemoSettings.from_environment()
+        DemoConfig.from_environment()
 
 
 def test_the_weather_desk_stays_the_default_task():
-    settings = DemoSettings.from_environment()
+    settings = DemoConfig.from_environment()
 
     assert (settings.task, settings.model_name) == ("weather", "weather")
 
 
 def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_defaults(monkeypatch):
-    from apps.demo.settings import BFCL_CATEGORIES, TASK_DEFAULTS
+    from demo.config import BFCL_CATEGORIES, TASK_DEFAULTS
 
     monkeypatch.setenv("DEMO_TASK", "bfcl")
 
-    settings = DemoSettings.from_environment()
+    settings = DemoConfig.from_environment()
 
     assert (settings.task, settings.model_name, settings.base_model) == ("bfcl", "bfcl", "smollm2")
     assert settings.bfcl_categories == BFCL_CATEGORIES
@@ -77,7 +77,7 @@ def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_d
     assert settings.budget_seconds == TASK_DEFAULTS["bfcl"]["DEMO_BUDGET_SECONDS"] == 900
     assert settings.sft_learning_rate == TASK_DEFAULTS["bfcl"]["DEMO_SFT_LR"]
     monkeypatch.setenv("DEMO_BFCL_CATEGORIES", "irrelevance, simple_python")
-    assert DemoSettings.from_environment().bfcl_categories == ("irrelevance", "simple_python")
+    assert DemoConfig.from_environment().bfcl_categories == ("irrelevance", "simple_python")
 
 
 @pytest.mark.parametrize("category", ["live_simple", "multi_turn_base"])
@@ -86,14 +86,14 @@ def test_the_bfcl_task_refuses_live_and_multi_turn_categories(monkeypatch, categ
     monkeypatch.setenv("DEMO_BFCL_CATEGORIES", f"simple_python,{category}")
 
     with pytest.raises(ValueError, match=category):
-        DemoSettings.from_environment()
+        DemoConfig.from_environment()
 
 
 def test_the_bfcl_task_refuses_the_default_model_and_an_unknown_task(monkeypatch):
     monkeypatch.setenv("DEMO_TASK", "bfcl")
     monkeypatch.setenv("DEMO_MODEL", "default")
     with pytest.raises(ValueError, match="DEMO_TASK=bfcl runs with DEMO_MODEL=smollm2"):
-        DemoSettings.from_environment()
+        DemoConfig.from_environment()
     monkeypatch.setenv("DEMO_TASK", "chess")
     with pytest.raises(ValueError, match="DEMO_TASK='chess' is not one of bfcl, weather"):
-        DemoSettings.from_environment()
+        DemoConfig.from_environment()

@@ -16,7 +16,7 @@ def bar(done: float, total: float, width: int = 28) -> str:
 
 
 class ReportMixin:
-    """Part of apps.demo.run.Demo (whose __init__ declares the state): `rows`, `curve`, and the clocks."""
+    """Part of demo.run.Demo (whose __init__ declares the state): `rows`, `curve`, and the clocks."""
 
     def _say(self, text: str) -> None:
         self.out.write(f"[{time.monotonic() - self.started:6.1f}s] {text}")
@@ -143,7 +143,7 @@ class ReportMixin:
             "annotator_labels": annotator.stats.labelled,
             "gain_points": round(gain * 100, 1),
         }
-        path = self.demo_settings.summary_path or str(Path(settings.VAR_DIR) / "demo-summary.json")
+        path = self.demo_config.summary_path or str(Path(settings.VAR_DIR) / "demo-summary.json")
         Path(path).write_text(json.dumps(summary, indent=2))
         self.out.write(f"summary: {path}")
 

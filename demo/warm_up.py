@@ -13,7 +13,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import CommandError
 
-from apps.demo.report import bar
+from demo.report import bar
 
 
 def cache_store(base_dir: Path, cached: Path) -> None:
@@ -27,7 +27,7 @@ def cache_store(base_dir: Path, cached: Path) -> None:
 
 
 class WarmUpMixin:
-    """Part of apps.demo.run.Demo (whose __init__ declares the state): the base the loop starts from."""
+    """Part of demo.run.Demo (whose __init__ declares the state): the base the loop starts from."""
 
     def _warm_up(self) -> Path:
         import hashlib
@@ -36,14 +36,14 @@ class WarmUpMixin:
         from workers.inference.modelgen import create_default_model
         from workers.models.manifest import read_manifest
 
-        steps = self.demo_settings.sft_steps
-        skill_steps = self.demo_settings.skill_steps
-        learning_rate = self.demo_settings.sft_learning_rate
-        batch = self.demo_settings.sft_batch
+        steps = self.demo_config.sft_steps
+        skill_steps = self.demo_config.skill_steps
+        learning_rate = self.demo_config.sft_learning_rate
+        batch = self.demo_config.sft_batch
         batch_tag = "" if batch == 16 else f"x{batch}"  # the default batch keeps the names bases had
         started = time.monotonic()
         base_dir = self.run_dir / "base"
-        if self.demo_settings.base_model == "smollm2":
+        if self.demo_config.base_model == "smollm2":
             initial = self._real_model()
             weights = (read_manifest(initial) or {}).get("files", {}).get("model.safetensors", "")[:12]
         else:
@@ -56,7 +56,7 @@ class WarmUpMixin:
             / "demo-cache"
             / (f"base-{weights}-skill{skill_steps}-sft{steps}{batch_tag}-lr{learning_rate:g}-seed{self.seed}")
         )
-        if (cached / "model.safetensors").exists() and not self.demo_settings.fresh_base:
+        if (cached / "model.safetensors").exists() and not self.demo_config.fresh_base:
             shutil.copytree(cached, base_dir)
             self.base_reused = True
             self._say(

@@ -13,16 +13,16 @@ SCENARIO_DRIFT_JS = 0.1
 
 
 class LoopMixin:
-    """Part of apps.demo.run.Demo (whose __init__ declares the state): `policy`, `seen`, `production_number`."""
+    """Part of demo.run.Demo (whose __init__ declares the state): `policy`, `seen`, `production_number`."""
 
     def _gate(self) -> dict:
         """The policy's gate: the demo's held-out weather cases; a candidate must not be worse than the best
         version production has had by more than DEMO_TOLERANCE (tolerances do not add up)."""
         return {
             "environment": "weather",
-            "cases": self.demo_settings.heldout_cases,
+            "cases": self.demo_config.heldout_cases,
             "seed": 10_000 + self.seed,
-            "min_gain": -self.demo_settings.tolerance,
+            "min_gain": -self.demo_config.tolerance,
         }
 
     def _policy_create(self):
@@ -31,7 +31,7 @@ class LoopMixin:
         from apps.audit.services import Actor
         from apps.evolution.policies import policy_create
 
-        settings = self.demo_settings
+        settings = self.demo_config
         self.policy = policy_create(
             tenant=self.tenant,
             actor=Actor.system("demo"),
@@ -93,7 +93,7 @@ class LoopMixin:
         """What the policy watches. The demo as it was: nothing (its learner runs from the start). Under a
         scenario (DEMO_SCENARIO): tool failures and drift over a one-minute window, with weight and harness
         updates allowed, so the control plane itself must notice what the scenario switches."""
-        if not self.demo_settings.scenario:
+        if not self.demo_config.scenario:
             return {"signals": {}, "update_kinds": ["weights"], "cooldown_seconds": 0}
         return {
             "signals": {
@@ -108,7 +108,7 @@ class LoopMixin:
     def _learns_from_the_start(self) -> bool:
         """The demo's learner starts at once, except under a scenario where the control plane must decide to
         train itself (all but bad_release, whose rollback restarts a running learner)."""
-        return self.demo_settings.scenario in {"", "bad_release"}
+        return self.demo_config.scenario in {"", "bad_release"}
 
     def _first_learner(self) -> None:
         """The first learner starts through a `train` decision, as the control plane's own would."""
@@ -127,7 +127,7 @@ class LoopMixin:
             actor=Actor.system("demo"),
         )
         decision_execute(tenant=self.tenant, decision=decision)
-        settings = self.demo_settings
+        settings = self.demo_config
         self._timeline()
         self._say(
             f"online decoupled PPO: η={settings.eta}, {settings.batch} samples per step, a version every "
@@ -183,7 +183,7 @@ class LoopMixin:
             iter(decision.started.get("releases", [])), None
         )
         if decision.kind == "release" and decision.status == "running":
-            percent = self.demo_settings.canary_percent
+            percent = self.demo_config.canary_percent
             line += f"; canary at {percent:g}% of new sessions ({self.url}/releases/{release_id}/)"
         if decision.kind == "promote" and decision.status == "proposed":
             line += (
@@ -269,7 +269,7 @@ class LoopMixin:
         )
         self._say(
             f"held-out success of {label} v{version.number}: {success:.0%} on "
-            f"{self.demo_settings.heldout_cases} cases {dict(sorted(reasons.items()))}"
+            f"{self.demo_config.heldout_cases} cases {dict(sorted(reasons.items()))}"
         )
         if label == "base":
             self.production_number = version.number
