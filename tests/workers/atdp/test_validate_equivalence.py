@@ -27,8 +27,9 @@ from unittest import mock
 import pytest
 
 from tests.workers.atdp.fixtures import make_reward, make_step, make_trajectory, new_id
-from workers.atdp import Problem, validate_trajectory
+from workers.atdp import Problem, schema_compiler, validate_trajectory
 from workers.atdp import validate as validate_module
+from workers.atdp.formats import is_date_time, is_uuid
 from workers.atdp.schema import load_schema
 
 fastjsonschema = pytest.importorskip("fastjsonschema")
@@ -76,7 +77,7 @@ TARGETED = {
 def _fastjsonschema_validator():
     return fastjsonschema.compile(
         load_schema(),
-        formats={"uuid": validate_module._is_uuid, "date-time": validate_module._is_date_time},
+        formats={"uuid": is_uuid, "date-time": is_date_time},
     )
 
 
@@ -95,7 +96,7 @@ def fastjsonschema_validate_trajectory(record: object) -> list[Problem]:
     def accepts(instance) -> bool:
         return fastjsonschema_first_error(instance) is None
 
-    with mock.patch.object(validate_module, "_fast_check", return_value=accepts):
+    with mock.patch.object(validate_module, "fast_check", return_value=accepts):
         return validate_trajectory(record)
 
 
@@ -231,7 +232,7 @@ def verdicts() -> list[tuple[str, Verdicts]]:
         switched = fastjsonschema_validate_trajectory(record)
         schema_valid = not current or not any(True for _ in validate_module._schema_problems(record))
         first_error = fastjsonschema_first_error(record)
-        shrunk = validate_module._without_checked_token_arrays(record)
+        shrunk = schema_compiler.without_checked_token_arrays(record)
         verdict = Verdicts(current, switched, schema_valid, first_error, fastjsonschema_first_error(shrunk))
         found.append((what, verdict))
     return found
@@ -307,7 +308,7 @@ def test_the_two_differ_on_tuples():
         "rewards",
     ]
     assert fastjsonschema_first_error(record) is None
-    assert fastjsonschema_first_error(validate_module._without_checked_token_arrays(record)) is None
+    assert fastjsonschema_first_error(schema_compiler.without_checked_token_arrays(record)) is None
 
 
 def test_a_new_id_is_a_uuid_to_both():
