@@ -1,7 +1,11 @@
 """The one place that reads the process environment.
 
 Every setting that comes from the environment goes through these helpers, so a missing or malformed
-value fails at start-up with a message naming the variable instead of deep inside a request.
+value fails at start-up with a message naming the variable instead of deep inside a request. Elsewhere the
+environment is only written (DJANGO_SETTINGS_MODULE's default, the test session's names) or copied into the
+environment of a process launched (areal_web.processes, workers/inference/vllm.py). The Django-free code in
+workers/ imports nothing from here: its callers pass it the values, except where it is a process of its own
+(the inference server's admin token and model store, torchrun's LOCAL_RANK).
 """
 
 import os

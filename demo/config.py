@@ -19,11 +19,12 @@ warm-up's demonstrations from the train split's ground truth). Under DEMO_TASK=b
 cases per category.
 """
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
+
+from areal_web.env import env_str
 
 MODEL = "weather"  # the model each run registers: weather, then weather-2, weather-3... under DEMO_KEEP=1
 TASK_MODELS = {"weather": MODEL, "bfcl": "bfcl"}  # DEMO_TASK → the model's name (bfcl, bfcl-2...)
@@ -75,7 +76,7 @@ BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple",
 
 
 def demo_task() -> str:
-    name = os.environ.get("DEMO_TASK", "").strip() or "weather"
+    name = env_str("DEMO_TASK", "").strip() or "weather"
     if name not in TASK_DEFAULTS:
         raise ValueError(f"DEMO_TASK={name!r} is not one of {', '.join(sorted(TASK_DEFAULTS))}")
     return name
@@ -83,7 +84,7 @@ def demo_task() -> str:
 
 def demo_model() -> str:
     default = "smollm2" if demo_task() == "bfcl" else "default"
-    name = os.environ.get("DEMO_MODEL", "").strip() or default
+    name = env_str("DEMO_MODEL", "").strip() or default
     if name not in MODEL_DEFAULTS:
         raise ValueError(f"DEMO_MODEL={name!r} is not one of {', '.join(sorted(MODEL_DEFAULTS))}")
     if demo_task() == "bfcl" and name != "smollm2":
@@ -95,8 +96,9 @@ def demo_model() -> str:
 
 def _default(name: str, default: float) -> float:
     """The environment's value, else the task's default, else the model's, else `default`."""
-    if name in os.environ:
-        return float(os.environ[name])
+    value = env_str(name, "")
+    if value:
+        return float(value)
     return TASK_DEFAULTS[demo_task()].get(name, MODEL_DEFAULTS[demo_model()].get(name, default))
 
 
@@ -112,7 +114,7 @@ def _env_float(name: str, default: float) -> float:
 
 
 def _bfcl_categories() -> tuple[str, ...]:
-    named = [part.strip() for part in os.environ.get("DEMO_BFCL_CATEGORIES", "").split(",") if part.strip()]
+    named = [part.strip() for part in env_str("DEMO_BFCL_CATEGORIES", "").split(",") if part.strip()]
     unknown = [name for name in named if name not in BFCL_CATEGORIES]
     if unknown:
         raise ValueError(
@@ -169,12 +171,12 @@ class DemoConfig:
     def from_environment(cls) -> "DemoConfig":
         return cls(
             base_model=demo_model(),
-            var_dir=Path(os.environ.get("DEMO_VAR_DIR", settings.BASE_DIR / "var" / "demo")).resolve(),
-            keep=os.environ.get("DEMO_KEEP") == "1",
-            exit_after_table=os.environ.get("DEMO_EXIT") == "1",
-            approve_manually=os.environ.get("DEMO_APPROVE") == "manual",
-            fresh_base=os.environ.get("DEMO_FRESH_BASE") == "1",
-            summary_path=os.environ.get("DEMO_SUMMARY") or "",
+            var_dir=Path(env_str("DEMO_VAR_DIR", settings.BASE_DIR / "var" / "demo")).resolve(),
+            keep=env_str("DEMO_KEEP", "") == "1",
+            exit_after_table=env_str("DEMO_EXIT", "") == "1",
+            approve_manually=env_str("DEMO_APPROVE", "") == "manual",
+            fresh_base=env_str("DEMO_FRESH_BASE", "") == "1",
+            summary_path=env_str("DEMO_SUMMARY", ""),
             seed=_env_int("DEMO_SEED", 0),
             budget_seconds=_env_float("DEMO_BUDGET_SECONDS", 300),
             skill_steps=_env_int("DEMO_SKILL_STEPS", 200),
@@ -192,8 +194,8 @@ class DemoConfig:
             canary_percent=_env_float("DEMO_CANARY_PERCENT", 50),
             canary_seconds=_env_int("DEMO_CANARY_SECONDS", 10),
             annotator_share=_env_float("DEMO_ANNOTATOR_SHARE", 0.3),
-            scenario=os.environ.get("DEMO_SCENARIO", "").strip(),
-            scenario_at=float(os.environ["DEMO_SCENARIO_AT"]) if os.environ.get("DEMO_SCENARIO_AT") else None,
+            scenario=env_str("DEMO_SCENARIO", "").strip(),
+            scenario_at=float(env_str("DEMO_SCENARIO_AT")) if env_str("DEMO_SCENARIO_AT", "") else None,
             task=demo_task(),
             bfcl_categories=_bfcl_categories(),
             bfcl_demonstrations=_env_int("DEMO_BFCL_DEMOS", 240),

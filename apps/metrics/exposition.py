@@ -7,13 +7,14 @@ the requests of all of this machine's processes whichever worker answers. Gauges
 and the broker at scrape time are a collector of their own (`ScrapedGauges`), the same from any process.
 """
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
+
+from areal_web.env import env_str
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -74,7 +75,7 @@ class ScrapedGauges:
 
 
 def multiprocess_directory() -> str | None:
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+    return env_str("PROMETHEUS_MULTIPROC_DIR", "") or None  # the settings set it (AREAL_PROMETHEUS_DIR)
 
 
 def render(*collectors) -> bytes:

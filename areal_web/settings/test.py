@@ -8,13 +8,13 @@ Without CI the suite runs embedded (SQLite, filesystem broker, in-memory channel
 import os
 from pathlib import Path
 
-from areal_web.env import env_bool, env_list
+from areal_web.env import env_bool, env_list, env_str
 
 # Under pytest-xdist each worker is a test session of its own. It inherits the controller's environment, so the
 # names below that the controller chose are dropped and the worker takes its own; the processes a worker starts
 # inherit the worker's names, as the processes of a plain run inherit that run's.
-_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-if _XDIST_WORKER and os.environ.get("AREAL_TEST_SESSION_WORKER") != _XDIST_WORKER:
+_XDIST_WORKER = env_str("PYTEST_XDIST_WORKER", "")
+if _XDIST_WORKER and env_str("AREAL_TEST_SESSION_WORKER", "") != _XDIST_WORKER:
     for _name in (
         "AREAL_VAR_DIR",
         "AREAL_TEST_DATABASE_NAME",
@@ -58,8 +58,8 @@ STORAGES = {
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A file, not :memory:, so that worker processes and the live server see the same test database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405
-elif os.environ.get("AREAL_TEST_DATABASE_NAME"):
-    DATABASES["default"]["TEST"] = {"NAME": os.environ["AREAL_TEST_DATABASE_NAME"]}
+elif env_str("AREAL_TEST_DATABASE_NAME", ""):
+    DATABASES["default"]["TEST"] = {"NAME": env_str("AREAL_TEST_DATABASE_NAME")}
 
 # Worker processes started by the tests must use the test database the suite created.
 if env_bool("AREAL_USE_TEST_DATABASE", False):

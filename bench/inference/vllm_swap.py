@@ -21,8 +21,15 @@ import openai
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from areal_web.env import env_str
 from workers.inference.modelgen import create_default_model
-from workers.inference.vllm import VllmAdmin, VllmServer, VllmServerConfig
+from workers.inference.vllm import (
+    VLLM_PYTHON_ENV,
+    VllmAdmin,
+    VllmServer,
+    VllmServerConfig,
+    default_vllm_python,
+)
 from workers.inference.vllm_weights import (
     load_state_dict,
     merge_lora,
@@ -227,7 +234,10 @@ def main(argv=None) -> None:
     new_dir = write_perturbed_checkpoint(base_dir, work / "v2", scale=0.02, seed=1)
     adapters = [write_lora_adapter(base_dir, work / f"lora-{seed}", seed=seed) for seed in (1, 2)]
     base_weights = load_state_dict(base_dir)
-    config = VllmServerConfig(model_path=str(base_dir), served_model_name=SERVED_MODEL, max_lora_rank=8)
+    python = default_vllm_python(env_str(VLLM_PYTHON_ENV, ""))
+    config = VllmServerConfig(
+        model_path=str(base_dir), served_model_name=SERVED_MODEL, python=python, max_lora_rank=8
+    )
     report: dict = {}
 
     started = time.perf_counter()
@@ -271,7 +281,7 @@ def main(argv=None) -> None:
     if not arguments.no_restart_peer:
         started = time.perf_counter()
         with VllmServer(
-            VllmServerConfig(model_path=str(new_dir), served_model_name=SERVED_MODEL),
+            VllmServerConfig(model_path=str(new_dir), served_model_name=SERVED_MODEL, python=python),
             log_path=work / "restart.log",
         ) as server:
             with openai.OpenAI(base_url=server.api_base, api_key="unused", max_retries=0) as client:

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from areal_web.env import env_bool
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TESTS = {
     "rest": "tests/reliability/test_api_fuzz.py",
@@ -57,7 +59,7 @@ def main() -> int:
 
     print(
         f"\nfuzzing, {arguments.examples} examples per operation and mode, seed {arguments.seed}, "
-        f"{'PostgreSQL + Redis' if os.environ.get('CI') else 'SQLite, embedded layers'}; "
+        f"{'PostgreSQL + Redis' if env_bool('CI') else 'SQLite, embedded layers'}; "
         f"{time.monotonic() - started:.0f} s, load {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
     )
     print(

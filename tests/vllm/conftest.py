@@ -8,8 +8,10 @@ import os
 import openai
 import pytest
 
+from areal_web.env import env_str
 from workers.inference.modelgen import create_default_model
 from workers.inference.vllm import (
+    VLLM_PYTHON_ENV,
     VllmAdmin,
     VllmServer,
     VllmServerConfig,
@@ -29,7 +31,7 @@ def _on_ci() -> bool:
 
 @pytest.fixture(scope="session")
 def vllm_python() -> str:
-    python = default_vllm_python()
+    python = default_vllm_python(env_str(VLLM_PYTHON_ENV, ""))
     problem = vllm_install_error(python)
     if problem is None:
         return python

@@ -185,12 +185,7 @@ def score_case(kind: str, config: dict, output: CaseOutput, *, programs_dir: str
             task_id=output.task_id, final_text=output.text, environment=dict(output.environment)
         )
         try:
-            if kind == "program":
-                from workers.rewards.evaluators import program_check
-
-                result = program_check(outcome, config, programs_dir=programs_dir)
-            else:
-                result = run_evaluator(kind, config, outcome)
+            result = run_evaluator(kind, config, outcome, programs_dir=programs_dir)
         except EvaluatorError as error:
             raise ScorerError(str(error)) from None
         threshold = float(config.get("pass_threshold", PASS_THRESHOLD))

@@ -379,6 +379,9 @@ def main(argv=None) -> None:
         "--served-model-name", nargs="+", help="names clients may use; default: the --model value"
     )
     parser.add_argument("--model-version", type=int, default=0, help="policy version of the initial weights")
+    # The server is a process of its own, not a library workers/ callers pass values to: its launcher
+    # (areal_web.processes) hands it the admin token and the model store in its environment, kept off the
+    # command line that every local user can read.
     parser.add_argument(
         "--admin-token",
         default=os.environ.get(ADMIN_TOKEN_ENV) or None,

@@ -47,11 +47,11 @@ class VllmAdminError(RuntimeError):
         self.body = body
 
 
-def default_vllm_python() -> str:
-    """$AREAL_VLLM_PYTHON, else the repository's .venv-vllm, else this interpreter (a GPU node that
-    installed `vllm` beside the project)."""
-    if os.environ.get(VLLM_PYTHON_ENV):
-        return os.environ[VLLM_PYTHON_ENV]
+def default_vllm_python(configured: str = "") -> str:
+    """`configured` (AREAL_VLLM_PYTHON, which callers read: workers/ reads no setting of the environment), else
+    the repository's .venv-vllm, else this interpreter (a GPU node that installed `vllm` beside the project)."""
+    if configured:
+        return configured
     local = REPO_ROOT / ".venv-vllm" / "bin" / "python"
     return str(local) if local.exists() else sys.executable
 
@@ -127,6 +127,7 @@ class VllmServerConfig:
         return command + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:
+        # The server's process inherits this one's environment (a launch copies it; no setting is read here).
         env = dict(os.environ)
         # The project is not installed in .venv-vllm; the repository root makes `workers` importable there.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))

@@ -125,10 +125,10 @@ def tool_call_succeeded(outcome: Outcome, config: dict) -> EvaluatorResult:
 
 
 def program_check(outcome: Outcome, config: dict, *, programs_dir: str | None = None) -> EvaluatorResult:
-    """Runs `argv` (its program must live in the programs directory, `AREAL_EVALUATOR_PROGRAMS_DIR`) with the
-    outcome as JSON on stdin. Exit 0 passes (1.0), any other fails (0.0); a number on the last stdout line
-    is taken as the value instead."""
-    directory = programs_dir or os.environ.get("AREAL_EVALUATOR_PROGRAMS_DIR", "")
+    """Runs `argv` (its program must live in `programs_dir`, which the caller reads from the setting
+    AREAL_EVALUATOR_PROGRAMS_DIR; none: refused) with the outcome as JSON on stdin. Exit 0 passes (1.0), any
+    other fails (0.0); a number on the last stdout line is taken as the value instead."""
+    directory = programs_dir or ""
     argv = config.get("argv")
     if not directory:
         raise EvaluatorError("program evaluators need AREAL_EVALUATOR_PROGRAMS_DIR on the worker")
@@ -184,9 +184,14 @@ LLM_JUDGE = "llm_judge"
 KINDS = (*EVALUATORS, LLM_JUDGE)
 
 
-def run_evaluator(kind: str, config: dict, outcome: Outcome) -> EvaluatorResult:
+def run_evaluator(
+    kind: str, config: dict, outcome: Outcome, *, programs_dir: str | None = None
+) -> EvaluatorResult:
+    """`programs_dir`: where a `program` evaluator's programs live (AREAL_EVALUATOR_PROGRAMS_DIR)."""
     if kind == LLM_JUDGE:
         raise EvaluatorError("an llm_judge evaluator runs through the gateway (apps.loop.judging)")
     if kind not in EVALUATORS:
         raise EvaluatorError(f"unknown evaluator kind {kind!r}")
+    if kind == "program":
+        return program_check(outcome, config, programs_dir=programs_dir)
     return EVALUATORS[kind](outcome, config)

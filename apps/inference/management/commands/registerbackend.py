@@ -1,5 +1,3 @@
-import os
-
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.audit.services import Actor
@@ -10,6 +8,7 @@ from apps.inference.models import CAPABILITY_FIELDS, BackendKind, CapParameter
 from apps.inference.selectors import backend_by_name
 from apps.inference.services import backend_check, backend_grant_create, backend_register, backend_update
 from apps.tenants.selectors import tenant_get_by_slug
+from areal_web.env import env_str
 
 
 class Command(BaseCommand):
@@ -58,7 +57,7 @@ class Command(BaseCommand):
         if options.get("cap_parameter"):
             fields["cap_parameter"] = options["cap_parameter"]
         if options.get("credential_env"):
-            credential = os.environ.get(options["credential_env"], "")
+            credential = env_str(options["credential_env"], "")
             if not credential:
                 raise CommandError(f"the environment variable {options['credential_env']} is not set")
             fields["credential"] = credential
