@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Max
 
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import ValidationFailed
@@ -308,12 +308,9 @@ def version_serving_cached(*, tenant_id: int, model: str, number: str) -> Versio
 
 
 def _load(tenant_id: int, model: str) -> _ModelServing:
-    from apps.training.models import ModelVersion
+    from apps.training.selectors import model_version_highest_number, model_versions_served_differently
 
-    versions = ModelVersion.objects.filter(tenant_id=tenant_id, name=model)
-    rows = versions.filter(Q(harness__isnull=False) | Q(weights_of__isnull=False)).select_related(
-        "harness", "weights_of"
-    )
+    rows = model_versions_served_differently(tenant_id=tenant_id, name=model)
     specs: dict[int, HarnessSpec] = {}
     served = {}
     for row in rows:
@@ -328,7 +325,7 @@ def _load(tenant_id: int, model: str) -> _ModelServing:
     return _ModelServing(
         expires=now + settings.AREAL_ROUTING_CACHE_SECONDS,
         reload_after=now + MISSING_RELOAD_SECONDS,
-        highest=versions.aggregate(top=Max("number"))["top"],
+        highest=model_version_highest_number(tenant_id=tenant_id, name=model),
         versions=served,
     )
 

@@ -367,10 +367,29 @@ def _publish(policy: EvolutionPolicy, *, deleted: bool = False) -> None:
     )
 
 
-def _lock(*, tenant: Tenant, policy_id) -> EvolutionPolicy:
+def policy_lock(*, tenant: Tenant, policy_id) -> EvolutionPolicy:
+    """The tenant's policy, its row locked until the caller's transaction ends (call it inside one); another
+    tenant's, or a missing one, is NotFound `policy_not_found`."""
     return get_in_tenant(
         EvolutionPolicy.objects.select_for_update(), tenant=tenant, code="policy_not_found", pk=policy_id
     )
+
+
+def policy_lock_enabled(*, tenant: Tenant, policy_id) -> EvolutionPolicy | None:
+    """The tenant's policy when it is enabled, its row locked until the caller's transaction ends (a tick's
+    entry, apps.loop.control); None when it is gone or disabled."""
+    return (
+        EvolutionPolicy.objects.for_tenant(tenant)
+        .select_for_update()
+        .filter(pk=policy_id, enabled=True)
+        .first()
+    )
+
+
+def policy_tick_mark(*, policy_id: int, at) -> None:
+    """Records that the policy ticked at `at` (`last_tick_at`: a tick message older than it is skipped). Not
+    audited: a tick is the control plane's routine, its decisions are audited."""
+    EvolutionPolicy.objects.filter(pk=policy_id).update(last_tick_at=at)
 
 
 @transaction.atomic
@@ -398,7 +417,7 @@ def policy_update(*, tenant: Tenant, actor: Actor, policy_id, revision: int, **f
     `policy_stale`, nothing changed. Locks the row; bumps the revision. Decisions, online runs and releases
     already started keep what they were started with. Audited `evolution_policy.update` with what changed."""
     _refuse_unknown(fields)
-    policy = _lock(tenant=tenant, policy_id=policy_id)
+    policy = policy_lock(tenant=tenant, policy_id=policy_id)
     if not _is_integer(revision) or revision != policy.revision:
         raise Conflict(
             f"the policy changed since you read it (revision {policy.revision}, yours {revision}); "
@@ -433,7 +452,7 @@ def policy_delete(*, tenant: Tenant, actor: Actor, policy_id, revision: int | No
     """Deletes the policy with its signal points, clusters and closed decisions. 409 `policy_busy` while one
     of its decisions is approved or running (what it started would lose its follow-up: pause or wait), 409
     `policy_stale` for a `revision` that is not the current one. Audited `evolution_policy.delete`."""
-    policy = _lock(tenant=tenant, policy_id=policy_id)
+    policy = policy_lock(tenant=tenant, policy_id=policy_id)
     if revision is not None and revision != policy.revision:
         raise Conflict("the policy changed since you read it; reload it", code="policy_stale")
     busy = Decision.objects.for_tenant(tenant).filter(

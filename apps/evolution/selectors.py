@@ -1,5 +1,7 @@
 """Reads of the control plane's tables, always within one tenant."""
 
+from typing import TYPE_CHECKING
+
 from django.db.models import Avg, Exists, OuterRef
 
 from apps.core.selectors import get_in_tenant
@@ -17,11 +19,13 @@ from apps.releases.selectors import serving_history
 from apps.rewards.selectors import reward_list
 from apps.tenants.models import Tenant
 from apps.training.choices import VersionStatus
-from apps.training.models import ModelVersion
 from apps.training.selectors import alias_history, alias_resolve, model_version_list
 from apps.trajectories.choices import Purpose
 from apps.trajectories.selectors import step_list, trajectory_list
 from workers.pii import sanitizer_for
+
+if TYPE_CHECKING:
+    from apps.training.models import ModelVersion
 
 
 def policy_get(*, tenant: Tenant, policy_id) -> EvolutionPolicy:
@@ -121,7 +125,7 @@ def window_rewards(
     return list(rewards.values("trajectory_id", "value", "kind", "source", "created_at")[:limit])
 
 
-def production_version(*, tenant: Tenant, model: str) -> ModelVersion | None:
+def production_version(*, tenant: Tenant, model: str) -> "ModelVersion | None":
     """The version the model's `production` alias names, else its newest version in status production."""
     version = alias_resolve(tenant=tenant, name=model, alias="production")
     if version is not None:
@@ -129,7 +133,7 @@ def production_version(*, tenant: Tenant, model: str) -> ModelVersion | None:
     return model_version_list(tenant=tenant, name=model, status=VersionStatus.PRODUCTION).first()
 
 
-def promoted_at(*, tenant: Tenant, version: ModelVersion):
+def promoted_at(*, tenant: Tenant, version: "ModelVersion"):
     """When `version` last became production: the alias move to it, else the first serving event with it as
     the stable version; None when neither is recorded."""
     moves = alias_history(tenant=tenant, name=version.name, alias="production").filter(to_version=version)
@@ -188,6 +192,11 @@ def decision_get(*, tenant: Tenant, decision_id) -> Decision:
         code="decision_not_found",
         pk=decision_id,
     )
+
+
+def decision_status_in(*, tenant: Tenant, decision_id, statuses) -> bool:
+    """Whether the tenant's decision is (still) in one of `statuses`, read afresh."""
+    return Decision.objects.for_tenant(tenant).filter(pk=decision_id, status__in=statuses).exists()
 
 
 def signal_series(*, tenant: Tenant, policy: EvolutionPolicy, name: str | None = None, since=None):
@@ -280,9 +289,8 @@ def control_state(*, tenant: Tenant, policy: EvolutionPolicy, now=None):
 
     from apps.evolution.models import DecisionKind, ToolFailureCluster
     from apps.releases.choices import ACTIVE_STATUSES, ReleaseStatus
-    from apps.releases.models import Release
-    from apps.training.models import OnlineRun
-    from apps.training.online import online_run_active
+    from apps.releases.selectors import release_list
+    from apps.training.online import online_run_active, online_run_periods
     from apps.training.selectors import alias_history
     from workers.evolution.rules import ClusterView, ControlState, ReleaseView
 
@@ -304,7 +312,7 @@ def control_state(*, tenant: Tenant, policy: EvolutionPolicy, now=None):
     promotions = alias_history(tenant=tenant, name=policy.model, alias="production").order_by("-moved_at")
     # A promotion replaces a version; the alias's first assignment (the base) is not one.
     last_promotion = promotions.filter(from_version__isnull=False).first()
-    releases = Release.objects.for_tenant(tenant).filter(model=policy.model).select_related("candidate")
+    releases = release_list(tenant=tenant, model=policy.model)
     under_way = releases.filter(status__in=ACTIVE_STATUSES).order_by("-id").first()
     ours = {
         release_id
@@ -326,9 +334,7 @@ def control_state(*, tenant: Tenant, policy: EvolutionPolicy, now=None):
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0)
     used = sum(
         ((finished or now) - started).total_seconds()
-        for started, finished in OnlineRun.objects.filter(
-            tenant=tenant, model_name=policy.model, started_at__gte=day_start
-        ).values_list("started_at", "finished_at")
+        for started, finished in online_run_periods(tenant=tenant, model=policy.model, since=day_start)
     )
     clusters = ToolFailureCluster.objects.for_tenant(tenant).filter(
         policy=policy, last_seen__gte=now - timedelta(seconds=policy.window_seconds)

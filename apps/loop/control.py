@@ -9,11 +9,11 @@ savepoint of its own: an unexpected error fails that decision, not the tick.
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.utils import timezone
 
-from apps.core.selectors import get_in_tenant
 from apps.evolution.choices import DecisionKind, DecisionStatus, PolicyMode
 from apps.evolution.decisions import (
     decision_finish,
@@ -21,10 +21,11 @@ from apps.evolution.decisions import (
     decision_record,
     decisions_expire,
 )
-from apps.evolution.models import Decision, EvolutionPolicy
+from apps.evolution.policies import policy_lock, policy_lock_enabled, policy_tick_mark
 from apps.evolution.selectors import (
     control_state,
     dangerously_policies_to_tick,
+    decision_status_in,
     decision_timeline,
     decisions_in_status,
 )
@@ -32,6 +33,9 @@ from apps.loop.actions import decision_execute, decision_follow, policy_actor
 from apps.tenants.models import Tenant
 from apps.tenants.selectors import tenant_get
 from workers.evolution.rules import PolicyView, decide
+
+if TYPE_CHECKING:
+    from apps.evolution.models import Decision, EvolutionPolicy
 
 logger = logging.getLogger(__name__)
 UNDER_WAY = (DecisionStatus.APPROVED, DecisionStatus.RUNNING)
@@ -46,7 +50,7 @@ class TickResult:
     expired: int = 0
 
 
-def policy_view(policy: EvolutionPolicy) -> PolicyView:
+def policy_view(policy: "EvolutionPolicy") -> PolicyView:
     return PolicyView(
         mode=policy.mode,
         signals=dict(policy.signals or {}),
@@ -58,7 +62,7 @@ def policy_view(policy: EvolutionPolicy) -> PolicyView:
     )
 
 
-def _signals(*, tenant: Tenant, policy: EvolutionPolicy, now) -> dict:
+def _signals(*, tenant: Tenant, policy: "EvolutionPolicy", now) -> dict:
     from apps.evolution.signals import signals_compute
 
     try:
@@ -68,18 +72,16 @@ def _signals(*, tenant: Tenant, policy: EvolutionPolicy, now) -> dict:
 
 
 def evolution_tick(
-    *, tenant: Tenant, policy: EvolutionPolicy, signals: dict | None = None, now=None
+    *, tenant: Tenant, policy: "EvolutionPolicy", signals: dict | None = None, now=None
 ) -> TickResult:
     """One tick of `policy` (see the module's docstring). `signals` given: used as they are, instead of
     computing them (a caller that measured them already, or a test)."""
     now = now or timezone.now()
     with transaction.atomic():
-        policy = get_in_tenant(
-            EvolutionPolicy.objects.select_for_update(), tenant=tenant, code="policy_not_found", pk=policy.pk
-        )
+        policy = policy_lock(tenant=tenant, policy_id=policy.pk)
         result = TickResult(expired=decisions_expire(tenant=tenant, policy=policy, now=now))
         result.signals = signals if signals is not None else _signals(tenant=tenant, policy=policy, now=now)
-        EvolutionPolicy.objects.filter(pk=policy.pk).update(last_tick_at=now)
+        policy_tick_mark(policy_id=policy.pk, at=now)
         if policy.mode == PolicyMode.OBSERVE or not policy.enabled:
             return result
         _close_superseded(tenant=tenant, policy=policy)
@@ -99,7 +101,7 @@ def evolution_tick(
     return result
 
 
-def _close_superseded(*, tenant: Tenant, policy: EvolutionPolicy) -> None:
+def _close_superseded(*, tenant: Tenant, policy: "EvolutionPolicy") -> None:
     """A promotion or rollback still waiting while its release already ended (a person promoted or rolled it
     back in the releases console, or its guardrails did) has nothing left to do: it is closed the way its
     release went (`decisions.decision_follow_release`; apps.releases' `release_finished` does it at once, the
@@ -112,7 +114,7 @@ def _close_superseded(*, tenant: Tenant, policy: EvolutionPolicy) -> None:
         decision_follow_release(tenant=tenant, release_id=release_id)
 
 
-def _record(*, tenant: Tenant, policy: EvolutionPolicy, proposal) -> Decision | None:
+def _record(*, tenant: Tenant, policy: "EvolutionPolicy", proposal) -> "Decision | None":
     if proposal.kind == DecisionKind.NOTHING:
         last = decision_timeline(tenant=tenant, policy=policy).order_by("-id").first()
         held_back_by = proposal.evidence.get("held_back_by")
@@ -139,14 +141,14 @@ def _record(*, tenant: Tenant, policy: EvolutionPolicy, proposal) -> Decision | 
     )
 
 
-def _guarded(action, *, tenant: Tenant, decision: Decision) -> Decision:
+def _guarded(action, *, tenant: Tenant, decision: "Decision") -> "Decision":
     """Runs an action in a savepoint; an unexpected error fails the decision with it (and is logged)."""
     try:
         with transaction.atomic():
             return action(tenant=tenant, decision=decision)
     except Exception as error:
         logger.exception("evolution decision %s (%s) failed", decision.pk, decision.kind)
-        if not Decision.objects.filter(pk=decision.pk, status__in=UNDER_WAY).exists():
+        if not decision_status_in(tenant=tenant, decision_id=decision.pk, statuses=UNDER_WAY):
             return decision
         return decision_finish(
             tenant=tenant,
@@ -168,12 +170,7 @@ def evolution_tick_policy(*, tenant_id: int, policy_id: int, enqueued_at: dateti
     ticks behind a slow one). Returns whether it ticked."""
     tenant = tenant_get(tenant_id=tenant_id)
     with transaction.atomic():
-        policy = (
-            EvolutionPolicy.objects.for_tenant(tenant)
-            .select_for_update()
-            .filter(pk=policy_id, enabled=True)
-            .first()
-        )
+        policy = policy_lock_enabled(tenant=tenant, policy_id=policy_id)
         if policy is None:
             return False
         if enqueued_at is not None and policy.last_tick_at is not None and policy.last_tick_at >= enqueued_at:

@@ -19,17 +19,23 @@ from apps.core.errors import Conflict, Forbidden, ValidationFailed
 from apps.metrics.publish import metrics_publish
 from apps.training import services
 from apps.training.choices import JobStatus, OnlineRunStatus
-from apps.training.models import OnlineRun
 from apps.training.online import (
     online_pending,
     online_run_finish,
+    online_run_for_worker,
     online_run_heartbeat,
     online_run_record_step,
     online_run_settle,
+    online_run_steps,
     online_run_stream,
     online_run_take,
 )
-from apps.training.selectors import training_job_stop_reason, training_records, training_snapshot_hash
+from apps.training.selectors import (
+    model_version_parents,
+    training_job_stop_reason,
+    training_records,
+    training_snapshot_hash,
+)
 from workers.rl import staleness
 
 logger = logging.getLogger(__name__)
@@ -177,11 +183,7 @@ def online_run_execute(*, run_id: int, poll_seconds: float = 0.5) -> dict:
     previous one) and, unless the run leaves serving to releases (`publish_to_backends` off), publish them
     to the model's backends, which then stamp V + 1 on new tokens. A run that is not running answers
     "skipped"; an error fails the run with its traceback."""
-    run = (
-        OnlineRun.objects.select_related("tenant", "current_version", "base_version")
-        .filter(pk=run_id)
-        .first()
-    )
+    run = online_run_for_worker(run_id=run_id)
     if run is None or run.status != OnlineRunStatus.RUNNING:
         return {"run": run_id, "status": "skipped"}
     try:
@@ -285,9 +287,9 @@ def _learn(run, poll_seconds: float) -> dict:
             stream=online_run_stream(run.pk),
             payload={"step": steps, "values": _summary(metrics)},
         )
-    final = OnlineRun.objects.get(pk=run.pk)
+    final_steps = online_run_steps(run_id=run.pk)
     online_run_finish(run_id=run.pk, status=OnlineRunStatus.STOPPED)
-    return {"run": run.pk, "status": "stopped", "steps": final.steps, "version": version.number}
+    return {"run": run.pk, "status": "stopped", "steps": final_steps, "version": version.number}
 
 
 # A step takes the trajectories it would age past η, up to this many batches' samples.
@@ -296,12 +298,9 @@ DUE_SAMPLES_PER_STEP = 2
 
 def _lineage(run, current: int) -> staleness.Lineage:
     """The run's model's versions as a tree (number → parent's number), current: version `current`."""
-    from apps.training.models import ModelVersion
-
-    rows = ModelVersion.objects.filter(tenant=run.tenant, name=run.model_name).values_list(
-        "number", "parent__number"
+    return staleness.Lineage(
+        current=current, parents=model_version_parents(tenant=run.tenant, name=run.model_name)
     )
-    return staleness.Lineage(current=current, parents=dict(rows))
 
 
 def _warn_unknown_versions(who: str, samples: int) -> str:

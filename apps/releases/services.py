@@ -2,6 +2,8 @@
 RELEASE_TRANSITIONS with a conditional update (zero rows: someone else moved it first → 409), and records the
 move in ReleaseEvent and the audit chain. Routing changes append to the serving history."""
 
+from typing import TYPE_CHECKING
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -23,8 +25,10 @@ from apps.releases.models import (
 )
 from apps.tenants.models import Tenant
 from apps.training.choices import VersionStatus
-from apps.training.models import ModelVersion
 from workers.evaluation.analysis import guardrail_problems
+
+if TYPE_CHECKING:
+    from apps.training.models import ModelVersion
 
 SYSTEM = Actor.system("release-analysis")
 DEFAULT_STAGES = [5, 25, 50, 100]

@@ -8,6 +8,7 @@ move all three at once, so they never disagree.
 """
 
 import logging
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 
@@ -16,7 +17,9 @@ from apps.core.errors import Conflict
 from apps.releases.models import ACTIVE_STATUSES, Release, RoutingState
 from apps.tenants.models import Tenant
 from apps.training.choices import VersionStatus
-from apps.training.models import ModelVersion
+
+if TYPE_CHECKING:
+    from apps.training.models import ModelVersion
 
 logger = logging.getLogger(__name__)
 # Statuses a version may serve from by direct publication (it becomes production from each of them).
@@ -36,7 +39,7 @@ def _refuse_during_release(*, tenant: Tenant, model: str) -> None:
         )
 
 
-def backends_serving(*, tenant: Tenant, version: ModelVersion) -> list:
+def backends_serving(*, tenant: Tenant, version: "ModelVersion") -> list:
     """The tenant's backends of the version's model that hold its weights (a harness-only version's are those
     of the version whose weights it uses), whatever their state."""
     from apps.inference.selectors import backend_list
@@ -98,7 +101,7 @@ def production_set(*, tenant: Tenant, actor: Actor, version_id, reason: str = ""
     return routing_initialize(tenant=tenant, actor=actor, version=version, reason=why)
 
 
-def direct_publication_check(*, tenant: Tenant, version: ModelVersion) -> None:
+def direct_publication_check(*, tenant: Tenant, version: "ModelVersion") -> None:
     """Refuses a direct publication before anything is loaded: 403 `two_person_rule` under the tenant's
     two-person rule (a direct publication is a promotion on one person's word: under the rule production
     changes only through a release a second person approves), 409 `release_under_way` during a release of the
@@ -116,7 +119,7 @@ def direct_publication_check(*, tenant: Tenant, version: ModelVersion) -> None:
 
 
 def version_publish_directly(
-    *, tenant: Tenant, actor: Actor, version: ModelVersion, reason: str = ""
+    *, tenant: Tenant, actor: Actor, version: "ModelVersion", reason: str = ""
 ) -> list:
     """Direct publication: `version`'s weights loaded into every backend of its model
     (apps.training.publication), and, once at least one took them, the version serves: production (the
@@ -140,7 +143,7 @@ def version_publish_directly(
 
 
 @transaction.atomic
-def _serve_published(*, tenant: Tenant, actor: Actor, version: ModelVersion, reason: str) -> None:
+def _serve_published(*, tenant: Tenant, actor: Actor, version: "ModelVersion", reason: str) -> None:
     from apps.releases.services import routing_initialize
     from apps.training.selectors import model_version_list
     from apps.training.services import alias_move, model_version_set_status

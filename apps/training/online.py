@@ -239,6 +239,36 @@ def online_run_get(*, tenant, run_id) -> OnlineRun:
     )
 
 
+def online_run_for_worker(*, run_id) -> OnlineRun | None:
+    """The run a train worker executes, with its tenant and versions (no tenant in hand yet); None when it is
+    missing."""
+    return (
+        OnlineRun.objects.select_related("tenant", "current_version", "base_version")
+        .filter(pk=run_id)
+        .first()
+    )
+
+
+def online_run_steps(*, run_id) -> int:
+    """The steps the run has trained, read afresh (OnlineRun.DoesNotExist for a missing one)."""
+    return OnlineRun.objects.values_list("steps", flat=True).get(pk=run_id)
+
+
+def online_runs_running(*, tenant, run_ids) -> bool:
+    """Whether any of the tenant's online runs `run_ids` is still running."""
+    return OnlineRun.objects.filter(tenant=tenant, pk__in=run_ids, status=OnlineRunStatus.RUNNING).exists()
+
+
+def online_run_periods(*, tenant, model: str, since) -> list[tuple]:
+    """(started_at, finished_at: None while running) of the tenant's online runs of `model` started at or after
+    `since`: the compute an evolution policy has used."""
+    return list(
+        OnlineRun.objects.filter(tenant=tenant, model_name=model, started_at__gte=since).values_list(
+            "started_at", "finished_at"
+        )
+    )
+
+
 def online_pending(*, run: OnlineRun, limit: int = 256) -> list[str]:
     """Qualified trajectories of this run's window (started since the run began, production traffic) that the
     run has not consumed yet, oldest first."""

@@ -2,7 +2,7 @@ import hashlib
 import json
 from uuid import UUID
 
-from django.db.models import Count
+from django.db.models import Count, Max, Q
 
 from apps.core.selectors import get_in_tenant
 from apps.qualification.selectors import content_hashes, qualified_content_hashes
@@ -44,6 +44,26 @@ def model_version_get(*, tenant: Tenant, version_id) -> ModelVersion:
         pk=version_id,
         code="model_version_not_found",
     )
+
+
+def model_version_parents(*, tenant: Tenant, name: str) -> dict[int, int | None]:
+    """{number: its parent's number (None for a root)} of every version of the tenant's model `name`."""
+    return dict(ModelVersion.objects.filter(tenant=tenant, name=name).values_list("number", "parent__number"))
+
+
+def model_versions_served_differently(*, tenant_id: int, name: str):
+    """The tenant's versions of `name` with a harness or another version's weights (`weights_of`), those two
+    loaded: what the gateway serves otherwise than by number (apps.evolution.harness)."""
+    return (
+        ModelVersion.objects.filter(tenant_id=tenant_id, name=name)
+        .filter(Q(harness__isnull=False) | Q(weights_of__isnull=False))
+        .select_related("harness", "weights_of")
+    )
+
+
+def model_version_highest_number(*, tenant_id: int, name: str) -> int | None:
+    """The highest version number of the tenant's model `name`; None before its first version."""
+    return ModelVersion.objects.filter(tenant_id=tenant_id, name=name).aggregate(top=Max("number"))["top"]
 
 
 def model_version_by_number(*, tenant: Tenant, name: str, number: int) -> ModelVersion:

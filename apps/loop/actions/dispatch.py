@@ -1,8 +1,9 @@
 """Which action carries out, and which follows, each kind of decision."""
 
+from typing import TYPE_CHECKING
+
 from apps.core.errors import DomainError
 from apps.evolution.choices import DecisionKind, DecisionStatus
-from apps.evolution.models import Decision
 from apps.evolution.selectors import decision_get
 from apps.loop.actions.common import _fail, _succeed
 from apps.loop.actions.gating import _evaluate, _follow_evaluate
@@ -17,8 +18,11 @@ from apps.loop.actions.learning import (
 from apps.loop.actions.releasing import _follow_release, _promote, _release, _rollback
 from apps.tenants.models import Tenant
 
+if TYPE_CHECKING:
+    from apps.evolution.models import Decision
 
-def decision_execute(*, tenant: Tenant, decision: Decision) -> Decision:
+
+def decision_execute(*, tenant: Tenant, decision: "Decision") -> "Decision":
     """Starts an approved decision; returns it running, succeeded or failed."""
     decision = decision_get(tenant=tenant, decision_id=decision.pk)
     if decision.status != DecisionStatus.APPROVED:
@@ -32,7 +36,7 @@ def decision_execute(*, tenant: Tenant, decision: Decision) -> Decision:
         return _fail(tenant, decision, f"refused ({error.code}): {error.message}")
 
 
-def decision_follow(*, tenant: Tenant, decision: Decision) -> Decision:
+def decision_follow(*, tenant: Tenant, decision: "Decision") -> "Decision":
     """Looks at a running decision and finishes it when what it started ended; returns it."""
     decision = decision_get(tenant=tenant, decision_id=decision.pk)
     if decision.status != DecisionStatus.RUNNING:
@@ -46,7 +50,7 @@ def decision_follow(*, tenant: Tenant, decision: Decision) -> Decision:
         return _fail(tenant, decision, f"refused ({error.code}): {error.message}")
 
 
-def _nothing(*, tenant, decision, policy) -> Decision:
+def _nothing(*, tenant, decision, policy) -> "Decision":
     return _succeed(tenant, decision, "nothing to do")
 
 

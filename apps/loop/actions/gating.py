@@ -1,11 +1,12 @@
 """evaluate: the policy's gate measured on the decision's version (an environment or a suite)."""
 
+from typing import TYPE_CHECKING
+
 from django.db import transaction
 
 from apps.core.tasking import task_enqueue
 from apps.evolution.choices import DecisionKind
 from apps.evolution.decisions import decision_record, decision_start
-from apps.evolution.models import Decision
 from apps.evolution.selectors import decision_get, gate_key, gate_score, production_versions
 from apps.loop.actions.common import (
     GATE_WAIT_SECONDS,
@@ -17,6 +18,9 @@ from apps.loop.actions.common import (
     policy_actor,
 )
 from apps.tenants.models import Tenant
+
+if TYPE_CHECKING:
+    from apps.evolution.models import Decision
 
 
 def gate_measure(*, tenant: Tenant, version, gate: dict) -> float:
@@ -60,19 +64,19 @@ def gate_measure(*, tenant: Tenant, version, gate: dict) -> float:
 def gate_run(*, tenant_id: int, decision_id: int) -> dict:
     """The `evolution.evaluate` task's body: measures every version the decision names (the candidate, and
     production when it has no score of this gate yet)."""
-    from apps.training.models import ModelVersion
+    from apps.training.selectors import model_version_get
 
     tenant = Tenant.objects.get(pk=tenant_id)
     decision = decision_get(tenant=tenant, decision_id=decision_id)
     gate = decision.evidence.get("gate") or decision.policy.gate
     scores = {}
     for version_id in (decision.started or {}).get("versions", []):
-        version = ModelVersion.objects.get(tenant=tenant, pk=version_id)
+        version = model_version_get(tenant=tenant, version_id=version_id)
         scores[version.number] = gate_measure(tenant=tenant, version=version, gate=gate)
     return scores
 
 
-def _evaluate(*, tenant, decision, policy) -> Decision:
+def _evaluate(*, tenant, decision, policy) -> "Decision":
     from apps.evaluation.services import eval_run_start
 
     gate = dict(policy.gate or {})
@@ -134,7 +138,7 @@ def _suite_score(*, tenant, gate, version) -> float | None:
     return None if run is None else run.summary.get("score")
 
 
-def _follow_evaluate(*, tenant, decision, policy) -> Decision:
+def _follow_evaluate(*, tenant, decision, policy) -> "Decision":
 
     gate = decision.evidence.get("gate") or policy.gate
     candidate = decision.version

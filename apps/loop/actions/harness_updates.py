@@ -1,12 +1,13 @@
 """update_harness: the policy's proposer drafts a harness, which becomes a candidate version."""
 
+from typing import TYPE_CHECKING
+
 from django.db import transaction
 
 from apps.core.errors import DomainError
 from apps.core.tasking import task_enqueue
 from apps.evolution.choices import DecisionKind, DecisionStatus
 from apps.evolution.decisions import decision_note, decision_record, decision_start
-from apps.evolution.models import Decision
 from apps.evolution.selectors import decision_get
 from apps.loop.actions.common import (
     GATE_WAIT_SECONDS,
@@ -19,8 +20,11 @@ from apps.loop.actions.common import (
 )
 from apps.tenants.models import Tenant
 
+if TYPE_CHECKING:
+    from apps.evolution.models import Decision
 
-def _update_harness(*, tenant, decision, policy) -> Decision:
+
+def _update_harness(*, tenant, decision, policy) -> "Decision":
     """The proposer runs in the `evolution.propose` task (eval queue): a model proposer waits on a backend,
     which the tick must not (it holds the policy's lock)."""
     production = _production(tenant=tenant, policy=policy)
@@ -132,7 +136,7 @@ def _routing_summary(harness) -> str:
     return ", ".join(parts) or "no change"
 
 
-def _follow_update_harness(*, tenant, decision, policy) -> Decision:
+def _follow_update_harness(*, tenant, decision, policy) -> "Decision":
     if _waited(decision) > GATE_WAIT_SECONDS:
         return _fail(
             tenant, decision, f"no proposal within {GATE_WAIT_SECONDS} s (is an eval worker running?)"

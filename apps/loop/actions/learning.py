@@ -1,9 +1,10 @@
 """train, restart_learner, pause_learning: the policy's online run started, stopped, started again."""
 
+from typing import TYPE_CHECKING
+
 from apps.audit.services import Actor
 from apps.core.errors import Conflict
 from apps.evolution.decisions import decision_start
-from apps.evolution.models import Decision, EvolutionPolicy
 from apps.loop.actions.common import (
     NOT_HYPERPARAMETERS,
     RUN_SETTINGS,
@@ -18,8 +19,11 @@ from apps.loop.actions.common import (
 )
 from apps.tenants.models import Tenant
 
+if TYPE_CHECKING:
+    from apps.evolution.models import Decision, EvolutionPolicy
 
-def learner_start(*, tenant: Tenant, policy: EvolutionPolicy, actor: Actor):
+
+def learner_start(*, tenant: Tenant, policy: "EvolutionPolicy", actor: Actor):
     """An online run of `policy.model` from production with the policy's recipe (serving nothing itself)."""
     from apps.training.online import online_run_start
 
@@ -38,7 +42,7 @@ def learner_start(*, tenant: Tenant, policy: EvolutionPolicy, actor: Actor):
     )
 
 
-def _train(*, tenant, decision, policy) -> Decision:
+def _train(*, tenant, decision, policy) -> "Decision":
     running = _learner(tenant=tenant, policy=policy)
     if running is not None:
         return _fail(tenant, decision, f"a learner already runs (online run {running.pk})")
@@ -51,7 +55,7 @@ def _train(*, tenant, decision, policy) -> Decision:
     )
 
 
-def _stop_learner(*, tenant, decision, policy, verb: str) -> Decision | None:
+def _stop_learner(*, tenant, decision, policy, verb: str) -> "Decision | None":
     """Asks the policy's learner to stop; the decision runs until it left `running` (None: there was none)."""
     from apps.training.online import online_run_stop
 
@@ -68,14 +72,14 @@ def _stop_learner(*, tenant, decision, policy, verb: str) -> Decision | None:
     )
 
 
-def _restart_learner(*, tenant, decision, policy) -> Decision:
+def _restart_learner(*, tenant, decision, policy) -> "Decision":
     stopping = _stop_learner(tenant=tenant, decision=decision, policy=policy, verb="restart")
     if stopping is not None:
         return stopping
     return _start_again(tenant=tenant, decision=decision, policy=policy)
 
 
-def _start_again(*, tenant, decision, policy) -> Decision:
+def _start_again(*, tenant, decision, policy) -> "Decision":
     run = learner_start(tenant=tenant, policy=policy, actor=policy_actor(policy))
     return _succeed(
         tenant,
@@ -88,15 +92,14 @@ def _start_again(*, tenant, decision, policy) -> Decision:
 def _stopped(*, decision) -> tuple[bool, float]:
     """Whether every online run the decision asked to stop left `running`, and seconds since it started."""
 
-    from apps.training.choices import OnlineRunStatus
-    from apps.training.models import OnlineRun
+    from apps.training.online import online_runs_running
 
     ids = (decision.started or {}).get("online_runs", [])
-    still = OnlineRun.objects.filter(pk__in=ids, status=OnlineRunStatus.RUNNING).exists()
+    still = online_runs_running(tenant=decision.tenant_id, run_ids=ids)
     return not still, _waited(decision)
 
 
-def _follow_restart(*, tenant, decision, policy) -> Decision:
+def _follow_restart(*, tenant, decision, policy) -> "Decision":
     stopped, waited = _stopped(decision=decision)
     if stopped:
         return _start_again(tenant=tenant, decision=decision, policy=policy)
@@ -105,14 +108,14 @@ def _follow_restart(*, tenant, decision, policy) -> Decision:
     return decision
 
 
-def _pause_learning(*, tenant, decision, policy) -> Decision:
+def _pause_learning(*, tenant, decision, policy) -> "Decision":
     stopping = _stop_learner(tenant=tenant, decision=decision, policy=policy, verb="pause")
     if stopping is None:
         return _succeed(tenant, decision, "no learner was running")
     return stopping
 
 
-def _follow_pause(*, tenant, decision, policy) -> Decision:
+def _follow_pause(*, tenant, decision, policy) -> "Decision":
     stopped, waited = _stopped(decision=decision)
     if stopped:
         return _succeed(tenant, decision, "learning paused: the learner stopped")

@@ -1,14 +1,18 @@
 """release, promote, rollback: the candidate through a release, or production back a version."""
 
+from typing import TYPE_CHECKING
+
 from apps.audit.services import Actor
 from apps.core.errors import Conflict, DomainError, Forbidden
 from apps.evolution.decisions import decision_start
-from apps.evolution.models import Decision, EvolutionPolicy
 from apps.evolution.selectors import production_versions
 from apps.loop.actions.common import _fail, _production, _succeed, policy_actor
 
+if TYPE_CHECKING:
+    from apps.evolution.models import Decision, EvolutionPolicy
 
-def _release(*, tenant, decision, policy) -> Decision:
+
+def _release(*, tenant, decision, policy) -> "Decision":
     from apps.releases.provisioning import version_provision
     from apps.releases.services import release_create, release_start
 
@@ -47,7 +51,7 @@ def _release(*, tenant, decision, policy) -> Decision:
     )
 
 
-def _follow_release(*, tenant, decision, policy) -> Decision:
+def _follow_release(*, tenant, decision, policy) -> "Decision":
     from apps.releases.choices import ReleaseStatus
     from apps.releases.selectors import release_get
     from apps.releases.services import release_abort
@@ -76,7 +80,7 @@ def _follow_release(*, tenant, decision, policy) -> Decision:
     return _fail(tenant, decision, outcome, evidence=evidence)
 
 
-def _approver(decision: Decision, policy: EvolutionPolicy) -> Actor:
+def _approver(decision: "Decision", policy: "EvolutionPolicy") -> Actor:
     """The last person who approved the decision (automatic mode: the policy)."""
     if decision.approvals:
         row = decision.approvals[-1]
@@ -95,14 +99,14 @@ def _release_under_way(*, tenant, decision, policy):
     return releases.order_by("-id").first()
 
 
-def _approvers(decision: Decision, policy: EvolutionPolicy) -> list[Actor]:
+def _approvers(decision: "Decision", policy: "EvolutionPolicy") -> list[Actor]:
     """Every person who approved the decision, in order (automatic mode: the policy)."""
     if decision.approvals:
         return [Actor(kind=row["kind"], id=row["id"], label=row["actor"]) for row in decision.approvals]
     return [policy_actor(policy)]
 
 
-def _promote(*, tenant, decision, policy) -> Decision:
+def _promote(*, tenant, decision, policy) -> "Decision":
     """`release_approve` by each person who approved the decision, in turn, until the release is promoted: one
     approval promotes it, except under the tenant's two-person rule, where a release the control plane started
     takes two different people (the decision then asked for two: `decisions.approvals_required`). A refusal
@@ -140,7 +144,7 @@ def _promote(*, tenant, decision, policy) -> Decision:
     )
 
 
-def _rollback(*, tenant, decision, policy) -> Decision:
+def _rollback(*, tenant, decision, policy) -> "Decision":
     from apps.releases.services import release_rollback
 
     release = _release_under_way(tenant=tenant, decision=decision, policy=policy)
@@ -157,7 +161,7 @@ def _rollback(*, tenant, decision, policy) -> Decision:
     )
 
 
-def _restore_previous(*, tenant, decision, policy) -> Decision:
+def _restore_previous(*, tenant, decision, policy) -> "Decision":
     """No release under way: production goes back to the version it had before (apps.releases'
     production_restore: statuses, alias and routing, audited), and the learner is not touched."""
     from apps.releases.services import production_restore
