@@ -42,6 +42,7 @@ from pathlib import Path
 
 import psycopg
 
+from areal_web.queues import Queue
 from bench.gateway.stack import DEFAULT_PG_URL, GatewayStack
 from bench.gateway.upstream import DEFAULT_MODEL, free_port, running_upstream
 from bench.reliability.traffic import Call, closed_loop, statuses
@@ -317,7 +318,7 @@ class RedisGatewayStack(GatewayStack):
             "areal_web",
             "worker",
             "-Q",
-            "default,ingest",
+            ",".join((Queue.DEFAULT, Queue.INGEST)),
             "--pool",
             "solo",
             "--without-gossip",
