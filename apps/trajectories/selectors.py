@@ -200,7 +200,8 @@ def trajectories_by_id(*, tenant: Tenant, trajectory_ids):
 def trajectory_agent(*, tenant_id: int, trajectory_id) -> dict | None:
     """Tenant `tenant_id`'s trajectory `trajectory_id` as {"id", "agent_name"}; None when the tenant has no
     such trajectory."""
-    return Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id).values("id", "agent_name").first()
+    row = Trajectory.objects.filter(tenant_id=tenant_id, pk=trajectory_id).values("id", "agent_name").first()
+    return None if row is None else {"id": row["id"], "agent_name": row["agent_name"]}
 
 
 def rl_sessions_since(*, tenant_id: int, since):
