@@ -120,7 +120,7 @@ def evolution_traffic_forget(*, tenant: Tenant, trajectory_ids) -> dict:
     (its signature was written from that traffic; the next tick makes it again from live traffic); harness
     exemplars taken from one are removed from their harness (`harness.harness_exemplars_forget`). Signal
     details hold counts and tool names only. Tenancy: only `tenant`'s rows. Idempotent."""
-    from apps.evolution.harness import harness_exemplars_forget
+    from apps.evolution.harness_versions import harness_exemplars_forget
 
     gone = {str(trajectory_id) for trajectory_id in trajectory_ids}
     emptied, trimmed = [], 0

@@ -335,7 +335,7 @@ class Gateway:
                 return backend
 
         def choose():
-            from apps.evolution.harness import version_serving
+            from apps.evolution.harness_versions import version_serving
             from apps.tenants.models import Tenant
 
             tenant = Tenant.objects.get(pk=tenant_id)
@@ -378,8 +378,8 @@ class Gateway:
 
     async def serving(self, tenant_id: int, model: str, version: str | None):
         """How the routed `version` is served (its backends' version, its harness), from the per-process
-        map of apps.evolution.harness; read from the database at most once per routing-cache period."""
-        from apps.evolution.harness import VersionServing, version_serving, version_serving_cached
+        map of apps.evolution.harness_versions; read from the database at most once per routing-cache period."""
+        from apps.evolution.harness_versions import VersionServing, version_serving, version_serving_cached
 
         if not version:
             return VersionServing(backend_version=version or "", harness=None)

@@ -53,7 +53,7 @@ def model_version_parents(*, tenant: Tenant, name: str) -> dict[int, int | None]
 
 def model_versions_served_differently(*, tenant_id: int, name: str):
     """The tenant's versions of `name` with a harness or another version's weights (`weights_of`), those two
-    loaded: what the gateway serves otherwise than by number (apps.evolution.harness)."""
+    loaded: what the gateway serves otherwise than by number (apps.evolution.harness_versions)."""
     return (
         ModelVersion.objects.filter(tenant_id=tenant_id, name=name)
         .filter(Q(harness__isnull=False) | Q(weights_of__isnull=False))

@@ -8,7 +8,7 @@ import pytest
 from apps.audit.models import AuditEvent
 from apps.audit.services import Actor
 from apps.core.errors import ValidationFailed
-from apps.evolution.harness import (
+from apps.evolution.harness_versions import (
     harness_candidate_create,
     harness_for_version,
     harness_propose,

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.evolution.harness import harness_candidate_create, harness_version_create
+from apps.evolution.harness_versions import harness_candidate_create, harness_version_create
 from apps.evolution.models import Decision, DecisionStatus, HarnessVersion, ToolFailureCluster
 from apps.loop.actions import harness_run
 from apps.loop.control import evolution_tick

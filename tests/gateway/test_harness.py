@@ -12,7 +12,11 @@ import openai
 import pytest
 
 from apps.audit.services import Actor
-from apps.evolution.harness import harness_candidate_create, harness_version_create, version_serving_clear
+from apps.evolution.harness_versions import (
+    harness_candidate_create,
+    harness_version_create,
+    version_serving_clear,
+)
 from apps.inference.models import BackendKind, BackendState
 from apps.releases.models import RoutingState
 from apps.releases.version_routing import routing_cache_clear, session_bucket

@@ -64,7 +64,7 @@ def harness_run(*, tenant_id: int, decision_id: int) -> str:
     import httpx
 
     from apps.evolution.choices import HarnessProposer
-    from apps.evolution.harness import harness_candidate_create, harness_propose
+    from apps.evolution.harness_versions import harness_candidate_create, harness_propose
     from apps.evolution.selectors import harness_inputs
 
     tenant = Tenant.objects.get(pk=tenant_id)
