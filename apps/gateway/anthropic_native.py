@@ -9,7 +9,8 @@ chat-completion shape the recording keeps (`message_to_chat`, `EventsToChatChunk
 no token ids or logprobs, so the step is text-only (recording.py). A backend's 401 or 403 is a 502
 `backend_credential_refused` whose message does not repeat the upstream's.
 
-Our own servers (embedded, vLLM) never get here: their `/v1/messages` is translated (anthropic_wire.py).
+Our own servers (embedded, vLLM) never get here: their `/v1/messages` is translated (anthropic_wire.py,
+anthropic_response.py, anthropic_stream.py).
 """
 
 import asyncio
@@ -19,7 +20,7 @@ import time
 
 from django.conf import settings
 
-from apps.gateway.anthropic_wire import sse_encode
+from apps.gateway.anthropic_stream import sse_encode
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import BackendResponseTooLarge, backend_session, backend_url, encode
 from apps.gateway.generation import (

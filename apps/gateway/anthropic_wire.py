@@ -1,8 +1,9 @@
-"""Anthropic Messages API <-> OpenAI chat completions, both ways, as pure functions over dicts.
+"""Anthropic Messages -> OpenAI chat completions, and Anthropic's error bodies, as pure functions over dicts.
 
 The gateway accepts `POST /v1/messages` (the official `anthropic` SDK, streaming or not, with tool use) and
-forwards to backends that only speak `/v1/chat/completions` (the embedded server, vLLM). This module is
-the whole translation; it does no I/O and must not import Django.
+forwards to backends that only speak `/v1/chat/completions` (the embedded server, vLLM). This module and the
+two that translate the answer back (`anthropic_response.py`, a whole message; `anthropic_stream.py`, the
+event stream) are the whole translation; they do no I/O and must not import Django.
 
 Request rules (`messages_request_to_chat`):
 - `system` (a string or text blocks) becomes a leading system message; several text blocks in one place
@@ -19,19 +20,11 @@ Request rules (`messages_request_to_chat`):
 - `max_tokens` (required), `stop_sequences` -> `stop`, `temperature`, `top_p`, `top_k` (a vLLM extension),
   `metadata.user_id` -> `user`, `stream` (with `stream_options.include_usage`).
 - Always `logprobs: true` and `return_token_ids: true`, so the backend returns the token data we record.
-
-Response rules (`chat_response_to_message`, `ChatStreamToMessageEvents`): content becomes a text block,
-each tool call a `tool_use` block with its parsed `input` (arguments that are not a JSON object become a
-text block instead, so the client never sees a broken tool call); `finish_reason` length -> `max_tokens`,
-any valid tool call -> `tool_use`, a stop string reported by the backend (vLLM's `stop_reason`) ->
-`stop_sequence`, content_filter -> `refusal`, otherwise `end_turn`.
 """
 
 import json
-import uuid
 
 from apps.core.error_types import anthropic_error_type
-from apps.gateway.stream_tally import StreamTally
 
 TEXT_JOIN = "\n"
 TOOL_ERROR_PREFIX = "Error: "
@@ -82,9 +75,6 @@ def openai_error_to_anthropic(status: int, body) -> dict:
     return anthropic_error(status, message)
 
 
-# ---- request ---------------------------------------------------------------------------------------------
-
-
 def messages_request_to_chat(body: dict) -> dict:
     """Validate an Anthropic Messages request and return the equivalent chat-completions body."""
     if not isinstance(body, dict):
@@ -95,7 +85,7 @@ def messages_request_to_chat(body: dict) -> dict:
     max_tokens = body.get("max_tokens")
     if max_tokens is None:
         raise AnthropicRequestError("required", "max_tokens")
-    if not _is_int(max_tokens) or max_tokens < 1:
+    if not is_int(max_tokens) or max_tokens < 1:
         raise AnthropicRequestError("must be a positive integer", "max_tokens")
 
     tools = _translate_tools(body.get("tools"))
@@ -115,7 +105,7 @@ def messages_request_to_chat(body: dict) -> dict:
             chat[name] = value
     top_k = body.get("top_k")
     if top_k is not None:
-        if not _is_int(top_k) or top_k < 0:
+        if not is_int(top_k) or top_k < 0:
             raise AnthropicRequestError("must be a non-negative integer", "top_k")
         chat["top_k"] = top_k
     if tools:
@@ -417,305 +407,10 @@ def _metadata_user(metadata) -> str | None:
     return user_id or None
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
+    """An integer that is not a boolean (JSON's `true` is no count of tokens)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-# ---- response ----------------------------------------------------------------------------------------------
-
-
-def new_message_id() -> str:
-    return f"msg_{uuid.uuid4().hex}"
-
-
-def new_tool_use_id() -> str:
-    return f"toolu_{uuid.uuid4().hex}"
-
-
-def chat_response_to_message(
-    chat: dict, *, model: str, message_id: str | None = None, stop_sequences: list[str] | None = None
-) -> dict:
-    """A non-streaming chat.completion body as an Anthropic `message`. Only the first choice is used.
-
-    `stop_sequences`, when given, limits which backend-reported stop strings count as a `stop_sequence`."""
-    choices = chat.get("choices") if isinstance(chat, dict) else None
-    if not choices or not isinstance(choices[0], dict):
-        raise ValueError("the chat completion has no choices")
-    choice = choices[0]
-    message = choice.get("message") or {}
-    content = []
-    text = _message_text(message.get("content"))
-    if text:
-        content.append({"type": "text", "text": text})
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        content.append(_call_block(call.get("id"), function.get("name"), function.get("arguments")))
-    has_tool_use = any(block["type"] == "tool_use" for block in content)
-    stop_reason, stop_sequence = _stop_reason(
-        choice.get("finish_reason"), choice.get("stop_reason"), has_tool_use, stop_sequences
-    )
-    return {
-        "id": message_id or new_message_id(),
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": stop_sequence,
-        "usage": _usage(
-            chat.get("usage"), len(chat.get("prompt_token_ids") or []), len(choice.get("token_ids") or [])
-        ),
-    }
-
-
-def _message_text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
-
-
-def _call_block(call_id, name, arguments) -> dict:
-    """A tool call as a tool_use block, or as a text block when it is not a named call with an object."""
-    raw = arguments if isinstance(arguments, str) else json.dumps(arguments if arguments is not None else {})
-    try:
-        parsed = json.loads(raw) if raw.strip() else {}
-    except json.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict) and isinstance(name, str) and name:
-        return {"type": "tool_use", "id": call_id or new_tool_use_id(), "name": name, "input": parsed}
-    return {"type": "text", "text": json.dumps({"name": name, "arguments": raw}, ensure_ascii=False)}
-
-
-def _stop_reason(
-    finish_reason, backend_stop_reason, has_tool_use: bool, stop_sequences: list[str] | None
-) -> tuple[str, str | None]:
-    if finish_reason == "length":
-        return "max_tokens", None
-    if has_tool_use:
-        return "tool_use", None
-    if finish_reason == "content_filter":
-        return "refusal", None
-    if (
-        finish_reason == "stop"
-        and isinstance(backend_stop_reason, str)
-        and backend_stop_reason
-        and (stop_sequences is None or backend_stop_reason in stop_sequences)
-    ):
-        return "stop_sequence", backend_stop_reason
-    return "end_turn", None
-
-
-def _usage(usage, prompt_ids: int, completion_ids: int) -> dict:
-    usage = usage if isinstance(usage, dict) else {}
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens")
-    prompt = prompt if _is_int(prompt) else prompt_ids
-    completion = completion if _is_int(completion) else completion_ids
-    details = usage.get("prompt_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    cached = cached if _is_int(cached) and 0 <= cached <= prompt else 0
-    return {
-        "input_tokens": prompt - cached,
-        "output_tokens": completion,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": cached,
-    }
-
-
-# ---- streaming ---------------------------------------------------------------------------------------------
-
-
-def sse_encode(event: str, data: dict) -> bytes:
-    """One server-sent event as Anthropic sends it: a named event and its JSON data."""
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
-
-
-class _PendingCall:
-    __slots__ = ("id", "name", "arguments")
-
-    def __init__(self):
-        self.id: str | None = None
-        self.name: str | None = None
-        self.arguments: list[str] = []
-
-
-class ChatStreamToMessageEvents:
-    """OpenAI chat-completion chunks in, Anthropic stream events out, for the first choice.
-
-    Text streams as it comes. A tool call's arguments are held until the call is complete (text follows,
-    or the stream ends) and then sent as one `input_json_delta`: only then can a malformed call become a
-    text block, as in the non-streaming translation, instead of JSON the client cannot parse.
-    `finish()` closes whatever is open and ends the message; it is idempotent. A chunk carrying an
-    `error` object turns into an Anthropic `error` event and ends the stream.
-    """
-
-    sse_encode = staticmethod(sse_encode)
-
-    def __init__(
-        self,
-        *,
-        model: str,
-        message_id: str | None = None,
-        stop_sequences: list[str] | None = None,
-        ping: bool = True,
-    ):
-        self.model = model
-        self.message_id = message_id or new_message_id()
-        self._stop_sequences = stop_sequences
-        self._ping = ping
-        self._started = False
-        self._finished = False
-        self._block_count = 0
-        self._open: str | None = None  # type of the open block: "text" or "tool_use"
-        self._calls: dict[int, _PendingCall] = {}  # by the OpenAI tool-call index, in arrival order
-        self._has_tool_use = False
-        self._finish_reason = None
-        self._backend_stop_reason = None
-        self._tally = StreamTally()  # usage, else the token ids counted (stream_tally.py)
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
-
-    def feed(self, chunk: dict) -> list[tuple[str, dict]]:
-        if self._finished:
-            return []
-        if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict) and not chunk.get("choices"):
-            self._finished = True
-            message = chunk["error"].get("message") or "the inference backend failed"
-            return [("error", anthropic_error(500, str(message)))]
-        events: list[tuple[str, dict]] = []
-        first_choices = self._tally.first_choices(chunk)  # before the start: it reports the prompt's ids
-        if not self._started:
-            events += self._start()
-        for choice in first_choices:
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
-            if isinstance(text, str) and text:
-                events += self._flush_calls()
-                if self._open != "text":
-                    events += self._open_block({"type": "text", "text": ""})
-                events.append(self._delta({"type": "text_delta", "text": text}))
-            for position, call in enumerate(delta.get("tool_calls") or []):
-                self._add_call_fragment(position, call)
-            if choice.get("finish_reason") is not None:
-                self._finish_reason = choice["finish_reason"]
-                self._backend_stop_reason = choice.get("stop_reason")
-        return events
-
-    def finish(self) -> list[tuple[str, dict]]:
-        if self._finished:
-            return []
-        events = [] if self._started else self._start()
-        events += self._flush_calls()
-        events += self._close_block()
-        stop_reason, stop_sequence = _stop_reason(
-            self._finish_reason, self._backend_stop_reason, self._has_tool_use, self._stop_sequences
-        )
-        usage = _usage(self._tally.usage, self._tally.prompt_ids, self._tally.completion_ids)
-        delta_usage = {"output_tokens": usage["output_tokens"]}
-        if self._tally.usage is not None:
-            delta_usage.update(
-                input_tokens=usage["input_tokens"], cache_read_input_tokens=usage["cache_read_input_tokens"]
-            )
-        events.append(
-            (
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                    "usage": delta_usage,
-                },
-            )
-        )
-        events.append(("message_stop", {"type": "message_stop"}))
-        self._finished = True
-        return events
-
-    # ---- internals
-
-    def _start(self) -> list[tuple[str, dict]]:
-        self._started = True
-        message = {
-            "id": self.message_id,
-            "type": "message",
-            "role": "assistant",
-            "model": self.model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {
-                "input_tokens": self._tally.prompt_ids,
-                "output_tokens": 0,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
-            },
-        }
-        events = [("message_start", {"type": "message_start", "message": message})]
-        if self._ping:
-            events.append(("ping", {"type": "ping"}))
-        return events
-
-    def _open_block(self, block: dict) -> list[tuple[str, dict]]:
-        events = self._close_block()
-        self._open = block["type"]
-        self._block_count += 1
-        events.append(
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": self._block_count - 1, "content_block": block},
-            )
-        )
-        return events
-
-    def _close_block(self) -> list[tuple[str, dict]]:
-        if self._open is None:
-            return []
-        self._open = None
-        return [("content_block_stop", {"type": "content_block_stop", "index": self._block_count - 1})]
-
-    def _delta(self, delta: dict) -> tuple[str, dict]:
-        return (
-            "content_block_delta",
-            {"type": "content_block_delta", "index": self._block_count - 1, "delta": delta},
-        )
-
-    def _add_call_fragment(self, position: int, fragment: dict) -> None:
-        if not isinstance(fragment, dict):
-            return
-        index = fragment.get("index", position)
-        pending = self._calls.setdefault(index, _PendingCall())
-        if isinstance(fragment.get("id"), str) and fragment["id"] and pending.id is None:
-            pending.id = fragment["id"]
-        function = fragment.get("function") or {}
-        if isinstance(function.get("name"), str) and function["name"] and pending.name is None:
-            pending.name = function["name"]
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            pending.arguments.append(arguments)
-        elif isinstance(arguments, dict):
-            pending.arguments.append(json.dumps(arguments, ensure_ascii=False))
-
-    def _flush_calls(self) -> list[tuple[str, dict]]:
-        events: list[tuple[str, dict]] = []
-        for pending in self._calls.values():
-            raw = "".join(pending.arguments)
-            block = _call_block(pending.id, pending.name, raw)
-            if block["type"] == "tool_use":
-                self._has_tool_use = True
-                events += self._open_block({**block, "input": {}})
-                events.append(
-                    self._delta({"type": "input_json_delta", "partial_json": raw if raw.strip() else "{}"})
-                )
-            else:
-                events += self._open_block({"type": "text", "text": ""})
-                events.append(self._delta({"type": "text_delta", "text": block["text"]}))
-            events += self._close_block()
-        self._calls.clear()
-        return events

@@ -1,7 +1,7 @@
 """Handling of one generation request (/v1/chat/completions, /v1/completions, /v1/messages and their
 per-session and un-prefixed forms): parse and validate (Anthropic's Messages translated to chat), policy
 (model, PII block, rate limits, budget reservation), session attribution and routing through the `Gateway`
-(app.py), the forward with token ids and logprobs, the answer returned whole or relayed as a stream
+(asgi_app.py), the forward with token ids and logprobs, the answer returned whole or relayed as a stream
 (translated back to Anthropic's events on /v1/messages), the step handed to the journal (recording.py)
 before the answer is released, and the budget settled. With `X-Session-End: true` the step is flushed to
 the database and the session's trajectory ended (reason `signal`) before the answer is released.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from apps.gateway import anthropic_wire, caps, validation
+from apps.gateway import anthropic_response, anthropic_stream, anthropic_wire, caps, validation
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import (
@@ -37,7 +37,7 @@ from workers.evolution.harness import rewrite_response as harness_rewrite_respon
 from workers.evolution.harness import tool_versions as harness_tool_versions
 
 if TYPE_CHECKING:
-    from apps.gateway.app import Gateway
+    from apps.gateway.asgi_app import Gateway
 
 logger = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ def _stream_error(draft, error: dict, translator, wire) -> bytes:
     draft.stream_error_sent = True
     if translator is not None:
         return b"".join(
-            anthropic_wire.sse_encode(event, body) for event, body in translator.feed({"error": error})
+            anthropic_stream.sse_encode(event, body) for event, body in translator.feed({"error": error})
         )
     if wire is not None:
         return wire.stream_fail(draft, message, "backend_error")
@@ -295,7 +295,7 @@ async def _unary(
         payload = harness_rewrite_response(payload, harness)
         draft.agent_reply(harness)
     if anthropic:
-        payload = anthropic_wire.chat_response_to_message(payload, model=client_model)
+        payload = anthropic_response.chat_response_to_message(payload, model=client_model)
         payload["id"] = draft.response_id(anthropic=True)
     if wire is not None:  # a response object, stored first when it is to be kept (responses.py)
         payload = await wire.answer(draft, payload)
@@ -338,7 +338,7 @@ async def _stream(
     disconnected = asyncio.Event()
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, disconnected))
     translator = (
-        anthropic_wire.ChatStreamToMessageEvents(
+        anthropic_stream.ChatStreamToMessageEvents(
             model=client_model, message_id=draft.response_id(anthropic=True)
         )
         if anthropic
@@ -392,7 +392,7 @@ async def _stream(
                 chunk["id"] = draft.response_id()
                 if translator is not None:
                     out = b"".join(
-                        anthropic_wire.sse_encode(event, body) for event, body in translator.feed(chunk)
+                        anthropic_stream.sse_encode(event, body) for event, body in translator.feed(chunk)
                     )
                 elif wire is not None:
                     out = wire.stream_feed(draft, chunk)
@@ -427,7 +427,7 @@ async def _stream(
     await session_share(gateway, draft)  # before the stream ends: the next turn may go to another process
     if not draft.aborted:
         if translator is not None:
-            tail = b"".join(anthropic_wire.sse_encode(event, body) for event, body in translator.finish())
+            tail = b"".join(anthropic_stream.sse_encode(event, body) for event, body in translator.finish())
         elif wire is not None:
             tail = await wire.stream_finish(draft)
         else:

@@ -1,6 +1,6 @@
 """What a chat-completion stream says about its tokens, for the wires that translate it (pure, no I/O).
 
-`anthropic_wire.ChatStreamToMessageEvents` and `responses_stream.ChatStreamToResponseEvents` both report
+`anthropic_stream.ChatStreamToMessageEvents` and `responses_stream.ChatStreamToResponseEvents` both report
 usage at the end of a stream they translate: the backend's `usage` chunk when it sent one, else the token
 ids counted as they came (`prompt_token_ids` on a chunk; the first choice's `token_ids`). One tally, so the
 two wires count the same way.

@@ -1,6 +1,6 @@
 """Test-only: a tiny Starlette app serving `POST /v1/messages` by translating to an OpenAI-compatible backend
-(`/v1/chat/completions`) and back with `apps.gateway.anthropic_wire`, so the official `anthropic` SDK can be
-driven end to end without the Django gateway. Also `serve_in_thread(app)`: uvicorn on a free local port.
+(`/v1/chat/completions`) and back with `apps.gateway.anthropic_wire`, `anthropic_response` and
+`anthropic_stream`, so the official `anthropic` SDK can be driven end to end without the Django gateway. Also `serve_in_thread(app)`: uvicorn on a free local port.
 """
 
 import json
@@ -14,15 +14,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from apps.gateway.anthropic_response import chat_response_to_message, new_message_id
+from apps.gateway.anthropic_stream import ChatStreamToMessageEvents, sse_encode
 from apps.gateway.anthropic_wire import (
     AnthropicRequestError,
-    ChatStreamToMessageEvents,
     anthropic_error,
-    chat_response_to_message,
     messages_request_to_chat,
-    new_message_id,
     openai_error_to_anthropic,
-    sse_encode,
 )
 from tests.servers import free_port
 

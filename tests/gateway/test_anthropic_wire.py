@@ -12,15 +12,14 @@ import anthropic
 import httpx
 import pytest
 
+from apps.gateway.anthropic_response import chat_response_to_message
+from apps.gateway.anthropic_stream import ChatStreamToMessageEvents, sse_encode
 from apps.gateway.anthropic_wire import (
     TOOL_ERROR_PREFIX,
     AnthropicRequestError,
-    ChatStreamToMessageEvents,
     anthropic_error,
-    chat_response_to_message,
     messages_request_to_chat,
     openai_error_to_anthropic,
-    sse_encode,
 )
 from tests.gateway.anthropic_app import create_app, serve_in_thread
 from tests.gateway.conftest import MODEL
@@ -41,7 +40,10 @@ OPENAI_WEATHER_TOOL = {
 
 
 def test_the_translation_module_does_not_import_django():
-    code = "import sys, apps.gateway.anthropic_wire; print(any(m.split('.')[0] == 'django' for m in sys.modules))"
+    code = (
+        "import sys, apps.gateway.anthropic_wire, apps.gateway.anthropic_response, apps.gateway.anthropic_stream; "
+        "print(any(m.split('.')[0] == 'django' for m in sys.modules))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
