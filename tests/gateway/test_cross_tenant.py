@@ -2,7 +2,7 @@
 
 Every gateway route is listed in `ROUTES_COVERED` with the test that names another tenant's objects
 through it, or in `NO_OBJECT_IN_REQUEST` with the reason it names none; a new route in
-`apps.gateway.app.ROUTES` that is in neither fails `test_every_gateway_route_is_in_the_matrix`.
+`apps.gateway.asgi_app.ROUTES` that is in neither fails `test_every_gateway_route_is_in_the_matrix`.
 
 Session ids are names inside the key's tenant: `/s/<session_id>/v1/...` with another tenant's session id
 records into the caller's own session of that name, and never touches the other tenant's trajectory."""
@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from apps.gateway.app import ROUTES
+from apps.gateway.asgi_app import ROUTES
 from apps.rewards.models import Reward
 from apps.trajectories.models import Step, Trajectory, trajectory_id_for
 from tests.gateway.conftest import MODEL
