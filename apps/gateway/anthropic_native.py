@@ -33,7 +33,7 @@ from apps.gateway.generation import (
     post_whole,
 )
 from apps.gateway.providers import credential_refused
-from apps.gateway.recording import record_step
+from apps.gateway.step_journal import record_step
 from workers.evolution.harness import apply_to_request as harness_apply
 from workers.evolution.harness import rewrite_chunk as harness_rewrite_chunk
 from workers.evolution.harness import rewrite_response as harness_rewrite_response

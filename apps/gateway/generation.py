@@ -2,8 +2,8 @@
 per-session and un-prefixed forms): parse and validate (Anthropic's Messages translated to chat), policy
 (model, PII block, rate limits, budget reservation), session attribution and routing through the `Gateway`
 (asgi_app.py), the forward with token ids and logprobs, the answer returned whole or relayed as a stream
-(translated back to Anthropic's events on /v1/messages), the step handed to the journal (recording.py)
-before the answer is released, and the budget settled. With `X-Session-End: true` the step is flushed to
+(translated back to Anthropic's events on /v1/messages), the step recorded (recording.py) and handed to the
+journal (step_journal.py) before the answer is released, and the budget settled. With `X-Session-End: true` the step is flushed to
 the database and the session's trajectory ended (reason `signal`) before the answer is released.
 """
 
@@ -29,7 +29,8 @@ from apps.gateway.forward import (
 )
 from apps.gateway.policy import budget_reserve, budget_settle, policy_for
 from apps.gateway.providers import add_token_parameters, credential_refused, forwarding_profile
-from apps.gateway.recording import StepDraft, journal_check, record_step, session_share
+from apps.gateway.recording import StepDraft
+from apps.gateway.step_journal import journal_check, record_step, session_share
 from apps.gateway.versions import derive_token_versions
 from workers.evolution.harness import apply_to_request as harness_apply
 from workers.evolution.harness import rewrite_chunk as harness_rewrite_chunk

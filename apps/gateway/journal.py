@@ -13,7 +13,7 @@ Replays are idempotent (step ids).
 
 When the journal cannot take a record (disk full, I/O error) it is unavailable for `RETRY_SECONDS`, and
 also while its disk has less than `MIN_FREE_BYTES` free: the gateway answers 503 with Retry-After before
-forwarding (`check_writable`), or instead of an answer it could not journal (recording.py).
+forwarding (`check_writable`), or instead of an answer it could not journal (step_journal.py).
 
 Records the database refuses, and lines recovery cannot read, go to `rejected.jsonl` in the journal's
 directory: metadata only (ids, counts, timing, the error), never prompts or answers; created 0600, written

@@ -1,4 +1,4 @@
-"""Turning one forwarded call into an ATDP step record and journalling it.
+"""Turning one forwarded call into an ATDP step record (`StepDraft`); step_journal.py journals it.
 
 Consent `none`: nothing is stored. `metadata_only`: cost, timing and versions, no content or tokens.
 PII mode `redact`: stored text is redacted and the step lists the entity types; because token ids
@@ -7,27 +7,21 @@ token-level training, as ATDP.md allows). `block` refuses the request with 422 b
 
 The scan is bounded (`AREAL_PII_MAX_SCAN_CHARS`, `AREAL_PII_PATTERN_TIMEOUT_MS`) and fails closed: what
 could not be scanned refuses the request under `block` (422 `pii_unscannable`) and is stored as
-``[REDACTED:unscanned]`` under `redact`. A scan of more than `INLINE_SCAN_CHARS` characters runs in a
-small thread pool, never on the event loop; a tenant pattern that no longer compiles refuses the request
-(422 `pii_policy_invalid`) rather than letting it through unscanned.
+``[REDACTED:unscanned]`` under `redact`. A scan of more than `INLINE_SCAN_CHARS` characters (pii_scans.py)
+runs in a small thread pool, never on the event loop; a tenant pattern that no longer compiles refuses the
+request (422 `pii_policy_invalid`) rather than letting it through unscanned.
 """
 
-import asyncio
-import functools
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.utils import timezone
 
 from apps.gateway.errors import GatewayError
-from apps.gateway.journal import JournalUnavailable
-from apps.gateway.scan_memo import scan_request, text_size
-from apps.gateway.sessions import extend_hash
+from apps.gateway.pii_scans import off_the_loop, policy_scanner, request_scan
 from workers.inference.client import parse_response, parse_stream
-from workers.pii import UNSCANNED, InvalidPattern, ScanLimits, sanitizer_for
+from workers.pii import UNSCANNED
 
 PURPOSES = {"production", "eval", "replay", "annotation"}
 PARAM_FIELDS = (
@@ -127,15 +121,15 @@ class StepDraft:
         mode = self.policy.pii_mode
         if mode not in ("block", "redact"):
             return
-        scanner = self._scanner()
+        scanner = policy_scanner(self.policy)
         if mode == "redact":
             if self.policy.consent_mode not in ("none", "metadata_only"):
-                self.observation_scan = await self._scan_request(scanner, self._observation())
+                self.observation_scan = await request_scan(self.policy, scanner, self._observation())
             return
         content = (
             self.request.get("messages") if self.endpoint != "completions" else self.request.get("prompt")
         )
-        _, entities = await self._scan_request(scanner, content)
+        _, entities = await request_scan(self.policy, scanner, content)
         if UNSCANNED in entities:
             raise GatewayError(
                 422,
@@ -152,39 +146,10 @@ class StepDraft:
                 "pii_blocked",
             )
 
-    async def _scan_request(self, scanner, value):
-        """`scanner.scan_value(value)`, each message taken from the per-process memo when it was scanned before
-        (scan_memo.py: an agent re-sends its conversation every turn); off the event loop when large."""
-        size = text_size(value, INLINE_SCAN_CHARS)
-        scan = functools.partial(
-            scan_request,
-            scanner,
-            has_custom_patterns=bool(self.policy.custom_patterns),
-            size=size if size <= INLINE_SCAN_CHARS else None,
-        )
-        if size <= INLINE_SCAN_CHARS:
-            return scan(value)
-        return await asyncio.get_running_loop().run_in_executor(_scan_pool, scan, value)
-
     async def sanitize_response(self) -> None:
         """Under `redact`, scans what the step will store of the answer, off the event loop when large."""
         if self.policy.pii_mode == "redact" and self.policy.consent_mode not in ("none", "metadata_only"):
-            self.action_scan = await _off_the_loop(self._scanner().scan_value, self._action())
-
-    def _scanner(self):
-        limits = ScanLimits(
-            max_chars=settings.AREAL_PII_MAX_SCAN_CHARS,
-            custom_seconds=settings.AREAL_PII_PATTERN_TIMEOUT_MS / 1000,
-        )
-        try:
-            return sanitizer_for(self.policy.custom_patterns, limits)
-        except InvalidPattern as error:  # stored before patterns were validated on save
-            raise GatewayError(
-                422,
-                f"this tenant's PII pattern {error.name!r} is invalid ({error.reason}); an "
-                "admin must fix it in the policy before requests can be scanned",
-                "pii_policy_invalid",
-            ) from None
+            self.action_scan = await off_the_loop(policy_scanner(self.policy).scan_value, self._action())
 
     def attach(self, *, session, prompt_hash, backend, version: str | None = None) -> None:
         self.session, self.session_id, self.prompt_hash, self.backend = (
@@ -400,8 +365,10 @@ class StepDraft:
         entities: tuple = ()
         if self.policy.pii_mode == "redact":
             # scanned off the event loop by sanitize_request and sanitize_response; replays scan here
-            observation, found_in = self.observation_scan or self._scanner().scan_value(observation)
-            action, found_out = self.action_scan or self._scanner().scan_value(action)
+            observation, found_in = self.observation_scan or policy_scanner(self.policy).scan_value(
+                observation
+            )
+            action, found_out = self.action_scan or policy_scanner(self.policy).scan_value(action)
             entities = tuple(sorted(set(found_in) | set(found_out)))
             if entities:
                 tokens = None  # the ids would still encode what was redacted
@@ -421,86 +388,3 @@ class StepDraft:
             tokenizer=getattr(self.backend, "served_model", "") if tokens else "",
         )
         return record
-
-
-# A scan of a few thousand characters costs well under a millisecond on ordinary text and a few milliseconds
-# on the worst input (bench/sanitizer.py): it stays on the event loop; larger ones go to the pool, which is
-# small so that a flood of huge requests queues there instead of taking every core.
-INLINE_SCAN_CHARS = 4096
-_scan_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pii-scan")
-
-
-async def _off_the_loop(scan, value):
-    if text_size(value, INLINE_SCAN_CHARS) <= INLINE_SCAN_CHARS:
-        return scan(value)
-    return await asyncio.get_running_loop().run_in_executor(_scan_pool, scan, value)
-
-
-def _journal_unavailable(error: JournalUnavailable) -> GatewayError:
-    return GatewayError(
-        503,
-        "the gateway cannot record steps right now (its journal's disk is full or failing); retry later",
-        "journal_unavailable",
-        retry_after=error.retry_after,
-    )
-
-
-def journal_check(gateway, draft: StepDraft) -> None:
-    """Refuses the request (503, Retry-After) before it is forwarded when its step could not be journalled: a
-    journal write failed recently or its disk is nearly full. Consent `none` records nothing: never refused."""
-    if draft.policy.consent_mode == "none":
-        return
-    try:
-        gateway.journal.check_writable()
-    except JournalUnavailable as error:
-        raise _journal_unavailable(error) from None
-
-
-def record_step(gateway, draft: StepDraft, *, delivered: bool = False) -> None:
-    """Journals the step (one whole record, before the response is released) and advances the session.
-
-    If the journal cannot take it: an answer not yet sent is replaced by 503 (GatewayError, nothing
-    recorded, the session does not advance); an answer already out (`delivered`, a stream) keeps its step
-    in memory for the next group commit, so it is lost only if this process dies before that commit."""
-    record = draft.to_record()
-    if record is not None:
-        try:
-            gateway.journal.append(record)
-        except JournalUnavailable as error:
-            if not delivered:
-                raise _journal_unavailable(error) from None
-            gateway.journal.append_unjournalled(record)
-        draft.recorded = True
-    session_advance(draft, record)
-
-
-def session_advance(draft: StepDraft, record: dict | None) -> None:
-    """Moves the session's cursor past this step (a retry replaces the attempt it repeats)."""
-    if draft.session is not None:
-        if record is not None and record.get("retry_of"):
-            draft.session.last_step_id = draft.step_id
-        else:
-            draft.session.last_parent_id = draft.session.last_step_id
-            draft.session.last_step_id = draft.step_id
-        draft.session.last_prompt_hash = draft.prompt_hash
-        draft.session.step_ids.append(draft.step_id)
-
-
-async def session_share(gateway, draft: StepDraft) -> None:
-    """Shares the session's cursor, and the conversation this answer leads to (prompt + reply, the key of
-    message-prefix continuation), with every web process: called once the step is recorded and before the
-    answer's last bytes are released, so the agent's next turn or retry finds them on any process. A step
-    that was not recorded (consent `none`, a refused journal write) shares nothing."""
-    if draft.session is None or not draft.recorded:
-        return
-    conversation = loose = None
-    if draft.endpoint != "completions" and draft.reply_message is not None:
-        conversation = extend_hash(draft.prompt_hash, draft.reply_message)
-        loose = extend_hash(draft.loose_prompt_hash, draft.reply_message, loose=True)
-    await gateway.sessions.share(
-        tenant_id=draft.principal.tenant_id,
-        key_prefix=draft.principal.key_prefix,
-        state=draft.session,
-        conversation_hash=conversation,
-        loose_hash=loose,
-    )

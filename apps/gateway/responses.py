@@ -23,7 +23,7 @@ import logging
 from apps.gateway import responses_wire as wire
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
-from apps.gateway.recording import _off_the_loop
+from apps.gateway.pii_scans import off_the_loop, policy_scanner, request_scan
 from apps.gateway.responses_stream import ChatStreamToResponseEvents, sse_encode
 
 logger = logging.getLogger(__name__)
@@ -123,10 +123,10 @@ class ResponsesWire:
             return
         conversation = self.conversation + wire.input_to_messages(response["output"])
         if draft.policy.pii_mode == "redact":  # kept as the step keeps it
-            scanner = draft._scanner()
+            scanner = policy_scanner(draft.policy)
             # its messages were scanned as the step's: taken from the memo (scan_memo.py)
-            conversation, _ = await draft._scan_request(scanner, conversation)
-            response, _ = await _off_the_loop(scanner.scan_value, response)
+            conversation, _ = await request_scan(draft.policy, scanner, conversation)
+            response, _ = await off_the_loop(scanner.scan_value, response)
 
         def store():
             from apps.gateway.services import stored_response_create

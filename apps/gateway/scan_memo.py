@@ -24,7 +24,7 @@ from collections import OrderedDict
 MEMO_ENTRIES = 2048
 MEMO_MAX_CHARS = 16 * 1024
 _memo: OrderedDict[bytes, tuple[object, tuple[str, ...]]] = OrderedDict()
-_lock = threading.Lock()  # scans of large requests run in a thread pool (recording.py)
+_lock = threading.Lock()  # scans of large requests run in a thread pool (pii_scans.py)
 
 
 def text_size(value, limit: int) -> int:

@@ -133,8 +133,9 @@ def trajectory_replay_run(
     from apps.gateway.policy import policy_load
     from apps.gateway.principals import Principal
     from apps.gateway.providers import add_token_parameters, credential_refused, profile_of
-    from apps.gateway.recording import StepDraft, session_advance
+    from apps.gateway.recording import StepDraft
     from apps.gateway.sessions import SessionState
+    from apps.gateway.step_journal import session_advance
     from apps.gateway.versions import derive_token_versions_now
     from apps.inference.egress import BackendAddressRefused, backend_http_client
     from apps.inference.services import NoBackendAvailable, backend_for_session

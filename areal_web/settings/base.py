@@ -257,7 +257,7 @@ AREAL_GATEWAY_CONVERSATION_TTL_SECONDS = env_int("AREAL_GATEWAY_CONVERSATION_TTL
 # reach the database (its process flushes every AREAL_JOURNAL_FLUSH_MS), then answer 503 with Retry-After.
 AREAL_GATEWAY_REWARD_STEP_WAIT_MS = env_int("AREAL_GATEWAY_REWARD_STEP_WAIT_MS", 5000)
 
-# The gateway's PII scan (workers/pii, called by apps/gateway/recording.py): at most this many characters
+# The gateway's PII scan (workers/pii, called by apps/gateway/pii_scans.py): at most this many characters
 # per scan (a request's messages, a step's observation, its action) and this long in tenant patterns; what
 # cannot be scanned is refused under PII mode `block` and stored as [REDACTED:unscanned] under `redact`.
 AREAL_PII_MAX_SCAN_CHARS = env_int("AREAL_PII_MAX_SCAN_CHARS", 1024 * 1024)
