@@ -115,21 +115,36 @@ def _describe(fired_signals: dict) -> str:
 
 def decide(signals: dict[str, float | None], policy: PolicyView, state: ControlState) -> list[Proposal]:
     """The proposals for this tick (see the module's docstring for the rules and their order)."""
-    proposals: list[Proposal] = []
-    taken = set(state.open_kinds)
-
-    def propose(proposal: Proposal) -> None:
-        if proposal.kind not in taken:
-            taken.add(proposal.kind)
-            proposals.append(proposal)
-
+    ledger = _Ledger(state.open_kinds)
     safety_names = [name for name in policy.signals if name.startswith(SAFETY_PREFIX)]
     safety = _fired(signals, policy, safety_names)
-    release = state.release
+    _propose_promotion(state, safety, ledger)  # 1
+    _propose_restart_after_rollback(policy, state, ledger)  # 2
+    _propose_tool_failure_fix(signals, policy, state, ledger)  # 3
+    _propose_safety_response(state, safety, ledger)  # 6, before 4 and 5, which it holds back
+    _propose_training(signals, policy, state, safety, ledger)  # 4
+    _propose_evaluation(policy, state, safety, ledger)  # 5
+    return ledger.proposals
 
-    # 1. A release awaiting approval.
+
+class _Ledger:
+    """This call's proposals, and the kinds taken: a decision open, or proposed already by this call."""
+
+    def __init__(self, open_kinds):
+        self.proposals: list[Proposal] = []
+        self.taken = set(open_kinds)
+
+    def propose(self, proposal: Proposal) -> None:
+        if proposal.kind not in self.taken:
+            self.taken.add(proposal.kind)
+            self.proposals.append(proposal)
+
+
+def _propose_promotion(state: ControlState, safety: dict, ledger: _Ledger) -> None:
+    """1. A release awaiting approval is promoted (never while a safety signal fires)."""
+    release = state.release
     if release is not None and release.status == "awaiting_approval" and not safety:
-        propose(
+        ledger.propose(
             Proposal(
                 "promote",
                 f"release {release.id} (v{release.candidate}) passed its canary",
@@ -138,159 +153,191 @@ def decide(signals: dict[str, float | None], policy: PolicyView, state: ControlS
                 release=release.id,
             )
         )
-    # 2. A release its guardrails rolled back.
+
+
+def _propose_restart_after_rollback(policy: PolicyView, state: ControlState, ledger: _Ledger) -> None:
+    """2. A release its guardrails rolled back: the rollback recorded as done, the learner restarted from
+    production."""
     ended = state.release_ended
     if (
-        ended is not None
-        and ended.status == "rolled_back"
-        and "weights" in policy.update_kinds
-        and "restart_learner" not in taken
+        ended is None
+        or ended.status != "rolled_back"
+        or "weights" not in policy.update_kinds
+        or "restart_learner" in ledger.taken
     ):
-        # The rollback itself was the release's guardrails' (apps.releases): it goes on the timeline as done.
-        propose(
+        return
+    evidence = {"release": ended.id, "candidate": ended.candidate, "release_status": ended.status}
+    # The rollback itself was the release's guardrails' (apps.releases): it goes on the timeline as done.
+    ledger.propose(
+        Proposal(
+            "rollback",
+            f"release {ended.id} (v{ended.candidate}) failed its canary's guardrails and was rolled back",
+            dict(evidence),
+            release=ended.id,
+            done=True,
+        )
+    )
+    ledger.propose(
+        Proposal(
+            "restart_learner",
+            f"release {ended.id} (v{ended.candidate}) was rolled back; the learner starts again from "
+            f"production v{state.production_version}",
+            dict(evidence),
+            release=ended.id,
+        )
+    )
+
+
+def _propose_tool_failure_fix(
+    signals: dict, policy: PolicyView, state: ControlState, ledger: _Ledger
+) -> None:
+    """3. New tool-failure clusters while `tool_failure_rate` fired: a harness update where harness updates
+    are allowed (unless one is cooling down), else a rollback when the failing began after the last
+    promotion."""
+    tool = _fired(signals, policy, [TOOL_FAILURE_SIGNAL])
+    failing = _new_failing_clusters(policy, state)
+    if not tool or not failing or (state.harness_allowed and _harness_cooling(policy, state, ledger.taken)):
+        return
+    clusters = sorted(failing, key=lambda cluster: -cluster.count)
+    evidence = {
+        "signals": tool,
+        "clusters": [cluster.id for cluster in clusters],
+        "tools": sorted({cluster.tool for cluster in clusters}),
+    }
+    top = clusters[0]
+    release = state.release
+    if state.harness_allowed:
+        ledger.propose(
+            Proposal(
+                "update_harness",
+                f"{top.tool} fails ({top.signature}, {top.count} in the window): {_describe(tool)}",
+                evidence,
+            )
+        )
+    elif (
+        state.last_promotion_at is not None and min(c.first_seen for c in clusters) > state.last_promotion_at
+    ):
+        ledger.propose(
             Proposal(
                 "rollback",
-                f"release {ended.id} (v{ended.candidate}) failed its canary's guardrails and was rolled back",
-                {"release": ended.id, "candidate": ended.candidate, "release_status": ended.status},
-                release=ended.id,
-                done=True,
+                f"{top.tool} began failing after the last promotion: {_describe(tool)}",
+                {**evidence, "release": release.id if release else None},
+                release=release.id if release else None,
             )
         )
-        propose(
-            Proposal(
-                "restart_learner",
-                f"release {ended.id} (v{ended.candidate}) was rolled back; the learner starts again from "
-                f"production v{state.production_version}",
-                {"release": ended.id, "candidate": ended.candidate, "release_status": ended.status},
-                release=ended.id,
-            )
-        )
-    # 3. Tool failures.
-    tool = _fired(signals, policy, [TOOL_FAILURE_SIGNAL])
-    # After a harness update only failures seen since then count (the window still holds older ones), and
-    # none is proposed within the cool-down of the last one.
+
+
+def _new_failing_clusters(policy: PolicyView, state: ControlState) -> list[ClusterView]:
+    """The clusters first seen within the last NEW_CLUSTER_WINDOWS windows. After a harness update only
+    failures seen since then count (the window still holds older ones)."""
     harness_since = state.since_last.get("update_harness")
     new_since = state.now - NEW_CLUSTER_WINDOWS * policy.window_seconds
     failing = [cluster for cluster in state.clusters if cluster.first_seen >= new_since]
-    failing = [
+    return [
         cluster
         for cluster in failing
         if harness_since is None
         or (cluster.last_seen if cluster.last_seen is not None else state.now) > state.now - harness_since
     ]
-    # A harness candidate still on its way (evaluated or released) is not followed by another one; nor is
-    # one proposed before production has served a whole window since its last promotion (until then the
-    # window mixes the versions before it, and their failures are not production's).
+
+
+def _harness_cooling(policy: PolicyView, state: ControlState, taken: set) -> bool:
+    """Whether no harness update may be proposed now: within the cool-down of the last one; while a harness
+    candidate is still on its way (evaluated or released), so another one does not follow it; or before
+    production has served a whole window since its last promotion (until then the window mixes the versions
+    before it, and their failures are not production's)."""
+    harness_since = state.since_last.get("update_harness")
     promoted_within_window = (
         state.last_promotion_at is not None and state.now - state.last_promotion_at < policy.window_seconds
     )
-    harness_cooling = (
+    return (
         (harness_since is not None and harness_since < policy.cooldown_seconds)
         or promoted_within_window
-        or bool(release is not None or {"evaluate", "release", "promote"} & taken)
+        or bool(state.release is not None or {"evaluate", "release", "promote"} & taken)
     )
-    if tool and failing and not (state.harness_allowed and harness_cooling):
-        clusters = sorted(failing, key=lambda cluster: -cluster.count)
-        evidence = {
-            "signals": tool,
-            "clusters": [cluster.id for cluster in clusters],
-            "tools": sorted({cluster.tool for cluster in clusters}),
-        }
-        top = clusters[0]
-        if state.harness_allowed:
-            propose(
-                Proposal(
-                    "update_harness",
-                    f"{top.tool} fails ({top.signature}, {top.count} in the window): {_describe(tool)}",
-                    evidence,
-                )
+
+
+def _propose_safety_response(state: ControlState, safety: dict, ledger: _Ledger) -> None:
+    """6. A fired safety signal rolls back the release under way, or else pauses a running learner."""
+    if not safety:
+        return
+    release = state.release
+    if release is not None:
+        ledger.propose(
+            Proposal(
+                "rollback",
+                f"safety signal during release {release.id}: {_describe(safety)}",
+                {"signals": safety, "release": release.id},
+                release=release.id,
             )
-        elif (
-            state.last_promotion_at is not None
-            and min(c.first_seen for c in clusters) > state.last_promotion_at
-        ):
-            propose(
-                Proposal(
-                    "rollback",
-                    f"{top.tool} began failing after the last promotion: {_describe(tool)}",
-                    {**evidence, "release": release.id if release else None},
-                    release=release.id if release else None,
-                )
-            )
-    # 6 (before 4 and 5, which it holds back). A safety signal.
-    if safety:
-        if release is not None:
-            propose(
-                Proposal(
-                    "rollback",
-                    f"safety signal during release {release.id}: {_describe(safety)}",
-                    {"signals": safety, "release": release.id},
-                    release=release.id,
-                )
-            )
-        elif state.learner_running:
-            propose(Proposal("pause_learning", f"safety signal: {_describe(safety)}", {"signals": safety}))
-    # 4. Training signals.
+        )
+    elif state.learner_running:
+        ledger.propose(Proposal("pause_learning", f"safety signal: {_describe(safety)}", {"signals": safety}))
+
+
+def _propose_training(
+    signals: dict, policy: PolicyView, state: ControlState, safety: dict, ledger: _Ledger
+) -> None:
+    """4. A fired training signal and no learner running: train, or a `nothing` naming what holds it back
+    (the cool-down since the last training or restart, the daily compute budget)."""
     training_names = [
         name for name in policy.signals if name != TOOL_FAILURE_SIGNAL and not name.startswith(SAFETY_PREFIX)
     ]
     training = _fired(signals, policy, training_names)
     learner_kinds = {"train", "restart_learner"}
     if (
-        training
-        and not safety
-        and not state.learner_running
-        and "weights" in policy.update_kinds
-        and not (learner_kinds & taken)
+        not training
+        or safety
+        or state.learner_running
+        or "weights" not in policy.update_kinds
+        or learner_kinds & ledger.taken
     ):
-        since = min(
-            (state.since_last.get(kind, float("inf")) for kind in learner_kinds), default=float("inf")
+        return
+    since = min((state.since_last.get(kind, float("inf")) for kind in learner_kinds), default=float("inf"))
+    evidence = {"signals": training}
+    if since < policy.cooldown_seconds:
+        ledger.propose(
+            Proposal(
+                "nothing",
+                f"training held back by the cool-down ({since:.0f}s of {policy.cooldown_seconds:g}s): "
+                f"{_describe(training)}",
+                {**evidence, "held_back_by": "cooldown"},
+            )
         )
-        evidence = {"signals": training}
-        if since < policy.cooldown_seconds:
-            propose(
-                Proposal(
-                    "nothing",
-                    f"training held back by the cool-down ({since:.0f}s of {policy.cooldown_seconds:g}s): "
-                    f"{_describe(training)}",
-                    {**evidence, "held_back_by": "cooldown"},
-                )
+    elif state.compute_used_seconds >= policy.compute_budget_seconds:
+        ledger.propose(
+            Proposal(
+                "nothing",
+                f"training held back by the daily compute budget ({state.compute_used_seconds:.0f}s of "
+                f"{policy.compute_budget_seconds:g}s used): {_describe(training)}",
+                {**evidence, "held_back_by": "compute_budget"},
             )
-        elif state.compute_used_seconds >= policy.compute_budget_seconds:
-            propose(
-                Proposal(
-                    "nothing",
-                    f"training held back by the daily compute budget ({state.compute_used_seconds:.0f}s of "
-                    f"{policy.compute_budget_seconds:g}s used): {_describe(training)}",
-                    {**evidence, "held_back_by": "compute_budget"},
-                )
-            )
-        else:
-            propose(Proposal("train", f"signals fired: {_describe(training)}", evidence))
-    # 5. The learner's newest version.
+        )
+    else:
+        ledger.propose(Proposal("train", f"signals fired: {_describe(training)}", evidence))
+
+
+def _propose_evaluation(policy: PolicyView, state: ControlState, safety: dict, ledger: _Ledger) -> None:
+    """5. A running learner with `evaluate_every` new versions since the last evaluation (or its base), no
+    release under way and no safety signal: evaluate its newest version."""
     if (
-        state.learner_running
-        and not safety
-        and release is None
-        and state.learner_version is not None
-        and not ({"release", "restart_learner", "pause_learning"} & taken)
+        not state.learner_running
+        or safety
+        or state.release is not None
+        or state.learner_version is None
+        or {"release", "restart_learner", "pause_learning"} & ledger.taken
     ):
-        since_version = max(
-            number for number in (state.last_evaluated, state.learner_base, -1) if number is not None
-        )
-        new = state.learner_version - since_version
-        if new >= max(policy.evaluate_every, 1):
-            propose(
-                Proposal(
-                    "evaluate",
-                    f"the learner has {new} new version(s) since v{since_version}: evaluate v"
-                    f"{state.learner_version}",
-                    {
-                        "version": state.learner_version,
-                        "since": since_version,
-                        "every": policy.evaluate_every,
-                    },
-                    version=state.learner_version,
-                )
+        return
+    since_version = max(
+        number for number in (state.last_evaluated, state.learner_base, -1) if number is not None
+    )
+    new = state.learner_version - since_version
+    if new >= max(policy.evaluate_every, 1):
+        ledger.propose(
+            Proposal(
+                "evaluate",
+                f"the learner has {new} new version(s) since v{since_version}: evaluate v{state.learner_version}",
+                {"version": state.learner_version, "since": since_version, "every": policy.evaluate_every},
+                version=state.learner_version,
             )
-    return proposals
+        )
