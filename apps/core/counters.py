@@ -17,6 +17,7 @@ import math
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
@@ -64,7 +65,7 @@ def counter_value(*, key: str) -> int:
     """The counter's current value (0 when it does not exist or its window has ended)."""
     redis = redis_store()
     if redis is not None:
-        value = redis.client.get(redis.key(key))
+        value: Any = redis.client.get(redis.key(key))  # bytes or None: the client is synchronous
         return int(value) if value is not None else 0
     entry = cache.get(key)
     if entry is None or entry[1] <= time.time():

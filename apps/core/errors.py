@@ -60,7 +60,7 @@ class Gone(DomainError):
 
 
 def error_body(*, code: str, message: str, type: str, fields: dict | None = None) -> dict:
-    error = {"code": code, "message": message, "type": type}
+    error: dict[str, object] = {"code": code, "message": message, "type": type}
     if fields:
         error["fields"] = fields
     return {"error": error}

@@ -59,12 +59,17 @@ class ImmutableQuerySet(TenantQuerySet):
     def delete(self):
         raise ImmutableRowError(f"{self.model.__name__} rows are immutable")
 
-    delete.queryset_only = True  # as Django's own: no `Model.objects.delete()`
+    delete.queryset_only = True  # type: ignore[attr-defined]  # as Django's own: no `Model.objects.delete()`
 
     def dangerously_writable(self) -> TenantQuerySet:
         """The same rows through a queryset that may update and delete them: for a purge that must remove
         history, and for tests that play someone editing the table behind the application's back."""
-        return TenantQuerySet(model=self.model, query=self.query.chain(), using=self._db, hints=self._hints)
+        return TenantQuerySet(
+            model=self.model,
+            query=self.query.chain(),
+            using=self._db,  # type: ignore[attr-defined]  # QuerySet's own, not in its stubs
+            hints=self._hints,  # type: ignore[attr-defined]
+        )
 
 
 class ImmutableModel(models.Model):

@@ -39,7 +39,9 @@ class ErrorDetailSerializer(serializers.Serializer):
     code = serializers.CharField(help_text="Stable, for programs.")
     message = serializers.CharField(help_text="For people.")
     type = serializers.CharField()
-    fields = serializers.DictField(required=False, help_text="A field's name to its problems.")
+    fields = serializers.DictField(  # type: ignore[assignment]  # the error body's key, not Serializer.fields
+        required=False, help_text="A field's name to its problems."
+    )
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import caches
@@ -102,7 +103,7 @@ def shared_find(candidates: Sequence[str], *, follow_prefix: str) -> tuple[str |
     redis = redis_store()
     try:
         if redis is not None:
-            found = redis.client.eval(
+            found: Any = redis.client.eval(
                 _FIND_SCRIPT,
                 len(candidates),
                 *(redis.key(key) for key in candidates),

@@ -59,7 +59,7 @@ class _Entry:
             return False
         if self.name is not None:
             return self.name == name
-        return address in self.network
+        return self.network is not None and address in self.network
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ def _resolve(host: str, port: int) -> tuple[str, ...]:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as error:
         raise _refused(host, port, f"does not resolve: {error}") from None
-    return tuple(dict.fromkeys(info[4][0] for info in infos))
+    return tuple(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 def check_addresses(*, host: str, port: int, addresses) -> bool:

@@ -87,7 +87,7 @@ class ProcessRelayChannelLayer(InMemoryChannelLayer):
         (self.directory / str(os.getpid())).touch()
 
     def _stop_listening(self) -> None:
-        if self.listener is None:
+        if self.listener is None or self.listener_loop is None:  # the two are set together
             return
         with contextlib.suppress(Exception):
             self.listener_loop.remove_reader(self.listener.fileno())
@@ -95,7 +95,7 @@ class ProcessRelayChannelLayer(InMemoryChannelLayer):
         self.listener = self.listener_loop = None
 
     def _receive(self) -> None:
-        while self.listener is not None:
+        while self.listener is not None and self.listener_loop is not None:  # set together
             try:
                 data = self.listener.recv(MAX_DATAGRAM)
             except BlockingIOError:

@@ -54,7 +54,10 @@ def gateway_steps_recorded(records: list[dict]) -> None:
     try:
         # Summed per label set first: one counter write per label set and batch, not per record (each write
         # is a locked memory-mapped update in prometheus_client's multiprocess mode).
-        requests, tokens, latencies, warnings = Counter(), Counter(), defaultdict(list), Counter()
+        requests: Counter = Counter()
+        tokens: Counter = Counter()
+        warnings: Counter = Counter()
+        latencies: defaultdict = defaultdict(list)
         for record in records:
             tenant = str(record["tenant_id"])
             warning = _token_version_warning(record)

@@ -17,7 +17,9 @@ def arm_samples(*, tenant, model: str, version: str, since) -> dict[str, list[fl
     steps = production_calls_of_version(
         tenant=tenant, model=model, version=version, since=since, limit=20 * MAX_TRAJECTORIES_PER_ARM
     )
-    errors, latencies, cost_by_trajectory = [], [], defaultdict(float)
+    errors: list = []
+    latencies: list = []
+    cost_by_trajectory: defaultdict = defaultdict(float)
     for trajectory_id, error, aborted, latency_ms, cost in steps:
         failed = bool(error) and not aborted
         errors.append(1.0 if failed else 0.0)

@@ -115,7 +115,7 @@ def routing_version_for_session(
                 tenant_id=tenant_id,
                 model=model,
                 session_id=session_id,
-                version_id=version_id,
+                version_id=version_id,  # type: ignore[misc]  # a plan with a canary has the canary's id
                 release_id=plan.release_id,
             )
     except IntegrityError:  # a concurrent first call of the same session won: follow it

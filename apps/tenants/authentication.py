@@ -138,9 +138,10 @@ def api_key_authenticate_hashed(hashed: str) -> KeyPrincipal:
     if cached is not None:
         principal = _from_cache(cached)
     else:
-        principal = _load(hashed)
-        if principal is None:
+        loaded = _load(hashed)
+        if loaded is None:
             raise KeyRejected("invalid API key", "invalid_key")
+        principal = loaded
         if not changed:
             cache.set(_CACHE_PREFIX + hashed, _to_cache(principal), settings.AREAL_API_KEY_CACHE_SECONDS)
     now = timezone.now()

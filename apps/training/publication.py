@@ -24,6 +24,7 @@ A backend that fails keeps its old weights and version; the result says which an
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import httpx
 from django.conf import settings
@@ -44,6 +45,9 @@ from apps.inference.selectors import backend_list
 from apps.inference.services import backend_record_health, backend_update
 from apps.training.models import ModelVersion
 from apps.training.selectors import model_version_by_number
+
+if TYPE_CHECKING:
+    from workers.inference.vllm import PauseMode
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +173,7 @@ def _publish_one(*, tenant, actor, backend, version, drain: bool, admin_token, t
                 adapter = (
                     version.metrics.get("lora_adapter_path") if isinstance(version.metrics, dict) else None
                 )
-                mode = settings.AREAL_VLLM_PAUSE_MODE
+                mode = cast("PauseMode", settings.AREAL_VLLM_PAUSE_MODE)  # env_choice: wait or keep
                 if adapter:
                     result = admin.publish_lora_adapter(
                         version.name,

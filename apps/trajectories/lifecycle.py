@@ -75,9 +75,10 @@ def _open_end_of_chain(trajectory: Trajectory) -> Trajectory | None:
     for _ in range(MAX_CONTINUATIONS):
         if current.status == TrajectoryStatus.OPEN:
             return current
-        current = _locked_continuation(current)
-        if current is None:
+        following = _locked_continuation(current)
+        if following is None:
             return None
+        current = following
     return None
 
 

@@ -93,7 +93,7 @@ def _purge_batch(*, tenant, ids: list) -> Counter:
     """Deletes one batch in one transaction. Steps go first in one statement (nothing points at them, so
     they are never loaded); the trajectory delete cascades to rewards, reviews, qualification and
     annotation items and labels."""
-    counts = Counter()
+    counts: Counter = Counter()
     with transaction.atomic():
         for listener in _PURGE_LISTENERS:  # what other apps quote of them goes in the same transaction
             listener(tenant=tenant, trajectory_ids=ids)
@@ -118,7 +118,8 @@ def trajectories_purge_expired(
     held = _held_ids(tenant)
     due = trajectories_past_retention(tenant=tenant, now=now)
     purgeable = due.exclude(pk__in=held) if held else due
-    counts, batches = Counter(), 0
+    counts: Counter = Counter()
+    batches = 0
     while batches < max_batches:
         ids = list(purgeable.order_by("pk").values_list("pk", flat=True)[:batch_size])
         if not ids:

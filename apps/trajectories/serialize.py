@@ -5,6 +5,8 @@ the gateway records the harness's, apps.gateway.recording) and reports this gate
 its kind's replayability. An imported step reports those fields as its record gave them
 (`Step.imported_fields`), so an export of an import says what the import said."""
 
+from typing import cast
+
 from apps.trajectories.models import Step, Trajectory
 from workers.atdp.tokens import unpack_floats, unpack_ids, unpack_versions
 
@@ -24,10 +26,12 @@ def _tokens(step: Step) -> dict | None:
         return None
     return {
         "tokenizer": step.tokenizer or step.served_model,
-        "prompt_ids": unpack_ids(bytes(step.prompt_ids)),
+        # A step with completion ids has its prompt ids, logprobs and versions too (steps_ingest writes them
+        # together); the columns are nullable only for the steps that carry no tokens.
+        "prompt_ids": unpack_ids(bytes(cast(bytes, step.prompt_ids))),
         "completion_ids": unpack_ids(bytes(step.completion_ids)),
-        "completion_logprobs": unpack_floats(bytes(step.completion_logprobs)),
-        "completion_versions": unpack_versions(bytes(step.completion_versions)),
+        "completion_logprobs": unpack_floats(bytes(cast(bytes, step.completion_logprobs))),
+        "completion_versions": unpack_versions(bytes(cast(bytes, step.completion_versions))),
         "loss_mask": unpack_versions(bytes(step.loss_mask)) if step.loss_mask is not None else None,
         "retokenized": step.retokenized,
     }
@@ -144,13 +148,13 @@ def qualification_to_atdp(qualification) -> dict:
 def trajectory_record(trajectory: Trajectory) -> dict:
     """The ATDP record of a trajectory read through `selectors.trajectory_with_records` (its steps, rewards,
     reviews and verdict prefetched for its tenant)."""
-    reviews = trajectory.reviews_newest_first
+    reviews = trajectory.reviews_newest_first  # type: ignore[attr-defined]  # the selector's Prefetch(to_attr=)
     return trajectory_to_atdp(
         trajectory,
         trajectory.steps.all(),
         trajectory.rewards.all(),
         review=reviews[0] if reviews else None,
-        qualification=trajectory.tenant_qualification,
+        qualification=trajectory.tenant_qualification,  # type: ignore[attr-defined]  # likewise
     )
 
 
