@@ -2,6 +2,7 @@ import pytest
 
 from apps.audit.services import Actor
 from apps.inference.models import BackendKind, BackendState
+from apps.tenants.models import PiiMode, TenantPolicy
 from apps.tenants.services import api_key_create
 from tests.inference.factories import BackendFactory
 from tests.servers import inference_server, web_server_in_thread
@@ -78,3 +79,10 @@ def agent_key(tenant):
         return raw
 
     return make
+
+
+@pytest.fixture
+def pii_off(tenant):
+    """For tests that read the token data of sampled text: a random model's few tokens can read as a phone
+    number or an e-mail address, and redaction (the default) then drops the step's ids, as it must."""
+    TenantPolicy.objects.update_or_create(tenant=tenant, defaults={"pii_mode": PiiMode.OFF})

@@ -19,7 +19,7 @@ from tests.gateway.conftest import MODEL
 from tests.gateway.helpers import drain
 from workers.rl.samples import build_samples
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("pii_off")]
 
 
 def _bearer(key: str) -> dict:

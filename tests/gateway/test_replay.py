@@ -12,7 +12,7 @@ from tests.gateway.conftest import MODEL
 from tests.gateway.helpers import drain, step_tokens
 from tests.inference.factories import BackendFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("pii_off")]
 
 
 @pytest.fixture

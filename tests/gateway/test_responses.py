@@ -7,7 +7,6 @@ import openai
 import pytest
 
 from apps.gateway.models import StoredResponse
-from apps.tenants.models import PiiMode, TenantPolicy
 from apps.trajectories.models import Step, Trajectory
 from apps.trajectories.selectors import trajectory_with_records
 from apps.trajectories.serialize import trajectory_record
@@ -15,14 +14,7 @@ from tests.gateway.conftest import MODEL
 from tests.gateway.helpers import drain, only_trajectory, step_tokens
 from workers.atdp.training_view import training_samples
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _pii_off(tenant):
-    # These tests read the token data of sampled text, and sampled text can look like PII (a run of digits
-    # reads as a phone number): redaction, the default, would then drop the ids, as it must.
-    TenantPolicy.objects.update_or_create(tenant=tenant, defaults={"pii_mode": PiiMode.OFF})
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("pii_off")]
 
 
 WEATHER_FUNCTION = {

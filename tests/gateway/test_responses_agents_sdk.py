@@ -17,7 +17,7 @@ agents = pytest.importorskip("agents")  # the dev extra (make install)
 from apps.trajectories.models import Step, Trajectory  # noqa: E402
 from tests.gateway.helpers import drain, only_trajectory, step_tokens  # noqa: E402
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("pii_off")]
 
 TERSE = "terse-model"
 

@@ -22,7 +22,7 @@ from tests.inference.factories import BackendFactory
 from tests.metrics.exposition import parse
 from tests.training.factories import ModelVersionFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("pii_off")]
 HELLO = [{"role": "user", "content": "Say hello"}]
 WARNINGS = "areal_gateway_token_version_warnings_total"
 
