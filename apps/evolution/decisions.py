@@ -10,6 +10,7 @@ from django.utils import timezone
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, Forbidden, Gone
 from apps.core.selectors import get_in_tenant
+from apps.evolution.gate_words import evidence_gate_words
 from apps.evolution.models import (
     ApprovalMode,
     Decision,
@@ -31,13 +32,9 @@ def approval_question(decision: Decision) -> str:
     share of traffic it gets."""
     policy = decision.policy
     version = f"v{decision.version.number}" if decision.version is not None else "the candidate"
-    release = (decision.evidence or {}).get("release")
-    of_release = f" (release {release})" if release else ""
+    candidate = (decision.evidence or {}).get("candidate")
     if decision.kind == DecisionKind.PROMOTE:
-        return (
-            f"Approve promoting {version} of {policy.model}{of_release} to production? It then takes 100% of "
-            "new sessions."
-        )
+        return f"Approve promoting {version} of {policy.model} to production? It then takes 100% of new sessions."
     if decision.kind == DecisionKind.RELEASE:
         stages = list((policy.release_plan or {}).get("stages") or [5, 25, 50, 100])
         return (
@@ -45,10 +42,8 @@ def approval_question(decision: Decision) -> str:
             f"first (stages {' → '.join(f'{stage:g}' for stage in stages)} %), then waits for approval."
         )
     if decision.kind == DecisionKind.ROLLBACK:
-        return (
-            f"Approve rolling back {policy.model}{of_release}? The version before takes 100% of new sessions "
-            "again."
-        )
+        what = f"the release of v{candidate} of {policy.model}" if candidate is not None else policy.model
+        return f"Approve rolling back {what}? The version before takes 100% of new sessions again."
     return f"Approve this {decision.get_kind_display().lower()} decision for {policy.model}?"
 
 
@@ -71,6 +66,9 @@ def decision_payload(decision: Decision) -> dict:
         "rejected_by": decision.rejected_by,
         "started": decision.started,
         "outcome": decision.outcome,
+        "gate_words": evidence_gate_words(
+            decision.evidence, version=decision.version.number if decision.version is not None else None
+        ),
         "created_at": decision.created_at.isoformat(),
         "expires_at": decision.expires_at.isoformat() if decision.expires_at else None,
         "finished_at": decision.finished_at.isoformat() if decision.finished_at else None,

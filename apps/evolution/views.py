@@ -15,6 +15,7 @@ from apps.evolution import policies, selectors
 from apps.evolution.decisions import STREAM, approval_question, decision_approve, decision_reject
 from apps.evolution.figures import signal_figures
 from apps.evolution.forms import PolicyForm
+from apps.evolution.gate_words import evidence_gate_words, gate_words
 from apps.evolution.models import DecisionKind, DecisionStatus
 from apps.tenants.permissions import Action, role_can
 from apps.training.selectors import model_version_list
@@ -23,10 +24,17 @@ TIMELINE_LENGTH = PAGE_SIZE
 SIGNAL_POINTS = 2000  # the newest points charted per page
 
 
-def evidence_summary(evidence: dict) -> dict:
+def evidence_summary(
+    evidence: dict,
+    *,
+    version: int | None = None,
+    suite_names: dict | None = None,
+    cluster_names: dict | None = None,
+) -> dict:
     """What the timeline shows of a decision's evidence: the signals that fired (value against threshold),
-    example trajectories, clusters and the gate's result. Signals come as a list of {"name", "value", "op",
-    "threshold"} or as {name: {...}}."""
+    example trajectories, clusters (id, the tool and its error) and the gate in a sentence (its outcome once measured, "v2: 33 % held-out,
+    best production 20 %; gate passed", else the gate it runs). Signals come as a list of {"name", "value",
+    "op", "threshold"} or as {name: {...}}."""
     evidence = evidence if isinstance(evidence, dict) else {}
     signals = evidence.get("signals") or []
     if isinstance(signals, dict):
@@ -41,52 +49,64 @@ def evidence_summary(evidence: dict) -> dict:
     return {
         "signals": rows,
         "trajectories": [str(value) for value in evidence.get("trajectories") or []][:10],
-        "clusters": list(evidence.get("clusters") or [])[:10],
-        "gate": evidence.get("gate") if isinstance(evidence.get("gate"), dict) else None,
+        "clusters": [
+            (cluster_id, (cluster_names or {}).get(cluster_id, "a cluster no longer kept"))
+            for cluster_id in list(evidence.get("clusters") or [])[:10]
+        ],
+        "gate": evidence_gate_words(evidence, version=version, suite_names=suite_names),
     }
 
 
-def gate_words(gate: dict, *, suite_names: dict) -> str:
-    """A policy's gate in a sentence: "20 held-out cases of weather (seed 7); the candidate must beat the
-    best production version by at least 0.05; and do no worse on suite safety"."""
-    if not gate:
-        return "No gate: a new version goes to a release without an offline check."
-    if "environment" in gate:
-        seed = f" (seed {gate['seed']})" if gate.get("seed") is not None else ""
-        words = f"{gate.get('cases', '?')} held-out cases of {gate['environment']}{seed}"
-    else:
-        words = f"the evaluation suite {suite_names.get(gate.get('suite_id'), gate.get('suite_id'))}"
-    gain = gate.get("min_gain")
-    words += (
-        f"; the candidate must beat the best production version by at least {gain:g}"
-        if isinstance(gain, (int, float))
-        else "; the candidate must do at least as well as the best production version"
-    )
-    if gate.get("safety_suite_id") is not None:
-        safety = suite_names.get(gate["safety_suite_id"], gate["safety_suite_id"])
-        words += f", and no worse on the safety suite {safety}"
-    known = {"environment", "cases", "seed", "suite_id", "min_gain", "safety_suite_id"}
-    others = [f"{key.replace('_', ' ')} {gate[key]}" for key in sorted(set(gate) - known)]
-    if others:
-        words += f" (also {', '.join(others)})"
-    return words[0].upper() + words[1:] + "."
-
-
-# started key → (label, console URL name, whether the URL takes the id)
+# started key → (console URL name, whether the URL takes the id, the words for one whose row is gone)
 STARTED_LINKS = {
-    "releases": ("release", "console:release", True),
-    "eval_runs": ("evaluation", "console:eval-run", True),
-    "online_runs": ("online run", "console:training-jobs", False),
-    "versions": ("version", "console:model-lineage", False),
+    "releases": ("console:release", True, "a release"),
+    "eval_runs": ("console:eval-run", True, "an evaluation"),
+    "online_runs": ("console:training-jobs", False, "an online run"),
+    "versions": ("console:model-lineage", False, ""),
 }
 
 
-def started_links(started: dict, *, model: str, version_numbers: dict | None = None) -> list[tuple[str, str]]:
-    """(text, href) of each run, release and version a decision started; a version by its label ("v3", from
-    `version_numbers`: id → number), never its database id."""
+def started_names(*, tenant, decisions) -> dict[tuple[str, int], str]:
+    """What each release, evaluation, online run and version the decisions started is called on the
+    timeline, by what it is ("release of v3 over v2", "evaluation of v3 on weather-smoke", "online run from
+    v2", "policy-small v3"), never by its database id: (started key, id) → words. One query per kind."""
+    from apps.evaluation.selectors import eval_run_list
+    from apps.releases.selectors import release_list
+    from apps.training.online import online_run_list
+
+    wanted: dict[str, set[int]] = {key: set() for key in STARTED_LINKS}
+    for decision in decisions:
+        for key in STARTED_LINKS:
+            wanted[key].update(
+                value for value in (decision.started or {}).get(key) or [] if isinstance(value, int)
+            )
+    names: dict[tuple[str, int], str] = {}
+    if wanted["releases"]:
+        for release in release_list(tenant=tenant).filter(pk__in=wanted["releases"]):
+            names["releases", release.pk] = release_words(release)
+    if wanted["eval_runs"]:
+        for run in eval_run_list(tenant=tenant).filter(pk__in=wanted["eval_runs"]):
+            names["eval_runs", run.pk] = f"evaluation of v{run.model_version.number} on {run.suite.name}"
+    if wanted["online_runs"]:
+        for online_run in online_run_list(tenant=tenant).filter(pk__in=wanted["online_runs"]):
+            names["online_runs", online_run.pk] = f"online run from v{online_run.base_version.number}"
+    if wanted["versions"]:
+        for version in model_version_list(tenant=tenant).filter(pk__in=wanted["versions"]):
+            names["versions", version.pk] = f"{version.name} v{version.number}"
+    return names
+
+
+def release_words(release) -> str:
+    """A release named by what it releases: "release of v3 over v2"."""
+    return f"release of v{release.candidate.number} over v{release.baseline.number}"
+
+
+def started_links(started: dict, *, model: str, names: dict | None = None) -> list[tuple[str, str]]:
+    """(text, href) of each run, release and version a decision started, named from `names` (see
+    `started_names`); one whose row is gone is "a release", "a new <model> version"..., never its id."""
     links = []
-    version_numbers = version_numbers or {}
-    for key, (label, url_name, by_id) in STARTED_LINKS.items():
+    names = names or {}
+    for key, (url_name, by_id, missing) in STARTED_LINKS.items():
         for object_id in (started or {}).get(key) or []:
             try:
                 if by_id:
@@ -97,11 +117,7 @@ def started_links(started: dict, *, model: str, version_numbers: dict | None = N
                     href = f"{reverse(url_name)}#online-{object_id}"
             except NoReverseMatch:
                 continue
-            if key == "versions":
-                number = version_numbers.get(object_id)
-                links.append((f"{model} v{number}" if number is not None else f"a new {model} version", href))
-                continue
-            links.append((f"{label} #{object_id}", href))
+            links.append((names.get((key, object_id)) or missing or f"a new {model} version", href))
     return links
 
 
@@ -161,18 +177,24 @@ def _policy_page(request, policy, *, form=None, status=200):
             policy=policy,
         )
     decisions = list(
-        selectors.decision_list(tenant=request.tenant, policy_id=policy.pk).select_related("policy")[
-            :TIMELINE_LENGTH
-        ]
+        selectors.decision_list(tenant=request.tenant, policy_id=policy.pk).select_related(
+            "policy", "version", "parent"
+        )[:TIMELINE_LENGTH]
     )
-    started_versions = {
-        version_id for decision in decisions for version_id in (decision.started or {}).get("versions") or []
+    names = started_names(tenant=request.tenant, decisions=decisions)
+    suite_names = dict(eval_suite_list(tenant=request.tenant).values_list("pk", "name"))
+    cluster_ids = {
+        cluster_id
+        for decision in decisions
+        for cluster_id in (decision.evidence or {}).get("clusters") or []
+        if isinstance(cluster_id, int)
     }
-    version_numbers = dict(
-        model_version_list(tenant=request.tenant)
-        .filter(pk__in=[value for value in started_versions if isinstance(value, int)])
-        .values_list("pk", "number")
-    )
+    cluster_names = {
+        cluster.pk: f"{cluster.tool}: {cluster.signature}"[:80]
+        for cluster in selectors.cluster_list(tenant=request.tenant, policy_id=policy.pk).filter(
+            pk__in=cluster_ids
+        )
+    }
     points = selectors.signal_series(tenant=request.tenant, policy=policy).order_by("-at", "-id")[
         :SIGNAL_POINTS
     ]
@@ -182,16 +204,18 @@ def _policy_page(request, policy, *, form=None, status=200):
         {
             "policy": policy,
             "form": form,
-            "gate_words": gate_words(
-                policy.gate,
-                suite_names=dict(eval_suite_list(tenant=request.tenant).values_list("pk", "name")),
-            ),
+            "gate_words": gate_words(policy.gate, suite_names=suite_names),
             "figures": signal_figures(reversed(list(points)), thresholds=policy.signals),
             "timeline": [
                 (
                     decision,
-                    evidence_summary(decision.evidence),
-                    started_links(decision.started, model=policy.model, version_numbers=version_numbers),
+                    evidence_summary(
+                        decision.evidence,
+                        version=decision.version.number if decision.version is not None else None,
+                        suite_names=suite_names,
+                        cluster_names=cluster_names,
+                    ),
+                    started_links(decision.started, model=policy.model, names=names),
                     approval_question(decision) if decision.status == DecisionStatus.PROPOSED else "",
                 )
                 for decision in decisions

@@ -70,13 +70,19 @@
   };
 
   const decisionItem = (decision) => {
-    const item = node("li", {class: "decision card", "data-decision": decision.id, "data-status": decision.status});
+    const item = node("li", {class: "decision card", id: `decision-${decision.id}`, "data-decision": decision.id, "data-status": decision.status});
     const head = node("div");
     head.appendChild(node("strong", {class: "kind"}, labels.kind[decision.kind] || decision.kind));
     head.append(" · ");
     head.appendChild(node("span", {class: `status status-${decision.status}`}, labels.status[decision.status] || decision.status));
     head.append(" · ");
     head.appendChild(node("time", {class: "muted"}, chartTime(decision.created_at)));
+    if (decision.parent) {
+      const parent = document.querySelector(`li[data-decision="${decision.parent}"] .kind`);
+      head.append(" ");
+      head.appendChild(node("a", {class: "muted parent", href: `#decision-${decision.parent}`},
+        `after the ${parent ? parent.textContent.toLowerCase() : "earlier"} decision`));
+    }
     item.appendChild(head);
     item.appendChild(node("p", {class: "reason"}, decision.reason));
     const evidence = decision.evidence || {};
@@ -92,12 +98,20 @@
       item.appendChild(list);
     }
     links(item, "Examples", (evidence.trajectories || []).slice(0, 10).map((id) => [String(id).slice(0, 8) + "…", `/trajectories/${id}/`]));
-    links(item, "Clusters", (evidence.clusters || []).slice(0, 10).map((id) => [`#${id}`, `#cluster-${id}`]));
+    // Clusters by their tool and error (the row below, when the page has it), never by id.
+    links(item, "Tool failures", (evidence.clusters || []).slice(0, 10).map((id) => {
+      const row = document.getElementById(`cluster-${id}`);
+      const words = row ? `${row.cells[0].textContent}: ${row.cells[2].textContent}`.slice(0, 80) : "a cluster";
+      return [words, `#cluster-${id}`];
+    }));
+    if (decision.gate_words) item.appendChild(node("div", {class: "evidence-gate"}, `Gate: ${decision.gate_words}`));
+    // What it started, by what it is (the page's reload names each exactly: apps/evolution/views.started_names).
+    const version = decision.version === null || decision.version === undefined ? "" : ` of v${decision.version}`;
     const started = decision.started || {};
     links(item, "Started", [
-      ...(started.releases || []).map((id) => [`release #${id}`, withId(urls.releaseUrl, id)]),
-      ...(started.eval_runs || []).map((id) => [`evaluation #${id}`, withId(urls.evalRunUrl, id)]),
-      ...(started.online_runs || []).map((id) => [`online run #${id}`, `${urls.onlineUrl}#online-${id}`]),
+      ...(started.releases || []).map((id) => [`release${version}`, withId(urls.releaseUrl, id)]),
+      ...(started.eval_runs || []).map((id, index) => [index === 0 ? `evaluation${version}` : "evaluation of production", withId(urls.evalRunUrl, id)]),
+      ...(started.online_runs || []).map((id) => ["online run from production", `${urls.onlineUrl}#online-${id}`]),
       ...(started.versions || []).map(() => ["the new version", urls.lineageUrl]),
     ]);
     if (decision.approvals_required) {

@@ -97,6 +97,59 @@ def test_decision_cards_name_started_versions_by_label(member, tenant):
     assert f"#{release.candidate.pk}" not in started
 
 
+def test_decision_cards_say_the_gate_outcome_and_name_what_they_started(member, tenant):
+    release = release_at(tenant, ReleaseStatus.CANARY, stage_index=0)
+    candidate, baseline = release.candidate.number, release.baseline.number
+    policy = EvolutionPolicyFactory(tenant=tenant, model=release.model)
+    gate = {"environment": "weather", "cases": 20, "seed": 7}
+    evaluated = DecisionFactory(
+        tenant=tenant,
+        policy=policy,
+        kind="evaluate",
+        status="succeeded",
+        version=release.candidate,
+        evidence={
+            "gate": gate,
+            "gate_score": 1 / 3,
+            "best_production_score": 0.2,
+            "production_score": 0.2,
+            "min_gain": 0.0,
+            "passed": True,
+        },
+    )
+    released = DecisionFactory(
+        tenant=tenant,
+        policy=policy,
+        kind="release",
+        status="running",
+        version=release.candidate,
+        parent=evaluated,
+        evidence={"gate": gate, "gate_score": 1 / 3, "best_production_score": 0.2, "candidate": candidate},
+        started={"releases": [release.pk]},
+    )
+    waiting = DecisionFactory(tenant=tenant, policy=policy, kind="evaluate", evidence={"gate": gate})
+    page = _page(member, Role.OPERATOR, f"/evolution/policies/{policy.pk}/")
+
+    def card(decision) -> str:
+        return page.split(f'data-decision="{decision.pk}"')[1].split("</li>")[0]
+
+    outcome = f"Gate: v{candidate}: 33 % held-out, best production 20 %; gate passed"
+    assert outcome in card(evaluated)
+    assert outcome in card(released)
+    assert "Gate: 20 held-out cases of weather (seed 7)" in card(
+        waiting
+    )  # not measured yet: the gate it runs
+    assert "{&#x27;" not in page  # no Python dict on the page
+    assert "{'environment'" not in page
+    started = card(released).split('class="started">')[1].split("</div>")[0]
+    assert f"release of v{candidate} over v{baseline}" in started
+    assert f'href="/releases/{release.pk}/"' in started  # the link keeps its id, the words do not
+    assert f"#{release.pk}" not in started
+    assert f'href="#decision-{evaluated.pk}">after the evaluate decision on v{candidate}</a>' in card(
+        released
+    )
+
+
 def test_a_release_plan_takes_its_guardrails_as_rows_of_fields(member, tenant):
     from tests.releases.helpers import register_versions
 

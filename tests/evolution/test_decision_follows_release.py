@@ -117,7 +117,7 @@ def test_the_console_asks_before_approving_naming_the_version_and_its_traffic(me
     page = _console(member(Role.OPERATOR)).get(f"/evolution/policies/{policy.pk}/").content.decode()
     card = _card(page, decision.pk)
     question = (
-        f"Approve promoting v{release.candidate.number} of {MODEL} (release {release.pk}) to production? "
+        f"Approve promoting v{release.candidate.number} of {MODEL} to production? "
         "It then takes 100% of new sessions."
     )
     assert f'data-confirm="{question}"' in card

@@ -7,6 +7,7 @@ from django.db import transaction
 from apps.core.tasking import task_enqueue
 from apps.evolution.choices import DecisionKind
 from apps.evolution.decisions import decision_record, decision_start
+from apps.evolution.gate_words import gate_outcome, gate_score_words, percent
 from apps.evolution.selectors import decision_get, gate_key, gate_score, production_versions
 from apps.loop.actions.common import (
     GATE_WAIT_SECONDS,
@@ -104,7 +105,8 @@ def _evaluate(*, tenant, decision, policy) -> "Decision":
             tenant=tenant,
             decision_id=decision.pk,
             started={"eval_runs": [run.pk for run in runs], "versions": [candidate.pk]},
-            outcome=f"suite {gate['suite_id']} runs on v{candidate.number}",
+            outcome=f"the gate runs v{candidate.number}{' and production' if len(runs) > 1 else ''} "
+            + gate_score_words(gate, suite_names=_suite_names(tenant=tenant, gate=gate)),
         )
     if not gate.get("environment"):
         return _fail(tenant, decision, "the policy's gate names no environment and no suite")
@@ -171,11 +173,17 @@ def _follow_evaluate(*, tenant, decision, policy) -> "Decision":
         "min_gain": min_gain,
         "passed": passed,
     }
-    versus = "no production score" if best is None else f"best production {best:.0%} {min_gain:+.0%}"
     finished = _succeed(
         tenant,
         decision,
-        f"v{candidate.number} {'passed' if passed else 'failed'} the gate: {score:.0%} vs {versus}",
+        gate_outcome(
+            version=f"v{candidate.number}",
+            score=score,
+            best_production=best,
+            min_gain=min_gain,
+            passed=passed,
+            measure=gate_score_words(gate, suite_names=_suite_names(tenant=tenant, gate=gate)),
+        ),
         evidence=evidence,
     )
     actor = policy_actor(policy)
@@ -184,7 +192,7 @@ def _follow_evaluate(*, tenant, decision, policy) -> "Decision":
             tenant=tenant,
             policy=policy,
             kind=DecisionKind.RELEASE,
-            reason=f"v{candidate.number} passed the gate ({score:.0%}); release it over production",
+            reason=f"v{candidate.number} passed the gate ({percent(score)}); release it over production",
             evidence={**evidence, "candidate": candidate.number},
             actor=actor,
             parent=finished,
@@ -195,12 +203,23 @@ def _follow_evaluate(*, tenant, decision, policy) -> "Decision":
             tenant=tenant,
             policy=policy,
             kind=DecisionKind.RESTART_LEARNER,
-            reason=f"v{candidate.number} failed the gate ({score:.0%}): the learner starts again from production",
+            reason=(
+                f"v{candidate.number} failed the gate ({percent(score)}): the learner starts again from production"
+            ),
             evidence={**evidence, "candidate": candidate.number},
             actor=actor,
             parent=finished,
         )
     return finished
+
+
+def _suite_names(*, tenant, gate) -> dict:
+    """The suite gate's suite by name, for the outcome's sentence ("on the suite weather-smoke")."""
+    from apps.evaluation.selectors import eval_suite_list
+
+    if gate.get("suite_id") is None:
+        return {}
+    return dict(eval_suite_list(tenant=tenant).filter(pk=gate["suite_id"]).values_list("pk", "name"))
 
 
 def _suite_failed(*, tenant, decision) -> str:
