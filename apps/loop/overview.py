@@ -6,6 +6,8 @@ Charts and the live streams that extend them:
   gateway batch (apps.metrics.traffic);
 - outcomes (reward mean and success rate per minute, production-alias moves marked): "overview.outcomes",
   published by the `metrics.overview_tick` task on a worker (apps.loop.outcomes);
+- on traffic and outcomes, each release that served in the window as a band from its canary's start to its end
+  (or now), labelled by what it released and how it went ("v3 canary 25 %", "v3 promoted");
 - loss per training job and online run: "training.jobs" announces both, "training.job-<id>" and
   "training.online-<id>" carry their steps;
 - canary vs baseline: "release-<id>" of the release shown (apps.releases.figures).
@@ -15,10 +17,12 @@ import json
 from datetime import timedelta
 
 import plotly.graph_objects as go
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.metrics.publish import OUTCOMES_STREAM, TRAFFIC_STREAM, chart_time
 from apps.releases import selectors as releases
+from apps.releases.choices import SERVING_STATUSES, ReleaseStatus
 from apps.releases.figures import release_figures
 from apps.releases.services import release_stream
 from apps.rewards import selectors as rewards
@@ -30,6 +34,7 @@ from apps.trajectories import selectors as trajectories
 
 WINDOW = timedelta(hours=3)
 JOBS_SHOWN = 5
+RELEASES_MARKED = 20  # the newest releases banded on the charts
 LAYOUT = {"height": 280, "margin": {"l": 50, "r": 50, "t": 40, "b": 30}, "legend": {"orientation": "h"}}
 
 
@@ -81,6 +86,71 @@ def version_markers(moves) -> tuple[list[dict], list[dict]]:
     return shapes, annotations
 
 
+# A release's band on the overview charts, by how it stands or ended: (fill, words after the version).
+RELEASE_BANDS = {
+    ReleaseStatus.CANARY: ("rgba(217, 72, 15, 0.10)", "canary"),
+    ReleaseStatus.PAUSED: ("rgba(245, 159, 0, 0.14)", "paused"),
+    ReleaseStatus.AWAITING_APPROVAL: ("rgba(245, 159, 0, 0.14)", "awaiting approval"),
+    ReleaseStatus.PROMOTED: ("rgba(47, 158, 68, 0.10)", "promoted"),
+    ReleaseStatus.ROLLED_BACK: ("rgba(192, 54, 44, 0.12)", "rolled back"),
+    ReleaseStatus.ABORTED: ("rgba(134, 142, 150, 0.12)", "aborted"),
+}
+
+
+def release_band_words(release) -> str:
+    """A release on the overview by what it released and how it stands: "v3 canary 25 %", "v3 promoted"."""
+    _, words = RELEASE_BANDS.get(release.status, ("", release.status.replace("_", " ")))
+    if release.status == ReleaseStatus.CANARY and release.stage_index >= 0:
+        words += f" {release.stage_percent:g} %"
+    return f"v{release.candidate.number} {words}"
+
+
+def release_bands(releases, *, since, now=None) -> tuple[list[dict], list[dict]]:
+    """Shaded bands and labels for each release whose candidate took live traffic in the window: from its
+    canary's start (a release put on canary without one: its creation) to its end, or now while it runs.
+    A release that never reached its canary (a draft, one stopped by its offline evaluation) has none."""
+    now = now or timezone.now()
+    shapes, annotations = [], []
+    for release in releases:
+        started = release.canary_started_at or (
+            release.created_at if release.status in SERVING_STATUSES else None
+        )
+        ended = release.finished_at or (now if release.status in SERVING_STATUSES else None)
+        if started is None or ended is None or ended < since:
+            continue
+        start = chart_time(max(started, since))
+        fill, _ = RELEASE_BANDS.get(release.status, ("rgba(134, 142, 150, 0.12)", ""))
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": start,
+                "x1": chart_time(ended),
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": fill,
+                "line": {"width": 0},
+                "layer": "below",
+                "name": f"release-{release.pk}",
+            }
+        )
+        annotations.append(
+            {
+                "x": start,
+                "xref": "x",
+                "y": 0.98,
+                "yref": "paper",
+                "xanchor": "left",
+                "yanchor": "top",
+                "showarrow": False,
+                "text": release_band_words(release),
+                "font": {"size": 10},
+            }
+        )
+    return shapes, annotations
+
+
 def traffic_figures(minutes: list[dict], markers) -> dict[str, dict]:
     x = [chart_time(row["minute"]) for row in minutes]
     traffic = go.Figure(
@@ -123,7 +193,7 @@ def outcomes_figure(minutes: list[dict], markers) -> dict:
         ]
     )
     figure.update_layout(
-        title="Reward and task success per minute (model versions marked)",
+        title="Reward and task success per minute (releases and production versions marked)",
         yaxis2={"overlaying": "y", "side": "right", "range": [0, 1], "title": {"text": "success"}},
         xaxis=time_axis(x),
         shapes=markers[0],
@@ -154,7 +224,14 @@ def loss_figure(series: list[tuple[str, list[dict]]]) -> dict:
 def overview_context(*, tenant) -> dict:
     """Everything the overview page draws and listens to, read through the owning apps' selectors."""
     since = timezone.now() - WINDOW
-    markers = version_markers(training.alias_history(tenant=tenant, alias="production", since=since))
+    moves = version_markers(training.alias_history(tenant=tenant, alias="production", since=since))
+    served = (
+        releases.release_list(tenant=tenant)
+        .exclude(status=ReleaseStatus.DRAFT)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))[:RELEASES_MARKED]
+    )
+    bands = release_bands(served, since=since)
+    markers = (bands[0] + moves[0], bands[1] + moves[1])
     jobs = list(training.training_job_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
     runs = list(online.online_run_list(tenant=tenant)[:JOBS_SHOWN])[::-1]
     series = [(f"job {job.pk}", training.training_job_metrics(tenant=tenant, job_id=job.pk)) for job in jobs]

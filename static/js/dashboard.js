@@ -93,9 +93,11 @@
   const onRelease = (payload) => {
     if (payload.kind === "status") {
       const status = document.getElementById("overview-release-status");
-      if (status) { status.textContent = payload.status; status.className = `status status-${payload.status}`; }
+      const words = payload.status.replace("_", " ");
+      if (status) { status.textContent = words; status.className = `status status-${payload.status}`; }
       if (payload.status === "promoted" || payload.status === "rolled_back") {
-        markVersion(payload.at.replace("T", " ").slice(0, 19), payload.status.replace("_", " "));
+        const candidate = document.getElementById("overview-release")?.dataset.candidate;
+        markVersion(payload.at.replace("T", " ").slice(0, 19), candidate ? `${candidate} ${words}` : words);
       }
       return;
     }

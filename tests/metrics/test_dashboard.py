@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from apps.audit.services import Actor
 from apps.loop.outcomes import overview_tick
+from apps.metrics.publish import chart_time
 from apps.metrics.traffic import gateway_steps_recorded, traffic_points
-from apps.releases.models import AnalysisRun, ReleaseStatus
+from apps.releases.models import AnalysisRun, Release, ReleaseStatus
 from apps.rewards.selectors import reward_outcomes_per_minute
 from apps.tenants.permissions import Role
 from apps.training.services import alias_move
@@ -124,8 +125,13 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
     assert figures["outcomes"]["data"][0]["y"] == [1.0]
     assert figures["outcomes"]["data"][1]["y"] == [1.0]
     markers = [note["text"] for note in figures["outcomes"]["layout"]["annotations"]]
-    assert markers == [f"{release.model} v0", f"{release.model} v1"]  # the baseline's move and the promotion
-    assert len(figures["outcomes"]["layout"]["shapes"]) == 2
+    # the release's band, then the baseline's move and the promotion
+    assert markers == [
+        f"v{release.candidate.number} canary 10 %",
+        f"{release.model} v0",
+        f"{release.model} v1",
+    ]
+    assert [shape["type"] for shape in figures["outcomes"]["layout"]["shapes"]] == ["rect", "line", "line"]
     assert figures["loss"]["data"][0]["name"] == f"job {job.pk}"
     assert figures["loss"]["data"][0]["y"] == [2.5, 2.25]
     assert releases["reward_mean"]["data"][0]["y"] == [0.8]
@@ -140,6 +146,45 @@ def test_home_page_draws_every_overview_chart_from_the_database(tenant, other_te
         "release": f"release-{release.pk}",
     }
     assert 'src="/static/js/dashboard.js"' in content
+
+
+@pytest.mark.django_db
+def test_the_overview_bands_each_release_that_served_with_its_version_and_how_it_went(
+    tenant, other_tenant, client
+):
+    from apps.loop.overview import WINDOW, overview_context
+
+    now = timezone.now()
+    promoted = release_at(tenant, ReleaseStatus.PROMOTED)
+    Release.objects.filter(pk=promoted.pk).update(
+        canary_started_at=now - timedelta(hours=2), finished_at=now - timedelta(hours=1)
+    )
+    old = release_at(tenant, ReleaseStatus.ROLLED_BACK)  # ended before the window
+    Release.objects.filter(pk=old.pk).update(
+        canary_started_at=now - WINDOW - timedelta(hours=2), finished_at=now - WINDOW - timedelta(hours=1)
+    )
+    release_at(tenant, ReleaseStatus.ABORTED)  # stopped before any canary
+    awaiting = release_at(tenant, ReleaseStatus.AWAITING_APPROVAL, stage_index=0)
+    Release.objects.filter(pk=awaiting.pk).update(canary_started_at=now - timedelta(minutes=30))
+    release_at(other_tenant, ReleaseStatus.CANARY, stage_index=0)
+
+    layout = overview_context(tenant=tenant)["overview_figures"]["outcomes"]["layout"]
+    bands = [shape for shape in layout["shapes"] if shape["type"] == "rect"]
+    assert [band["name"] for band in bands] == [f"release-{awaiting.pk}", f"release-{promoted.pk}"]
+    assert bands[1]["x0"] == chart_time(now - timedelta(hours=2))
+    assert bands[1]["x1"] == chart_time(now - timedelta(hours=1))
+    assert bands[0]["x1"] >= chart_time(now)  # still under way: up to now
+    words = [note["text"] for note in layout["annotations"]]
+    assert f"v{awaiting.candidate.number} awaiting approval" in words
+    assert f"v{promoted.candidate.number} promoted" in words
+    assert not any("rolled back" in text or "aborted" in text for text in words)
+    traffic = overview_context(tenant=tenant)["overview_figures"]["traffic"]["layout"]
+    assert len([shape for shape in traffic["shapes"] if shape["type"] == "rect"]) == 2
+    client.force_login(MembershipFactory(tenant=tenant, role=Role.VIEWER).user)
+    page = client.get("/").content.decode()
+    awaits = page.split('id="overview-awaiting">')[1].split("</p>")[0]
+    assert f"v{awaiting.candidate.number} of <code>{awaiting.model}</code>" in awaits
+    assert f'href="/releases/{awaiting.pk}/"' in awaits
 
 
 @pytest.mark.django_db
