@@ -117,7 +117,11 @@ def run_start(request, suite_id):
     )
     if run is None:
         return redirect("console:eval-suite", suite_id=suite_id)
-    messages.success(request, f"Run {run.pk} queued on the eval workers.")
+    messages.success(
+        request,
+        f"Evaluation of {run.model_version.name} v{run.model_version.number} on {run.suite.name} queued on "
+        "the eval workers.",
+    )
     return redirect("console:eval-run", run_id=run.pk)
 
 

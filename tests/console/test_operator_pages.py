@@ -190,3 +190,26 @@ def test_a_release_plan_takes_its_guardrails_as_rows_of_fields(member, tenant):
         },
         {"metric": "latency_p95", "direction": "lower_is_better", "threshold": 50.0, "min_samples": 20},
     ]
+
+
+def test_an_evaluation_is_named_by_its_version_and_suite_never_by_its_id(member, tenant):
+    from tests.evaluation.factories import EvalRunFactory, EvalSuiteFactory
+
+    suite = EvalSuiteFactory(tenant=tenant, name="smoke")
+    run = EvalRunFactory(
+        suite=suite, status="succeeded", summary={"score": 0.5, "pass_rate": 0.5, "cases": 4}
+    )
+    other = EvalRunFactory(
+        suite=suite, status="succeeded", summary={"score": 0.25, "pass_rate": 0.25, "cases": 4}
+    )
+    page = _page(member, Role.OPERATOR, f"/evaluation/runs/{run.pk}/?baseline={other.pk}")
+    title = page.split("<h1>")[1].split("</h1>")[0]
+    assert title == (
+        f"Evaluation of {run.model_version.name} v{run.model_version.number} on <code>smoke</code>"
+    )
+    assert f"#{run.pk}" not in page
+    assert f"#{other.pk}" not in page
+    assert f"baseline v{other.model_version.number} (its run of" in page
+    suite_page = _page(member, Role.OPERATOR, f"/evaluation/suites/{suite.pk}/")
+    assert f'href="/evaluation/runs/{run.pk}/"' in suite_page  # the link keeps its id
+    assert f">#{run.pk}<" not in suite_page
