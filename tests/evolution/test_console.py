@@ -391,3 +391,29 @@ def test_another_tenants_policy_and_decisions_are_404(member, other_tenant, worl
     assert policy.model not in outsider.get("/evolution/").content.decode()
     decision.refresh_from_db()
     assert decision.status == DecisionStatus.PROPOSED
+
+
+def test_a_viewer_reads_the_settings_in_words_not_as_dicts(member, tenant):
+    policy = EvolutionPolicyFactory(
+        tenant=tenant,
+        recipe={"learning_rate": 0.0001, "samples_per_step": 8},
+        release_plan={
+            "stages": [10, 100],
+            "stage_min_seconds": 60,
+            "guardrails": [
+                {
+                    "metric": "reward_mean",
+                    "direction": "higher_is_better",
+                    "threshold": 0.05,
+                    "min_samples": 20,
+                }
+            ],
+        },
+    )
+    page = _client(member(Role.VIEWER)).get(f"/evolution/policies/{policy.pk}/").content.decode()
+    words = page.split('id="settings-words">')[1].split("</dl>")[0]
+    assert "<code>correction_rate</code> above 0.2" in words
+    assert "<code>learning_rate</code> 0.0001 · <code>samples_per_step</code> 8" in words
+    assert "stages 10 → 100 % of new sessions, at least 60 s each" in words
+    assert "reward_mean (higher is better, worse by at most 0.05 once each arm has 20 samples)" in words
+    assert "{" not in words
