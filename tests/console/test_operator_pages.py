@@ -213,3 +213,13 @@ def test_an_evaluation_is_named_by_its_version_and_suite_never_by_its_id(member,
     suite_page = _page(member, Role.OPERATOR, f"/evaluation/suites/{suite.pk}/")
     assert f'href="/evaluation/runs/{run.pk}/"' in suite_page  # the link keeps its id
     assert f">#{run.pk}<" not in suite_page
+
+
+def test_a_release_page_is_named_by_what_it_releases(member, tenant):
+    release = release_at(tenant, ReleaseStatus.CANARY, stage_index=0)
+    page = _page(member, Role.VIEWER, f"/releases/{release.pk}/")
+    title = page.split("<h1>")[1].split("</h1>")[0]
+    assert title == (
+        f"Release of <code>{release.model}</code> v{release.candidate.number} over v{release.baseline.number}"
+    )
+    assert f"#{release.pk}" not in page
