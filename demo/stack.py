@@ -115,7 +115,7 @@ class StackMixin:
         )
         from apps.audit.services import Actor
         from apps.inference.models import InferenceBackend
-        from apps.releases.services import routing_initialize
+        from apps.releases.routing_writes import routing_initialize
 
         for slot, port in self.slots.items():
             self._wait_http(f"http://{self.host}:{port}/health", f"inference server {slot.upper()}")

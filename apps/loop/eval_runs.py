@@ -70,7 +70,7 @@ class GatewayCaller:
         """(raw key, "") for a session pinned to `version`, or ("", why not)."""
         from apps.core.shared_state import SharedStateUnavailable
         from apps.gateway.principals import Principal, session_key_mint
-        from apps.releases.services import session_pin
+        from apps.releases.routing_writes import session_pin
 
         session_pin(tenant=self.tenant, version=version, session_id=session_id)
         principal = Principal(

@@ -84,7 +84,7 @@ def _pin(*, tenant, config: JudgeConfig, session_id: str) -> None:
     """Pins the judge's session to its configured version before the call, so the gateway serves that
     version and no other (or refuses)."""
     from apps.inference.services import NoBackendAvailable, backend_for_session
-    from apps.releases.services import session_pin
+    from apps.releases.routing_writes import session_pin
 
     target, problems = judge_target(tenant=tenant, model=config.model, version=config.version)
     if target is None:

@@ -7,7 +7,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from apps.core.errors import ValidationFailed
-from apps.releases import selectors, services
+from apps.releases import analysis, approval, selectors, services
 from apps.tenants.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.tenants.permissions import Action
 
@@ -226,7 +226,7 @@ class ReleaseApproveApi(_ReleaseActionApi):
     actions = {"POST": Action.RELEASE_APPROVE}
 
     def act(self, release_id, reason):
-        return services.release_approve(tenant=self.tenant, actor=self.actor, release_id=release_id)
+        return approval.release_approve(tenant=self.tenant, actor=self.actor, release_id=release_id)
 
 
 class ReleaseRollbackApi(_ReleaseActionApi):
@@ -260,7 +260,7 @@ class ReleaseAnalyzeApi(_ReleaseActionApi):
     actions = {"POST": Action.RELEASE_MANAGE}
 
     def act(self, release_id, reason):
-        return services.release_analyze(tenant=self.tenant, release_id=release_id)
+        return analysis.release_analyze(tenant=self.tenant, release_id=release_id)
 
 
 def _moment(text: str):

@@ -1,6 +1,6 @@
 """What serves a model outside a release: the first production version (routing initialised), and a version
 published straight to every backend of its model (AReaL's online mode, or an operator's direct publication).
-Both write the serving history, as releases do (`services._routing_set`).
+Both write the serving history, as releases do (`routing_writes.routing_set`).
 
 A model serves through the `production` alias, the versions' statuses and the routing row together: the
 gateway routes new sessions to the routing's stable version, a release's baseline is the alias. These services
@@ -15,6 +15,7 @@ from django.db import transaction
 from apps.audit.services import Actor
 from apps.core.errors import Conflict
 from apps.releases.models import ACTIVE_STATUSES, Release, RoutingState
+from apps.releases.routing_writes import routing_initialize
 from apps.tenants.models import Tenant
 from apps.training.choices import VersionStatus
 
@@ -60,7 +61,6 @@ def production_set(*, tenant: Tenant, actor: Actor, version_id, reason: str = ""
     production: production changes through a release), 409 `version_not_servable` (not a candidate),
     409 `version_not_served` (no backend of the model holds its weights: register one serving that version, or
     publish it). Locking: the tenant row."""
-    from apps.releases.services import routing_initialize
     from apps.training.selectors import alias_resolve, model_version_get, model_version_list
     from apps.training.services import alias_move, model_version_set_status
 
@@ -144,7 +144,6 @@ def version_publish_directly(
 
 @transaction.atomic
 def _serve_published(*, tenant: Tenant, actor: Actor, version: "ModelVersion", reason: str) -> None:
-    from apps.releases.services import routing_initialize
     from apps.training.selectors import model_version_list
     from apps.training.services import alias_move, model_version_set_status
 

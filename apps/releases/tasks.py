@@ -2,13 +2,13 @@
 
 from celery import shared_task
 
+from apps.releases.analysis import release_analyze
 from apps.releases.selectors import dangerously_analyzable_release_ids, dangerously_release_tenant
-from apps.releases.services import release_analyze
 
 
 @shared_task(name="releases.analyze", ignore_result=True, max_retries=0)
 def analyze_release(release_id: int) -> str:
-    """One analysis tick of one release (see apps.releases.services.release_analyze). Safe to run twice at
+    """One analysis tick of one release (see apps.releases.analysis.release_analyze). Safe to run twice at
     once: every status move is a conditional update."""
     tenant = dangerously_release_tenant(release_id=release_id)
     if tenant is None:

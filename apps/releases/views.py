@@ -7,7 +7,7 @@ from django.views.decorators.http import require_POST
 
 from apps.console.access import console_page
 from apps.console.pages import console_action
-from apps.releases import selectors, services
+from apps.releases import analysis, approval, selectors, services
 from apps.releases.figures import deficit, guardrail_figures, release_figures, serving_figure
 from apps.releases.forms import ProductionSetForm, ReleaseCreateForm
 from apps.releases.models import ACTIVE_STATUSES, ReleaseStatus
@@ -190,7 +190,7 @@ def release_approve(request, release_id):
     selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404
     release = console_action(
         request,
-        lambda: services.release_approve(tenant=request.tenant, actor=request.actor, release_id=release_id),
+        lambda: approval.release_approve(tenant=request.tenant, actor=request.actor, release_id=release_id),
     )
     if release is not None and release.status == ReleaseStatus.PROMOTED:
         messages.success(request, "Promoted.")
@@ -250,7 +250,7 @@ def release_analyze(request, release_id):
     selectors.release_get(tenant=request.tenant, release_id=release_id)  # another tenant's: 404
     console_action(
         request,
-        lambda: services.release_analyze(tenant=request.tenant, release_id=release_id),
+        lambda: analysis.release_analyze(tenant=request.tenant, release_id=release_id),
         success="Analysed.",
     )
     return redirect("console:release", release_id=release_id)

@@ -21,8 +21,8 @@ from django.utils import timezone
 from apps.annotation.models import AnnotationLabel
 from apps.annotation.services import annotation_queue_create
 from apps.evolution.models import DecisionStatus
+from apps.releases.analysis import release_analyze
 from apps.releases.models import Release, ReleaseStatus
-from apps.releases.services import release_analyze
 from apps.tenants.models import Membership, Tenant
 from apps.tenants.permissions import Role
 from tests.browser_support import browser, login, page  # noqa: F401  (fixtures)

@@ -7,8 +7,8 @@ from django.db import IntegrityError, transaction
 
 from apps.audit.models import AuditEvent
 from apps.core.models import ImmutableRowError
+from apps.releases.approval import release_approve
 from apps.releases.models import AnalysisRun, Release, ReleaseEvent, ReleaseStatus, ServingEvent
-from apps.releases.services import release_approve
 from apps.training.models import AliasMove
 from tests.releases.helpers import SYSTEM, release_at, release_row
 

@@ -5,8 +5,9 @@ before it serves anyone."""
 import pytest
 
 from apps.evaluation.models import EvalRun, RunStatus
+from apps.releases.analysis import release_analyze
 from apps.releases.models import ReleaseStatus, RoutingState
-from apps.releases.services import release_analyze, release_create, release_start
+from apps.releases.services import release_create, release_start
 from apps.tenants.permissions import Role
 from tests.evaluation.factories import EvalCaseResultFactory
 from tests.releases.helpers import SYSTEM, register_versions, serve_versions

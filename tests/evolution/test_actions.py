@@ -208,7 +208,7 @@ def test_the_beat_ticks_every_enabled_policy_and_the_tasks_have_queues(tenant, o
 
 
 def test_a_promotion_waiting_while_a_person_promoted_the_release_in_the_console_is_closed(tenant):
-    from apps.releases.services import release_approve
+    from apps.releases.approval import release_approve
 
     release = release_at(tenant, ReleaseStatus.AWAITING_APPROVAL, stage_index=0)
     policy = AutoPolicyFactory(tenant=tenant, model=MODEL, approval_mode="one_operator")

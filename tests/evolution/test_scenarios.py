@@ -13,8 +13,10 @@ from apps.evolution.decisions import decision_record
 from apps.evolution.models import Decision, DecisionStatus, HarnessVersion, SignalPoint, ToolFailureCluster
 from apps.loop.actions import harness_run
 from apps.loop.control import evolution_tick
+from apps.releases.analysis import release_analyze
+from apps.releases.approval import release_approve
 from apps.releases.models import ReleaseStatus
-from apps.releases.services import release_analyze, release_approve, release_create, release_start
+from apps.releases.services import release_create, release_start
 from apps.training.models import ModelVersion, OnlineRun, OnlineRunStatus, VersionStatus
 from apps.training.online import online_run_finish, online_run_start
 from apps.training.selectors import alias_resolve

@@ -7,14 +7,11 @@ import pytest
 from django.utils import timezone
 
 from apps.audit.models import AuditEvent
+from apps.releases.analysis import release_analyze
+from apps.releases.approval import release_approve
 from apps.releases.models import Release, ReleaseStatus
-from apps.releases.services import (
-    release_analyze,
-    release_approve,
-    release_create,
-    release_start,
-    routing_initialize,
-)
+from apps.releases.routing_writes import routing_initialize
+from apps.releases.services import release_create, release_start
 from apps.tenants.permissions import Role
 from tests.releases.helpers import SYSTEM, register_versions, release_at, serve_versions
 

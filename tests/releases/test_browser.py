@@ -9,8 +9,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from apps.releases.analysis import release_analyze
 from apps.releases.models import Release, ReleaseStatus
-from apps.releases.services import release_analyze
 from apps.training.selectors import alias_resolve
 from apps.trajectories.services import steps_ingest
 from tests.browser_support import browser, login, page  # noqa: F401  (fixtures)

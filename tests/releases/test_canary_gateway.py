@@ -10,8 +10,9 @@ from apps.evaluation.selectors import eval_comparison
 from apps.evaluation.services import eval_case_create, eval_suite_create
 from apps.inference.models import BackendKind, BackendState
 from apps.loop.eval_runs import eval_run_execute
+from apps.releases.analysis import release_analyze
 from apps.releases.models import ReleaseStatus, ServingEvent
-from apps.releases.services import release_analyze, release_create, release_start
+from apps.releases.services import release_create, release_start
 from apps.training.models import ModelVersion, VersionStatus
 from apps.training.services import alias_move, model_version_register
 from apps.trajectories.models import Purpose, Step, Trajectory

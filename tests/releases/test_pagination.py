@@ -4,7 +4,7 @@
 import pytest
 
 from apps.releases.models import AnalysisRun, ReleaseEvent, ServingEvent
-from apps.releases.services import routing_initialize
+from apps.releases.routing_writes import routing_initialize
 from tests.releases.helpers import MODEL, SYSTEM, register_versions, release_at
 from tests.training.factories import ModelVersionFactory
 

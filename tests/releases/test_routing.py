@@ -10,8 +10,9 @@ import pytest
 
 from apps.gateway.sessions import SessionIndex
 from apps.inference.models import BackendKind, BackendState
+from apps.releases.analysis import release_analyze
 from apps.releases.models import ReleaseStatus, RoutingState, SessionRoute
-from apps.releases.services import release_analyze, release_create, release_rollback, release_start
+from apps.releases.services import release_create, release_rollback, release_start
 from apps.releases.version_routing import routing_cache_clear, routing_plan, session_bucket
 from apps.trajectories.models import Step
 from tests.gateway.conftest import MODEL, agent_key, embedded_backend_url, gateway  # noqa: F401  (fixtures)

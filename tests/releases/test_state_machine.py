@@ -10,8 +10,9 @@ from apps.audit.models import AuditEvent
 from apps.audit.services import Actor
 from apps.core.errors import Conflict, Forbidden, ValidationFailed
 from apps.core.models import ImmutableRowError
+from apps.releases.approval import release_approve
 from apps.releases.models import RELEASE_TRANSITIONS, Release, ReleaseEvent, ReleaseStatus, ServingEvent
-from apps.releases.services import _transition, release_approve, release_create, release_rollback
+from apps.releases.services import release_create, release_rollback, release_transition
 from apps.training.models import AliasMove, ModelVersion, VersionStatus
 from apps.training.selectors import alias_resolve
 from tests.releases.helpers import SYSTEM, register_versions, release_at
@@ -26,13 +27,13 @@ def test_every_transition_is_allowed_or_refused_by_the_table(source, target, ten
     release = release_at(tenant, source, stage_index=0 if source != ReleaseStatus.DRAFT else -1)
     events_before = ReleaseEvent.objects.count()
     if target in RELEASE_TRANSITIONS[source]:
-        moved = _transition(release=release, to=target, actor=SYSTEM, reason="test")
+        moved = release_transition(release=release, to=target, actor=SYSTEM, reason="test")
         assert moved.status == target
         assert ReleaseEvent.objects.filter(release=release, from_status=source, to_status=target).count() == 1
         assert AuditEvent.objects.filter(tenant=tenant, verb=f"release.{target}").exists()
     else:
         with pytest.raises(Conflict) as refused:
-            _transition(release=release, to=target, actor=SYSTEM)
+            release_transition(release=release, to=target, actor=SYSTEM)
         assert refused.value.code == "invalid_transition"
         release.refresh_from_db()
         assert release.status == source
@@ -48,9 +49,9 @@ def test_terminal_statuses_have_no_way_out():
 def test_a_stale_copy_cannot_move_the_release(tenant):
     release = release_at(tenant, ReleaseStatus.CANARY, stage_index=0)
     stale = Release.objects.get(pk=release.pk)
-    _transition(release=release, to=ReleaseStatus.CANARY, actor=SYSTEM, stage_index=1)
+    release_transition(release=release, to=ReleaseStatus.CANARY, actor=SYSTEM, stage_index=1)
     with pytest.raises(Conflict) as refused:
-        _transition(release=stale, to=ReleaseStatus.PAUSED, actor=SYSTEM)
+        release_transition(release=stale, to=ReleaseStatus.PAUSED, actor=SYSTEM)
     assert refused.value.code == "release_changed"
 
 

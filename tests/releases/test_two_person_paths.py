@@ -51,7 +51,7 @@ def _serving(tenant):
 
 def _production_with_a_candidate(tenant, tmp_path):
     baseline, candidate = register_versions(tenant)
-    from apps.releases.services import routing_initialize
+    from apps.releases.routing_writes import routing_initialize
 
     routing_initialize(tenant=tenant, actor=SYSTEM, version=baseline)
     trained = version_over(tenant, weights(tmp_path / "v2"), parent=candidate)

@@ -7,7 +7,8 @@ import pytest
 
 from apps.loop import training_runs as runners
 from apps.releases.models import RoutingState, ServingEvent
-from apps.releases.services import release_create, routing_initialize
+from apps.releases.routing_writes import routing_initialize
+from apps.releases.services import release_create
 from apps.training.models import ModelVersion, VersionStatus
 from apps.training.online import online_run_start
 from apps.training.selectors import alias_resolve

@@ -15,7 +15,7 @@ next tick. A service's refusal (a domain error) fails the decision with the refu
   candidate is served by its `weights_of` backends: nothing to load), then a release with the policy's plan;
 - promote → `release_approve` by the person who approved the decision (or the policy, automatic mode);
 - rollback → `release_rollback` of the release under way, else production back to its previous version
-  (`apps.releases.services.production_restore`);
+  (`apps.releases.routing_writes.production_restore`);
 - update_harness → the policy's proposer (rule or model) drafts a harness from the failing cluster in the
   `evolution.propose` task (eval queue); it becomes a candidate version over production's weights, and a
   child `evaluate` decision takes it through the same gate, canary and approval as weights;

@@ -112,8 +112,8 @@ def _promote(*, tenant, decision, policy) -> "Decision":
     takes two different people (the decision then asked for two: `decisions.approvals_required`). A refusal
     (403 `two_person_rule`, 409 `already_approved` for someone who approved on the release's page) moves on to
     the next approver; the last refusal fails the decision."""
+    from apps.releases.approval import release_approve
     from apps.releases.choices import ReleaseStatus
-    from apps.releases.services import release_approve
 
     release = _release_under_way(tenant=tenant, decision=decision, policy=policy)
     if release is None:
@@ -164,7 +164,7 @@ def _rollback(*, tenant, decision, policy) -> "Decision":
 def _restore_previous(*, tenant, decision, policy) -> "Decision":
     """No release under way: production goes back to the version it had before (apps.releases'
     production_restore: statuses, alias and routing, audited), and the learner is not touched."""
-    from apps.releases.services import production_restore
+    from apps.releases.routing_writes import production_restore
     from apps.training.choices import VersionStatus
 
     current = _production(tenant=tenant, policy=policy)
