@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 FILE_NAME = "shared-state.sqlite3"
 PURGE_EVERY_SECONDS = 30.0
 PURGE_BATCH = 1000
+CHECKPOINT_EVERY_SECONDS = 1.0
 _FAILURES = (RedisError, sqlite3.Error, OSError)
 
 # The first of KEYS that exists, and the entry named ARGV[1] .. its value: one round trip, not two.
@@ -152,8 +153,38 @@ def shared_set_many(entries: Mapping[str, str], *, ttl_seconds: int) -> None:
                 [(key, value, expires_at) for key, value in entries.items()],
             )
             _purge_if_due(connection)
+        _checkpoint_if_due(connection)
     except _FAILURES as error:
         raise SharedStateUnavailable(str(error)) from error
+
+
+def shared_set_many_now(entries: Mapping[str, str], *, ttl_seconds: int) -> bool:
+    """`shared_set_many` on the embedded store on the caller's thread (the event loop), only where it does not
+    wait: True once written, False without writing when another writer holds the file's lock, when a purge or
+    a checkpoint is due (those are `shared_set_many`'s, off the loop), or on Redis. A commit with
+    `synchronous=NORMAL` and no checkpoint is a write(2) into the WAL, no fsync: tens of microseconds, where a
+    thread hop costs the event loop a wake-up and a wait for the interpreter."""
+    if not entries:
+        return True
+    if settings.REDIS_URL or time.monotonic() >= min(_purge["next"], _checkpoint["next"]):
+        return False
+    expires_at = time.time() + max(1, int(ttl_seconds))
+    try:
+        connection = _connection(waiting=False)
+        connection.execute("BEGIN IMMEDIATE")
+    except _FAILURES:
+        return False  # locked (busy_timeout 0), or unusable: the thread's write waits or reports it
+    try:
+        connection.executemany(
+            "INSERT OR REPLACE INTO entries (key, value, expires_at) VALUES (?, ?, ?)",
+            [(key, value, expires_at) for key, value in entries.items()],
+        )
+        connection.execute("COMMIT")
+    except _FAILURES as error:
+        with suppress(sqlite3.Error):
+            connection.execute("ROLLBACK")
+        raise SharedStateUnavailable(str(error)) from error
+    return True
 
 
 def shared_delete(keys: Sequence[str]) -> None:
@@ -180,23 +211,30 @@ def shared_clear() -> None:
 # embedded store -----------------------------------------------------------------------------------------
 _local = threading.local()
 _purge = {"next": 0.0}
+_checkpoint = {"next": 0.0}
 
 
-def _connection() -> sqlite3.Connection:
-    """This thread's connection to the var directory's store (created with its table on first use)."""
+def _connection(*, waiting: bool = True) -> sqlite3.Connection:
+    """This thread's connection to the var directory's store (created with its table on first use); with
+    `waiting` false, its second one, which never waits for the lock (busy_timeout 0) and never checkpoints the
+    WAL (a checkpoint fsyncs: `_checkpoint_if_due` does it from a waiting connection, off the event loop)."""
     path = str(Path(settings.VAR_DIR) / FILE_NAME)
-    owner = (os.getpid(), path)
-    if getattr(_local, "owner", None) != owner:
-        connection = sqlite3.connect(path, timeout=10, isolation_level=None)
+    owner = (os.getpid(), path, waiting)
+    name = "connection" if waiting else "connection_now"
+    if getattr(_local, name + "_owner", None) != owner:
+        connection = sqlite3.connect(path, timeout=10 if waiting else 0, isolation_level=None)
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")  # no fsync per write: this state may be lost
+        if not waiting:
+            connection.execute("PRAGMA wal_autocheckpoint=0")
         connection.execute(
             "CREATE TABLE IF NOT EXISTS entries "
             "(key TEXT PRIMARY KEY, value TEXT NOT NULL, expires_at REAL NOT NULL) WITHOUT ROWID"
         )
         connection.execute("CREATE INDEX IF NOT EXISTS entries_expiry ON entries (expires_at)")
-        _local.connection, _local.owner = connection, owner
-    return _local.connection
+        setattr(_local, name, connection)
+        setattr(_local, name + "_owner", owner)
+    return getattr(_local, name)
 
 
 @contextmanager
@@ -224,3 +262,14 @@ def _purge_if_due(connection: sqlite3.Connection) -> None:
         (time.time(), PURGE_BATCH),
     ).rowcount
     _purge["next"] = moment + (0.0 if deleted >= PURGE_BATCH else PURGE_EVERY_SECONDS)
+
+
+def _checkpoint_if_due(connection: sqlite3.Connection) -> None:
+    """Copies the WAL back into the database file every CHECKPOINT_EVERY_SECONDS per process (PASSIVE: it waits
+    for no reader or writer), since the writes on the event loop (`shared_set_many_now`) never do; outside a
+    transaction."""
+    moment = time.monotonic()
+    if moment < _checkpoint["next"]:
+        return
+    _checkpoint["next"] = moment + CHECKPOINT_EVERY_SECONDS
+    connection.execute("PRAGMA wal_checkpoint(PASSIVE)")

@@ -39,7 +39,13 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from apps.core.shared_state import SharedStateUnavailable, shared_find, shared_get, shared_set_many
+from apps.core.shared_state import (
+    SharedStateUnavailable,
+    shared_find,
+    shared_get,
+    shared_set_many,
+    shared_set_many_now,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +166,9 @@ class SharedWrites:
     """Group commit for the shared cursors and conversations: the entries of requests answered while a write is
     in flight go out together in the next one (one SQLite transaction, or one Redis pipeline), instead of one
     round trip each; every caller still returns only once its own entries are written. Writes go out in order, one
-    at a time, so a later value of a key is never overwritten by an earlier one. One queue per event loop."""
+    at a time, so a later value of a key is never overwritten by an earlier one. One queue per event loop. On the
+    embedded store a write is made on the event loop itself when the file's lock is free
+    (`shared_set_many_now`), else on a thread that waits for it."""
 
     def __init__(self):
         self._queues: dict[asyncio.AbstractEventLoop, dict] = {}
@@ -173,6 +181,10 @@ class SharedWrites:
             for stale in [other for other in self._queues if other.is_closed()]:
                 del self._queues[stale]
             queue = self._queues[loop] = {"entries": {}, "waiters": [], "flushing": False}
+        if not queue["flushing"] and shared_set_many_now(
+            entries, ttl_seconds=settings.AREAL_GATEWAY_CONVERSATION_TTL_SECONDS
+        ):
+            return  # written on the loop: no write was in flight, so none can be overtaken
         waiter = loop.create_future()
         queue["entries"].update(entries)
         queue["waiters"].append(waiter)
@@ -187,10 +199,10 @@ class SharedWrites:
             while queue["waiters"]:
                 entries, waiters = queue["entries"], queue["waiters"]
                 queue["entries"], queue["waiters"] = {}, []
+                ttl_seconds = settings.AREAL_GATEWAY_CONVERSATION_TTL_SECONDS
                 try:
-                    await asyncio.to_thread(
-                        shared_set_many, entries, ttl_seconds=settings.AREAL_GATEWAY_CONVERSATION_TTL_SECONDS
-                    )
+                    if not shared_set_many_now(entries, ttl_seconds=ttl_seconds):
+                        await asyncio.to_thread(shared_set_many, entries, ttl_seconds=ttl_seconds)
                 except Exception as error:  # noqa: BLE001  (each waiter gets the failure of its write)
                     outcome: Exception | None = error
                 else:

@@ -5,8 +5,12 @@ each of its callers' failure. The store is the real one (Redis on CI, the embedd
 around its write counts the round trips."""
 
 import asyncio
+import math
+import sqlite3
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from apps.core import shared_state
 from apps.core.shared_state import SharedStateUnavailable, shared_get
@@ -16,6 +20,8 @@ from apps.gateway.sessions import SharedWrites
 
 @pytest.fixture
 def round_trips(monkeypatch):
+    """The writes that go through a thread (group commit), counted; the embedded store's write on the event loop
+    (`shared_set_many_now`, tested below) is turned off, as when the file's lock is taken."""
     calls = []
     real = shared_state.shared_set_many
 
@@ -24,6 +30,7 @@ def round_trips(monkeypatch):
         return real(entries, ttl_seconds=ttl_seconds)
 
     monkeypatch.setattr(sessions, "shared_set_many", counted)
+    monkeypatch.setattr(sessions, "shared_set_many_now", lambda entries, *, ttl_seconds: False)
     return calls
 
 
@@ -52,6 +59,7 @@ async def test_a_failed_write_fails_each_of_its_callers_and_the_next_one_goes_ou
         return real(entries, ttl_seconds=ttl_seconds)
 
     monkeypatch.setattr(sessions, "shared_set_many", failing_once)
+    monkeypatch.setattr(sessions, "shared_set_many_now", lambda entries, *, ttl_seconds: False)
     writes = SharedWrites()
     outcomes = await asyncio.gather(
         *(writes.write({f"writes:failed:{index}": "x"}) for index in range(3)), return_exceptions=True
@@ -61,3 +69,49 @@ async def test_a_failed_write_fails_each_of_its_callers_and_the_next_one_goes_ou
     )  # one write carried all three
     await writes.write({"writes:after": "y"})
     assert await asyncio.to_thread(shared_get, "writes:after") == "y"
+
+
+embedded_only = pytest.mark.skipif(bool(settings.REDIS_URL), reason="the embedded SQLite store's own path")
+
+
+@pytest.fixture
+def no_upkeep_due(monkeypatch):
+    """No purge or checkpoint due in this process (those go to the thread's write)."""
+    monkeypatch.setitem(shared_state._purge, "next", math.inf)
+    monkeypatch.setitem(shared_state._checkpoint, "next", math.inf)
+
+
+@embedded_only
+async def test_with_the_file_lock_free_the_write_is_made_on_the_event_loop(monkeypatch, no_upkeep_due):
+    threaded = []
+    monkeypatch.setattr(sessions, "shared_set_many", lambda entries, *, ttl_seconds: threaded.append(entries))
+    await SharedWrites().write({"writes:on-loop": "1"})
+    assert threaded == []
+    assert shared_get("writes:on-loop") == "1"
+
+
+@embedded_only
+async def test_with_the_file_lock_taken_the_write_waits_for_it_on_a_thread(no_upkeep_due):
+    shared_get("writes:any")  # the store's file and table exist
+    holder = sqlite3.connect(str(Path(settings.VAR_DIR) / shared_state.FILE_NAME), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's writer
+    try:
+        assert not shared_state.shared_set_many_now({"writes:locked": "1"}, ttl_seconds=60)
+        write = asyncio.create_task(SharedWrites().write({"writes:locked": "1"}))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not write.done()  # its thread waits for the lock; the loop does not
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    await write
+    assert shared_get("writes:locked") == "1"
+
+
+@embedded_only
+async def test_a_due_purge_or_checkpoint_sends_the_write_to_the_thread(monkeypatch, no_upkeep_due):
+    monkeypatch.setitem(shared_state._checkpoint, "next", 0.0)
+    assert not shared_state.shared_set_many_now({"writes:due": "1"}, ttl_seconds=60)
+    await SharedWrites().write({"writes:due": "1"})  # the thread's write, which checkpoints
+    assert shared_get("writes:due") == "1"
+    assert shared_state._checkpoint["next"] > 0.0
