@@ -41,6 +41,7 @@ from apps.gateway.generation import JSON_HEADERS, handle_chat, handle_completion
 from apps.gateway.journal import Journal, journal_recover
 from apps.gateway.policy import WindowCounter, policy_for
 from apps.gateway.principals import authenticate, presented_key
+from apps.gateway.recorder import Recorder
 from apps.gateway.responses import handle_response_by_id, handle_responses
 from apps.gateway.rl import handle_end_session, handle_rewards, handle_set_reward, handle_start_session
 from apps.gateway.sessions import SessionIndex, SessionState, loose_prefix_hashes, prefix_hashes
@@ -106,6 +107,7 @@ class Gateway:
         self.counters = WindowCounter()
         self.served_versions = ServedVersionsSnapshot()  # per-token versions for vLLM answers (versions.py)
         self.journal: Journal | None = None
+        self.recorder: Recorder | None = None  # the journal's ingestion in a process of its own (recorder.py)
         self._flusher: asyncio.Task | None = None
         self._route_writer: asyncio.Task | None = None
         self._versions_reader: asyncio.Task | None = None
@@ -114,7 +116,10 @@ class Gateway:
     async def start(self) -> None:
         directory = Path(settings.VAR_DIR) / "journal"
         await database(journal_recover)(directory)
-        self.journal = Journal(directory)
+        if settings.AREAL_GATEWAY_RECORDER == "process":
+            self.recorder = Recorder()
+            self.recorder.start()
+        self.journal = Journal(directory, recorder=self.recorder)
         self._flusher = asyncio.get_running_loop().create_task(self.journal.run_flusher())
         self._route_writer = asyncio.get_running_loop().create_task(self._write_routes())
         self._versions_reader = asyncio.get_running_loop().create_task(self.served_versions.run_refresher())
@@ -132,6 +137,8 @@ class Gateway:
         if self.journal:
             await self.journal.flush()
             self.journal.close()
+        if self.recorder:
+            await asyncio.to_thread(self.recorder.close)
         await backend_session_close()
 
     async def ensure_started(self) -> None:

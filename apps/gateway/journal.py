@@ -9,7 +9,8 @@ fdatasyncs the journal, so an answered step also survives a power loss once one 
 atomically (temporary file, fsync, rename). On start, journals left by dead processes (their flock is
 free) are replayed line by line from their committed offset: a torn or corrupt line is set aside on its
 own and the good records around it are stored; an unreadable marker means "replay from the start".
-Replays are idempotent (step ids).
+Replays are idempotent (step ids). With a recorder (recorder.py, `AREAL_GATEWAY_RECORDER=process`) each batch
+is stored by that process from the batch's byte range of the file, and by this one whenever it cannot be.
 
 When the journal cannot take a record (disk full, I/O error) it is unavailable for `RETRY_SECONDS`, and
 also while its disk has less than `MIN_FREE_BYTES` free: the gateway answers 503 with Retry-After before
@@ -32,6 +33,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import DataError, IntegrityError
@@ -39,6 +41,9 @@ from django.utils import timezone
 
 from apps.gateway.db import flusher_database
 from apps.metrics.traffic import gateway_steps_recorded
+
+if TYPE_CHECKING:
+    from apps.gateway.recorder import Recorder
 
 logger = logging.getLogger(__name__)
 
@@ -198,8 +203,10 @@ def _ingest_each(records: list[dict], rejected_path: Path) -> int:
 
 
 class Journal:
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, *, recorder: "Recorder | None" = None):
         self.directory = directory
+        # Stores the batches in a process of its own (recorder.py); None: the flusher's thread stores them.
+        self.recorder = recorder
         directory.mkdir(parents=True, exist_ok=True)
         # (record, end offset in the file); a record the file could not take carries the offset it reached.
         self.pending: list[tuple[dict, int]] = []
@@ -214,6 +221,7 @@ class Journal:
         self._room_until = 0.0  # time.monotonic() until which the last "enough free disk" answer holds
         self._dirty = False  # a failed write may have left a fragment that could not be taken back
         self._lock = threading.Lock()  # one record at a time into the file, whatever thread appends
+        self._unjournalled: set[str] = set()  # step ids of pending records the file could not take
         self._open_new_file()
 
     def _open_new_file(self) -> None:
@@ -224,6 +232,7 @@ class Journal:
         )  # one writer per file; recovery skips locked files
         self.offset = 0
         self.committed = 0
+        self.handed = 0  # the file's bytes up to here are in a batch taken by a flush
         self._dirty = False
 
     # taking records ------------------------------------------------------------------------------------
@@ -276,6 +285,7 @@ class Journal:
         process dies before it). For a step whose answer is already out (a stream)."""
         with self._lock:
             self.pending.append((record, self.offset))
+            self._unjournalled.add(record.get("step_id"))
         logger.warning("step %s is held in memory only until the next group commit", record.get("step_id"))
         self.wakeup.set()
 
@@ -311,12 +321,35 @@ class Journal:
                 RETRY_SECONDS,
             )
 
-    def _commit(self, records: list[dict], offset: int) -> int:
-        """On the flusher's thread: sync the journal, store the batch, advance the committed marker."""
+    def _commit(self, records: list[dict], start: int, offset: int, journalled: bool) -> int:
+        """On the flusher's thread: sync the journal, store the batch (the file's bytes from `start` to `offset`,
+        which hold its records when `journalled`), advance the committed marker."""
         self._sync()
-        written = _ingest_isolating(records, self.rejected_path)
+        written = self._store(records, start, offset) if journalled else None
+        if written is None:
+            written = _ingest_isolating(records, self.rejected_path)
         if _marker_write(self.path.with_suffix(".committed"), offset):
             self.committed = offset
+        return written
+
+    def _store(self, records: list[dict], start: int, offset: int) -> int | None:
+        """The batch stored by the recorder process, from the file; None when there is none or it could not
+        take the batch. A record it did not read back is stored here (never expected: a safety net)."""
+        if self.recorder is None:
+            return None
+        outcome = self.recorder.ingest(str(self.path), start, offset, str(self.rejected_path))
+        if outcome is None:
+            return None
+        written, read = outcome[0], set(outcome[1])
+        unread = [record for record in records if record["step_id"] not in read]
+        if unread:
+            logger.error(
+                "the recorder read %d of %d steps back from %s; storing the others here",
+                len(records) - len(unread),
+                len(records),
+                self.path.name,
+            )
+            written += _ingest_isolating(unread, self.rejected_path)
         return written
 
     def _rotate_if_done(self) -> None:
@@ -338,13 +371,22 @@ class Journal:
         while self.pending:
             with self._lock:
                 batch, self.pending = self.pending[:FLUSH_BATCH], self.pending[FLUSH_BATCH:]
+                start, self.handed = self.handed, batch[-1][1]
+                records = [record for record, _ in batch]
+                journalled = not self._unjournalled or not any(
+                    record.get("step_id") in self._unjournalled for record in records
+                )
             try:
-                written += await flusher_database(self._commit)([record for record, _ in batch], batch[-1][1])
+                written += await flusher_database(self._commit)(records, start, batch[-1][1], journalled)
             except Exception:
                 logger.exception("flushing %d journalled steps failed; will retry", len(batch))
                 with self._lock:
                     self.pending = batch + self.pending
+                    self.handed = start
                 raise
+            if not journalled:
+                with self._lock:
+                    self._unjournalled.difference_update(record.get("step_id") for record in records)
             self._rotate_if_done()
             gateway_steps_recorded([record for record, _ in batch])
         return written

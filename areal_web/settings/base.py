@@ -230,6 +230,9 @@ AREAL_LOGIN_WINDOW_SECONDS = env_int("AREAL_LOGIN_WINDOW_SECONDS", 900)
 # The gateway journals each step before answering; a background flusher writes journalled steps to
 # the database in batches every this many milliseconds (group commit).
 AREAL_JOURNAL_FLUSH_MS = env_int("AREAL_JOURNAL_FLUSH_MS", 50)
+# Where the flushed batches are stored: "process", by a recorder process beside each web process, which reads
+# them back from the journal (apps/gateway/recorder.py), or "thread", by the web process's own flusher thread.
+AREAL_GATEWAY_RECORDER = env_choice("AREAL_GATEWAY_RECORDER", ("process", "thread"), "process")
 # Steps the database refuses (and journal lines recovery cannot read) are set aside, metadata only, in the
 # journal directory's rejected.jsonl, rotated to rejected.jsonl.1 past this size.
 AREAL_JOURNAL_REJECTED_MAX_BYTES = env_int("AREAL_JOURNAL_REJECTED_MAX_BYTES", 64 * 1024 * 1024)

@@ -8,7 +8,7 @@ Without CI the suite runs embedded (SQLite, filesystem broker, in-memory channel
 import os
 from pathlib import Path
 
-from areal_web.env import env_bool, env_list, env_str
+from areal_web.env import env_bool, env_choice, env_list, env_str
 
 # Under pytest-xdist each worker is a test session of its own. It inherits the controller's environment, so the
 # names below that the controller chose are dropped and the worker takes its own; the processes a worker starts
@@ -65,6 +65,9 @@ elif env_str("AREAL_TEST_DATABASE_NAME", ""):
 if env_bool("AREAL_USE_TEST_DATABASE", False):
     _default = DATABASES["default"]
     _default["NAME"] = _default.get("TEST", {}).get("NAME") or f"test_{_default['NAME']}"
+# The journal's batches stored by the web process's own thread: a test's rows, inside its transaction, are
+# invisible to a recorder process (tests/gateway/test_recorder.py starts one on committed rows).
+AREAL_GATEWAY_RECORDER = env_choice("AREAL_GATEWAY_RECORDER", ("process", "thread"), "thread")
 # No persistent connections: threads of async tests must not hold the test database open at teardown.
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 
