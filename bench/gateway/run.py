@@ -84,8 +84,20 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_seconds(pid: int | None) -> float | None:
-    """CPU seconds used so far by `pid` and its live descendants (uvicorn/gunicorn workers)."""
+RECORDER_MODULE = b"apps.gateway.recorder"
+
+
+def _is_recorder(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return RECORDER_MODULE in handle.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def tree_cpu_seconds(pid: int | None, *, recorders_only: bool = False) -> float | None:
+    """CPU seconds used so far by `pid` and its live descendants (uvicorn/gunicorn workers, the gateway's
+    recorder processes); `recorders_only`: by those descendants that are recorder processes."""
     if pid is None or _stat(pid) is None:
         return None
     stats = {}
@@ -100,7 +112,7 @@ def tree_cpu_seconds(pid: int | None) -> float | None:
     total, todo = 0.0, [pid]
     while todo:
         current = todo.pop()
-        if current in stats:
+        if current in stats and (not recorders_only or _is_recorder(current)):
             total += stats[current][1]
         todo.extend(children.get(current, []))
     return total
@@ -168,6 +180,7 @@ def measure(target: Target, body: dict, args, upstream_pid: int | None) -> dict:
         phase_started = time.monotonic()
         cpu_client = time.process_time()
         cpu_target = tree_cpu_seconds(target.pid)
+        cpu_recorders = tree_cpu_seconds(target.pid, recorders_only=True)
         cpu_upstream = tree_cpu_seconds(upstream_pid)
         if level == 1:
             latencies = load.run_async(
@@ -211,6 +224,9 @@ def measure(target: Target, body: dict, args, upstream_pid: int | None) -> dict:
         after = tree_cpu_seconds(target.pid)
         if cpu_target is not None and after is not None:
             row["server_cpu_ms"] = (after - cpu_target) * 1000.0 / done
+        after = tree_cpu_seconds(target.pid, recorders_only=True)
+        if cpu_recorders is not None and after is not None and after > cpu_recorders:
+            row["recorder_cpu_ms"] = (after - cpu_recorders) * 1000.0 / done
         after = tree_cpu_seconds(upstream_pid)
         if cpu_upstream is not None and after is not None:
             row["upstream_cpu_ms"] = (after - cpu_upstream) * 1000.0 / done
@@ -264,7 +280,15 @@ def summarize(
             rows = [round_[name][phase] for round_ in rounds if name in round_]
             per_phase[phase] = {
                 key: _median([row.get(key) for row in rows])
-                for key in ("p50", "p99", "rps", "client_cpu_ms", "server_cpu_ms", "upstream_cpu_ms")
+                for key in (
+                    "p50",
+                    "p99",
+                    "rps",
+                    "client_cpu_ms",
+                    "server_cpu_ms",
+                    "recorder_cpu_ms",
+                    "upstream_cpu_ms",
+                )
             }
             per_phase[phase]["failed"] = sum(row["failed"] for row in rows)
             per_phase[phase]["requests"] = sum(row["requests"] for row in rows)
@@ -382,6 +406,17 @@ def print_report(summary: dict, goal_rows: list[dict], names: list[str], phases:
         row += [_fmt(figures[phase].get(cpu_key)) for phase in phases]
         table.append(row)
     _print_table(table)
+    recorders = [
+        (name, [summary["targets"][name][phase].get("recorder_cpu_ms") for phase in phases]) for name in names
+    ]
+    for name, figures in recorders:
+        if any(figure is not None for figure in figures):
+            print(
+                f"  of {name}'s cpu ms/req, its recorder processes' (journal -> database): "
+                + ", ".join(
+                    f"{_label(phase)} {_fmt(figure)}" for phase, figure in zip(phases, figures, strict=True)
+                )
+            )
     if summary["added"]:
         print("\nadded latency vs direct (ms; median over rounds of target - direct in the same round)")
         table = [["proxy"] + [f"{_label(phase)} {q}" for phase in phases for q in ("p50", "p99")]]
