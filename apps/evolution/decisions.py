@@ -20,6 +20,7 @@ from apps.evolution.models import (
     PolicyMode,
 )
 from apps.metrics.publish import metrics_publish
+from apps.releases.release_words import release_title
 from apps.tenants.models import Tenant
 
 STREAM = "evolution"
@@ -247,7 +248,7 @@ def _how_it_ended(*, tenant: Tenant, release) -> tuple[str, str]:
 
     last = release_events(tenant=tenant, release_id=release.pk).order_by("-at", "-id").first()
     who = release.approved_by if release.approved_by else (last.actor if last is not None else "")
-    sentence = f"release {release.pk} (v{release.candidate.number}) was {release.status.replace('_', ' ')}"
+    sentence = f"the {release_title(release)} was {release.status.replace('_', ' ')}"
     if who:
         sentence += f" by {who}"
     reason = release.status_reason or (last.reason if last is not None else "")

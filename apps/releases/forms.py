@@ -6,6 +6,11 @@ from apps.console.rows import add_rows, row_fields
 from apps.releases.guardrail_rows import GUARDRAIL_COLUMNS, guardrails_from_rows
 
 
+def version_choice(version) -> str:
+    """A version in a select, by its label: "policy-small v3 (candidate)"."""
+    return f"{version.name} v{version.number} ({version.status})"
+
+
 class ProductionSetForm(forms.Form):
     """A model's first production version: it serves every new session from now on."""
 
@@ -14,7 +19,7 @@ class ProductionSetForm(forms.Form):
 
     def __init__(self, *args, versions=(), **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["version"].choices = [(v.pk, f"{v.label} ({v.status})") for v in versions]
+        self.fields["version"].choices = [(v.pk, version_choice(v)) for v in versions]
 
 
 DEFAULT_GUARDRAILS = [
@@ -57,10 +62,8 @@ class ReleaseCreateForm(forms.Form):
             columns=GUARDRAIL_COLUMNS,
             rows=DEFAULT_GUARDRAILS if not self.is_bound else [],
         )
-        self.fields["candidate"].choices = [(v.pk, f"{v.label} ({v.status})") for v in candidates]
-        self.fields["baseline"].choices = [("", "production")] + [
-            (v.pk, f"{v.label} ({v.status})") for v in versions
-        ]
+        self.fields["candidate"].choices = [(v.pk, version_choice(v)) for v in candidates]
+        self.fields["baseline"].choices = [("", "production")] + [(v.pk, version_choice(v)) for v in versions]
         self.fields["eval_suites"].choices = [(suite.pk, suite.name) for suite in suites]
 
     def clean_stages(self) -> list:

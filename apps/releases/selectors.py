@@ -44,13 +44,13 @@ def release_analyses(*, tenant: Tenant, release_id):
 def routing_states(*, tenant: Tenant):
     return (
         RoutingState.objects.for_tenant(tenant)
-        .select_related("stable", "canary", "release")
+        .select_related("stable", "canary", "release__candidate")
         .order_by("model")
     )
 
 
 def serving_history(*, tenant: Tenant, model: str | None = None):
-    events = ServingEvent.objects.for_tenant(tenant).select_related("stable", "canary", "release")
+    events = ServingEvent.objects.for_tenant(tenant).select_related("stable", "canary", "release__candidate")
     if model:
         events = events.filter(model=model)
     return events.order_by("at", "id")

@@ -11,6 +11,7 @@ from apps.releases import analysis, approval, selectors, services
 from apps.releases.figures import deficit, guardrail_figures, release_figures, serving_figure
 from apps.releases.forms import ProductionSetForm, ReleaseCreateForm
 from apps.releases.models import ACTIVE_STATUSES, ReleaseStatus
+from apps.releases.release_words import release_outcome, release_title
 from apps.releases.verdicts import guardrail_name
 from apps.tenants.permissions import Action, role_can
 
@@ -71,6 +72,13 @@ def approval_words(release) -> dict:
     }
 
 
+def refusal_words(message: str) -> str:
+    """A refusal of `release_create` as the form's first line says it: "The release was not created: another
+    release of policy-small is active; finish or abort it first." """
+    message = message.strip().rstrip(".")
+    return f"The release was not created: {message}." if message else "The release was not created."
+
+
 def _newest(rows, count: int) -> list:
     """The newest `count` rows of an oldest-first queryset, oldest first."""
     return list(reversed(rows.order_by("-at", "-id")[:count]))
@@ -82,7 +90,10 @@ def release_list(request):
         request,
         "console/releases.html",
         {
-            "releases": selectors.release_list(tenant=request.tenant),
+            "rows": [
+                (release, release_outcome(release))
+                for release in selectors.release_list(tenant=request.tenant)
+            ],
             "can_manage": role_can(request.membership.role, Action.RELEASE_MANAGE),
         },
     )
@@ -115,10 +126,12 @@ def release_new(request):
                 for problem in problems:
                     if not form.add_guardrail_error(field, problem):
                         form.add_error(name if name in form.fields else None, f"{field}: {problem}")
-            form.add_error(None, error.message)
+            form.add_error(None, refusal_words(error.message))
         else:
             messages.success(
-                request, f"Release {release.pk} drafted; start it to load and evaluate the candidate."
+                request,
+                f"Drafted the {release_title(release)} ({release.model}); start it to load and evaluate the "
+                "candidate.",
             )
             return redirect("console:release", release_id=release.pk)
     return render(request, "console/release_new.html", {"form": form}, status=400 if form.errors else 200)

@@ -85,6 +85,34 @@ def test_a_bad_release_plan_names_its_field_and_creates_nothing(member, tenant, 
     assert not Release.objects.exists()
 
 
+def test_a_refusal_of_the_service_is_said_at_the_top_of_the_form_with_the_input_kept(member, tenant):
+    from tests.releases.helpers import release_at, version_over
+
+    under_way = release_at(tenant, ReleaseStatus.AWAITING_APPROVAL, stage_index=0)
+    second = version_over(tenant, "/models/second", parent=under_way.candidate)
+    operator = _signed_in(member, Role.OPERATOR)
+    response = operator.post("/releases/new/", _release_form(second, stages="10, 50, 100"))
+    assert response.status_code == 400
+    page = response.content.decode()
+    errors = page.split('<div class="errors" id="form-errors" role="alert">')[1].split("</div>")[0]
+    assert (
+        f"The release was not created: another release of {MODEL} is active; finish or abort it first."
+    ) in errors
+    assert page.index('id="form-errors"') < page.index('name="candidate"')  # above the fields
+    assert 'value="10, 50, 100"' in page  # what was typed is kept
+    assert f'<option value="{second.pk}" selected>{MODEL} v{second.number} (candidate)</option>' in page
+    assert Release.objects.filter(tenant=tenant).count() == 1
+
+
+def test_a_drafted_release_is_announced_by_its_versions(member, tenant):
+    baseline, candidate = register_versions(tenant)
+    response = _signed_in(member, Role.OPERATOR).post("/releases/new/", _release_form(candidate), follow=True)
+    assert (
+        f"Drafted the release of v{candidate.number} over v{baseline.number} ({MODEL}); start it"
+        in response.content.decode()
+    )
+
+
 def test_another_tenants_versions_and_releases_are_out_of_reach(member, tenant, other_tenant):
     _, theirs = register_versions(other_tenant)
     operator = _signed_in(member, Role.OPERATOR)

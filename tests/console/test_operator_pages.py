@@ -223,3 +223,38 @@ def test_a_release_page_is_named_by_what_it_releases(member, tenant):
         f"Release of <code>{release.model}</code> v{release.candidate.number} over v{release.baseline.number}"
     )
     assert f"#{release.pk}" not in page
+
+
+def test_the_releases_list_and_the_serving_history_name_releases_by_their_versions(
+    member, tenant, django_assert_max_num_queries
+):
+    from apps.releases.routing_writes import routing_set
+    from tests.releases.helpers import SYSTEM
+
+    release = release_at(tenant, ReleaseStatus.CANARY, stage_index=0, stages=[10, 100])
+    Release.objects.filter(pk=release.pk).update(last_verdict="successful")
+    candidate, baseline = f"v{release.candidate.number}", f"v{release.baseline.number}"
+    page = _page(member, Role.OPERATOR, "/releases/")
+    row = page.split(f'data-release="{release.pk}"')[1].split("</tr>")[0]
+    assert f">{candidate} over {baseline}</a>" in row
+    assert f"{candidate} takes 10 % of new sessions (stage 1 of 2); the last tick passed." in row
+    assert f"#{release.pk}" not in page
+
+    for percent in (10, 20, 30, 40, 50, 60):
+        routing_set(
+            tenant=tenant,
+            model=release.model,
+            stable=release.baseline,
+            canary=release.candidate,
+            percent=percent,
+            release=release,
+            actor=SYSTEM,
+            reason="canary",
+        )
+    client = Client()
+    client.force_login(member(Role.VIEWER))
+    client.get("/serving/")  # the session and the permissions read once
+    with django_assert_max_num_queries(8):  # six events: their releases' versions come with the rows
+        serving = client.get("/serving/").content.decode()
+    assert f'href="/releases/{release.pk}/">release of {candidate}</a>' in serving
+    assert f">#{release.pk}<" not in serving

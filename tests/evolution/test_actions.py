@@ -219,5 +219,5 @@ def test_a_promotion_waiting_while_a_person_promoted_the_release_in_the_console_
     decision = _only(policy, "promote")
     assert decision.status == DecisionStatus.SUCCEEDED  # what it proposed happened, on the release's page
     assert decision.outcome.startswith(
-        f"release {release.pk} (v{release.candidate.number}) was promoted by {operator.username}"
+        f"the release of v{release.candidate.number} over v{release.baseline.number} was promoted by {operator.username}"
     )

@@ -55,7 +55,7 @@ def test_aborting_a_release_closes_its_promotion_and_an_approval_is_refused_with
     assert decision.status == DecisionStatus.REJECTED
     assert decision.rejected_by == alice.username
     assert decision.outcome == (
-        f"release {release.pk} (v{release.candidate.number}) was aborted by {alice.username}: wrong candidate"
+        f"the release of v{release.candidate.number} over v{release.baseline.number} was aborted by {alice.username}: wrong candidate"
     )
 
     page = _console(bob).get(f"/evolution/policies/{policy.pk}/").content.decode()
@@ -105,7 +105,7 @@ def test_approving_the_release_on_its_own_page_shows_its_promotion_succeeded(
     decision.refresh_from_db()
     assert decision.status == DecisionStatus.SUCCEEDED
     assert decision.outcome.startswith(
-        f"release {release.pk} (v{release.candidate.number}) was promoted by {operator.username}"
+        f"the release of v{release.candidate.number} over v{release.baseline.number} was promoted by {operator.username}"
     )
     card = _card(_console(operator).get(f"/evolution/policies/{policy.pk}/").content.decode(), decision.pk)
     assert "Succeeded" in card

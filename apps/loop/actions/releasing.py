@@ -7,6 +7,7 @@ from apps.core.errors import Conflict, DomainError, Forbidden
 from apps.evolution.decisions import decision_start
 from apps.evolution.selectors import production_versions
 from apps.loop.actions.common import _fail, _production, _succeed, policy_actor
+from apps.releases.release_words import release_title
 
 if TYPE_CHECKING:
     from apps.evolution.models import Decision, EvolutionPolicy
@@ -27,7 +28,6 @@ def _release(*, tenant, decision, policy) -> "Decision":
         )
     except Conflict as refusal:
         return _fail(tenant, decision, str(refusal))
-    where = f" {loaded}," if loaded else ""
     plan = dict(policy.release_plan or {})
     suites = [policy.gate["safety_suite_id"]] if (policy.gate or {}).get("safety_suite_id") else []
     release = release_create(
@@ -47,7 +47,7 @@ def _release(*, tenant, decision, policy) -> "Decision":
         tenant=tenant,
         decision_id=decision.pk,
         started={"releases": [release.pk]},
-        outcome=f"release {release.pk}: v{candidate.number}{where} over production v{production.number}",
+        outcome=f"started the {release_title(release)}" + (f"; {loaded}" if loaded else ""),
     )
 
 
@@ -71,7 +71,7 @@ def _follow_release(*, tenant, decision, policy) -> "Decision":
     if release.status not in ended:
         return decision
     label = release.status.replace("_", " ")
-    outcome = f"release {release.pk} (v{release.candidate.number}) {label}"
+    outcome = f"the {release_title(release)} was {label}"
     if release.status_reason:
         outcome += f": {release.status_reason}"
     evidence = {"release": release.pk, "release_status": release.status}
@@ -131,7 +131,7 @@ def _promote(*, tenant, decision, policy) -> "Decision":
             return _succeed(
                 tenant,
                 decision,
-                f"release {release.pk}: v{release.candidate.number} promoted by {release.approved_by}",
+                f"the {release_title(release)} was promoted by {release.approved_by}",
                 started={"releases": [release.pk]},
             )
     if refusal is not None:
@@ -139,7 +139,7 @@ def _promote(*, tenant, decision, policy) -> "Decision":
     return _fail(
         tenant,
         decision,
-        f"release {release.pk} still awaits a second person's approval (the tenant's two-person rule)",
+        f"the {release_title(release)} still awaits a second person's approval (the tenant's two-person rule)",
         started={"releases": [release.pk]},
     )
 
@@ -156,7 +156,7 @@ def _rollback(*, tenant, decision, policy) -> "Decision":
     return _succeed(
         tenant,
         decision,
-        f"release {release.pk} (v{release.candidate.number}) rolled back",
+        f"the {release_title(release)} was rolled back",
         started={"releases": [release.pk]},
     )
 
