@@ -4,6 +4,7 @@ the main pages are photographed for the app READMEs when AREAL_SCREENSHOTS names
 
 import os
 from pathlib import Path
+from urllib.parse import urlparse
 
 from tests.console.accessibility import assert_accessible
 
@@ -22,6 +23,11 @@ def checked(page, visited: list) -> None:
     assert_accessible(page, visited)
     errors = [error for error in page.javascript_errors if not error.startswith(FORM_ERROR_STATUS)]
     assert errors == [], errors
+
+
+def paths(visited: list) -> set[str]:
+    """The paths of the pages checked (query strings aside), to hold a journey to the pages it must visit."""
+    return {urlparse(address).path for address in visited}
 
 
 def visit(page, url: str, visited: list) -> None:

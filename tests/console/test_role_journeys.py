@@ -5,8 +5,9 @@ phone-sized pass (390x844: the navigation folds behind Menu, pages fit the scree
 - admin: the empty overview says what to do; invites a person by email as annotator (the role select starts on
   a prompt), who sets a password through the link and is signed in; creates a key and reads the two lines each
   client needs; filters the audit log by a verb it offers; as staff, creates a tenant.
-- operator: a release awaiting approval in words and on its charts; Approve asks, naming the version and its
-  share; a control-plane decision the same; searches trajectories; pages the models list.
+- operator: a release awaiting approval in words and on its charts; a second release refused by the service, the
+  reason at the top of the form and what was typed kept; Approve asks, naming the version and its share; a
+  control-plane decision the same; searches trajectories and opens one; pages the models list.
 - annotator: sees only their queues; labels with the keyboard beside the item, goes back to change the label,
   skips, and reads the queue's items.
 """
@@ -25,11 +26,12 @@ from apps.releases.analysis import release_analyze
 from apps.releases.models import Release, ReleaseStatus
 from apps.tenants.models import Membership, Tenant
 from apps.tenants.permissions import Role
+from apps.trajectories.models import Trajectory
 from tests.browser_support import browser, login, page  # noqa: F401  (fixtures)
-from tests.console.journey_support import DESKTOP, PHONE, checked, fits_the_screen, screenshot, visit
+from tests.console.journey_support import DESKTOP, PHONE, checked, fits_the_screen, paths, screenshot, visit
 from tests.evolution.factories import DecisionFactory, EvolutionPolicyFactory
 from tests.gateway.conftest import gateway  # noqa: F401  (fixture)
-from tests.releases.helpers import release_at
+from tests.releases.helpers import release_at, version_over
 from tests.rewards.factories import SYSTEM, make_spec
 from tests.trajectories.builders import gateway_step, ingested
 from tests.trajectories.factories import TrajectoryFactory
@@ -137,6 +139,7 @@ def test_an_admin_onboards_a_person_issues_a_key_and_creates_a_tenant(
     assert "Created Initech; you are its admin." in page.content()
     assert Tenant.objects.filter(slug="initech").exists()
     assert len(visited) == 11  # pages checked with axe-core, a POST's answer included
+    assert {"/", "/settings/members/", "/settings/keys/", "/audit/", "/settings/policy/"} <= paths(visited)
 
 
 def _analysed_awaiting(tenant, monkeypatch):
@@ -189,6 +192,9 @@ def test_an_operator_decides_with_the_evidence_in_front_of_them(gateway, page, m
     checked(page, visited)
     page.click("nav.mainnav >> text=Releases")
     checked(page, visited)
+    row = page.locator(f"tr[data-release='{release.pk}']")
+    assert row.locator("a").inner_text() == f"{candidate} over v{release.baseline.number}"
+    assert f"{candidate} passed every stage up to 25 % of new sessions" in row.inner_text()
     page.click(f"tr[data-release='{release.pk}'] a")
     page.wait_for_selector("#guardrail-chart-0 .main-svg")
     checked(page, visited)
@@ -200,6 +206,26 @@ def test_an_operator_decides_with_the_evidence_in_front_of_them(gateway, page, m
     assert re.search(r"worse by [+-][\d.]+ to [+-][\d.]+ \(95 % interval\)", point.inner_text())
     assert page.locator("#guardrail-chart-1 .main-svg").count() > 0  # Plotly drew it
     screenshot(page, "release-awaiting-approval")
+
+    # A second release of the model while this one awaits approval: the service refuses it; the form says
+    # why at its top and keeps what was typed.
+    second = version_over(tenant, "/models/second", parent=release.candidate)
+    page.click("nav.mainnav >> text=Releases")
+    page.click("#new-release")
+    checked(page, visited)
+    page.select_option("#id_candidate", str(second.pk))
+    page.fill("#id_stages", "10, 50, 100")
+    page.click("#create-release")
+    page.wait_for_selector("#form-errors")
+    checked(page, visited)
+    refusal = page.locator("#form-errors").inner_text()
+    assert f"The release was not created: another release of {release.model} is active" in refusal
+    assert page.locator("#id_stages").input_value() == "10, 50, 100"
+    assert page.locator("#id_candidate").input_value() == str(second.pk)
+    assert Release.objects.filter(tenant=tenant).count() == 1
+    screenshot(page, "release-form-refused")
+    page.goto(f"{url}/releases/{release.pk}/")
+    page.wait_for_selector("#guardrail-chart-0 .main-svg")
 
     questions: list = []
     _accepting(page, questions, accept=False)
@@ -239,13 +265,30 @@ def test_an_operator_decides_with_the_evidence_in_front_of_them(gateway, page, m
     assert page.locator("#trajectories tbody tr[data-trajectory]").count() == 1
     assert "bookmark or share it" in page.locator("#filter-link").inner_text()
     screenshot(page, "trajectories-search")
+    page.click("#trajectories tbody tr[data-trajectory] a")
+    page.wait_for_selector("h1 >> text=Trajectory")
+    checked(page, visited)
+    assert "s-oslo" in page.locator("h1").inner_text()
     page.click("nav.mainnav >> text=Models")
     checked(page, visited)
     assert page.locator("#versions .aliases").first.inner_text().strip() != ""
     screenshot(page, "models")
     page.click("nav.mainnav >> text=Training queue")
     checked(page, visited)
-    assert len(visited) >= 10  # pages checked with axe-core
+    assert len(visited) >= 13  # pages checked with axe-core
+    trajectory = Trajectory.objects.get(tenant=tenant, session_id="s-oslo")
+    assert {
+        "/",
+        "/releases/",
+        f"/releases/{release.pk}/",
+        "/releases/new/",
+        "/evolution/",
+        f"/evolution/policies/{policy.pk}/",
+        "/trajectories/",
+        f"/trajectories/{trajectory.pk}/",
+        "/models/",
+        "/training-queue/",
+    } <= paths(visited)
 
 
 def test_an_annotator_labels_beside_the_item_goes_back_and_skips(live_server, page, member, tenant):  # noqa: F811
@@ -307,6 +350,9 @@ def test_an_annotator_labels_beside_the_item_goes_back_and_skips(live_server, pa
     assert "needs exactly two annotators" in page.locator("#kappa").inner_text()
     screenshot(page, "annotation-queue")
     assert len(visited) >= 7  # pages checked with axe-core
+    assert {"/login/", "/annotation/", f"/annotation/{queue.pk}/work/", f"/annotation/{queue.pk}/"} <= paths(
+        visited
+    )
 
 
 def test_a_phone_sized_pass_and_the_dark_scheme(gateway, browser, member, tenant, monkeypatch):  # noqa: F811
