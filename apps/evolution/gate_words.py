@@ -101,3 +101,23 @@ def evidence_gate_words(
     if gate:
         return gate_words(gate, suite_names=suite_names or {})
     return ""
+
+
+def version_gate_scores(metrics: Mapping | None) -> list[str]:
+    """What the evolution gates measured of one version, from its metrics (`gate` by gate key, as
+    apps.loop.actions.gating stores them), one sentence each: "weather held-out: 33 % of 20 cases (seed 7)"."""
+    rows = (metrics or {}).get("gate") if isinstance(metrics, Mapping) else None
+    if not isinstance(rows, Mapping):
+        return []
+    words = []
+    for key, entry in sorted(rows.items()):
+        score = _number(entry.get("score")) if isinstance(entry, Mapping) else None
+        if score is None or str(key).startswith("suite:"):
+            continue  # a suite gate's score is its eval run's, listed with the runs
+        environment, _, rest = str(key).partition(":")
+        _, _, seed = rest.partition(":")
+        cases = entry.get("cases")
+        of = f" of {cases} cases" if isinstance(cases, int) else ""
+        seeded = f" (seed {seed})" if seed not in {"", "0", "None"} else ""
+        words.append(f"{environment} held-out: {percent(score)}{of}{seeded}")
+    return words

@@ -258,3 +258,17 @@ def test_the_releases_list_and_the_serving_history_name_releases_by_their_versio
         serving = client.get("/serving/").content.decode()
     assert f'href="/releases/{release.pk}/">release of {candidate}</a>' in serving
     assert f">#{release.pk}<" not in serving
+
+
+def test_the_models_page_says_each_versions_gate_score_in_words(member, tenant):
+    from tests.training.factories import ModelVersionFactory
+
+    measured = ModelVersionFactory(
+        tenant=tenant, metrics={"gate": {"weather:20:7": {"score": 1 / 3, "cases": 20, "reasons": {}}}}
+    )
+    unmeasured = ModelVersionFactory(tenant=tenant, name=measured.name, number=measured.number + 1)
+    page = _page(member, Role.VIEWER, "/models/")
+    cell = page.split(f'data-version="{measured.pk}"')[1].split("</tr>")[0]
+    assert '<div class="gate-score">weather held-out: 33 % of 20 cases (seed 7)</div>' in cell
+    other = page.split(f'data-version="{unmeasured.pk}"')[1].split("</tr>")[0]
+    assert "not evaluated" in other

@@ -9,6 +9,7 @@ from apps.evolution.gate_words import (
     gate_score_words,
     gate_words,
     percent,
+    version_gate_scores,
 )
 
 
@@ -88,3 +89,22 @@ def test_a_gate_in_words():
         "The evaluation suite smoke; the candidate must do at least as well as the best production version, and "
         "no worse on the safety suite safety."
     )
+
+
+def test_a_versions_gate_scores_in_words():
+    metrics = {
+        "gate": {
+            "weather:20:7": {"score": 1 / 3, "cases": 20, "reasons": {}},
+            "bfcl:None:0": {"score": 0.5, "cases": 40},
+            "suite:3": {"score": 0.9},  # listed with its eval runs
+            "weather:64:0": {"cases": 64},  # no score: nothing said
+        },
+        "heldout": {"success": 1 / 3, "cases": 20},
+    }
+    assert version_gate_scores(metrics) == [
+        "bfcl held-out: 50 % of 40 cases",
+        "weather held-out: 33 % of 20 cases (seed 7)",
+    ]
+    assert version_gate_scores({}) == []
+    assert version_gate_scores(None) == []
+    assert version_gate_scores({"gate": "corrupt"}) == []
