@@ -29,7 +29,7 @@ from apps.rewards import selectors as rewards
 from apps.training import online
 from apps.training import selectors as training
 from apps.training.choices import OnlineRunStatus
-from apps.training.services import JOBS_STREAM, training_job_stream
+from apps.training.jobs import JOBS_STREAM, training_job_stream
 from apps.trajectories import selectors as trajectories
 
 WINDOW = timedelta(hours=3)

@@ -2,7 +2,7 @@
 (`training_job_execute`, task training.run_job) and an online run (`online_run_execute`, task
 training.run_online). Rows in, workers.engines / workers.rl dataclasses through, a model version out.
 
-Services are looked up on the module at call time (`services.training_job_record_step`), so a test can stand
+Services are looked up on the module at call time (`jobs.training_job_record_step`), so a test can stand
 in for one and stop the worker at a chosen point."""
 
 import logging
@@ -17,7 +17,7 @@ from django.conf import settings
 from apps.audit.services import Actor
 from apps.core.errors import Conflict, Forbidden, ValidationFailed
 from apps.metrics.publish import metrics_publish
-from apps.training import services
+from apps.training import jobs, services
 from apps.training.choices import JobStatus, OnlineRunStatus
 from apps.training.online import (
     online_pending,
@@ -49,9 +49,9 @@ def training_job_execute(*, job_id: int) -> dict:
     that is final, cancelled or held by nobody answers "skipped"), resumes from the newest checkpoint in
     the job's run directory, checks for cancel and for a lost lease between steps, persists and publishes
     each step's metrics, checkpoints every `checkpoint_every` steps, then exports a Hugging Face directory
-    and registers it as a candidate version (services.training_job_succeed). An error fails the job with its
+    and registers it as a candidate version (jobs.training_job_succeed). An error fails the job with its
     traceback (the task does not retry)."""
-    claim = services.training_job_claim(job_id=job_id, worker=f"{socket.gethostname()}:{os.getpid()}")
+    claim = jobs.training_job_claim(job_id=job_id, worker=f"{socket.gethostname()}:{os.getpid()}")
     if claim is None:
         return {"job": job_id, "status": "skipped"}
     job, lease = claim
@@ -59,7 +59,7 @@ def training_job_execute(*, job_id: int) -> dict:
         return _train(job, lease)
     except Exception:
         logger.exception("training job %s failed", job_id)
-        services.training_job_finish(
+        jobs.training_job_finish(
             job_id=job_id, lease=lease, status=JobStatus.FAILED, error=traceback.format_exc()
         )
         return {"job": job_id, "status": "failed"}
@@ -91,7 +91,7 @@ def _train(job, lease: str) -> dict:
     )
     counts = dict(vars(sample_set.counts).items())
     counts["staleness_histogram"] = [list(pair) for pair in sample_set.staleness_histogram]
-    services.training_job_set_counts(job_id=job.pk, lease=lease, counts=counts)
+    jobs.training_job_set_counts(job_id=job.pk, lease=lease, counts=counts)
     samples = sample_set.samples
     if not samples:
         raise ValidationFailed(f"no trainable sample in the snapshot: {counts}")
@@ -102,16 +102,16 @@ def _train(job, lease: str) -> dict:
         trainer = Trainer.resume(
             base.checkpoint_path, resume.path, config=config, device=settings.AREAL_TRAINING_DEVICE
         )
-        services.training_job_log(job=job, message=f"resumed from the checkpoint after step {resume.step}")
+        jobs.training_job_log(job=job, message=f"resumed from the checkpoint after step {resume.step}")
     else:
         trainer = Trainer(base.checkpoint_path, config, device=settings.AREAL_TRAINING_DEVICE)
-        services.training_job_log(
+        jobs.training_job_log(
             job=job,
             message=f"started: {len(samples)} samples ({counts['stale_samples']} stale "
             f"dropped, η={job.staleness_bound}) on {trainer.device}",
         )
         if counts["unknown_version_samples"]:
-            services.training_job_log(
+            jobs.training_job_log(
                 job=job, message=_warn_unknown_versions(f"job {job.pk}", counts["unknown_version_samples"])
             )
     group_key = config.group_by
@@ -125,7 +125,7 @@ def _train(job, lease: str) -> dict:
     for step_index in range(trainer.step_count, job.total_steps):
         stop = training_job_stop_reason(job_id=job.pk, lease=lease)
         if stop == "cancel":
-            services.training_job_finish(job_id=job.pk, lease=lease, status=JobStatus.CANCELLED)
+            jobs.training_job_finish(job_id=job.pk, lease=lease, status=JobStatus.CANCELLED)
             return {"job": job.pk, "status": "cancelled", "step": step_index}
         if stop == "lost":
             return {"job": job.pk, "status": "lost", "step": step_index}
@@ -138,13 +138,11 @@ def _train(job, lease: str) -> dict:
         # The step's metrics are stored before its checkpoint: a worker killed between the two resumes
         # from the checkpoint before and records the step again, rather than resuming after a step whose
         # metrics were never stored.
-        reason = services.training_job_record_step(
-            job_id=job.pk, lease=lease, step=done, values=last.to_dict()
-        )
+        reason = jobs.training_job_record_step(job_id=job.pk, lease=lease, step=done, values=last.to_dict())
         if reason == "lost":
             return {"job": job.pk, "status": "lost", "step": done}
         if reason == "cancel" and done < job.total_steps:
-            services.training_job_finish(job_id=job.pk, lease=lease, status=JobStatus.CANCELLED)
+            jobs.training_job_finish(job_id=job.pk, lease=lease, status=JobStatus.CANCELLED)
             return {"job": job.pk, "status": "cancelled", "step": done}
         if done % job.checkpoint_every == 0 and done < job.total_steps:
             trainer.checkpoint(run_dir / "checkpoints")
@@ -159,7 +157,7 @@ def _train(job, lease: str) -> dict:
         "samples": len(samples),
         "final": last.to_dict() if last else {},
     }
-    version = services.training_job_succeed(
+    version = jobs.training_job_succeed(
         job_id=job.pk,
         lease=lease,
         checkpoint_path=str(export_dir),

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 
 from apps.tenants.api import INTEGER_COLUMN_MAX, TenantApi
 from apps.tenants.permissions import Action
-from apps.training import imports, registration, selectors, services
+from apps.training import imports, jobs, registration, selectors, services
 from apps.training.models import Algorithm
 from workers.models.templates import MAX_TEMPLATE_CHARS
 
@@ -114,7 +114,7 @@ class TrainingJobListApi(TenantApi):
         data = dict(body.validated_data)
         data["agent"] = data["agent"] or None
         data["task_id"] = data["task_id"] or None
-        job = services.training_job_create(tenant=self.tenant, actor=self.actor, **data)
+        job = jobs.training_job_create(tenant=self.tenant, actor=self.actor, **data)
         return Response(JobOutputSerializer(job).data, status=201)
 
 
@@ -140,7 +140,7 @@ class TrainingJobCancelApi(TenantApi):
     def post(self, request, job_id):
         return Response(
             JobOutputSerializer(
-                services.training_job_cancel(tenant=self.tenant, actor=self.actor, job_id=job_id)
+                jobs.training_job_cancel(tenant=self.tenant, actor=self.actor, job_id=job_id)
             ).data
         )
 

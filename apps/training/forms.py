@@ -1,7 +1,7 @@
 from django import forms
 
+from apps.training.jobs import training_hyperparameters
 from apps.training.models import Algorithm
-from apps.training.services import training_hyperparameters
 from workers.models.templates import MAX_TEMPLATE_CHARS
 
 SCHEDULES = [("constant", "constant"), ("linear", "linear"), ("cosine", "cosine")]

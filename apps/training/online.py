@@ -19,8 +19,8 @@ from apps.core.errors import Conflict, ValidationFailed
 from apps.core.selectors import get_in_tenant
 from apps.core.tasking import task_enqueue_on_commit
 from apps.metrics.publish import metrics_publish
+from apps.training.jobs import JOBS_STREAM
 from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus, VersionStatus
-from apps.training.services import JOBS_STREAM
 
 
 @transaction.atomic

@@ -5,7 +5,7 @@ from celery import shared_task
 from django.conf import settings
 
 from apps.loop.training_runs import online_run_execute, training_job_execute
-from apps.training.services import training_jobs_requeue_stale
+from apps.training.jobs import training_jobs_requeue_stale
 
 
 @shared_task(

@@ -1,4 +1,4 @@
-"""The Models page's Publish button (apps/training/views.py `model_version_publish`): direct publication as
+"""The Models page's Publish button (apps/training/views/versions.py `model_version_publish`): direct publication as
 `POST /api/v1/model-versions/<id>/publish/` does it (apps.releases.serving.version_publish_directly), the
 outcome or the refusal shown as a console message. Operators and admins only; another tenant's version is a
 404. Backends are scripted stand-ins on loopback, as in tests/releases/test_serving.py."""

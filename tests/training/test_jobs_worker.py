@@ -11,9 +11,9 @@ import pytest
 from apps.audit.services import Actor
 from apps.inference.admin_tokens import inference_admin_token
 from apps.inference.models import BackendKind, BackendState
+from apps.training.jobs import training_job_cancel, training_job_create, training_jobs_requeue_stale
 from apps.training.models import JobStatus, TrainingJob, TrainingMetric
 from apps.training.publication import model_version_publish
-from apps.training.services import training_job_cancel, training_job_create, training_jobs_requeue_stale
 from tests.inference.factories import BackendFactory
 from tests.servers import inference_server
 from tests.training.helpers import MODEL, base_version, qualified_trajectories
