@@ -45,12 +45,14 @@ def learner_start(*, tenant: Tenant, policy: "EvolutionPolicy", actor: Actor):
 def _train(*, tenant, decision, policy) -> "Decision":
     running = _learner(tenant=tenant, policy=policy)
     if running is not None:
-        return _fail(tenant, decision, f"a learner already runs (online run {running.pk})")
+        return _fail(
+            tenant, decision, f"a learner already runs (the online run from v{running.base_version.number})"
+        )
     run = learner_start(tenant=tenant, policy=policy, actor=policy_actor(policy))
     return _succeed(
         tenant,
         decision,
-        f"online run {run.pk} learns from production v{run.base_version.number}",
+        f"an online run learns from production v{run.base_version.number}",
         started={"online_runs": [run.pk]},
     )
 
@@ -68,7 +70,7 @@ def _stop_learner(*, tenant, decision, policy, verb: str) -> "Decision | None":
         tenant=tenant,
         decision_id=decision.pk,
         started={"online_runs": [running.pk]},
-        outcome=f"{verb}: online run {running.pk} asked to stop",
+        outcome=f"{verb}: the online run from v{running.base_version.number} is asked to stop",
     )
 
 
@@ -84,7 +86,7 @@ def _start_again(*, tenant, decision, policy) -> "Decision":
     return _succeed(
         tenant,
         decision,
-        f"online run {run.pk} learns again from production v{run.base_version.number}",
+        f"an online run learns again from production v{run.base_version.number}",
         started={"online_runs": [run.pk]},
     )
 
