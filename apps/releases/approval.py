@@ -7,6 +7,7 @@ from django.utils import timezone
 from apps.audit.services import Actor, audit_record
 from apps.core.errors import Conflict, Forbidden
 from apps.releases.models import Release, ReleaseStatus
+from apps.releases.release_words import release_name
 from apps.releases.routing_writes import routing_set, version_status_set
 from apps.releases.services import release_lock, release_transition
 from apps.tenants.models import Tenant
@@ -109,7 +110,7 @@ def release_approve(*, tenant: Tenant, actor: Actor, release_id) -> Release:
         actor=actor,
         version=candidate,
         status=VersionStatus.PRODUCTION,
-        reason=f"release {release.pk} promoted",
+        reason=f"{release_name(release)} promoted",
     )
     if baseline.status == VersionStatus.PRODUCTION:
         version_status_set(
@@ -117,7 +118,7 @@ def release_approve(*, tenant: Tenant, actor: Actor, release_id) -> Release:
             actor=actor,
             version=baseline,
             status=VersionStatus.RETIRED,
-            reason=f"replaced by {candidate} (release {release.pk})",
+            reason=f"replaced by {candidate} ({release_name(release)})",
         )
     alias_move(
         tenant=tenant,
@@ -125,7 +126,7 @@ def release_approve(*, tenant: Tenant, actor: Actor, release_id) -> Release:
         name=release.model,
         alias="production",
         version=candidate,
-        reason=f"release {release.pk} promoted",
+        reason=f"{release_name(release)} promoted",
     )
     routing_set(
         tenant=tenant,
@@ -133,6 +134,6 @@ def release_approve(*, tenant: Tenant, actor: Actor, release_id) -> Release:
         stable=candidate,
         release=release,
         actor=actor,
-        reason=f"release {release.pk} promoted",
+        reason=f"{release_name(release)} promoted",
     )
     return release

@@ -17,6 +17,11 @@ def release_title(release) -> str:
     return f"release of v{release.candidate.number} over v{release.baseline.number}"
 
 
+def release_name(release) -> str:
+    """A release named by the version it releases, as the serving history's reasons say it: "release of v3"."""
+    return f"release of v{release.candidate.number}"
+
+
 def _reason(release) -> str:
     reason = release.status_reason.rstrip(". ")
     return f": {reason}" if reason else ""

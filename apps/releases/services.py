@@ -22,6 +22,7 @@ from apps.releases.models import (
     ReleaseStatus,
     RoutingState,
 )
+from apps.releases.release_words import release_name
 from apps.releases.routing_writes import routing_set, version_status_set
 from apps.tenants.models import Tenant
 from apps.training.choices import VersionStatus
@@ -310,7 +311,7 @@ def release_enter_canary(*, release: Release, actor: Actor) -> Release:
         actor=actor,
         version=release.candidate,
         status=VersionStatus.CANARY,
-        reason=f"canary of release {release.pk}",
+        reason=f"canary of {release_name(release)}",
     )
     routing_set(
         tenant=release.tenant,
@@ -320,7 +321,7 @@ def release_enter_canary(*, release: Release, actor: Actor) -> Release:
         percent=release.stage_percent,
         release=release,
         actor=actor,
-        reason=f"release {release.pk}: canary {release.stage_percent:g}%",
+        reason=f"{release_name(release)}: canary {release.stage_percent:g} %",
     )
     return release
 
@@ -347,7 +348,7 @@ def release_advance(*, release: Release, actor: Actor) -> Release:
             percent=release.stage_percent,
             release=release,
             actor=actor,
-            reason=f"release {release.pk}: canary {release.stage_percent:g}%",
+            reason=f"{release_name(release)}: canary {release.stage_percent:g} %",
         )
         return release
     return release_transition(
@@ -373,7 +374,7 @@ def release_withdraw(*, release: Release, actor: Actor, to: str, reason: str) ->
             stable=release.baseline,
             release=release,
             actor=actor,
-            reason=f"release {release.pk} {to.replace('_', ' ')}: {reason}"[:300],
+            reason=f"{release_name(release)} {to.replace('_', ' ')}: {reason}"[:300],
         )
         release.candidate.refresh_from_db()
         if release.candidate.status == VersionStatus.CANARY:

@@ -100,6 +100,12 @@ def test_what_served_the_tenant_at_a_moment(
         (row["stable"]["number"], (row["canary"] or {}).get("number"), row["canary_percent"])
         for row in history
     ] == [(0, None, 0.0), (0, 1, 5.0), (0, 1, 100.0), (1, None, 0.0)]
+    # The reasons name the release by the version it releases, never by its id.
+    assert [row["reason"] for row in history][1:] == [
+        "release of v1: canary 5 %",
+        "release of v1: canary 100 %",
+        "release of v1 promoted",
+    ]
     bad = client.get("/api/v1/serving-history/", {"model": baseline.name, "at": "yesterday"})
     assert bad.status_code == 400
     outsider = api_client(user=member(Role.ADMIN, of=other_tenant))
