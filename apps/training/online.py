@@ -19,6 +19,7 @@ from apps.core.errors import Conflict, ValidationFailed
 from apps.core.selectors import get_in_tenant
 from apps.core.tasking import task_enqueue_on_commit
 from apps.metrics.publish import metrics_publish
+from apps.training.job_words import online_run_title
 from apps.training.jobs import JOBS_STREAM
 from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus, VersionStatus
 
@@ -69,7 +70,7 @@ def online_run_start(
     running = OnlineRun.objects.filter(tenant=tenant, status=OnlineRunStatus.RUNNING).first()
     if running is not None:
         raise Conflict(
-            f"this tenant already has a running online run (#{running.pk}, {running.model_name}); stop it first",
+            f"this tenant already has a running online run ({online_run_title(running)}); stop it first",
             code="online_run_exists",
         )
     values = {"algorithm": "decoupled_ppo", "total_steps": max_steps or 1000, **(hyperparameters or {})}

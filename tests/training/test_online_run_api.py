@@ -75,7 +75,8 @@ def test_one_run_at_a_time_and_the_refusal_names_it(api_client, tenant, enqueued
     response = api_client().post("/api/v1/online-runs/", {"base_version_id": base.pk}, format="json")
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "online_run_exists"
-    assert f"#{running.pk}" in response.json()["error"]["message"]
+    assert f"Online run of {running.model_name} from v{base.number}" in response.json()["error"]["message"]
+    assert f"#{running.pk}" not in response.json()["error"]["message"]
     assert OnlineRun.objects.count() == 1
 
 
@@ -154,7 +155,8 @@ def test_the_training_page_starts_and_stops_a_run(member, tenant, other_tenant, 
     assert (run.samples_per_step, run.publish_to_backends, run.base_version) == (4, True, base)
     second = operator.post("/training/online/new/", form)
     assert second.status_code == 400
-    assert f"#{run.pk}".encode() in second.content
+    assert f"Online run of {base.name} from v{base.number} is running".encode() in second.content
+    assert f"#{run.pk}".encode() not in second.content
     page = operator.get("/training/jobs/")
     assert f'data-stop-run="{run.pk}"'.encode() in page.content
     assert operator.post(f"/training/online/{run.pk}/stop/").status_code == 302

@@ -35,8 +35,14 @@ def test_job_list_and_detail_with_charts(member, tenant, other_tenant):
     assert listing.status_code == 200
     assert f'data-job="{job.pk}"'.encode() in listing.content
     assert f'data-job="{theirs.pk}"'.encode() not in listing.content
+    # A job is named by what it does; its link keeps the id.
+    title = f"Training of {job.base_version.name} from v{job.base_version.number}"
+    assert f'href="/training/jobs/{job.pk}/">{title}</a>' in listing.content.decode()
+    assert f">#{job.pk}<" not in listing.content.decode()
     page = client.get(f"/training/jobs/{job.pk}/")
     assert page.status_code == 200
+    assert f"<h1>{title} (" in page.content.decode()
+    assert f"#{job.pk}" not in page.content.decode()
     figures = json.loads(
         page.content.decode().split('id="job-figures" type="application/json">')[1].split("</script>")[0]
     )
@@ -150,5 +156,7 @@ def test_job_list_shows_the_tenants_online_runs(member, tenant, other_tenant):
     assert page.status_code == 200
     row = page.content.decode().split(f'data-online-run="{ours.pk}"')[1].split("</tr>")[0]
     assert "<td>12</td>" in row
+    assert f"<td>Online run of {MODEL} from v{ours.base_version.number}</td>" in row
+    assert f"#{ours.pk}" not in row
     assert "no (releases decide)" in row
     assert f'data-online-run="{theirs.pk}"'.encode() not in page.content

@@ -13,6 +13,7 @@ from apps.tenants.permissions import Action, role_can
 from apps.tenants.selectors import two_person_rule_on
 from apps.training import jobs, online, selectors
 from apps.training.forms import OnlineRunForm, TrainingJobForm
+from apps.training.job_words import online_run_title, training_job_title
 from apps.training.views import form_refusal_show
 
 CHARTS = [  # (chart id, title, metric keys)
@@ -101,7 +102,7 @@ def online_run_new(request):
         except DomainError as error:
             form_refusal_show(form, error)
         else:
-            messages.success(request, f"Online run {run.pk} started from {run.base_version.label}.")
+            messages.success(request, f"{online_run_title(run)} started.")
             return redirect(f"{reverse('console:training-jobs')}#online-{run.pk}")
     return render(
         request,
@@ -118,7 +119,7 @@ def online_run_stop(request, run_id):
     if console_action(
         request, lambda: online.online_run_stop(tenant=request.tenant, actor=request.actor, run_id=run.pk)
     ):
-        messages.success(request, f"Stop requested: online run {run.pk} stops after its current step.")
+        messages.success(request, f"Stop requested: {online_run_title(run)} stops after its current step.")
     return redirect(f"{reverse('console:training-jobs')}#online-{run.pk}")
 
 
@@ -138,7 +139,7 @@ def training_job_new(request):
                     for problem in problems:
                         form.add_error(field, problem)
         else:
-            messages.success(request, f"Job {job.pk} queued.")
+            messages.success(request, f"{training_job_title(job)} queued.")
             return redirect("console:training-job", job_id=job.pk)
     queue = selectors.training_queue_snapshot(tenant=request.tenant)
     return render(
