@@ -24,6 +24,13 @@ def release_list(*, tenant: Tenant, status: str | None = None, model: str | None
     return releases.order_by("-created_at", "-id")
 
 
+def release_model_names(*, tenant: Tenant) -> list[str]:
+    """The models the tenant has releases of, for the releases list's filter."""
+    return list(
+        Release.objects.for_tenant(tenant).order_by("model").values_list("model", flat=True).distinct()
+    )
+
+
 def release_get(*, tenant: Tenant, release_id) -> Release:
     return get_in_tenant(
         Release.objects.select_related("candidate", "baseline"),

@@ -2,11 +2,12 @@
 roll-back actions (shown only to roles allowed to take them), and the serving timeline."""
 
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from apps.console.access import console_page
-from apps.console.pages import console_action
+from apps.console.pages import PAGE_SIZE, console_action, query_without_page
 from apps.releases import analysis, approval, selectors, services
 from apps.releases.figures import deficit, guardrail_figures, release_figures, serving_figure
 from apps.releases.forms import ProductionSetForm, ReleaseCreateForm
@@ -86,14 +87,28 @@ def _newest(rows, count: int) -> list:
 
 @console_page(Action.RELEASE_VIEW)
 def release_list(request):
+    """The tenant's releases, newest first, a page at a time, filtered on the server by status and model."""
+    status = request.GET.get("status") or None
+    if status not in ReleaseStatus.values:
+        status = None
+    models = selectors.release_model_names(tenant=request.tenant)
+    model = request.GET.get("model") or None
+    if model not in models:
+        model = None
+    page = Paginator(
+        selectors.release_list(tenant=request.tenant, status=status, model=model), PAGE_SIZE
+    ).get_page(request.GET.get("page"))
     return render(
         request,
         "console/releases.html",
         {
-            "rows": [
-                (release, release_outcome(release))
-                for release in selectors.release_list(tenant=request.tenant)
-            ],
+            "page": page,
+            "rows": [(release, release_outcome(release)) for release in page],
+            "query": query_without_page(request),
+            "statuses": ReleaseStatus.choices,
+            "status": status or "",
+            "models": models,
+            "model": model or "",
             "can_manage": role_can(request.membership.role, Action.RELEASE_MANAGE),
         },
     )
