@@ -311,7 +311,7 @@ def release_enter_canary(*, release: Release, actor: Actor) -> Release:
         actor=actor,
         version=release.candidate,
         status=VersionStatus.CANARY,
-        reason=f"canary of {release_name(release)}",
+        reason=f"canary ({release_name(release)})",
     )
     routing_set(
         tenant=release.tenant,
