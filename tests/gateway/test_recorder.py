@@ -8,26 +8,15 @@ import asyncio
 import json
 import os
 import signal
-import uuid
 
 import pytest
 
 from apps.gateway.journal import Journal, journal_recover
 from apps.gateway.recorder import Recorder
 from apps.trajectories.models import Step
+from tests.gateway.test_journal import _record
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _record(tenant_id: int, session: str, tokens: int = 1) -> dict:
-    return {
-        "step_id": str(uuid.uuid4()),
-        "tenant_id": tenant_id,
-        "session_id": session,
-        "endpoint": "chat",
-        "prompt_tokens": tokens,
-        "completion_tokens": 1,
-    }
 
 
 @pytest.fixture
