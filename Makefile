@@ -61,7 +61,7 @@ demo: install $(if $(filter smollm2,$(DEMO_MODEL))$(filter bfcl,$(DEMO_TASK)),$(
 TEST_WORKERS ?= 2
 
 test: install browsers
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not vllm and not real_model and not frameworks"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not vllm and not real_model and not frameworks"
 
 # The real vLLM tier: builds .venv-vllm (vLLM's CPU build, ~3 minutes the first time) and serves the
 # default model with it. The gateway tests of the tier use the database like the rest of the suite

@@ -10,6 +10,8 @@ from apps.tenants.permissions import Role
 from apps.tenants.services import api_key_create
 from tests.tenants.factories import MembershipFactory, TenantFactory
 
+UNMEASURED_FILE_SECONDS = 5  # a file new since durations.json was recorded
+
 
 def _reachable(host: str, port: int) -> bool:
     try:
@@ -112,8 +114,25 @@ def _no_name_lookups_off_this_machine():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Browser tests run last, after every async test."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    """Files with browser tests run last, after every async test, and the browser tests of a file after its
+    others. Within each of the two groups the files that took longest in a recent run come first
+    (tests/durations.py): `make test` hands files to its workers in this order (`--no-loadscope-reorder`), so
+    the run ends on short files on both workers instead of one long file on one."""
+    from tests.durations import file_seconds
+
+    seconds = file_seconds()
+    browser_files = {item.path for item in items if item.get_closest_marker("browser")}
+
+    def order(item):
+        path = str(item.path.relative_to(config.rootpath))
+        return (
+            item.path in browser_files,
+            -seconds.get(path, UNMEASURED_FILE_SECONDS),
+            path,
+            item.get_closest_marker("browser") is not None,
+        )
+
+    items.sort(key=order)
 
 
 def clear_cache():

@@ -230,7 +230,8 @@ def steps_ingest(*, records: list[dict]) -> int:
     """Inserts journalled step records; returns how many were new. Idempotent: a record whose step id
     this tenant already stored is skipped, so replaying a journal after a crash never duplicates a step or
     its totals. Trajectories new to the database are inserted with their totals in one statement; existing
-    ones are locked in primary-key order while indexes are assigned and their totals move with F() increments.
+    ones are locked in primary-key order while indexes are assigned (in causal order: _in_causal_order) and their
+    totals move with F() increments.
 
     Tenancy: a step only ever joins a trajectory of its own record's tenant. A trajectory or step id held by
     another tenant's row raises StepRefused (the whole batch rolls back; the journal isolates the record)."""
@@ -272,8 +273,54 @@ def steps_ingest(*, records: list[dict]) -> int:
             Trajectory.objects.filter(id=trajectory_id, tenant_id=owners[trajectory_id]).update(
                 **{field: F(field) + value for field, value in _totals(batch).items()}
             )
+    # Stored steps only move up: the highest first, each into a place vacated or never held (index is unique).
+    for step in sorted(
+        _in_causal_order(rows, existing=set(existing) - created), key=lambda step: -step.index
+    ):
+        Step.objects.filter(pk=step.pk).update(index=step.index)
     _rows_insert(Step, rows)
     return len(rows)
+
+
+def _in_causal_order(rows: list[Step], *, existing: set) -> list[Step]:
+    """Indexes keep the order steps were created in (ATDP: steps in causal order), not the order they reach
+    the database: each web process flushes its own journal, so a turn served on one process can be stored
+    after a later turn of the same session (a retry of it, say) that another process served. A new step
+    created before steps already stored takes its place among them and they move up; the stored steps keep
+    their own order. Returns the stored steps whose index changed (none on the ordinary path, which costs
+    one query per batch that joins existing trajectories)."""
+    joining: dict = {}
+    for row in rows:
+        if row.trajectory_id in existing:
+            joining.setdefault(row.trajectory_id, []).append(row)
+    if not joining:
+        return []
+    earliest = min(row.created_at for fresh in joining.values() for row in fresh)
+    late = {
+        trajectory_id
+        for trajectory_id, created_at in Step.objects.filter(
+            trajectory_id__in=list(joining), created_at__gt=earliest
+        ).values_list("trajectory_id", "created_at")
+        if created_at > min(row.created_at for row in joining[trajectory_id])
+    }
+    moved = []
+    for trajectory_id in late:
+        sequence = list(
+            Step.objects.filter(trajectory_id=trajectory_id)
+            .only("id", "index", "created_at")
+            .order_by("index")
+        )
+        stored = {step.pk: step.index for step in sequence}
+        for row in joining[trajectory_id]:
+            position = next(
+                (at for at, step in enumerate(sequence) if step.created_at > row.created_at), len(sequence)
+            )
+            sequence.insert(position, row)
+        for index, step in enumerate(sequence):
+            step.index = index
+            if step.pk in stored and stored[step.pk] != index:
+                moved.append(step)
+    return moved
 
 
 @transaction.atomic

@@ -90,9 +90,12 @@ def _demo(tmp_path, **overrides) -> subprocess.CompletedProcess:
         **overrides,
     }
     # `make demo` is the embedded default by definition (no PostgreSQL, no Redis): under CI=true the suite's
-    # service URLs are set in this process's environment, and the demo must not inherit them.
+    # service URLs are set in this process's environment, and the demo must not inherit them. Nor the metrics
+    # folder the settings set for this worker: the demo's counters would add to the next test's tenant of
+    # the same id there.
     for name in (
         "AREAL_VAR_DIR",
+        "PROMETHEUS_MULTIPROC_DIR",
         "DJANGO_SETTINGS_MODULE",
         "DATABASE_URL",
         "REDIS_URL",

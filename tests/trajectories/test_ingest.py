@@ -1,5 +1,6 @@
 """steps_ingest: the journal's group commit. New trajectories arrive with their totals counted, existing
-ones are incremented, indexes follow arrival, and a replayed batch changes nothing."""
+ones are incremented, indexes follow arrival unless a step arrives after later ones (then creation order),
+and a replayed batch changes nothing."""
 
 import uuid
 from decimal import Decimal
@@ -56,6 +57,22 @@ def test_new_and_existing_trajectories_in_one_batch(tenant, other_tenant):
     a.refresh_from_db()
     assert a.step_count == 3
     assert Step.objects.count() == 6
+
+
+def test_a_step_stored_after_later_steps_of_its_session_takes_its_place_among_them(tenant):
+    """Two web processes flush their journals apart: turn 2, served on one, can reach the database after a
+    retry of it served later on the other. Indexes follow creation, so the retry stays after what it retries."""
+    at = "2026-12-03T10:00:0{}+00:00"
+    first, retry, follow_up = (_record(tenant, "s", created_at=at.format(second)) for second in (0, 5, 6))
+    turn_two = _record(tenant, "s", created_at=at.format(3))
+    assert steps_ingest(records=[first, retry]) == 2
+    assert steps_ingest(records=[turn_two, follow_up]) == 2
+    trajectory = Trajectory.objects.get(tenant=tenant, session_id="s")
+    assert trajectory.step_count == 4
+    assert list(trajectory.steps.order_by("index").values_list("id", "index")) == [
+        (uuid.UUID(record["step_id"]), index)
+        for index, record in enumerate([first, turn_two, retry, follow_up])
+    ]
 
 
 def test_a_trajectory_created_meanwhile_makes_the_fast_insert_step_aside(tenant):
