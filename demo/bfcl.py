@@ -109,6 +109,7 @@ class BfclMixin:
             learning_rate=rate,
             seed=self.seed,
             progress=progress,
+            micro_batch_tokens=demo_config.micro_batch_tokens,
         )
         self.out.write("")
         self.warmup_seconds = time.monotonic() - started

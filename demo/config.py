@@ -70,6 +70,13 @@ TASK_DEFAULTS: dict[str, dict[str, float]] = {
         "DEMO_HELDOUT": 10,
         "DEMO_USERS": 2,
         "DEMO_EVAL_EVERY": 2,
+        # Tokens per micro-batch of the warm-up and the online trainer (gradient accumulation: the same
+        # update in smaller forwards). Without a varlen kernel a micro-batch is padded and every layer keeps
+        # its [B, heads, L, L] attention for the backward pass. Three warm-up batches of 8 peaked at 12.2 GB
+        # at 8,192 tokens (the demo's warm-up and the train worker together overran 24 GB), 6.4 GB at 2,048,
+        # which also ran 1.5x faster. Not lower: a sample must fit one micro-batch, and BFCL's single-turn
+        # prompts reach 1,059 tokens with SmolLM2's tokenizer.
+        "DEMO_MICRO_BATCH_TOKENS": 2048,
     },
 }
 BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
@@ -155,6 +162,7 @@ class DemoConfig:
     task: str = "weather"  # a key of TASK_DEFAULTS
     bfcl_categories: tuple[str, ...] = BFCL_CATEGORIES
     bfcl_demonstrations: int = 240
+    micro_batch_tokens: int = 8192
 
     @property
     def model_name(self) -> str:
@@ -199,4 +207,5 @@ class DemoConfig:
             task=demo_task(),
             bfcl_categories=_bfcl_categories(),
             bfcl_demonstrations=_env_int("DEMO_BFCL_DEMOS", 240),
+            micro_batch_tokens=_env_int("DEMO_MICRO_BATCH_TOKENS", 8192),
         )

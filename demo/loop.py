@@ -43,7 +43,7 @@ class LoopMixin:
                 "learning_rate": settings.learning_rate,
                 "std_level": "batch",
                 "behaviour_weight_cap": 5.0,
-                "micro_batch_tokens": 8192,
+                "micro_batch_tokens": settings.micro_batch_tokens,
                 "seed": self.seed,
                 "samples_per_step": settings.batch,
                 "publish_every": settings.publish_every,

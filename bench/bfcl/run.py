@@ -108,6 +108,7 @@ def sft_only(seed: int, loop: dict, *, heldout: int, scratch: Path) -> dict:
         learning_rate=float(defaults["DEMO_SFT_LR"]),
         seed=seed,
         seconds=seconds,
+        micro_batch_tokens=int(defaults["DEMO_MICRO_BATCH_TOKENS"]),
     )
     trained_seconds = time.monotonic() - started
     gate = {"environment": "bfcl", "categories": list(BFCL_CATEGORIES), "cases": heldout}

@@ -62,6 +62,7 @@ def test_the_weather_desk_stays_the_default_task():
     settings = DemoConfig.from_environment()
 
     assert (settings.task, settings.model_name) == ("weather", "weather")
+    assert settings.micro_batch_tokens == 8192
 
 
 def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_defaults(monkeypatch):
@@ -76,6 +77,7 @@ def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_d
     assert "multi_turn_base" not in settings.bfcl_categories
     assert settings.budget_seconds == TASK_DEFAULTS["bfcl"]["DEMO_BUDGET_SECONDS"] == 900
     assert settings.sft_learning_rate == TASK_DEFAULTS["bfcl"]["DEMO_SFT_LR"]
+    assert settings.micro_batch_tokens == 2048  # the weather desk keeps 8,192 (memory: demo/config.py)
     monkeypatch.setenv("DEMO_BFCL_CATEGORIES", "irrelevance, simple_python")
     assert DemoConfig.from_environment().bfcl_categories == ("irrelevance", "simple_python")
 

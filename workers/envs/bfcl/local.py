@@ -170,6 +170,7 @@ def train_on_demonstrations(
     seed: int = 0,
     progress: Callable[[int, int, float], None] | None = None,
     seconds: float | None = None,
+    micro_batch_tokens: int = 2048,
 ) -> int:
     """SFT of `model_dir` on `conversations` ((case, messages) pairs), `steps` batches of `batch_size`
     drawn in a seeded order (again from the start once all were used), exported to `out_dir`; with
@@ -197,7 +198,7 @@ def train_on_demonstrations(
         schedule="constant",
         warmup_steps=min(3, steps),
         total_steps=steps,
-        micro_batch_tokens=8192,
+        micro_batch_tokens=micro_batch_tokens,
         seed=seed,
     )
     trainer = Trainer(model_dir, config)
