@@ -295,13 +295,15 @@ def _in_causal_order(rows: list[Step], *, existing: set) -> list[Step]:
             joining.setdefault(row.trajectory_id, []).append(row)
     if not joining:
         return []
-    earliest = min(row.created_at for fresh in joining.values() for row in fresh)
+    first_new = {
+        trajectory_id: min(row.created_at for row in fresh) for trajectory_id, fresh in joining.items()
+    }
     late = {
         trajectory_id
         for trajectory_id, created_at in Step.objects.filter(
-            trajectory_id__in=list(joining), created_at__gt=earliest
+            trajectory_id__in=list(joining), created_at__gt=min(first_new.values())
         ).values_list("trajectory_id", "created_at")
-        if created_at > min(row.created_at for row in joining[trajectory_id])
+        if created_at > first_new[trajectory_id]
     }
     moved = []
     for trajectory_id in late:
