@@ -11,6 +11,7 @@ since smolagents writes the ids into the text of its next prompt."""
 
 import contextlib
 import json
+import random
 import re
 import threading
 import uuid
@@ -45,12 +46,12 @@ class Exchange:
         return any(CALL_ID.search(_text(message.get("content"))) for message in self.messages)
 
 
-def with_new_call_ids(exchange: Exchange) -> Exchange:
-    """The same exchange as another run sends it: each tool-call id replaced by a new random one."""
+def with_new_call_ids(exchange: Exchange, rng: random.Random) -> Exchange:
+    """The same exchange as another run sends it: each tool-call id replaced by a new one drawn from rng."""
     renamed: dict[str, str] = {}
 
     def rename(match) -> str:
-        return renamed.setdefault(match.group(0), _new_call_id())
+        return renamed.setdefault(match.group(0), f"call_{rng.getrandbits(96):024x}")
 
     messages = json.loads(CALL_ID.sub(rename, json.dumps(exchange.messages)))
     return Exchange(messages=messages, tools=exchange.tools, answer=exchange.answer)
