@@ -1,8 +1,8 @@
 """Online mode: services and selectors of OnlineRun (AReaL's online decoupled PPO over the live queue).
 
 The loop itself is runners.online_run_execute (its batching: workers.rl.staleness); this module owns its
-rows. Staleness is counted in version numbers of the model: a token sampled by version v is stale once the
-run's current version V > v + η.
+rows. A token sampled by version v is stale once the run's current version V is more than η training steps
+past v along the lineage of versions (workers.rl.staleness.Lineage; not the difference of version numbers).
 
 Back-pressure (AReaL's StalenessManager): with B = samples_per_step and v = steps trained, at most
 (η + v + 1)·B rollouts may have been started since the run began; capacity = that − (accepted + running),
