@@ -51,14 +51,18 @@ def with_new_call_ids(exchange: Exchange, rng: random.Random) -> Exchange:
     renamed: dict[str, str] = {}
 
     def rename(match) -> str:
-        return renamed.setdefault(match.group(0), f"call_{rng.getrandbits(96):024x}")
+        return renamed.setdefault(match.group(0), _new_call_id(rng))
 
     messages = json.loads(CALL_ID.sub(rename, json.dumps(exchange.messages)))
     return Exchange(messages=messages, tools=exchange.tools, answer=exchange.answer)
 
 
-def _new_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
+_FRESH_IDS = random.SystemRandom()
+
+
+def _new_call_id(rng: random.Random = _FRESH_IDS) -> str:
+    """`call_` and 24 hex digits, as the embedded server's ids (CALL_ID)."""
+    return f"call_{rng.getrandbits(96):024x}"
 
 
 def _text(content) -> str:

@@ -13,9 +13,9 @@ before training.
 
 smolagents writes the ids of the tool calls it received into the text of its next prompt, and the embedded
 server's ids are random: those prompts are trained under several ids (capture.with_new_call_ids) and held
-out under others (drawn from a fixed seed). Training stops once every answer token leads the best other token by TERSE_MARGIN (as the
-terse model) on the prompts trained and on the held-out ones, so that neither a new id nor batching noise in
-the server can flip a token."""
+out under others, all drawn from a fixed seed. Training stops once every answer token leads the best other
+token by TERSE_MARGIN (as the terse model) on the prompts trained and on the held-out ones, so that neither a
+new id nor batching noise in the server can flip a token."""
 
 import random
 import shutil
