@@ -7,7 +7,8 @@ wall-time budget, counted from the base's held-out measurement; the warm-up is t
 DEMO_SKILL_STEPS (200), DEMO_SFT_STEPS (60), DEMO_SFT_BATCH (16 episodes a step), DEMO_SFT_LR (1e-3), DEMO_USERS (3), DEMO_HELDOUT (64 cases),
 DEMO_ETA (8: production lags the learner by the versions a release takes), DEMO_BATCH (16 samples per step),
 DEMO_PUBLISH_EVERY (1), DEMO_EVAL_EVERY (2 versions), DEMO_LR (1e-4), DEMO_TOLERANCE (0.05),
-DEMO_CANARY_PERCENT (50), DEMO_CANARY_SECONDS (10), DEMO_ANNOTATOR_SHARE (0.3), DEMO_SUMMARY (a JSON file;
+DEMO_CANARY_PERCENT (50), DEMO_CANARY_SECONDS (10), DEMO_CANARY_PATIENCE (30 analyses, 3 s apart, before an
+inconclusive canary is aborted; 80 under DEMO_TASK=bfcl), DEMO_ANNOTATOR_SHARE (0.3), DEMO_SUMMARY (a JSON file;
 default var/demo/demo-summary.json), DEMO_SCENARIO (empty: none; a name of workers.envs.scenarios.SCENARIOS:
 the world the traffic meets, see demo/scenario.py), DEMO_SCENARIO_AT (empty: the scenario's own time;
 seconds after the traffic starts at which its trigger switches), DEMO_MODEL (default: the project's own
@@ -15,7 +16,8 @@ few-million-parameter model; smollm2: SmolLM2-135M-Instruct, a real pretrained m
 workers.models, with its own defaults in MODEL_DEFAULTS), DEMO_TASK (weather: the weather desk; bfcl: the
 Berkeley Function Calling Leaderboard, workers/envs/bfcl, with SmolLM2 and the defaults of TASK_DEFAULTS),
 DEMO_BFCL_CATEGORIES (comma-separated single-turn categories; default all five), DEMO_BFCL_DEMOS (the
-warm-up's demonstrations from the train split's ground truth). Under DEMO_TASK=bfcl, DEMO_HELDOUT is held-out
+warm-up's demonstrations from the train split's ground truth), DEMO_TRAINER_NICENESS (the train worker's
+niceness, AREAL_TRAINING_NICENESS; 0, under DEMO_TASK=bfcl 10). Under DEMO_TASK=bfcl, DEMO_HELDOUT is held-out
 cases per category.
 """
 
@@ -77,6 +79,13 @@ TASK_DEFAULTS: dict[str, dict[str, float]] = {
         # which also ran 1.5x faster. Not lower: a sample must fit one micro-batch, and BFCL's single-turn
         # prompts reach 1,059 tokens with SmolLM2's tokenizer.
         "DEMO_MICRO_BATCH_TOKENS": 2048,
+        # The train worker's niceness (AREAL_TRAINING_NICENESS): a candidate's gate (50 held-out prompts
+        # answered in the eval worker) and the traffic's two inference servers take the cores before the
+        # next training step does, so that a release fits the loop.
+        "DEMO_TRAINER_NICENESS": 10,
+        # BFCL's users send a case every ~7 s between them (SmolLM2 on a shared core), so a canary at 50 %
+        # of new sessions reaches 10 rewarded samples per arm in 2-4 minutes, not the weather desk's 90 s.
+        "DEMO_CANARY_PATIENCE": 80,
     },
 }
 BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
@@ -156,6 +165,7 @@ class DemoConfig:
     tolerance: float
     canary_percent: float
     canary_seconds: int
+    canary_patience: int
     annotator_share: float
     scenario: str  # empty: no scenario (the demo as it was)
     scenario_at: float | None  # None: the scenario's own trigger time
@@ -163,6 +173,7 @@ class DemoConfig:
     bfcl_categories: tuple[str, ...] = BFCL_CATEGORIES
     bfcl_demonstrations: int = 240
     micro_batch_tokens: int = 8192
+    trainer_niceness: int = 0
 
     @property
     def model_name(self) -> str:
@@ -201,6 +212,7 @@ class DemoConfig:
             tolerance=_env_float("DEMO_TOLERANCE", 0.05),
             canary_percent=_env_float("DEMO_CANARY_PERCENT", 50),
             canary_seconds=_env_int("DEMO_CANARY_SECONDS", 10),
+            canary_patience=_env_int("DEMO_CANARY_PATIENCE", 30),
             annotator_share=_env_float("DEMO_ANNOTATOR_SHARE", 0.3),
             scenario=env_str("DEMO_SCENARIO", "").strip(),
             scenario_at=float(env_str("DEMO_SCENARIO_AT")) if env_str("DEMO_SCENARIO_AT", "") else None,
@@ -208,4 +220,5 @@ class DemoConfig:
             bfcl_categories=_bfcl_categories(),
             bfcl_demonstrations=_env_int("DEMO_BFCL_DEMOS", 240),
             micro_batch_tokens=_env_int("DEMO_MICRO_BATCH_TOKENS", 8192),
+            trainer_niceness=_env_int("DEMO_TRAINER_NICENESS", 0),
         )

@@ -55,7 +55,7 @@ class LoopMixin:
                 "stages": [settings.canary_percent],
                 "stage_min_seconds": settings.canary_seconds,
                 "failure_limit": 1,
-                "inconclusive_limit": 30,
+                "inconclusive_limit": settings.canary_patience,
                 "guardrails": [
                     {
                         "metric": "reward_mean",

@@ -105,6 +105,10 @@ class StackMixin:
             )
             for slot, port in self.slots.items()
         }
+        environments["trainer"] = {
+            **environment,
+            "AREAL_TRAINING_NICENESS": str(self.demo_config.trainer_niceness),
+        }
         for name, command in commands.items():
             self.processes.start(
                 name, command, environment=environments.get(name, environment), log=logs / f"{name}.log"

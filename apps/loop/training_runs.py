@@ -65,14 +65,31 @@ def training_job_execute(*, job_id: int) -> dict:
         return {"job": job_id, "status": "failed"}
 
 
-def _train(job, lease: str) -> dict:
+def training_process_prepare() -> None:
+    """The training worker's process before it trains: torch's intra-op threads (AREAL_TRAINING_THREADS) and
+    its scheduling niceness (AREAL_TRAINING_NICENESS, 0 leaves it as it is). On a machine that also serves and
+    evaluates (the demo, `manage.py up` on one host) a niced trainer takes the CPU the web process, the
+    inference servers and an eval run leave, so a candidate's gate is not slowed by the next training step.
+    Linux keeps a niceness per thread: every thread of the process is set, torch's pool included."""
     import torch
 
+    niceness = settings.AREAL_TRAINING_NICENESS
+    if niceness:
+        threads = Path("/proc/self/task")
+        for thread in [int(name.name) for name in threads.iterdir()] if threads.exists() else [0]:
+            try:
+                os.setpriority(os.PRIO_PROCESS, thread, niceness)
+            except (ProcessLookupError, PermissionError):  # a thread that ended; lowering needs privilege
+                continue
+    torch.set_num_threads(settings.AREAL_TRAINING_THREADS)
+
+
+def _train(job, lease: str) -> dict:
     from workers.engines import TrainConfig, Trainer, latest_checkpoint, plan_batches
     from workers.inference.modelgen import tokenizer_fingerprint
     from workers.rl.samples import build_samples
 
-    torch.set_num_threads(settings.AREAL_TRAINING_THREADS)
+    training_process_prepare()
     tenant, base = job.tenant, job.base_version
     snapshot = job.dataset_snapshot
     if (
@@ -193,11 +210,9 @@ def online_run_execute(*, run_id: int, poll_seconds: float = 0.5) -> dict:
 
 
 def _learn(run, poll_seconds: float) -> dict:
-    import torch
-
     from workers.engines import TrainConfig, Trainer
 
-    torch.set_num_threads(settings.AREAL_TRAINING_THREADS)
+    training_process_prepare()
     tenant = run.tenant
     actor = Actor.system(f"online-run-{run.pk}")
     config = TrainConfig.from_dict(run.config)

@@ -326,12 +326,14 @@ STATICFILES_DIRS += [("vendor/plotly", str(Path(__import__("plotly").__file__).p
 
 # Training jobs (apps.training, apps/loop/training_runs.py): the queue they are sent to, where runs keep their
 # checkpoints and where trained versions are exported, how long a silent running job waits before beat
-# requeues it (a killed worker), torch threads and device of a training worker ("" = cuda if present).
+# requeues it (a killed worker), torch threads, scheduling niceness (0: unchanged; 10: training takes the CPU that
+# serving and evaluation leave on a shared host) and device of a training worker ("" = cuda if present).
 AREAL_TRAINING_QUEUE = env_str("AREAL_TRAINING_QUEUE", Queue.TRAIN.value)
 AREAL_TRAINING_DIR = Path(env_str("AREAL_TRAINING_DIR", str(VAR_DIR / "training")))
 AREAL_MODELS_DIR = Path(env_str("AREAL_MODELS_DIR", str(VAR_DIR / "models")))
 AREAL_TRAINING_STALE_SECONDS = env_int("AREAL_TRAINING_STALE_SECONDS", 300)
 AREAL_TRAINING_THREADS = env_int("AREAL_TRAINING_THREADS", 2)
+AREAL_TRAINING_NICENESS = env_int("AREAL_TRAINING_NICENESS", 0)
 AREAL_TRAINING_DEVICE = env_str("AREAL_TRAINING_DEVICE", "") or None
 # Generated tokens whose policy version is unknown (-1: no backend version could be derived) cannot be aged by
 # the staleness bound: "keep" trains them (counted and logged; the log-linear proximal treats them as on-policy),

@@ -4,14 +4,16 @@
     on demonstrations from the train split's ground truth, online RL from the agent's own traffic with BFCL's
     checker's rewards, the control plane's gate and canaries); its figure is the held-out accuracy of the
     version in production at the end (the last promoted, else the warmed-up base);
-(b) SFT only: the same initial model trained on the same demonstrations plus the train-split answers of the
-    loop's traffic that the checker accepted (reward 1: rejection sampling), for the wall time (a) took
-    (its warm-up plus its loop), then measured on the same held-out cases by the same gate.
+(b) SFT only: the loop's own warmed-up base trained further on the same demonstrations plus the train-split
+    answers of the loop's traffic that the checker accepted (reward 1: rejection sampling), for the wall time
+    the loop took, then measured on the same held-out cases by the same gate. Both arms share the warm-up
+    (the same seed's base, cached in var/demo-cache as `make demo` caches it; --fresh-base trains it again),
+    so the comparison is the loop's minutes against as many more minutes of SFT from the same start.
 
 Prints the held-out accuracy per category of both, the ratio (a)/(b), and the loop's staleness figures (the
 share of qualified trajectories it trained on, the lag histogram).
 
-    .venv/bin/python bench/bfcl/run.py [--seeds 0 1 2] [--budget 900] [--heldout 10]
+    .venv/bin/python bench/bfcl/run.py [--seeds 0 1 2] [--budget 900] [--heldout 10] [--fresh-base]
 
 Raw summaries go to bench/results/bfcl-<time>.json. The machine's load is printed with the figures.
 """
@@ -30,17 +32,20 @@ sys.path.insert(0, str(ROOT))
 from bench.demo.process import run_demo  # noqa: E402
 
 DEMO_OVERHEAD_SECONDS = 3600  # zero-shot, warm-up, the final gate, the shutdown, on a busy 2-core machine
-MODEL_DIR = ROOT / "var" / "real-model" / "smollm2"
+# The loop's demo directory: beside var/demo, so that its warm-up cache is var/demo-cache, `make demo`'s own
+# (keyed by the seed, the warm-up's settings and the initial weights). The demo resets it on every run.
+DEMO_DIR = ROOT / "var" / "bench-bfcl"
+BASE_DIR = DEMO_DIR / "runs" / "bfcl" / "base"  # the loop's warmed-up base (its version 0)
 
 
-def run_loop(seed: int, *, budget: int, heldout: int, port: int, scratch: Path) -> dict:
+def run_loop(seed: int, *, budget: int, heldout: int, port: int, scratch: Path, fresh_base: bool) -> dict:
     summary_path = scratch / f"loop-{seed}.json"
     environment = {
         **os.environ,
         "DEMO_TASK": "bfcl",
-        "DEMO_VAR_DIR": str(scratch / "demo"),
+        "DEMO_VAR_DIR": str(DEMO_DIR),
         "DEMO_EXIT": "1",
-        "DEMO_FRESH_BASE": "1",  # the warm-up is part of (a)'s wall time
+        "DEMO_FRESH_BASE": "1" if fresh_base else "",
         "DEMO_SEED": str(seed),
         "DEMO_BUDGET_SECONDS": str(budget),
         "DEMO_HELDOUT": str(heldout),
@@ -65,8 +70,8 @@ def production_figures(loop: dict) -> tuple[str, dict]:
 
 
 def sft_only(seed: int, loop: dict, *, heldout: int, scratch: Path) -> dict:
-    """(b): the demonstrations (as the loop's warm-up chose them) plus the accepted traffic, trained for the
-    loop's wall time (warm-up and loop), measured by the loop's gate."""
+    """(b): the loop's warmed-up base trained further on the demonstrations (as the loop's warm-up chose them)
+    plus the accepted traffic for the loop's wall time, measured by the loop's gate."""
     from apps.evaluation.bfcl import bfcl_gate_heldout
     from demo.config import BFCL_CATEGORIES, TASK_DEFAULTS
     from workers.envs.bfcl import load_cases, turn_messages
@@ -96,11 +101,11 @@ def sft_only(seed: int, loop: dict, *, heldout: int, scratch: Path) -> dict:
             ]
         conversations.append((case, [*turn_messages(case, 0), reply]))
         accepted += 1
-    seconds = float(loop.get("warmup_seconds", 0)) + float(loop.get("loop_seconds", 0))
+    seconds = float(loop.get("loop_seconds", 0))
     out = scratch / f"sft-only-{seed}"
     started = time.monotonic()
     steps = train_on_demonstrations(
-        MODEL_DIR,
+        BASE_DIR,
         out,
         conversations,
         steps=1_000_000,
@@ -134,6 +139,9 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=900, help="the loop's seconds (DEMO_BUDGET_SECONDS)")
     parser.add_argument("--heldout", type=int, default=10, help="held-out cases per category (DEMO_HELDOUT)")
     parser.add_argument("--port", type=int, default=8600)
+    parser.add_argument(
+        "--fresh-base", action="store_true", help="train each seed's warm-up again (DEMO_FRESH_BASE=1)"
+    )
     arguments = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "areal_web.settings.local")
     import django
@@ -151,6 +159,7 @@ def main() -> None:
                 heldout=arguments.heldout,
                 port=arguments.port,
                 scratch=Path(scratch),
+                fresh_base=arguments.fresh_base,
             )
             if "error" in loop:
                 print(f"seed {seed}: the loop failed\n{loop['error']}", flush=True)

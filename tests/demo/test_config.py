@@ -14,6 +14,8 @@ KNOBS = (
     "DEMO_SFT_STEPS",
     "DEMO_SFT_LR",
     "DEMO_LR",
+    "DEMO_TRAINER_NICENESS",
+    "DEMO_CANARY_PATIENCE",
 )
 
 
@@ -63,6 +65,7 @@ def test_the_weather_desk_stays_the_default_task():
 
     assert (settings.task, settings.model_name) == ("weather", "weather")
     assert settings.micro_batch_tokens == 8192
+    assert (settings.trainer_niceness, settings.canary_patience) == (0, 30)
 
 
 def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_defaults(monkeypatch):
@@ -78,6 +81,10 @@ def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_d
     assert settings.budget_seconds == TASK_DEFAULTS["bfcl"]["DEMO_BUDGET_SECONDS"] == 900
     assert settings.sft_learning_rate == TASK_DEFAULTS["bfcl"]["DEMO_SFT_LR"]
     assert settings.micro_batch_tokens == 2048  # the weather desk keeps 8,192 (memory: demo/config.py)
+    # the gate and the canary must fit the loop: the trainer yields the cores, the canary waits longer
+    assert (settings.trainer_niceness, settings.canary_patience) == (10, 80)
+    monkeypatch.setenv("DEMO_TRAINER_NICENESS", "0")
+    assert DemoConfig.from_environment().trainer_niceness == 0
     monkeypatch.setenv("DEMO_BFCL_CATEGORIES", "irrelevance, simple_python")
     assert DemoConfig.from_environment().bfcl_categories == ("irrelevance", "simple_python")
 

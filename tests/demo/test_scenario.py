@@ -45,6 +45,7 @@ def _settings(tmp_path, **changes) -> DemoConfig:
         "tolerance": 0.05,
         "canary_percent": 50,
         "canary_seconds": 1,
+        "canary_patience": 30,
         "annotator_share": 0.0,
         "scenario": "",
         "scenario_at": None,
