@@ -17,7 +17,8 @@ workers.models, with its own defaults in MODEL_DEFAULTS), DEMO_TASK (weather: th
 Berkeley Function Calling Leaderboard, workers/envs/bfcl, with SmolLM2 and the defaults of TASK_DEFAULTS),
 DEMO_BFCL_CATEGORIES (comma-separated single-turn categories; default all five), DEMO_BFCL_DEMOS (the
 warm-up's demonstrations from the train split's ground truth), DEMO_TRAINER_NICENESS (the train worker's
-niceness, AREAL_TRAINING_NICENESS; 0, under DEMO_TASK=bfcl 10). Under DEMO_TASK=bfcl, DEMO_HELDOUT is held-out
+niceness, AREAL_TRAINING_NICENESS; 0, under DEMO_TASK=bfcl 10), DEMO_GATE_THREADS (the eval worker's torch
+threads for an environment gate, AREAL_GATE_THREADS; 0: torch's choice, under DEMO_TASK=bfcl 1). Under DEMO_TASK=bfcl, DEMO_HELDOUT is held-out
 cases per category.
 """
 
@@ -86,6 +87,10 @@ TASK_DEFAULTS: dict[str, dict[str, float]] = {
         # BFCL's users send a case every ~7 s between them (SmolLM2 on a shared core), so a canary at 50 %
         # of new sessions reaches 10 rewarded samples per arm in 2-4 minutes, not the weather desk's 90 s.
         "DEMO_CANARY_PATIENCE": 80,
+        # The gate's engine on one torch thread (AREAL_GATE_THREADS): beside two serving processes and the
+        # trainer, two threads wait on each other at every operation. 15 held-out cases under such a load
+        # (bench/bfcl/README.md): 129.5 s on two threads, 70.9 s on one.
+        "DEMO_GATE_THREADS": 1,
     },
 }
 BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
@@ -174,6 +179,7 @@ class DemoConfig:
     bfcl_demonstrations: int = 240
     micro_batch_tokens: int = 8192
     trainer_niceness: int = 0
+    gate_threads: int = 0
 
     @property
     def model_name(self) -> str:
@@ -221,4 +227,5 @@ class DemoConfig:
             bfcl_demonstrations=_env_int("DEMO_BFCL_DEMOS", 240),
             micro_batch_tokens=_env_int("DEMO_MICRO_BATCH_TOKENS", 8192),
             trainer_niceness=_env_int("DEMO_TRAINER_NICENESS", 0),
+            gate_threads=_env_int("DEMO_GATE_THREADS", 0),
         )

@@ -109,6 +109,7 @@ class StackMixin:
             **environment,
             "AREAL_TRAINING_NICENESS": str(self.demo_config.trainer_niceness),
         }
+        environments["worker"] = {**environment, "AREAL_GATE_THREADS": str(self.demo_config.gate_threads)}
         for name, command in commands.items():
             self.processes.start(
                 name, command, environment=environments.get(name, environment), log=logs / f"{name}.log"

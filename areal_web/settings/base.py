@@ -313,6 +313,8 @@ AREAL_GATEWAY_URL = env_str("AREAL_GATEWAY_URL", "http://127.0.0.1:8000")
 # Program evaluators and program-checked eval cases run only executables from this directory (unset: none).
 AREAL_EVALUATOR_PROGRAMS_DIR = env_str("AREAL_EVALUATOR_PROGRAMS_DIR", "")
 AREAL_EVAL_REQUEST_TIMEOUT_SECONDS = env_int("AREAL_EVAL_REQUEST_TIMEOUT_SECONDS", 120)
+# torch's intra-op threads for an environment gate measured in the eval worker (0: torch's own choice)
+AREAL_GATE_THREADS = env_int("AREAL_GATE_THREADS", 0)
 # The queue eval runs are sent to, and how long a running run may go without a heartbeat (one per case, so
 # longer than a case's request timeout) before beat requeues it to another worker (a killed worker).
 AREAL_EVAL_QUEUE = env_str("AREAL_EVAL_QUEUE", Queue.EVAL.value)

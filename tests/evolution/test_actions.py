@@ -48,6 +48,32 @@ def _only(policy, kind):
     return decision
 
 
+def test_the_environment_gate_runs_on_the_threads_it_is_given_and_gives_them_back(
+    tenant, model_dir, settings, monkeypatch
+):
+    import torch
+
+    from apps.loop.actions import gate_measure
+    from workers.envs import warmup
+
+    seen = []
+    measure = warmup.heldout_success
+
+    def watched(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(warmup, "heldout_success", watched)
+    settings.AREAL_GATE_THREADS = 1
+    policy = AutoPolicyFactory(tenant=tenant, gate={"environment": "weather", "cases": 2, "seed": 0})
+    base = production(tenant, policy, checkpoint=model_dir)
+    before = torch.get_num_threads()
+    score = gate_measure(tenant=tenant, version=base, gate=policy.gate)
+    assert 0.0 <= score <= 1.0
+    assert seen == [1]
+    assert torch.get_num_threads() == before  # the worker's next task gets torch's threads back
+
+
 @pytest.mark.parametrize(("min_gain", "child"), [(-0.05, "release"), (0.5, "restart_learner")])
 def test_the_environment_gate_measures_on_the_eval_queue_and_decides_the_next_step(
     tenant, model_dir, min_gain, child

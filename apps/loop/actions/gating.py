@@ -1,7 +1,9 @@
 """evaluate: the policy's gate measured on the decision's version (an environment or a suite)."""
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.db import transaction
 
 from apps.core.tasking import task_enqueue
@@ -35,18 +37,19 @@ def gate_measure(*, tenant: Tenant, version, gate: dict) -> float:
     known = gate_score(version, gate)
     if known is not None:
         return known
-    if (
-        gate.get("environment") == "bfcl"
-    ):  # BFCL's held-out split, scored by its checker (apps.evaluation.bfcl)
-        from apps.evaluation.bfcl import bfcl_gate_heldout
+    with _gate_threads():
+        if (
+            gate.get("environment") == "bfcl"
+        ):  # BFCL's held-out split, scored by its checker (apps.evaluation.bfcl)
+            from apps.evaluation.bfcl import bfcl_gate_heldout
 
-        result = bfcl_gate_heldout(version.checkpoint_path, gate)
-    elif gate.get("environment") == "weather":
-        seed = int(gate.get("seed", 0))
-        tasks = weather.make_tasks(split="heldout", count=int(gate.get("cases", 64)), seed=seed)
-        result = heldout_success(version.checkpoint_path, tasks, seed=seed)
-    else:
-        raise ValueError(f"no environment gate named {gate.get('environment')!r}")
+            result = bfcl_gate_heldout(version.checkpoint_path, gate)
+        elif gate.get("environment") == "weather":
+            seed = int(gate.get("seed", 0))
+            tasks = weather.make_tasks(split="heldout", count=int(gate.get("cases", 64)), seed=seed)
+            result = heldout_success(version.checkpoint_path, tasks, seed=seed)
+        else:
+            raise ValueError(f"no environment gate named {gate.get('environment')!r}")
     entry = {"score": result.success, "cases": result.cases, "reasons": dict(result.reasons)}
     if getattr(result, "per_category", None):
         entry["per_category"] = result.per_category
@@ -60,6 +63,22 @@ def gate_measure(*, tenant: Tenant, version, gate: dict) -> float:
         },
     )
     return result.success
+
+
+@contextmanager
+def _gate_threads():
+    """torch's intra-op threads for an environment gate's in-process engine (AREAL_GATE_THREADS; 0 leaves
+    torch's own choice), restored afterwards for the worker's next task."""
+    import torch
+
+    wanted = settings.AREAL_GATE_THREADS
+    before = torch.get_num_threads()
+    if wanted:
+        torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def gate_run(*, tenant_id: int, decision_id: int) -> dict:
