@@ -18,8 +18,8 @@ Berkeley Function Calling Leaderboard, workers/envs/bfcl, with SmolLM2 and the d
 DEMO_BFCL_CATEGORIES (comma-separated single-turn categories; default all five), DEMO_BFCL_DEMOS (the
 warm-up's demonstrations from the train split's ground truth), DEMO_TRAINER_NICENESS (the train worker's
 niceness, AREAL_TRAINING_NICENESS; 0, under DEMO_TASK=bfcl 10), DEMO_GATE_THREADS (the eval worker's torch
-threads for an environment gate, AREAL_GATE_THREADS; 0: torch's choice, under DEMO_TASK=bfcl 1). Under DEMO_TASK=bfcl, DEMO_HELDOUT is held-out
-cases per category.
+threads for an environment gate, AREAL_GATE_THREADS; 0: torch's choice, under DEMO_TASK=bfcl 1). Under
+DEMO_TASK=bfcl, DEMO_HELDOUT is held-out cases per category.
 """
 
 from dataclasses import dataclass

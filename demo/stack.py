@@ -72,7 +72,11 @@ class StackMixin:
 
     def _start_stack(self, base) -> None:
         environment = stack_environment(
-            launch_environment(AREAL_GATEWAY_URL=self.url),
+            launch_environment(  # the trainer reads the niceness, the eval worker the gate's threads
+                AREAL_GATEWAY_URL=self.url,
+                AREAL_TRAINING_NICENESS=str(self.demo_config.trainer_niceness),
+                AREAL_GATE_THREADS=str(self.demo_config.gate_threads),
+            ),
             host=self.host,
             inference_ports=self.slots.values(),
         )
@@ -105,11 +109,6 @@ class StackMixin:
             )
             for slot, port in self.slots.items()
         }
-        environments["trainer"] = {
-            **environment,
-            "AREAL_TRAINING_NICENESS": str(self.demo_config.trainer_niceness),
-        }
-        environments["worker"] = {**environment, "AREAL_GATE_THREADS": str(self.demo_config.gate_threads)}
         for name, command in commands.items():
             self.processes.start(
                 name, command, environment=environments.get(name, environment), log=logs / f"{name}.log"
