@@ -118,13 +118,35 @@ def gateway_allowed_hosts() -> list[str]:
     return allowed
 
 
+# Per process, the Host verdicts, the header set (by HTTPS or not) and the proxy's HTTPS header: all follow from
+# settings alone, and the gateway's hot path should not recompute them per request. Cleared when a setting changes.
+_edge_hosts: dict[str, bool] = {}
+_edge_headers: dict[bool, list[tuple[bytes, bytes]]] = {}
+_edge_proxy: dict[str, tuple[bytes, str] | None] = {}
+
+
+def _proxy_ssl_header() -> tuple[bytes, str] | None:
+    """SECURE_PROXY_SSL_HEADER as (the header's name on the wire, its secure value), read once per process
+    (a missing setting costs an AttributeError on every read of the lazy settings)."""
+    if "proxy" not in _edge_proxy:
+        proxy_header = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+        if proxy_header:
+            meta_name, secure_value = proxy_header
+            _edge_proxy["proxy"] = (
+                meta_name.removeprefix("HTTP_").lower().replace("_", "-").encode(),
+                secure_value,
+            )
+        else:
+            _edge_proxy["proxy"] = None
+    return _edge_proxy["proxy"]
+
+
 def _arrived_over_https(scope) -> bool:
     if scope.get("scheme") == "https":
         return True
-    proxy_header = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    proxy_header = _proxy_ssl_header()
     if proxy_header:
-        meta_name, secure_value = proxy_header
-        header = meta_name.removeprefix("HTTP_").lower().replace("_", "-").encode()
+        header, secure_value = proxy_header
         return _header(scope, header).split(",")[0].strip() == secure_value
     return False
 
@@ -148,16 +170,11 @@ def _security_headers(scope) -> list[tuple[bytes, bytes]]:
     return headers
 
 
-# Per process, the Host verdicts and the header set (by HTTPS or not): both follow from settings alone, and the
-# gateway's hot path should not recompute them per request. Cleared when a setting changes (tests).
-_edge_hosts: dict[str, bool] = {}
-_edge_headers: dict[bool, list[tuple[bytes, bytes]]] = {}
-
-
 @receiver(setting_changed, dispatch_uid="areal_web.middleware.edge_caches")
 def _forget_edge_caches(**kwargs) -> None:
     _edge_hosts.clear()
     _edge_headers.clear()
+    _edge_proxy.clear()
 
 
 def gateway_edge(application, *, is_gateway_path):

@@ -27,7 +27,7 @@ from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from apps.core.errors import DATABASE_RETRY_AFTER_SECONDS, DomainError
-from apps.gateway import validation
+from apps.gateway import validation, wire_json
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import backend_session_close
@@ -249,7 +249,7 @@ class Gateway:
         if allow_empty and not raw.strip():
             return {}
         try:
-            body = json.loads(raw or b"null")
+            body = json.loads(raw or b"null", parse_constant=wire_json.parse_constant)
         except (ValueError, UnicodeDecodeError) as error:
             raise GatewayError(400, f"malformed JSON body: {error}", "invalid_json") from None
         except RecursionError:

@@ -10,7 +10,6 @@ when the session connects, so nothing is connected to that the allow-list does n
 `allow_redirects=False` and read bodies with `read_capped`.
 """
 
-import json
 import socket
 
 import aiohttp
@@ -18,6 +17,7 @@ from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import DefaultResolver
 from django.conf import settings
 
+from apps.gateway import wire_json
 from apps.inference.egress import backend_url_check_literal, check_addresses
 
 CONNECT_SECONDS = 5.0
@@ -85,7 +85,7 @@ def backend_session() -> aiohttp.ClientSession:
 
 
 def encode(body: dict) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
+    return wire_json.dumps(body)
 
 
 async def backend_session_close() -> None:

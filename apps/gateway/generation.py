@@ -9,14 +9,13 @@ the database and the session's trajectory ended (reason `signal`) before the ans
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from apps.gateway import anthropic_response, anthropic_stream, anthropic_wire, caps, validation
+from apps.gateway import anthropic_response, anthropic_stream, anthropic_wire, caps, validation, wire_json
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import (
@@ -66,7 +65,7 @@ async def _end_session_after_step(gateway, draft) -> None:
 
 
 def _estimate_prompt_tokens(body: dict) -> int:
-    return max(1, len(json.dumps(body.get("messages") or body.get("prompt") or "")) // 3)
+    return max(1, len(wire_json.dumps(body.get("messages") or body.get("prompt") or "")) // 3)
 
 
 async def handle_generation(
@@ -214,7 +213,7 @@ async def _backend_refusal(gateway, draft, status: int, raw: bytes) -> GatewayEr
     text = raw.decode("utf-8", "replace")
     error: dict = {}
     try:
-        parsed = json.loads(raw)
+        parsed = wire_json.loads(raw)
         error = parsed.get("error") if isinstance(parsed.get("error"), dict) else {}
     except (ValueError, AttributeError):
         pass
@@ -280,7 +279,7 @@ async def _unary(
     if status >= 400:
         raise await _backend_refusal(gateway, draft, status, raw)
     try:
-        payload = json.loads(raw)
+        payload = wire_json.loads(raw)
     except ValueError:
         raise await _backend_failure(
             gateway, draft, 502, "the inference backend answered with malformed JSON"
@@ -300,7 +299,7 @@ async def _unary(
         payload["id"] = draft.response_id(anthropic=True)
     if wire is not None:  # a response object, stored first when it is to be kept (responses.py)
         payload = await wire.answer(draft, payload)
-    data = json.dumps(payload, separators=(",", ":")).encode()
+    data = wire_json.dumps(payload)
     await session_share(gateway, draft)  # before the answer: the agent's next turn may go to another process
     await send(
         {
@@ -381,7 +380,7 @@ async def _stream(
                 data = line[5:].strip()
                 if data == "[DONE]":
                     break
-                chunk = json.loads(data)
+                chunk = wire_json.loads(data)
                 if isinstance(chunk.get("error"), dict) and not chunk.get("choices"):
                     out = _stream_error(draft, chunk["error"], translator, wire)
                     with contextlib.suppress(Exception):
@@ -398,7 +397,7 @@ async def _stream(
                 elif wire is not None:
                     out = wire.stream_feed(draft, chunk)
                 elif chunk.get("choices") or "usage" in chunk:
-                    out = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+                    out = b"data: " + wire_json.dumps(chunk) + b"\n\n"
                 else:
                     out = b""
                 if out:

@@ -39,6 +39,7 @@ from django.conf import settings
 from django.db import DataError, IntegrityError
 from django.utils import timezone
 
+from apps.gateway import wire_json
 from apps.gateway.db import flusher_database
 from apps.metrics.traffic import gateway_steps_recorded
 
@@ -257,7 +258,7 @@ class Journal:
 
     def append(self, record: dict) -> None:
         """Writes the record as one whole line; raises JournalUnavailable (the file unchanged) if it cannot."""
-        line = json.dumps(record, separators=(",", ":"), default=str).encode() + b"\n"
+        line = wire_json.dumps(record) + b"\n"
         with self._lock:
             try:
                 if self._dirty:
@@ -440,7 +441,7 @@ def _parse(line: bytes) -> tuple[dict | None, str]:
     if not line.endswith(b"\n"):
         return None, "an incomplete last record (its answer was never released)"
     try:
-        record = json.loads(line)
+        record = wire_json.loads(line)
     except (ValueError, RecursionError) as error:
         return None, f"not a JSON line: {type(error).__name__}"
     if not isinstance(record, dict) or not isinstance(record.get("step_id"), str):

@@ -163,12 +163,13 @@ def _conversation_key(tenant_id: int, key_prefix: str, conversation_hash: str) -
 
 
 class SharedWrites:
-    """Group commit for the shared cursors and conversations: the entries of requests answered while a write is
-    in flight go out together in the next one (one SQLite transaction, or one Redis pipeline), instead of one
-    round trip each; every caller still returns only once its own entries are written. Writes go out in order, one
-    at a time, so a later value of a key is never overwritten by an earlier one. One queue per event loop. On the
-    embedded store a write is made on the event loop itself when the file's lock is free
-    (`shared_set_many_now`), else on a thread that waits for it."""
+    """Group commit for the shared cursors and conversations: the entries of the answers of the same moment go out
+    together (one SQLite transaction, or one Redis pipeline), instead of one round trip each; every caller still
+    returns only once its own entries are written. The moment is one turn of the event loop: a write is queued, and
+    the queue goes out on the loop's next turn, with every entry queued by then; while a write is in flight,
+    entries wait for the next one. Writes go out in order, one at a time, so a later value of a key is never
+    overwritten by an earlier one. One queue per event loop. On the embedded store a write is made on the event
+    loop itself when the file's lock is free (`shared_set_many_now`), else on a thread that waits for it."""
 
     def __init__(self):
         self._queues: dict[asyncio.AbstractEventLoop, dict] = {}
@@ -181,17 +182,32 @@ class SharedWrites:
             for stale in [other for other in self._queues if other.is_closed()]:
                 del self._queues[stale]
             queue = self._queues[loop] = {"entries": {}, "waiters": [], "flushing": False}
-        if not queue["flushing"] and shared_set_many_now(
-            entries, ttl_seconds=settings.AREAL_GATEWAY_CONVERSATION_TTL_SECONDS
-        ):
-            return  # written on the loop: no write was in flight, so none can be overtaken
         waiter = loop.create_future()
         queue["entries"].update(entries)
         queue["waiters"].append(waiter)
         if not queue["flushing"]:
             queue["flushing"] = True
-            queue["task"] = loop.create_task(self._flush(queue))  # held: a task nobody holds may be collected
+            loop.call_soon(self._write_on_loop, loop, queue)
         await waiter
+
+    @classmethod
+    def _write_on_loop(cls, loop: asyncio.AbstractEventLoop, queue: dict) -> None:
+        """The queue written on the loop where the store allows it (the embedded file's lock free, no upkeep
+        due); otherwise handed to `_flush`, which waits on a thread."""
+        try:
+            written = shared_set_many_now(
+                queue["entries"], ttl_seconds=settings.AREAL_GATEWAY_CONVERSATION_TTL_SECONDS
+            )
+        except Exception as error:  # noqa: BLE001  (each waiter gets the failure of its write)
+            written, outcome = True, error
+        else:
+            outcome = None
+        if not written:
+            queue["task"] = loop.create_task(cls._flush(queue))  # held: a task nobody holds may be collected
+            return
+        waiters = queue["waiters"]
+        queue["entries"], queue["waiters"], queue["flushing"] = {}, [], False
+        _settle(waiters, outcome)
 
     @staticmethod
     async def _flush(queue: dict) -> None:
@@ -207,15 +223,19 @@ class SharedWrites:
                     outcome: Exception | None = error
                 else:
                     outcome = None
-                for waiter in waiters:
-                    if waiter.done():
-                        continue  # its request was cancelled
-                    if outcome is None:
-                        waiter.set_result(None)
-                    else:
-                        waiter.set_exception(outcome)
+                _settle(waiters, outcome)
         finally:
             queue["flushing"] = False
+
+
+def _settle(waiters: list, outcome: Exception | None) -> None:
+    for waiter in waiters:
+        if waiter.done():
+            continue  # its request was cancelled
+        if outcome is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(outcome)
 
 
 class SessionIndex:

@@ -1,6 +1,6 @@
 """Writes for the backend registry, health results and session routing."""
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.utils import timezone
 
 from apps.audit.services import Actor, audit_record
@@ -468,13 +468,29 @@ def backend_for_session(
 
 def session_pins_record(*, pins: list[tuple[int, str, str, int]]) -> None:
     """Pins sessions the gateway routed itself (sessions it just created) to their backends, given as
-    (tenant id, served model, session id, backend id); an existing pin wins. Idempotent."""
-    SessionAffinity.objects.bulk_create(
-        [
-            SessionAffinity(
-                tenant_id=tenant_id, served_model=model, session_id=session_id, backend_id=backend_id
-            )
-            for tenant_id, model, session_id, backend_id in pins
-        ],
-        ignore_conflicts=True,
+    (tenant id, served model, session id, backend id); an existing pin wins. Idempotent.
+
+    One prepared INSERT for the whole batch instead of the ORM's bulk_create: the gateway calls this for
+    every session it mints, and building a model instance per pin cost its process about 6 % of its CPU
+    (bench/gateway)."""
+    if not pins:
+        return
+    meta = SessionAffinity._meta
+    connection = connections[router.db_for_write(SessionAffinity)]
+    now = meta.get_field("created_at").get_db_prep_value(timezone.now(), connection)
+    columns = ", ".join(
+        connection.ops.quote_name(meta.get_field(name).column)
+        for name in ("tenant", "served_model", "session_id", "backend", "last_used_at", "created_at")
     )
+    statement = (
+        f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({columns}) "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            statement,
+            [
+                (tenant_id, model, session_id, backend_id, now, now)
+                for tenant_id, model, session_id, backend_id in pins
+            ],
+        )

@@ -3,7 +3,7 @@ from collections import Counter
 import pytest
 
 from apps.inference.models import BackendState, SessionAffinity
-from apps.inference.services import NoBackendAvailable, backend_for_session
+from apps.inference.services import NoBackendAvailable, backend_for_session, session_pins_record
 from tests.inference.factories import BackendFactory
 
 pytestmark = pytest.mark.django_db
@@ -68,3 +68,16 @@ def test_another_tenants_backends_are_never_chosen(tenant, other_tenant):
     BackendFactory(tenant=other_tenant)
     with pytest.raises(NoBackendAvailable):
         route(tenant, "s-1")
+
+
+def test_pins_of_fresh_sessions_are_recorded_once_and_an_existing_pin_wins(tenant):
+    first, second = BackendFactory.create_batch(2, tenant=tenant)
+    session_pins_record(
+        pins=[(tenant.pk, "policy-small", "s-1", first.pk), (tenant.pk, "policy-small", "s-2", second.pk)]
+    )
+    session_pins_record(pins=[(tenant.pk, "policy-small", "s-1", second.pk)])  # s-1 is pinned already
+    session_pins_record(pins=[])
+    pins = {pin.session_id: pin for pin in SessionAffinity.objects.filter(tenant=tenant)}
+    assert {session: pin.backend_id for session, pin in pins.items()} == {"s-1": first.pk, "s-2": second.pk}
+    assert all(pin.created_at is not None and pin.last_used_at == pin.created_at for pin in pins.values())
+    assert route(tenant, "s-1") == first  # the pin routes the session's next turn
