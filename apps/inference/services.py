@@ -479,8 +479,9 @@ def session_pins_record(*, pins: list[tuple[int, str, str, int]]) -> None:
     connection = connections[router.db_for_write(SessionAffinity)]
     quote = connection.ops.quote_name
     now = meta.get_field("created_at").get_db_prep_value(timezone.now(), connection)
+    column_of = {field.name: str(field.column) for field in meta.concrete_fields}
     columns = ", ".join(
-        quote(meta.get_field(name).column)
+        quote(column_of[name])
         for name in ("tenant", "served_model", "session_id", "backend", "last_used_at", "created_at")
     )
     insert = f"INSERT INTO {quote(meta.db_table)} ({columns}) "
