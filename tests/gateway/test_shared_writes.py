@@ -91,6 +91,24 @@ async def test_with_the_file_lock_free_the_write_is_made_on_the_event_loop(monke
 
 
 @embedded_only
+async def test_the_answers_of_one_loop_turn_share_one_write_on_the_loop(monkeypatch, no_upkeep_due):
+    on_loop = []
+    real = shared_state.shared_set_many_now
+
+    def counted(entries, *, ttl_seconds):
+        on_loop.append(dict(entries))
+        return real(entries, ttl_seconds=ttl_seconds)
+
+    monkeypatch.setattr(sessions, "shared_set_many_now", counted)
+    writes = SharedWrites()
+    await asyncio.gather(*(writes.write({f"writes:turn:{index}": str(index)}) for index in range(20)))
+    assert on_loop == [{f"writes:turn:{index}": str(index) for index in range(20)}]  # one write for all
+    assert [shared_get(f"writes:turn:{index}") for index in range(20)] == [str(index) for index in range(20)]
+    await writes.write({"writes:turn:next": "x"})  # the next turn's write goes out on its own
+    assert len(on_loop) == 2
+
+
+@embedded_only
 async def test_with_the_file_lock_taken_the_write_waits_for_it_on_a_thread(no_upkeep_due):
     shared_get("writes:any")  # the store's file and table exist
     holder = sqlite3.connect(str(Path(settings.VAR_DIR) / shared_state.FILE_NAME), isolation_level=None)
