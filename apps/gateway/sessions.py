@@ -194,17 +194,17 @@ class SharedWrites:
     def _write_on_loop(cls, loop: asyncio.AbstractEventLoop, queue: dict) -> None:
         """The queue written on the loop where the store allows it (the embedded file's lock free, no upkeep
         due); otherwise handed to `_flush`, which waits on a thread."""
+        outcome: Exception | None = None
         try:
-            written = shared_set_many_now(
+            if not shared_set_many_now(
                 queue["entries"], ttl_seconds=settings.AREAL_GATEWAY_CONVERSATION_TTL_SECONDS
-            )
+            ):
+                queue["task"] = loop.create_task(
+                    cls._flush(queue)
+                )  # held: a task nobody holds may be collected
+                return
         except Exception as error:  # noqa: BLE001  (each waiter gets the failure of its write)
-            written, outcome = True, error
-        else:
-            outcome = None
-        if not written:
-            queue["task"] = loop.create_task(cls._flush(queue))  # held: a task nobody holds may be collected
-            return
+            outcome = error
         waiters = queue["waiters"]
         queue["entries"], queue["waiters"], queue["flushing"] = {}, [], False
         _settle(waiters, outcome)
