@@ -18,18 +18,22 @@ from apps.gateway import sessions
 from apps.gateway.sessions import SharedWrites
 
 
+def _counted(calls: list, write):
+    """`write` (a shared-state write of entries), each call's entries appended to `calls` first."""
+
+    def counted(entries, *, ttl_seconds):
+        calls.append(dict(entries))
+        return write(entries, ttl_seconds=ttl_seconds)
+
+    return counted
+
+
 @pytest.fixture
 def round_trips(monkeypatch):
     """The writes that go through a thread (group commit), counted; the embedded store's write on the event loop
     (`shared_set_many_now`, tested below) is turned off, as when the file's lock is taken."""
-    calls = []
-    real = shared_state.shared_set_many
-
-    def counted(entries, *, ttl_seconds):
-        calls.append(dict(entries))
-        return real(entries, ttl_seconds=ttl_seconds)
-
-    monkeypatch.setattr(sessions, "shared_set_many", counted)
+    calls: list[dict] = []
+    monkeypatch.setattr(sessions, "shared_set_many", _counted(calls, shared_state.shared_set_many))
     monkeypatch.setattr(sessions, "shared_set_many_now", lambda entries, *, ttl_seconds: False)
     return calls
 
@@ -92,14 +96,8 @@ async def test_with_the_file_lock_free_the_write_is_made_on_the_event_loop(monke
 
 @embedded_only
 async def test_the_answers_of_one_loop_turn_share_one_write_on_the_loop(monkeypatch, no_upkeep_due):
-    on_loop = []
-    real = shared_state.shared_set_many_now
-
-    def counted(entries, *, ttl_seconds):
-        on_loop.append(dict(entries))
-        return real(entries, ttl_seconds=ttl_seconds)
-
-    monkeypatch.setattr(sessions, "shared_set_many_now", counted)
+    on_loop: list[dict] = []
+    monkeypatch.setattr(sessions, "shared_set_many_now", _counted(on_loop, shared_state.shared_set_many_now))
     writes = SharedWrites()
     await asyncio.gather(*(writes.write({f"writes:turn:{index}": str(index)}) for index in range(20)))
     assert on_loop == [{f"writes:turn:{index}": str(index) for index in range(20)}]  # one write for all
