@@ -1,6 +1,6 @@
 """The gateway's JSON on its request path: orjson, with the standard library behind it for what orjson refuses.
 
-`loads` reads a backend's answer: orjson first; a document orjson refuses (the NaN and Infinity a backend's
+`loads` reads a backend's answer (and the recorder a journal line): orjson first; a document orjson refuses (the NaN and Infinity a backend's
 logprobs can hold, a number too large for a double, a lone surrogate) goes through `json.loads`, and its
 non-finite numbers become `NonFinite`, a float that `dumps` writes back as the same token. orjson reads an
 integer past 64 bits as a float where json.loads keeps it exact: the client's request, which may carry one, is
