@@ -184,12 +184,16 @@ def test_publishing_the_trained_version_swaps_both_servers_with_no_failed_reques
     ensure_serving(BackendKind.VLLM, vllm.base_url, smollm2_dir, 0)
     embedded_backend(tenant, embedded_url)
     register_backend(tenant, name="vllm-cpu", url=vllm.base_url, kind=BackendKind.VLLM)
+    # A request that hangs times out (a failure the assertions name) well before the waits below give up.
     clients = [
-        openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
         for url in (embedded_url, vllm.base_url)
     ]
+    # Bounded only as a safety net: the loops must still be sending when the publication ends, however long
+    # the servers take on a busy machine; the test stops them once each has answered twice after it.
     loops = [
-        RequestLoop(client, SERVED_MODEL, threads=1, max_requests=60, max_seconds=400) for client in clients
+        RequestLoop(client, SERVED_MODEL, threads=1, max_requests=1000, max_seconds=1200)
+        for client in clients
     ]
     for loop in loops:
         loop.__enter__()

@@ -62,7 +62,12 @@ class RequestLoop:
             if done >= count:
                 return
             time.sleep(0.02)
-        raise TimeoutError(f"fewer than {count} requests finished in {timeout_s} s: {self.failures[:3]}")
+        with self._lock:
+            sent, spent = self._sent, self._sent >= self.max_requests or time.monotonic() > self.deadline
+        raise TimeoutError(
+            f"fewer than {count} requests finished in {timeout_s} s ({sent} sent"
+            f"{', the loop had reached its bound' if spent else ''}): {self.failures[:3]}"
+        )
 
     def _next_index(self) -> int | None:
         with self._lock:
