@@ -21,6 +21,7 @@ import time
 from django.conf import settings
 
 from apps.gateway.anthropic_stream import sse_encode
+from apps.gateway.backend_http import BackendTransportFailed
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import BackendResponseTooLarge, backend_session, backend_url, encode
 from apps.gateway.generation import (
@@ -227,8 +228,6 @@ async def _unary(gateway, send, draft, url, native, headers, started, harness) -
 
 
 async def _stream(gateway, receive, send, draft, url, native, headers, started, harness) -> float:
-    import aiohttp
-
     disconnected = asyncio.Event()
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, disconnected))
     reader = EventsToChatChunks()
@@ -293,7 +292,7 @@ async def _stream(gateway, receive, send, draft, url, native, headers, started, 
         if not headers_sent:
             raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
         draft.abort("the inference backend timed out mid-stream")
-    except aiohttp.ClientError as error:
+    except BackendTransportFailed as error:
         if not headers_sent:
             raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
         draft.abort(f"{_transport_failure(error)} mid-stream")

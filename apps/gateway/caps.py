@@ -52,7 +52,7 @@ async def _probe_context_length(backend, headers: dict | None) -> int | None:
     length = None
     try:
         async with backend_session().get(
-            backend.base_url + "/v1/models", headers=headers, allow_redirects=False, timeout=_probe_timeout()
+            backend.base_url + "/v1/models", headers=headers, allow_redirects=False, timeout=PROBE_SECONDS
         ) as response:
             if response.status == 200:
                 models = (await response.json(content_type=None)).get("data") or []
@@ -68,12 +68,6 @@ async def _probe_context_length(backend, headers: dict | None) -> int | None:
         length = None
     _lengths[key] = (time.monotonic() + (LENGTH_SECONDS if length else UNKNOWN_SECONDS), length)
     return length
-
-
-def _probe_timeout():
-    import aiohttp
-
-    return aiohttp.ClientTimeout(total=PROBE_SECONDS)
 
 
 async def apply_cap(forward_body: dict, *, reserved: int, backend, endpoint: str, profile) -> None:

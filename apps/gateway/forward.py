@@ -1,51 +1,28 @@
-"""The HTTP client the gateway forwards with: one pooled aiohttp session per process and event loop.
-
-aiohttp rather than httpx on this path: profiles of the gateway under load put httpx's per-request work
-(connection-pool bookkeeping above all) at most of the event loop's time, and aiohttp does the same job
-for a fraction of it. Other code (health checks, replay, tests) keeps using httpx.
+"""The client the gateway forwards with (backend_http.py): one per process and event loop, keep-alive
+connections per backend origin.
 
 Backend addresses are tenant input (apps/inference/egress.py): `backend_url` checks the URL's form and, for an
-address literal, the address before the request; `CheckedResolver` checks every address a host name resolves to
-when the session connects, so nothing is connected to that the allow-list does not cover. Callers pass
-`allow_redirects=False` and read bodies with `read_capped`.
+address literal, the address before the request; the client checks every address a host name resolves to
+before it connects, so nothing is connected to that the allow-list does not cover. Bodies are read with
+`read_capped` (redirects are answers like any other: the callers refuse them).
 """
 
-import socket
+import asyncio
 
-import aiohttp
-from aiohttp.abc import AbstractResolver
-from aiohttp.resolver import DefaultResolver
 from django.conf import settings
 
 from apps.gateway import wire_json
-from apps.inference.egress import backend_url_check_literal, check_addresses
+from apps.gateway.backend_http import BackendClient, BackendResponse
+from apps.inference.egress import backend_url_check_literal
 
-CONNECT_SECONDS = 5.0
-READ_SECONDS = 300.0
 JSON_CONTENT = {"Content-Type": "application/json"}
 
-_session: aiohttp.ClientSession | None = None
+_clients: dict = {}  # event loop → its client (a connection belongs to the loop that made it)
 
 
 class BackendResponseTooLarge(Exception):
     def __init__(self, limit: int):
         super().__init__(f"the inference backend's answer is too large (over {limit} bytes)")
-
-
-class CheckedResolver(AbstractResolver):
-    """Resolves like aiohttp's default resolver, then refuses (BackendAddressRefused) unless the allow-list
-    covers every address: checked on the addresses actually connected to."""
-
-    def __init__(self):
-        self._resolver = DefaultResolver()
-
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET):
-        resolved = await self._resolver.resolve(host, port, family)
-        check_addresses(host=host, port=port, addresses=[entry["host"] for entry in resolved])
-        return resolved
-
-    async def close(self) -> None:
-        await self._resolver.close()
 
 
 def backend_url(base_url: str, path: str) -> str:
@@ -54,7 +31,7 @@ def backend_url(base_url: str, path: str) -> str:
     return base_url + path
 
 
-async def read_capped(response: aiohttp.ClientResponse) -> bytes:
+async def read_capped(response: BackendResponse) -> bytes:
     """The whole body, or BackendResponseTooLarge past AREAL_GATEWAY_MAX_RESPONSE_BYTES."""
     limit = settings.AREAL_GATEWAY_MAX_RESPONSE_BYTES
     if response.content_length is not None:
@@ -70,18 +47,14 @@ async def read_capped(response: aiohttp.ClientResponse) -> bytes:
     return b"".join(chunks)
 
 
-def backend_session() -> aiohttp.ClientSession:
-    global _session
-    if _session is None or _session.closed:
-        _session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS, sock_read=READ_SECONDS),
-            connector=aiohttp.TCPConnector(
-                limit=512, limit_per_host=256, ttl_dns_cache=300, resolver=CheckedResolver()
-            ),
-            skip_auto_headers=("User-Agent",),
-            read_bufsize=8 * 1024 * 1024,  # a first SSE chunk carries all prompt token ids on one line
-        )
-    return _session
+def backend_session() -> BackendClient:
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None or client.closed:
+        for stale in [other for other in _clients if other.is_closed()]:
+            del _clients[stale]
+        client = _clients[loop] = BackendClient()
+    return client
 
 
 def encode(body: dict) -> bytes:
@@ -89,7 +62,6 @@ def encode(body: dict) -> bytes:
 
 
 async def backend_session_close() -> None:
-    global _session
-    if _session is not None and not _session.closed:
-        await _session.close()
-    _session = None
+    client = _clients.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.close()

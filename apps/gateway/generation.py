@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 from apps.gateway import anthropic_response, anthropic_stream, anthropic_wire, caps, validation, wire_json
+from apps.gateway.backend_http import BackendConnectFailed, BackendTransportFailed
 from apps.gateway.db import database
 from apps.gateway.errors import GatewayError
 from apps.gateway.forward import (
@@ -261,11 +262,9 @@ def _redirect_refused(status: int) -> str:
 
 
 def _transport_failure(error) -> str:
-    import aiohttp
-
-    if isinstance(error, aiohttp.ClientConnectorError):
+    if isinstance(error, BackendConnectFailed):
         return "could not connect to the inference backend (ConnectError)"
-    return f"the inference backend failed: {type(error).__name__}"
+    return f"the inference backend failed: {error}"
 
 
 async def _unary(
@@ -333,8 +332,6 @@ async def _stream(
     harness=None,
     wire=None,
 ) -> float:
-    import aiohttp
-
     disconnected = asyncio.Event()
     watcher = asyncio.get_running_loop().create_task(_watch_disconnect(receive, disconnected))
     translator = (
@@ -410,7 +407,7 @@ async def _stream(
         if not headers_sent:
             raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
         draft.abort("the inference backend timed out mid-stream")
-    except aiohttp.ClientError as error:
+    except BackendTransportFailed as error:
         if not headers_sent:
             raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
         draft.abort(f"{_transport_failure(error)} mid-stream")
@@ -455,14 +452,12 @@ async def handle_messages(gateway, *args):
 async def post_whole(gateway, draft, url: str, data: bytes, headers) -> tuple[int, bytes]:
     """One whole (non-streamed) forward: the status and the body read under the size cap; a timeout, a
     transport error, an oversized body or a redirect fails the step with the gateway's 5xx."""
-    import aiohttp
-
     try:
         async with backend_session().post(url, data=data, headers=headers, allow_redirects=False) as response:
             return_value = response.status, await read_capped(response)
     except TimeoutError:
         raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
-    except aiohttp.ClientError as error:
+    except BackendTransportFailed as error:
         raise await _backend_failure(gateway, draft, 502, _transport_failure(error)) from None
     except BackendResponseTooLarge as error:
         raise await _backend_failure(gateway, draft, 502, str(error), "backend_response_too_large") from None

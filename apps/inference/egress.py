@@ -10,8 +10,8 @@ weights commands (publication) to it from inside the operator's network. So:
   operator allows whatever it resolves to. Loopback, private, link-local, carrier-grade NAT and reserved
   addresses are therefore refused unless listed, whatever name points at them.
 - The check runs before any connection: at registration (a clear validation error) and at every use, on the
-  address actually connected to (`BackendTransport` for httpx, `CheckedResolver` for the gateway's aiohttp
-  session), so a row stored before the rule, an entry removed since, or a name that re-resolves elsewhere
+  address actually connected to (`BackendTransport` for httpx, the gateway's own client, apps/gateway/backend_http.py,
+  for the forward), so a row stored before the rule, an entry removed since, or a name that re-resolves elsewhere
   (DNS rebinding) is refused too. Callers never follow redirects.
 
 Tenants see which host:port was refused, never what a name resolved to (details go to the server log).

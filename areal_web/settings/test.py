@@ -21,6 +21,7 @@ if _XDIST_WORKER and env_str("AREAL_TEST_SESSION_WORKER", "") != _XDIST_WORKER:
         "AREAL_CHANNEL_PREFIX",
         "AREAL_CACHE_PREFIX",
         "AREAL_BROKER_PREFIX",
+        "PROMETHEUS_MULTIPROC_DIR",  # base.py sets it under the var folder: the controller's would be shared
     ):
         os.environ.pop(_name, None)
     os.environ["AREAL_TEST_SESSION_WORKER"] = _XDIST_WORKER
