@@ -263,16 +263,23 @@ class BackendResponse:
         return self._lines()
 
     async def _lines(self):
-        pending = b""
+        """Each line of the body; a line that spans many reads (a first chunk with every prompt token id) is
+        joined once, not copied again at each read."""
+        partial: list[bytes] = []
         while (data := await self._next()) is not None:
-            pending += data
             start = 0
-            while (end := pending.find(b"\n", start)) >= 0:
-                yield pending[start : end + 1]
+            while (end := data.find(b"\n", start)) >= 0:
+                if partial:
+                    partial.append(data[start : end + 1])
+                    yield b"".join(partial)
+                    partial = []
+                else:
+                    yield data[start : end + 1]
                 start = end + 1
-            pending = pending[start:]
-        if pending:
-            yield pending
+            if start < len(data):
+                partial.append(data[start:])
+        if partial:
+            yield b"".join(partial)
 
 
 class _Exchange:

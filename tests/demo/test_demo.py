@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from areal_web.processes import port_is_free
 pytestmark = pytest.mark.worker
 
 ROOT = Path(__file__).resolve().parents[2]
+APPROVE_AFTER_SECONDS = 3.0
 
 
 def _free_port() -> int:
@@ -45,6 +47,7 @@ class Operator:
         self.credentials = tmp_path / "demo" / "first-start-credentials.txt"
         self.url = f"http://127.0.0.1:{port}"
         self.approved: list[int] = []
+        self.seen: dict[int, float] = {}  # release id → when it was first seen waiting
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._work, daemon=True)
 
@@ -65,6 +68,11 @@ class Operator:
                         )
                     waiting = http.get("/api/v1/releases/", params={"status": "awaiting_approval"}).json()
                     for release in waiting["results"]:
+                        # as a person would, a few seconds after it began to wait: the demo's one-second loop
+                        # has then printed that it waits (approving at once raced that line)
+                        seen = self.seen.setdefault(release["id"], time.monotonic())
+                        if time.monotonic() - seen < APPROVE_AFTER_SECONDS:
+                            continue
                         if http.post(f"/api/v1/releases/{release['id']}/approve/").status_code == 200:
                             self.approved.append(release["id"])
                 except (OSError, httpx.HTTPError, KeyError, ValueError, PermissionError):

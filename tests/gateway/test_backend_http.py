@@ -234,3 +234,12 @@ async def test_a_line_break_in_a_header_or_a_space_in_the_path_is_refused_before
         with pytest.raises(BackendConnectFailed, match="space or a control character"):
             await post(client, backend.url + "/a b")
     assert backend.requests == []
+
+
+async def test_a_line_longer_than_many_reads_arrives_whole(loopback_allowed, client):
+    line = b"data: " + b"7," * 400_000 + b"\n"
+    parts = [line[index : index + 1000] for index in range(0, len(line), 1000)]
+    backend = Backend(lambda number, head: chunked(*parts, b"\n", b"data: [DONE]\n\n"))
+    async with backend, client.post(backend.url + "/v1/chat/completions", data=b"{}") as response:
+        lines = [got async for got in response.content]
+    assert lines == [line, b"\n", b"data: [DONE]\n", b"\n"]
