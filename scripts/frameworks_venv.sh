@@ -7,8 +7,9 @@
 # AReaL (`areal`) is installed without its dependencies: they are a whole training stack (vLLM/SGLang
 # launchers, Ray, wandb, a torch that is not ours, ...). The tier uses only its OpenAIProxyClient, whose module
 # chain needs aiohttp, tenacity, colorlog, pydantic, numpy, Pillow, openai and torch: the project brings
-# torch, numpy and aiohttp, the rest are installed here by name (tests/frameworks/areal_client.py imports
-# that chain alone, without AReaL's package initialisers).
+# torch and numpy, the rest are installed here by name, aiohttp included (the gateway forwards with its own
+# client, so the project's runtime does not bring it). tests/frameworks/areal_client.py imports that chain
+# alone, without AReaL's package initialisers.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,7 +25,7 @@ frameworks=(
     "smolagents==1.26.0"
 )
 areal_version="1.0.4"
-areal_client_needs=("tenacity>=8.2" "colorlog" "pillow")
+areal_client_needs=("aiohttp>=3.10,<4" "tenacity>=8.2" "colorlog" "pillow")
 # torch as the project pins it (the CPU build this machine keeps on disk): an unpinned torch would pull a
 # multi-gigabyte CUDA build.
 torch_pin="torch==2.13.0"
@@ -53,7 +54,7 @@ PY
 is_ready() {
     [ -x "$venv/bin/python" ] && [ "$venv/.built-from" -nt "$repo_root/pyproject.toml" ] \
         && [ "$(cat "$venv/.built-from")" = "$(wanted)" ] && "$venv/bin/python" - <<'PY' >/dev/null 2>&1
-import agents, langchain_openai, langgraph, pydantic_ai, smolagents, pytest_django, areal_web  # noqa: F401
+import agents, aiohttp, colorlog, langchain_openai, langgraph, pydantic_ai, smolagents, pytest_django, areal_web  # noqa: F401
 PY
 }
 
