@@ -5,7 +5,8 @@ DEMO_VAR_DIR (var/demo: the demo's own state), DEMO_KEEP (1: keep var/demo and a
 DEMO_FRESH_BASE (1: train the warm-up's base again), DEMO_SEED (0), DEMO_BUDGET_SECONDS (300: the loop's
 wall-time budget, counted from the base's held-out measurement; the warm-up is timed apart),
 DEMO_SKILL_STEPS (200), DEMO_SFT_STEPS (60), DEMO_SFT_BATCH (16 episodes a step), DEMO_SFT_LR (1e-3), DEMO_USERS (3), DEMO_HELDOUT (64 cases),
-DEMO_ETA (8: production lags the learner by the versions a release takes), DEMO_BATCH (16 samples per step),
+DEMO_ETA (8: production lags the learner by the versions a release takes), DEMO_ROLLOUT_BOUND (ρ: RL sessions
+let out ahead of the learner, in steps' worth; -1, the default: η), DEMO_BATCH (16 samples per step),
 DEMO_PUBLISH_EVERY (1), DEMO_EVAL_EVERY (2 versions), DEMO_LR (1e-4), DEMO_TOLERANCE (0.05),
 DEMO_CANARY_PERCENT (50), DEMO_CANARY_SECONDS (10), DEMO_CANARY_PATIENCE (30 analyses, 3 s apart, before an
 inconclusive canary is aborted; 80 under DEMO_TASK=bfcl), DEMO_ANNOTATOR_SHARE (0.3), DEMO_SUMMARY (a JSON file;
@@ -130,6 +131,11 @@ def _env_int(name: str, default: int) -> int:
     return int(value)
 
 
+def _rollout_bound() -> int | None:
+    bound = _env_int("DEMO_ROLLOUT_BOUND", -1)
+    return None if bound < 0 else bound
+
+
 def _env_float(name: str, default: float) -> float:
     return float(_default(name, default))
 
@@ -180,6 +186,7 @@ class DemoConfig:
     micro_batch_tokens: int = 8192
     trainer_niceness: int = 0
     gate_threads: int = 0
+    rollout_bound: int | None = None  # None: η
 
     @property
     def model_name(self) -> str:
@@ -211,6 +218,7 @@ class DemoConfig:
             users=_env_int("DEMO_USERS", 3),
             heldout_cases=_env_int("DEMO_HELDOUT", 64),
             eta=_env_int("DEMO_ETA", 8),
+            rollout_bound=_rollout_bound(),
             batch=_env_int("DEMO_BATCH", 16),
             publish_every=_env_int("DEMO_PUBLISH_EVERY", 1),
             eval_every=_env_int("DEMO_EVAL_EVERY", 2),

@@ -48,6 +48,7 @@ class LoopMixin:
                 "samples_per_step": settings.batch,
                 "publish_every": settings.publish_every,
                 "staleness_bound": settings.eta,
+                **({} if settings.rollout_bound is None else {"rollout_bound": settings.rollout_bound}),
                 "evaluate_every": settings.eval_every,
             },
             gate=self._gate(),
@@ -130,7 +131,9 @@ class LoopMixin:
         settings = self.demo_config
         self._timeline()
         self._say(
-            f"online decoupled PPO: η={settings.eta}, {settings.batch} samples per step, a version every "
+            f"online decoupled PPO: η={settings.eta}, "
+            + ("" if settings.rollout_bound is None else f"ρ={settings.rollout_bound}, ")
+            + f"{settings.batch} samples per step, a version every "
             f"{settings.publish_every} step(s); releases decide what serves"
         )
 

@@ -31,6 +31,11 @@ RECIPE_FIELDS = {
     "staleness_bound": lambda: forms.IntegerField(
         required=False, label="Staleness bound", help_text="Versions a sample may lag behind, ≥ 0."
     ),
+    "rollout_bound": lambda: forms.IntegerField(
+        required=False,
+        label="Rollout bound",
+        help_text="Sessions let out ahead of the learner, in steps' worth, ≥ 0. Empty: the staleness bound.",
+    ),
     "evaluate_every": lambda: forms.IntegerField(required=False, label="Evaluate every (steps)"),
     "max_steps": lambda: forms.IntegerField(
         required=False, label="Maximum steps", help_text="Empty: the online run's own limit."

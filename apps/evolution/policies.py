@@ -48,7 +48,14 @@ DECISION_TTL_RANGE = (60, 7 * 86_400)
 COMPUTE_BUDGET_MAX = 86_400  # training seconds per day
 CASES_RANGE = (1, 1000)
 SAMPLES_PER_STEP_RANGE = (1, 1024)
-RECIPE_KEYS = ("learning_rate", "samples_per_step", "publish_every", "staleness_bound", "evaluate_every")
+RECIPE_KEYS = (
+    "learning_rate",
+    "samples_per_step",
+    "publish_every",
+    "staleness_bound",
+    "rollout_bound",
+    "evaluate_every",
+)
 # A recipe may also carry the online run's `max_steps` and any other engine setting (TrainConfig).
 RECIPE_EXTRA_KEYS = frozenset({"max_steps"}) | {
     field.name for field in dataclass_fields(TrainConfig) if field.name not in RECIPE_KEYS
@@ -148,6 +155,7 @@ def _recipe_problems(recipe) -> dict:
         "samples_per_step": SAMPLES_PER_STEP_RANGE,
         "publish_every": (1, None),
         "staleness_bound": (0, None),
+        "rollout_bound": (0, None),
         "evaluate_every": (1, None),
         "max_steps": (1, None),
     }

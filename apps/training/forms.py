@@ -113,6 +113,12 @@ class OnlineRunForm(forms.Form):
     samples_per_step = forms.IntegerField(min_value=1, max_value=4096, initial=16, label="Samples per step")
     publish_every = forms.IntegerField(min_value=1, initial=1, label="A version every (steps)")
     staleness_bound = forms.IntegerField(min_value=0, initial=1, label="Staleness bound η")
+    rollout_bound = forms.IntegerField(
+        min_value=0,
+        required=False,
+        label="Rollout bound ρ",
+        help_text="Sessions let out ahead of the learner, in steps' worth. Empty: η.",
+    )
     max_steps = forms.IntegerField(min_value=1, required=False, help_text="Empty: until stopped.")
     publish_to_backends = forms.BooleanField(
         required=False,
@@ -133,6 +139,7 @@ class OnlineRunForm(forms.Form):
             "samples_per_step": data["samples_per_step"],
             "publish_every": data["publish_every"],
             "staleness_bound": data["staleness_bound"],
+            "rollout_bound": data["rollout_bound"],
             "max_steps": data["max_steps"],
             "publish_to_backends": data["publish_to_backends"],
         }

@@ -214,8 +214,8 @@ class OnlineRun(TenantOwned):
     """An online decoupled-PPO run (AReaL's online mode): a long-running worker consumes the qualified training
     queue as it fills, trains one step per `samples_per_step` samples, registers a version every `publish_every`
     steps (and loads it onto the model's backends unless `publish_to_backends` is off), drops data staler than
-    `staleness_bound` versions, and holds new RL sessions back (the gateway's 429) when more in flight would
-    exceed the staleness budget."""
+    `staleness_bound` versions, and holds new RL sessions back (the gateway's 429) once more than
+    `rollout_bound` steps' worth of them are out ahead of the learner (empty: `staleness_bound`)."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="online_runs")
     model_name = models.CharField(max_length=200)
@@ -226,6 +226,10 @@ class OnlineRun(TenantOwned):
     samples_per_step = models.PositiveIntegerField(default=16)
     publish_every = models.PositiveIntegerField(default=1)
     staleness_bound = models.PositiveIntegerField(default=1)
+    # ρ, AReaL's bound at the rollout side: at most (ρ + steps + 1)·samples_per_step RL sessions since the run
+    # began. Null: η. Apart from η where production lags the learner (publish_to_backends off): then η must
+    # cover the lag a release adds, which would let traffic run far ahead of what the learner can train.
+    rollout_bound = models.PositiveIntegerField(null=True, blank=True)
     # True: each published version is loaded onto the model's backends at once (the learner serves its newest
     # version). False: versions are only registered; releases (canary, approval) decide what serves.
     publish_to_backends = models.BooleanField(default=True)

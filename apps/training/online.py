@@ -5,9 +5,14 @@ rows. A token sampled by version v is stale once the run's current version V is 
 past v along the lineage of versions (workers.rl.staleness.Lineage; not the difference of version numbers).
 
 Back-pressure (AReaL's StalenessManager): with B = samples_per_step and v = steps trained, at most
-(η + v + 1)·B rollouts may have been started since the run began; capacity = that − (accepted + running),
+(ρ + v + 1)·B rollouts may have been started since the run began; capacity = that − (accepted + running),
 where accepted = sessions that ended and running = sessions still open. The gateway refuses
-/rl/start_session with 429 while the capacity of the tenant's running online run is ≤ 0.
+/rl/start_session with 429 while the capacity of the tenant's running online run is ≤ 0. ρ (rollout_bound)
+is η unless the run sets it apart: AReaL's rollouts are made by the learner's newest weights, so bounding
+them at η bounds the staleness of what is trained. A run whose versions serve only once released
+(publish_to_backends off) gets its data from production, which lags the learner by whatever a release
+takes: its η must cover that lag (decoupled PPO corrects for it), while ρ keeps the traffic it takes at the
+pace the learner trains, so that what arrives is trained on rather than left waiting or aged past η.
 """
 
 from django.db import transaction
@@ -34,13 +39,15 @@ def online_run_start(
     samples_per_step: int = 16,
     publish_every: int = 1,
     staleness_bound: int = 1,
+    rollout_bound: int | None = None,
     max_steps: int | None = None,
     publish_to_backends: bool = True,
 ) -> OnlineRun:
     """Creates the tenant's online run for `base_version.name` (one running run per tenant, else 409) and
     enqueues `training.run_online` on the train queue on commit. With `publish_to_backends` off the run only
     registers its versions, and releases decide what serves (its data then comes from the released versions,
-    so η must cover how far production lags behind the learner). Audited."""
+    so η must cover how far production lags behind the learner, and `rollout_bound` ρ, when given, paces
+    the sessions it takes apart from η). Audited."""
     from workers.engines import TrainConfig
 
     if base_version.tenant_id != tenant.pk:
@@ -54,8 +61,9 @@ def online_run_start(
                 if value < 1
             },
         )
-    if staleness_bound < 0:
-        raise ValidationFailed("staleness_bound must be >= 0", fields={"staleness_bound": ["must be >= 0"]})
+    for name, bound in (("staleness_bound", staleness_bound), ("rollout_bound", rollout_bound)):
+        if bound is not None and bound < 0:
+            raise ValidationFailed(f"{name} must be >= 0", fields={name: ["must be >= 0"]})
     if publish_to_backends:  # each version it trains would serve production at once, on one person's word
         from apps.tenants.selectors import two_person_rule_refuse
 
@@ -91,6 +99,7 @@ def online_run_start(
         samples_per_step=samples_per_step,
         publish_every=publish_every,
         staleness_bound=staleness_bound,
+        rollout_bound=rollout_bound,
         max_steps=max_steps,
         publish_to_backends=publish_to_backends,
         created_by=actor.label,
@@ -106,6 +115,7 @@ def online_run_start(
             "samples_per_step": samples_per_step,
             "publish_every": publish_every,
             "eta": staleness_bound,
+            "rho": rollout_bound,
             "publish_to_backends": publish_to_backends,
         },
     )
@@ -284,7 +294,7 @@ def online_pending(*, run: OnlineRun, limit: int = 256) -> list[str]:
 
 def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
     """(capacity, run) for the tenant's running online run, None without one. capacity =
-    (η + v + 1)·B − (accepted + running) over the RL sessions started since the run began, where a session
+    (ρ + v + 1)·B − (accepted + running), ρ the run's rollout_bound (else its η), over the RL sessions started since the run began, where a session
     stops counting once it can never be trained on (disqualified, or taken by the run as stale or empty), as
     AReaL counts only accepted rollouts: otherwise rejected sessions would use the budget up for good."""
     from apps.trajectories.selectors import rl_sessions_since
@@ -297,5 +307,6 @@ def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
         "trajectory_id"
     )
     counted = sessions.exclude(qualification__status="disqualified").exclude(pk__in=unusable).count()
-    budget = (run.staleness_bound + run.steps + 1) * run.samples_per_step
+    lead = run.staleness_bound if run.rollout_bound is None else run.rollout_bound
+    budget = (lead + run.steps + 1) * run.samples_per_step
     return budget - counted, run

@@ -23,6 +23,9 @@ class OnlineRunOutputSerializer(serializers.Serializer):
     samples_per_step = serializers.IntegerField()
     publish_every = serializers.IntegerField()
     staleness_bound = serializers.IntegerField()
+    rollout_bound = serializers.IntegerField(
+        allow_null=True, help_text="ρ: steps' worth of RL sessions let out ahead of the learner; null: η"
+    )
     max_steps = serializers.IntegerField(allow_null=True)
     publish_to_backends = serializers.BooleanField(
         help_text="true: each registered version is loaded onto the model's backends and serves; false: "
@@ -57,6 +60,15 @@ class OnlineRunListApi(TenantApi):
         samples_per_step = serializers.IntegerField(min_value=1, max_value=4096, default=16)
         publish_every = serializers.IntegerField(min_value=1, max_value=INTEGER_COLUMN_MAX, default=1)
         staleness_bound = serializers.IntegerField(min_value=0, max_value=INTEGER_COLUMN_MAX, default=1)
+        rollout_bound = serializers.IntegerField(
+            min_value=0,
+            max_value=INTEGER_COLUMN_MAX,
+            required=False,
+            allow_null=True,
+            default=None,
+            help_text="ρ: the gateway starts at most (ρ + steps + 1) · samples_per_step RL sessions; "
+            "null: staleness_bound. Set it apart when publish_to_backends is off (production lags the learner)",
+        )
         max_steps = serializers.IntegerField(
             min_value=1, max_value=INTEGER_COLUMN_MAX, required=False, allow_null=True, default=None
         )

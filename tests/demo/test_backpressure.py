@@ -1,5 +1,6 @@
 """Online mode's back-pressure: /rl/start_session answers 429 + Retry-After once more sessions would exceed
-the staleness budget (η + v + 1)·B of the tenant's running online run, and admits again as the run advances."""
+the budget (ρ + v + 1)·B of the tenant's running online run (ρ: its rollout bound, else η), and admits again as
+the run advances."""
 
 import httpx
 import pytest
@@ -13,7 +14,7 @@ from tests.gateway.conftest import agent_key, gateway  # noqa: F401  (fixtures)
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _run(tenant, *, batch: int, eta: int) -> OnlineRun:
+def _run(tenant, *, batch: int, eta: int, rho: int | None = None) -> OnlineRun:
     base = model_version_register(
         tenant=tenant,
         actor=Actor.system("test"),
@@ -28,6 +29,7 @@ def _run(tenant, *, batch: int, eta: int) -> OnlineRun:
         current_version=base,
         samples_per_step=batch,
         staleness_bound=eta,
+        rollout_bound=rho,
     )
 
 
@@ -75,3 +77,17 @@ def test_sessions_that_can_never_be_trained_on_free_the_budget(gateway, agent_ke
     stale = Trajectory.objects.get(session_id=second)
     OnlineConsumption.objects.create(tenant=tenant, run=run, trajectory_id=stale.pk, outcome="stale")
     assert _start(url, key).status_code == 200
+
+
+def test_a_rollout_bound_paces_sessions_apart_from_eta(gateway, agent_key, tenant):  # noqa: F811
+    """A run whose data comes from production (which lags the learner by a release) keeps a wide η so that what
+    arrives is not dropped, and a narrow ρ so that no more arrives than the learner trains."""
+    url, _ = gateway
+    key = agent_key("inference")
+    run = _run(tenant, batch=2, eta=8, rho=0)  # budget (0 + 0 + 1) * 2 = 2, where η alone would allow 18
+    assert [_start(url, key).status_code for _ in range(3)] == [200, 200, 429]
+    assert online_capacity(tenant_id=tenant.pk)[0] == 0
+    OnlineRun.objects.filter(pk=run.pk).update(steps=1)
+    assert [_start(url, key).status_code for _ in range(3)] == [200, 200, 429]
+    OnlineRun.objects.filter(pk=run.pk).update(rollout_bound=None)  # no ρ: η paces, (8 + 1 + 1) * 2 = 20
+    assert online_capacity(tenant_id=tenant.pk)[0] == 20 - 4

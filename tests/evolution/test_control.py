@@ -58,6 +58,18 @@ def test_auto_mode_a_fired_signal_trains_from_production_at_once(tenant):
     assert OnlineRun.objects.filter(tenant=tenant).count() == 1
 
 
+def test_the_recipe_s_rollout_bound_paces_the_learner_apart_from_eta(tenant):
+    policy = AutoPolicyFactory(
+        tenant=tenant,
+        recipe={"learning_rate": 1e-4, "samples_per_step": 4, "staleness_bound": 8, "rollout_bound": 1},
+    )
+    production(tenant, policy)
+    evolution_tick(tenant=tenant, policy=policy, signals=FIRED)
+    run = OnlineRun.objects.get(tenant=tenant)
+    assert (run.staleness_bound, run.rollout_bound) == (8, 1)
+    assert "rollout_bound" not in run.config  # a run setting, not a hyperparameter of the engine
+
+
 def test_observe_mode_records_no_decision(tenant):
     policy = AutoPolicyFactory(tenant=tenant, mode="observe")
     production(tenant, policy)

@@ -94,6 +94,7 @@ def test_a_valid_policy_is_created_audited_and_published(tenant, django_capture_
         ({"recipe": {"samples_per_step": 1025}}, "recipe.samples_per_step"),
         ({"recipe": {"publish_every": 0}}, "recipe.publish_every"),
         ({"recipe": {"staleness_bound": -1}}, "recipe.staleness_bound"),
+        ({"recipe": {"rollout_bound": -1}}, "recipe.rollout_bound"),
         ({"recipe": {"evaluate_every": 0}}, "recipe.evaluate_every"),
         ({"recipe": {"temperature_of_the_room": 3}}, "recipe"),
         ({"recipe": {"algorithm": "magic"}}, "recipe"),

@@ -45,7 +45,8 @@ def test_an_operator_starts_a_run_and_stops_it(
                 "model": "support-bot",
                 "hyperparameters": {"learning_rate": 2e-5},
                 "samples_per_step": 8,
-                "staleness_bound": 2,
+                "staleness_bound": 8,
+                "rollout_bound": 1,
                 "publish_to_backends": False,
             },
             format="json",
@@ -53,7 +54,8 @@ def test_an_operator_starts_a_run_and_stops_it(
     assert response.status_code == 201, response.content
     body = response.json()
     assert (body["model"], body["base_version_id"], body["status"]) == ("support-bot", base.pk, "running")
-    assert (body["samples_per_step"], body["staleness_bound"], body["publish_to_backends"]) == (8, 2, False)
+    assert (body["samples_per_step"], body["staleness_bound"], body["publish_to_backends"]) == (8, 8, False)
+    assert body["rollout_bound"] == 1
     assert body["config"]["learning_rate"] == 2e-5
     assert enqueued == [body["id"]]
     assert AuditEvent.objects.filter(tenant=tenant, verb="online_run.start").count() == 1
@@ -88,6 +90,8 @@ def test_one_run_at_a_time_and_the_refusal_names_it(api_client, tenant, enqueued
         ({"model": "no-such-model"}, "model"),
         ({"model": "support-bot", "samples_per_step": 0}, "samples_per_step"),
         ({"model": "support-bot", "staleness_bound": -1}, "staleness_bound"),
+        ({"model": "support-bot", "rollout_bound": -1}, "rollout_bound"),
+        ({"model": "support-bot", "rollout_bound": "soon"}, "rollout_bound"),
         ({"model": "support-bot", "hyperparameters": {"no_such_setting": 1}}, "hyperparameters"),
     ],
 )

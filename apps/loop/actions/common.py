@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 
 
 # Keys of `recipe` that are the online run's own settings; the rest are its hyperparameters.
-RUN_SETTINGS = ("samples_per_step", "publish_every", "staleness_bound", "max_steps")
+RUN_SETTINGS = ("samples_per_step", "publish_every", "staleness_bound", "rollout_bound", "max_steps")
 
 
 NOT_HYPERPARAMETERS = (*RUN_SETTINGS, "evaluate_every")

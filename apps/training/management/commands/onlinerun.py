@@ -22,6 +22,12 @@ class Command(BaseCommand):
         parser.add_argument("--samples-per-step", type=int, default=16)
         parser.add_argument("--publish-every", type=int, default=1)
         parser.add_argument("--staleness-bound", type=int, default=1)
+        parser.add_argument(
+            "--rollout-bound",
+            type=int,
+            default=None,
+            help="ρ: sessions let out ahead of the learner (default: η)",
+        )
         parser.add_argument("--max-steps", type=int, default=None)
         parser.add_argument(
             "--registered-only",
@@ -59,6 +65,7 @@ class Command(BaseCommand):
             samples_per_step=samples_per_step,
             publish_every=publish_every,
             staleness_bound=options["staleness_bound"],
+            rollout_bound=options["rollout_bound"],
             max_steps=options["max_steps"],
             publish_to_backends=not options["registered_only"],
         )
