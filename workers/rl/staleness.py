@@ -29,9 +29,11 @@ The bound is kept rather than enforced by dropping (AReaL bounds staleness where
 - `take_batch(..., max_samples=)`: a waiting trajectory at lag η is due (the step's publication would age it
   past η); the due ones join the step first, up to `max_samples`, instead of being dropped at the next one.
 - The learner does not hold its next step while production is η behind it: with the gateway's back-pressure
-  (apps/training/online.py: no new session once (η + v + 1)·B are out, v the steps trained) a held learner
-  trains nothing, so no session starts, no canary gets traffic and no release catches production up (a
-  deadlock, seen in the demo). What production serves while the learner runs η ahead is dropped as stale.
+  (apps/training/online.py: no new session once (ρ + v + 1)·B are out, v the steps trained, ρ the run's
+  rollout bound, else η) a held learner trains nothing, so no session starts, no canary gets traffic and no
+  release catches production up (a deadlock, seen in the demo). What production serves while the learner
+  runs η ahead is dropped as stale: a run fed by a lagging production takes an η that covers a release's lag
+  and a ρ that paces its traffic to the learner.
 - `lag_histogram`: trained samples by their oldest generated token's lag, for the run's staleness chart.
 
 Pure: frozen dataclasses and primitives in and out, no Django.
