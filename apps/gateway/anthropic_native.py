@@ -234,9 +234,7 @@ async def _stream(gateway, receive, send, draft, url, native, headers, started, 
     held_back: bytes = b""  # message_stop: released once the step is journalled
     headers_sent = False
     try:
-        async with backend_session().post(
-            url, data=encode(native), headers=headers, allow_redirects=False
-        ) as response:
+        async with backend_session().post(url, data=encode(native), headers=headers) as response:
             if 300 <= response.status < 400:
                 raise await _backend_failure(gateway, draft, 502, _redirect_refused(response.status))
             if response.status >= 400:

@@ -252,7 +252,7 @@ class BackendResponse:
             size += len(data)
         return b"".join(parts)
 
-    async def json(self, content_type=None):
+    async def json(self):
         return wire_json.loads(await self.read())
 
     async def iter_chunked(self, n: int):
@@ -286,38 +286,27 @@ class _Exchange:
     """`async with client.post(...) as response`: the answer's head received on enter; the connection back in
     its pool on exit when the body was read to its end on a keep-alive connection, closed otherwise."""
 
-    def __init__(self, client, method: str, url: str, data: bytes | None, headers, timeout: float | None):
+    def __init__(self, client, method: str, url: str, data: bytes | None, headers):
         self._client, self._method, self._url = client, method, url
-        self._data, self._headers, self._total = data, headers, timeout
-        self._deadline = None
+        self._data, self._headers = data, headers
         self._origin: _Origin | None = None
         self._connection: _Connection | None = None
         self._response: BackendResponse | None = None
 
     async def __aenter__(self) -> BackendResponse:
-        if self._total is not None:
-            self._deadline = asyncio.timeout(self._total)
-            await self._deadline.__aenter__()
+        self._origin, target = self._client.origin(self._url)
+        await self._origin.connections.acquire()
         try:
-            self._origin, target = self._client.origin(self._url)
-            await self._origin.connections.acquire()
-            try:
-                self._connection, self._response = await self._client.send(
-                    self._origin, self._method, target, self._data, self._headers
-                )
-            except BaseException:
-                self._origin.connections.release()
-                raise
-        except BaseException as error:
-            if self._deadline is not None:
-                await self._deadline.__aexit__(type(error), error, error.__traceback__)
+            self._connection, self._response = await self._client.send(
+                self._origin, self._method, target, self._data, self._headers
+            )
+        except BaseException:
+            self._origin.connections.release()
             raise
         return self._response
 
     async def __aexit__(self, exc_type, exc, tb):
         self._give_back()
-        if self._deadline is not None:
-            return await self._deadline.__aexit__(exc_type, exc, tb)
         return False
 
     def _give_back(self) -> None:
@@ -342,18 +331,11 @@ class BackendClient:
         self._tls: ssl.SSLContext | None = None
         self.closed = False
 
-    def post(self, url: str, *, data: bytes, headers: dict | None = None, allow_redirects: bool = False):
-        return _Exchange(self, "POST", url, data, headers, None)
+    def post(self, url: str, *, data: bytes, headers: dict | None = None):
+        return _Exchange(self, "POST", url, data, headers)
 
-    def get(
-        self,
-        url: str,
-        *,
-        headers: dict | None = None,
-        allow_redirects: bool = False,
-        timeout: float | None = None,
-    ):
-        return _Exchange(self, "GET", url, None, headers, timeout)
+    def get(self, url: str, *, headers: dict | None = None):
+        return _Exchange(self, "GET", url, None, headers)
 
     def origin(self, url: str) -> tuple[_Origin, str]:
         parts = urlsplit(url)

@@ -12,6 +12,7 @@ completions (OpenAI's reasoning models refuse `max_tokens`; some other servers r
 `max_tokens` on the legacy completions endpoint. Whichever field the client used, the backend gets the cap.
 """
 
+import asyncio
 import time
 
 from django.conf import settings
@@ -51,11 +52,12 @@ async def _probe_context_length(backend, headers: dict | None) -> int | None:
     key = (backend.base_url, backend.served_model)
     length = None
     try:
-        async with backend_session().get(
-            backend.base_url + "/v1/models", headers=headers, allow_redirects=False, timeout=PROBE_SECONDS
-        ) as response:
+        async with (
+            asyncio.timeout(PROBE_SECONDS),
+            backend_session().get(backend.base_url + "/v1/models", headers=headers) as response,
+        ):
             if response.status == 200:
-                models = (await response.json(content_type=None)).get("data") or []
+                models = (await response.json()).get("data") or []
                 for model in models:
                     if isinstance(model, dict) and model.get("id") == backend.served_model:
                         value = model.get("max_model_len")

@@ -344,7 +344,7 @@ async def _stream(
     headers_sent = False
     try:
         async with backend_session().post(
-            url, data=encode(forward_body), headers=_headers(draft), allow_redirects=False
+            url, data=encode(forward_body), headers=_headers(draft)
         ) as response:
             if 300 <= response.status < 400:
                 raise await _backend_failure(gateway, draft, 502, _redirect_refused(response.status))
@@ -453,7 +453,7 @@ async def post_whole(gateway, draft, url: str, data: bytes, headers) -> tuple[in
     """One whole (non-streamed) forward: the status and the body read under the size cap; a timeout, a
     transport error, an oversized body or a redirect fails the step with the gateway's 5xx."""
     try:
-        async with backend_session().post(url, data=data, headers=headers, allow_redirects=False) as response:
+        async with backend_session().post(url, data=data, headers=headers) as response:
             return_value = response.status, await read_capped(response)
     except TimeoutError:
         raise await _backend_failure(gateway, draft, 504, "the inference backend timed out") from None
