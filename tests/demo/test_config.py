@@ -67,6 +67,7 @@ def test_the_weather_desk_stays_the_default_task():
     assert (settings.task, settings.model_name) == ("weather", "weather")
     assert settings.micro_batch_tokens == 8192
     assert (settings.trainer_niceness, settings.canary_patience) == (0, 30)
+    assert (settings.eta, settings.rollout_bound) == (8, None)  # ρ = η
 
 
 def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_defaults(monkeypatch):
@@ -84,6 +85,10 @@ def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_d
     assert settings.micro_batch_tokens == 2048  # the weather desk keeps 8,192 (memory: demo/config.py)
     # the gate and the canary must fit the loop: the trainer yields the cores, the canary waits longer
     assert (settings.trainer_niceness, settings.canary_patience) == (10, 80)
+    # production lags the learner by a release: η wide, the sessions let out bounded apart (ρ)
+    assert (settings.eta, settings.rollout_bound) == (8, 1)
+    monkeypatch.setenv("DEMO_ROLLOUT_BOUND", "-1")
+    assert DemoConfig.from_environment().rollout_bound is None
     monkeypatch.setenv("DEMO_TRAINER_NICENESS", "0")
     assert DemoConfig.from_environment().trainer_niceness == 0
     monkeypatch.setenv("DEMO_BFCL_CATEGORIES", "irrelevance, simple_python")
