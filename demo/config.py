@@ -73,8 +73,8 @@ TASK_DEFAULTS: dict[str, dict[str, float]] = {
         # η wide and ρ narrow (AReaL's bound at the rollout side): production serves the agent's traffic
         # versions behind the learner (a release takes a gate and a canary), so with η = 4 a third of what it
         # served aged past η and was dropped; at η = 8 alone nothing aged out but the gateway let out more
-        # sessions than the learner could train. ρ = 1 lets out (1 + v + 1)·B sessions: seed 0 trained on 72
-        # of 72 settled trajectories, none stale, at level accuracy (bench/bfcl/README.md).
+        # sessions than the learner could train. ρ = 1 lets out (1 + v + 1)·B sessions: seeds 0 and 1 each
+        # trained on 72 of 72 settled trajectories, none stale, at level accuracy (bench/bfcl/README.md).
         "DEMO_ETA": 8,
         "DEMO_ROLLOUT_BOUND": 1,
         "DEMO_HELDOUT": 10,
