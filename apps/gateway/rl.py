@@ -1,8 +1,10 @@
 """AReaL-compatible session endpoints and the agent-facing reward endpoint.
 
-POST /rl/start_session {task_id, group_size?} → {session_id, api_key, group_id?}: the returned key is
-bound to the session; the agent uses it for its completions and for set_reward / end_session. While the
-tenant's online run has no capacity left (apps.training.online.online_capacity) it answers 429 + Retry-After.
+POST /rl/start_session {task_id, group_size? | group_id?} → {session_id, api_key, group_id?}: group_size
+numbers the task's groups (AReaL's), group_id names the caller's own (comparable tasks that share a GRPO
+baseline). The returned key is bound to the session; the agent uses it for its completions and for
+set_reward / end_session. While the tenant's online run has no capacity left
+(apps.training.online.online_capacity) it answers 429 + Retry-After.
 POST /rl/set_reward {reward, interaction_id?}: no interaction id → the session's last completion, whichever
 web process served it: the last step of the session's shared cursor (sessions.py; this process's memory may
 be behind), once that step is in the database (the serving process stores it within a journal flush; this
@@ -73,13 +75,14 @@ def _text(body: dict, name: str, *, required: bool = False, limit: int = 200) ->
     return value
 
 
-def _open_session(principal, task_id: str, group_size: int | None) -> tuple[str, str]:
+def _open_session(principal, task_id: str, group_size: int | None, group_id: str) -> tuple[str, str]:
     from apps.trajectories.services import trajectory_open_rl_session
 
     trajectory = trajectory_open_rl_session(
         tenant_id=principal.tenant_id,
         task_id=task_id,
         group_size=group_size,
+        group_id=group_id,
         api_key_prefix=principal.key_prefix,
     )
     return trajectory.session_id, trajectory.group_id
@@ -137,6 +140,14 @@ async def handle_start_session(gateway, scope, receive, send, headers, session_f
         raise GatewayError(
             422, "group_size must be an integer between 1 and 1024", "invalid_request", field="group_size"
         )
+    group_id = _text(body, "group_id")  # the caller's own group of comparable tasks (GRPO's baseline)
+    if group_id and group_size is not None:
+        raise GatewayError(
+            422,
+            "give group_id or group_size, not both: group_size numbers the task's groups itself",
+            "invalid_request",
+            field="group_id",
+        )
     capacity = await database(_training_capacity)(principal.tenant_id)
     if capacity is not None and capacity <= 0:  # AReaL's staleness budget of the tenant's online run
         raise GatewayError(
@@ -146,7 +157,7 @@ async def handle_start_session(gateway, scope, receive, send, headers, session_f
             "no_training_capacity",
             retry_after=1,
         )
-    session_id, group_id = await database(_open_session)(principal, task_id, group_size)
+    session_id, group_id = await database(_open_session)(principal, task_id, group_size, group_id)
     try:
         key = await database(session_key_mint)(
             principal=principal, session_id=session_id, task_id=task_id, group_id=group_id

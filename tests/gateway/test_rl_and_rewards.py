@@ -63,6 +63,36 @@ def test_areal_session_lifecycle(gateway, backend, agent_key, tenant):
     assert third_member["group_id"] == "math-1#1"
 
 
+def test_start_session_with_the_callers_own_group(gateway, backend, agent_key, tenant):
+    url, gw = gateway
+    headers = {"Authorization": f"Bearer {agent_key('inference')}"}
+    groups = []
+    for task_id in ("case-1", "case-2"):
+        started = httpx.post(
+            f"{url}/rl/start_session", json={"task_id": task_id, "group_id": "bfcl/simple"}, headers=headers
+        ).json()
+        assert started["group_id"] == "bfcl/simple"
+        session = openai.OpenAI(base_url=f"{url}/v1", api_key=started["api_key"], max_retries=0)
+        session.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": task_id}], max_tokens=3
+        )
+        httpx.post(
+            f"{url}/rl/end_session", json={}, headers={"Authorization": f"Bearer {started['api_key']}"}
+        )
+        groups.append(Trajectory.objects.get(session_id=started["session_id"]).group_id)
+    assert groups == ["bfcl/simple", "bfcl/simple"]  # two tasks, one group: one GRPO baseline
+    before = Trajectory.objects.filter(tenant=tenant).count()
+    for body in (
+        {"task_id": "case-3", "group_id": "g", "group_size": 2},
+        {"task_id": "case-3", "group_id": 7},
+        {"task_id": "case-3", "group_id": "x" * 201},
+    ):
+        refused = httpx.post(f"{url}/rl/start_session", json=body, headers=headers)
+        assert refused.status_code == 422, body
+        assert refused.json()["error"]["param"] == "group_id"
+    assert Trajectory.objects.filter(tenant=tenant).count() == before  # a refused start opens nothing
+
+
 def test_v1_rewards_idempotency_and_targets(gateway, backend, agent_key, tenant, other_tenant):
     url, gw = gateway
     key = agent_key("inference", "rewards:write")

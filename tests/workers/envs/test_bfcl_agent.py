@@ -108,3 +108,44 @@ def test_the_agent_runs_bfcl_cases_through_the_gateway_and_rewards_them_with_the
             assert [(reward.step_id, reward.value) for reward in rewards] == [(None, verdict.value)]
 
     assert Trajectory.objects.filter(tenant=tenant).count() == len(CASE_IDS)
+
+
+def test_the_demos_bfcl_users_open_rl_sessions_grouped_by_category_and_reward_them(
+    gateway,  # noqa: F811
+    backend,
+    agent_key,  # noqa: F811
+    tenant,
+):
+    """BfclTraffic, as `DEMO_TASK=bfcl` runs it: each case is an RL session whose group is its category, so the
+    trainer's GRPO baseline is the category's mean reward, and the checker's verdict is its reward."""
+    import time
+
+    from workers.envs.bfcl.traffic import BfclTraffic
+
+    url, application = gateway
+    traffic = BfclTraffic(
+        gateway_url=url,
+        api_key=agent_key("inference", "rewards:write"),
+        model=MODEL,
+        categories=("irrelevance",),
+        users=1,
+        max_tokens=16,
+    ).start()
+    deadline = time.monotonic() + 120
+    try:
+        while traffic.stats.episodes < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        traffic.stop()
+    drain(application)
+
+    assert traffic.stats.episodes >= 2, traffic.stats.last_problem
+    assert traffic.stats.errors == 0, traffic.stats.last_problem
+    assert traffic.stats.rejected_rewards == 0, traffic.stats.last_problem
+    trajectories = list(Trajectory.objects.filter(tenant=tenant, status="complete"))
+    assert len(trajectories) >= 2
+    for trajectory in trajectories:
+        assert trajectory.group_id == "bfcl/irrelevance"
+        assert _case(trajectory.task_id).split == "train"
+        assert {reward.source for reward in Reward.objects.filter(trajectory=trajectory)} == {"environment"}
+    assert traffic.by_category["irrelevance"][0] == traffic.stats.episodes

@@ -3,7 +3,10 @@ agent (agent.run_case) through the gateway, each case an AReaL-style RL session,
 goes back as an environment reward through the public reward API (agent.reward_bodies), as a customer's own
 evaluator would post it.
 
-One user's turn: POST /rl/start_session (429 → wait Retry-After: the online run's back-pressure) → the case
+One user's turn: POST /rl/start_session with the case's category as its group (`bfcl/<category>`: the
+trainer's GRPO baseline is then the category's mean reward in the batch, so that the easy `irrelevance`, won
+by calling nothing, does not make declining look better than calling in the other categories; 429 → wait
+Retry-After: the online run's back-pressure) → the case
 with the session key as the client's api_key and the session's id as its X-Session-Id → the verdict posted by
 POST /v1/rewards (source `environment`) → POST /rl/end_session. Counters: workers.envs.traffic.TrafficStats
 (success is the checker's verdict), per category (`by_category`: cases, right), and the answers the checker
@@ -61,7 +64,11 @@ class BfclTraffic(UserThreads):
         while not self._stop.is_set():
             case = rng.choice(self.cases)
             try:
-                started = http.post("/rl/start_session", json={"task_id": case.case_id}, headers=headers)
+                started = http.post(
+                    "/rl/start_session",
+                    json={"task_id": case.case_id, "group_id": f"bfcl/{case.category}"},
+                    headers=headers,
+                )
                 if started.status_code == 429:
                     with self.stats.lock:
                         self.stats.held_back += 1
