@@ -400,9 +400,9 @@ def trajectory_open_rl_session(
     """Opens the trajectory of a new RL session (`/rl/start_session`) under a fresh session id `rl-<hex>`.
     With `group_size`, the session joins the task's group `<task_id>#<n>`, n being how many trajectories of
     the task the tenant had started, divided by `group_size`; otherwise it joins `group_id`, the caller's own
-    group (empty: none). Locking: the tenant row is locked for the count
-    and the insert, so concurrent starts of one tenant are numbered one after another. Tenancy: counts and
-    writes rows of `tenant_id` only. Not idempotent: each call opens a new session."""
+    group (empty: none). Locking: the tenant row is locked for the count and the insert, so concurrent starts
+    of one tenant are numbered one after another. Tenancy: counts and writes rows of `tenant_id` only. Not
+    idempotent: each call opens a new session."""
     tenant = Tenant.objects.select_for_update().get(pk=tenant_id)
     if group_size:
         started = Trajectory.objects.for_tenant(tenant).filter(task_id=task_id).count()

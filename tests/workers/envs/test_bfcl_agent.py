@@ -5,6 +5,7 @@ the behaviour, not accuracy."""
 
 import json
 import shutil
+import time
 
 import pytest
 
@@ -17,6 +18,7 @@ from tests.inference.factories import BackendFactory
 from tests.servers import inference_server
 from tests.workers.inference.conftest import default_model_dir  # noqa: F401  (fixture)
 from workers.envs.bfcl import BfclAgent, load_cases, score_run
+from workers.envs.bfcl.traffic import BfclTraffic
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -118,10 +120,6 @@ def test_the_demos_bfcl_users_open_rl_sessions_grouped_by_category_and_reward_th
 ):
     """BfclTraffic, as `DEMO_TASK=bfcl` runs it: each case is an RL session whose group is its category, so the
     trainer's GRPO baseline is the category's mean reward, and the checker's verdict is its reward."""
-    import time
-
-    from workers.envs.bfcl.traffic import BfclTraffic
-
     url, application = gateway
     traffic = BfclTraffic(
         gateway_url=url,
