@@ -158,6 +158,7 @@ class BfclMixin:
             categories=self.demo_config.bfcl_categories,
             users=self.demo_config.users,
             seed=self.seed,
+            group_size=self.demo_config.bfcl_group,
         )
 
     def _table(self, traffic, annotator) -> None:
@@ -167,6 +168,7 @@ class BfclMixin:
             extra["task"] = "bfcl"
             extra["per_category"] = self._category_table(traffic)
             extra["demonstrations"] = self.demo_config.bfcl_demonstrations
+            extra["group_size"] = self.demo_config.bfcl_group
             extra["accepted_traffic"] = list(traffic.accepted)  # bench/bfcl's SFT-only baseline uses them
         path = Path(self.demo_config.summary_path or str(Path(settings.VAR_DIR) / "demo-summary.json"))
         summary = json.loads(path.read_text()) if path.exists() else {}

@@ -17,7 +17,8 @@ few-million-parameter model; smollm2: SmolLM2-135M-Instruct, a real pretrained m
 workers.models, with its own defaults in MODEL_DEFAULTS), DEMO_TASK (weather: the weather desk; bfcl: the
 Berkeley Function Calling Leaderboard, workers/envs/bfcl, with SmolLM2 and the defaults of TASK_DEFAULTS),
 DEMO_BFCL_CATEGORIES (comma-separated single-turn categories; default all five), DEMO_BFCL_DEMOS (the
-warm-up's demonstrations from the train split's ground truth), DEMO_TRAINER_NICENESS (the train worker's
+warm-up's demonstrations from the train split's ground truth), DEMO_BFCL_GROUP (1: each answer's GRPO group is
+its case's category; k > 1: a user answers one case k times at once, the k answers one group), DEMO_TRAINER_NICENESS (the train worker's
 niceness, AREAL_TRAINING_NICENESS; 0, under DEMO_TASK=bfcl 10), DEMO_GATE_THREADS (the eval worker's torch
 threads for an environment gate, AREAL_GATE_THREADS; 0: torch's choice, under DEMO_TASK=bfcl 1). Under
 DEMO_TASK=bfcl, DEMO_HELDOUT is held-out cases per category.
@@ -192,6 +193,7 @@ class DemoConfig:
     micro_batch_tokens: int = 8192
     trainer_niceness: int = 0
     gate_threads: int = 0
+    bfcl_group: int = 1  # answers per case in one GRPO group (1: the group is the category)
     rollout_bound: int | None = None  # None: η
 
     @property
@@ -202,6 +204,8 @@ class DemoConfig:
         from workers.envs.scenarios import scenario_named
 
         scenario_named(self.scenario, at=self.scenario_at)  # an unknown name fails here, before the warm-up
+        if self.bfcl_group < 1:
+            raise ValueError(f"DEMO_BFCL_GROUP={self.bfcl_group}: answers per case, at least 1")
         if self.task == "bfcl" and self.scenario:
             raise ValueError("DEMO_SCENARIO plays in the weather desk's world; DEMO_TASK=bfcl has none")
 
@@ -239,6 +243,7 @@ class DemoConfig:
             task=demo_task(),
             bfcl_categories=_bfcl_categories(),
             bfcl_demonstrations=_env_int("DEMO_BFCL_DEMOS", 240),
+            bfcl_group=_env_int("DEMO_BFCL_GROUP", 1),
             micro_batch_tokens=_env_int("DEMO_MICRO_BATCH_TOKENS", 8192),
             trainer_niceness=_env_int("DEMO_TRAINER_NICENESS", 0),
             gate_threads=_env_int("DEMO_GATE_THREADS", 0),

@@ -180,6 +180,7 @@ def main() -> None:
                 "trajectories": loop.get("trajectories"),
                 "steps": loop.get("steps"),
                 "staleness": loop.get("staleness"),
+                "group_size": loop.get("group_size"),
             },
             "sft_only": baseline,
         }
@@ -202,8 +203,11 @@ def main() -> None:
             )
         staleness = loop.get("staleness") or {}
         share = staleness.get("trained_share")
+        group = loop.get("group_size") or 1
+        groups = "the category" if group == 1 else f"{group} answers of one case"
         print(
-            f"(a): production {label}, {loop.get('trajectories')} trajectories, {loop.get('steps')} steps, "
+            f"(a): production {label}, {loop.get('trajectories')} trajectories (GRPO groups: {groups}), "
+            f"{loop.get('steps')} steps, "
             f"trained on {staleness.get('trained')} of {staleness.get('trained', 0) + staleness.get('stale', 0)} "
             f"qualified ({'-' if share is None else f'{share:.0%}'}), lags {staleness.get('lag_histogram')}; "
             f"warm-up {loop.get('warmup_seconds')} s + loop {loop.get('loop_seconds')} s"

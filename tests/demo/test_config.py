@@ -17,6 +17,8 @@ KNOBS = (
     "DEMO_TRAINER_NICENESS",
     "DEMO_CANARY_PATIENCE",
     "DEMO_GATE_THREADS",
+    "DEMO_BFCL_GROUP",
+    "DEMO_ROLLOUT_BOUND",
 )
 
 
@@ -93,6 +95,12 @@ def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_d
     assert DemoConfig.from_environment().trainer_niceness == 0
     monkeypatch.setenv("DEMO_BFCL_CATEGORIES", "irrelevance, simple_python")
     assert DemoConfig.from_environment().bfcl_categories == ("irrelevance", "simple_python")
+    assert settings.bfcl_group == 1  # each answer's GRPO group: its category
+    monkeypatch.setenv("DEMO_BFCL_GROUP", "4")
+    assert DemoConfig.from_environment().bfcl_group == 4
+    monkeypatch.setenv("DEMO_BFCL_GROUP", "0")
+    with pytest.raises(ValueError, match="DEMO_BFCL_GROUP=0"):
+        DemoConfig.from_environment()
 
 
 @pytest.mark.parametrize("category", ["live_simple", "multi_turn_base"])

@@ -147,3 +147,55 @@ def test_the_demos_bfcl_users_open_rl_sessions_grouped_by_category_and_reward_th
         assert _case(trajectory.task_id).split == "train"
         assert {reward.source for reward in Reward.objects.filter(trajectory=trajectory)} == {"environment"}
     assert traffic.by_category["irrelevance"][0] == traffic.stats.episodes
+
+
+def test_with_a_group_size_the_users_answer_one_case_several_times_in_one_group(
+    gateway,  # noqa: F811
+    backend,
+    agent_key,  # noqa: F811
+    tenant,
+):
+    """DEMO_BFCL_GROUP=k: a user answers one case k times at once, each answer its own RL session, the k of
+    them one GRPO group of their own (the baseline is the case's mean reward, not its category's)."""
+    url, application = gateway
+    traffic = BfclTraffic(
+        gateway_url=url,
+        api_key=agent_key("inference", "rewards:write"),
+        model=MODEL,
+        categories=("irrelevance",),
+        users=1,
+        max_tokens=16,
+        group_size=2,
+    ).start()
+    deadline = time.monotonic() + 120
+    try:
+        while traffic.stats.episodes < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        traffic.stop()
+    drain(application)
+
+    assert traffic.stats.episodes >= 4, traffic.stats.last_problem
+    assert traffic.stats.errors == 0, traffic.stats.last_problem
+    groups: dict[str, list[Trajectory]] = {}
+    for trajectory in Trajectory.objects.filter(tenant=tenant, status="complete"):
+        groups.setdefault(trajectory.group_id, []).append(trajectory)
+    complete = {group: members for group, members in groups.items() if len(members) == 2}
+    assert len(complete) >= 2, sorted(groups)
+    for group, members in complete.items():
+        (task_id,) = {member.task_id for member in members}  # one case's answers
+        assert group.startswith(f"bfcl/{task_id}/0-0-")
+        assert _case(task_id).split == "train"
+        assert len({member.session_id for member in members}) == 2  # a session each
+    assert all(len(members) <= 2 for members in groups.values())
+
+
+def test_a_group_size_below_one_is_refused():
+    with pytest.raises(ValueError, match="group_size"):
+        BfclTraffic(
+            gateway_url="http://127.0.0.1:1",
+            api_key="k",
+            model=MODEL,
+            categories=("irrelevance",),
+            group_size=0,
+        )
