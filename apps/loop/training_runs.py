@@ -353,6 +353,6 @@ def _summary(metrics) -> dict:
     values = metrics.to_dict()
     return {
         key: values[key]
-        for key in ("loss", "reward_mean", "clip_fraction", "kl", "samples", "tokens")
+        for key in ("loss", "reward_mean", "clip_fraction", "kl", "samples", "tokens", "skipped_samples")
         if key in values
     }

@@ -66,6 +66,9 @@ class TrainConfig:
     cap_mode: str = "clamp"
     proximal: str = "recompute"  # decoupled PPO: recompute (pre-update weights) or loglinear
     kpop_threshold: float | None = None  # off-policy token filter (decoupled PPO); None: off
+    # A sample whose advantage is zero at every token (a GRPO group whose rewards were all equal) adds
+    # nothing to the gradient: its forward and backward are skipped, the update unchanged (one process only)
+    skip_zero_advantage: bool = True
     # LoRA (peft); None: full fine-tuning
     lora: LoraSettings | None = None
     gradient_checkpointing: bool = False
@@ -131,7 +134,7 @@ class StepMetrics:
     grad_norm: float  # before clipping (the last update's)
     samples: int
     tokens: int  # every token forwarded (context + generated)
-    loss_tokens: int  # generated tokens in the loss mask
+    loss_tokens: int  # generated tokens in the loss mask (of every sample, skipped ones included)
     tokens_per_second: float  # tokens / seconds of the step
     seconds: float
     reward_mean: float = 0.0
@@ -141,11 +144,12 @@ class StepMetrics:
     advantage_min: float = 0.0
     advantage_max: float = 0.0
     clip_fraction: float = 0.0
-    masked_token_fraction: float = 0.0  # filtered by KPop or a mask-mode cap, of the loss mask
-    kl: float = 0.0  # mean over generated tokens of (logp - logp_behaviour)^2 / 2 before the update
+    masked_token_fraction: float = 0.0  # filtered by KPop or a mask-mode cap, of the forwarded loss mask
+    kl: float = 0.0  # mean over forwarded generated tokens of (logp - logp_behaviour)^2 / 2 before the update
     importance_weight_max: float = 0.0
     behaviour_weight_max: float = 0.0
     fallback_groups: int = 0  # single-sample GRPO groups that used the batch baseline
+    skipped_samples: int = 0  # zero-advantage samples not forwarded (TrainConfig.skip_zero_advantage)
     staleness_histogram: tuple[tuple[int, int], ...] = field(default_factory=tuple)  # (V - v, tokens)
 
     def to_dict(self) -> dict:

@@ -11,7 +11,9 @@ A step: GRPO advantages per token (workers.rl.advantages) unless SFT; the batch 
 (packed rows, workers.rl.packing, or length-bucketed padded batches: workers.engines.forward, which also
 computes the LM head on generated positions only), each micro-batch's loss divided by the minibatch's whole
 loss-token count, so accumulating the rows' gradients gives the minibatch's mean; gradient clipping,
-the scheduled learning rate, AdamW.
+the scheduled learning rate, AdamW. A sample whose advantage is zero at every token (its GRPO group's
+rewards all equal) is not forwarded (`skip_zero_advantage`, on one process): its loss and gradient are zero,
+only its tokens count in the denominator, so the update is the same for less work.
 
 Losses (workers.engines.objective, formulas in workers.rl.losses): SFT - mean NLL of generated tokens; GRPO - PPO against the behaviour
 logprobs (the sampling policy is the "old" one); decoupled PPO - ratio against the proximal policy,
@@ -183,6 +185,7 @@ class Trainer:
                 group_by=config.group_by,
             )
         chunks = _split(len(samples), config.minibatches)
+        idle = self._idle_samples(samples, token_advantages)
         recomputed = None
         if config.algorithm == "decoupled_ppo" and config.proximal == "recompute" and len(chunks) > 1:
             recomputed = self._recompute_logprobs(samples)
@@ -190,18 +193,23 @@ class Trainer:
         totals: Counter[str] = Counter()
         maxima = {"importance": 0.0, "behaviour": 0.0}
         loss_sum = grad_norm = 0.0
+        skipped: list[int] = []
         rate = self.schedule.current()
         for chunk in chunks:
             rate = self.schedule.apply(self.optimizer)
             self.optimizer.zero_grad(set_to_none=True)
             denominator = self.reduce_sum(sum(sum(samples[i].loss_mask) for i in chunk))
+            # every member idle: all run, so that each parameter still gets a (zero) gradient and Adam's
+            # update is the one it would have been
+            active = [i for i in chunk if i not in idle] or chunk
+            skipped.extend(i for i in chunk if i not in active)
             for row_indices in plan_micro_batches(
-                [samples[i].input_ids for i in chunk],
-                [samples[i].loss_mask for i in chunk],
+                [samples[i].input_ids for i in active],
+                [samples[i].loss_mask for i in active],
                 config.micro_batch_tokens,
                 self.layout,
             ):
-                indices = [chunk[i] for i in row_indices]
+                indices = [active[i] for i in row_indices]
                 row_loss = self._micro_batch(
                     samples,
                     indices,
@@ -220,8 +228,11 @@ class Trainer:
         self.data_position = data_position if data_position is not None else self.data_position + len(samples)
 
         seconds = time.perf_counter() - started
-        tokens = sum(len(sample.input_ids) for sample in samples)
-        loss_tokens = totals["loss_tokens"]
+        tokens = sum(len(sample.input_ids) for sample in samples) - sum(
+            len(samples[i].input_ids) for i in skipped
+        )
+        forwarded = totals["loss_tokens"]  # generated tokens of the samples that ran
+        loss_tokens = forwarded + sum(sum(samples[i].loss_mask) for i in skipped)
         histogram: Counter[int] = Counter()
         if current_version is not None:
             for sample in samples:
@@ -248,13 +259,14 @@ class Trainer:
             advantage_min=min(advantages.values) if advantages else 0.0,
             advantage_max=max(advantages.values) if advantages else 0.0,
             clip_fraction=totals["clipped"] / kept,
-            masked_token_fraction=(loss_tokens - totals["kept"]) / max(loss_tokens, 1)
+            masked_token_fraction=(forwarded - totals["kept"]) / max(forwarded, 1)
             if config.algorithm != "sft"
             else 0.0,
-            kl=totals["kl_sum"] / max(loss_tokens, 1),
+            kl=totals["kl_sum"] / max(forwarded, 1),
             importance_weight_max=maxima["importance"],
             behaviour_weight_max=maxima["behaviour"],
             fallback_groups=len(advantages.fallback_groups) if advantages else 0,
+            skipped_samples=len(skipped),
             staleness_histogram=tuple(sorted(histogram.items())),
         )
 
@@ -321,6 +333,19 @@ class Trainer:
             parts = self.logprobs([samples[i].input_ids for i in row_indices])
             by_index.update(zip(row_indices, parts, strict=True))
         return [by_index[index] for index in range(len(samples))]
+
+    def _idle_samples(self, samples, token_advantages) -> set[int]:
+        """Indices of the samples whose advantage is zero at every token of their loss mask: their loss and
+        its gradient are zero (the objective has no term without the advantage), so they need no forward.
+        Their tokens still count in the loss's denominator. One process only: under FSDP every rank must run
+        the same forwards."""
+        if not token_advantages or not self.config.skip_zero_advantage or self.world_size != 1:
+            return set()
+        return {
+            index
+            for index, (values, sample) in enumerate(zip(token_advantages, samples, strict=True))
+            if not bool(values[torch.tensor(sample.loss_mask, dtype=torch.bool)].any())
+        }
 
     def _micro_batch(
         self,

@@ -2,6 +2,7 @@
 resumed run equals the uninterrupted one, exports load in transformers."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -349,3 +350,28 @@ def test_the_prefix_layout_trains_like_the_padded_one(model_dir, lora):
         assert prefix.loss_tokens == padded.loss_tokens == 3 * 4 * 6
     assert steps["prefix"][1].kl > 0  # the second step saw moved weights, the same way on both
     assert steps["prefix"][1].kl == pytest.approx(steps["padded"][1].kl, rel=1e-3)
+
+
+def test_zero_advantage_samples_are_not_forwarded_and_the_update_is_the_same(model_dir):
+    """A GRPO group whose rewards are all equal has advantage zero: its samples add nothing to the gradient,
+    so the trainer skips their forward and backward, and the weights move exactly as without the skip."""
+    samples = fixed_set()  # g0: rewards 0, 1, 2 (the 1 is g0's mean: advantage 0); g1 made all equal below
+    samples = [replace(sample, reward=1.0) if sample.group_id == "g1" else sample for sample in samples]
+    runs = {}
+    for skip in (True, False):
+        config = TrainConfig(algorithm="decoupled_ppo", learning_rate=1e-3, skip_zero_advantage=skip)
+        trainer = Trainer(model_dir, config)
+        runs[skip] = (trainer, [trainer.step(samples, current_version=1) for _ in range(2)])
+    (skipping, skipped_steps), (full, full_steps) = runs[True], runs[False]
+    for fast, slow in zip(skipped_steps, full_steps, strict=True):
+        assert (fast.skipped_samples, slow.skipped_samples) == (4, 0)
+        assert fast.tokens == slow.tokens // 3  # g1's three samples and g0's middle one were not forwarded
+        assert fast.loss_tokens == slow.loss_tokens == 6 * 10  # the denominator counts them still
+        assert fast.loss == pytest.approx(slow.loss, abs=1e-7)
+        assert fast.grad_norm == pytest.approx(slow.grad_norm, rel=1e-5)
+    for mine, theirs in zip(skipping.model.parameters(), full.model.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+
+    # every sample idle: they all run, so that Adam's update (momentum alone here) is the same as before
+    idle = [replace(sample, reward=1.0) for sample in samples]
+    assert Trainer(model_dir, TrainConfig(algorithm="grpo")).step(idle).skipped_samples == 0
