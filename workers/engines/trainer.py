@@ -13,7 +13,8 @@ computes the LM head on generated positions only), each micro-batch's loss divid
 loss-token count, so accumulating the rows' gradients gives the minibatch's mean; gradient clipping,
 the scheduled learning rate, AdamW. A sample whose advantage is zero at every token (its GRPO group's
 rewards all equal) is not forwarded (`skip_zero_advantage`, on one process): its loss and gradient are zero,
-only its tokens count in the denominator, so the update is the same for less work.
+only its tokens count in the denominator, so the update is the same for less work (a minibatch of them
+alone gets a zero gradient without a forward, and Adam still makes the update its moments call for).
 
 Losses (workers.engines.objective, formulas in workers.rl.losses): SFT - mean NLL of generated tokens; GRPO - PPO against the behaviour
 logprobs (the sampling policy is the "old" one); decoupled PPO - ratio against the proximal policy,
@@ -199,10 +200,13 @@ class Trainer:
             rate = self.schedule.apply(self.optimizer)
             self.optimizer.zero_grad(set_to_none=True)
             denominator = self.reduce_sum(sum(sum(samples[i].loss_mask) for i in chunk))
-            # every member idle: all run, so that each parameter still gets a (zero) gradient and Adam's
-            # update is the one it would have been
-            active = [i for i in chunk if i not in idle] or chunk
-            skipped.extend(i for i in chunk if i not in active)
+            active = [i for i in chunk if i not in idle]
+            skipped.extend(i for i in chunk if i in idle)
+            if (
+                not active
+            ):  # the gradient is zero, as the forwards would have made it: Adam's update is unchanged
+                for parameter in self.parameters:
+                    parameter.grad = torch.zeros_like(parameter)
             for row_indices in plan_micro_batches(
                 [samples[i].input_ids for i in active],
                 [samples[i].loss_mask for i in active],

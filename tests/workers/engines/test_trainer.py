@@ -372,6 +372,11 @@ def test_zero_advantage_samples_are_not_forwarded_and_the_update_is_the_same(mod
     for mine, theirs in zip(skipping.model.parameters(), full.model.parameters(), strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
 
-    # every sample idle: they all run, so that Adam's update (momentum alone here) is the same as before
+    # every sample idle: no forward at all, and Adam's update from its moments is still the one it was
     idle = [replace(sample, reward=1.0) for sample in samples]
-    assert Trainer(model_dir, TrainConfig(algorithm="grpo")).step(idle).skipped_samples == 0
+    moved = {skip: runs[skip][0].step(idle, current_version=1) for skip in (True, False)}
+    assert (moved[True].skipped_samples, moved[False].skipped_samples) == (6, 0)
+    assert moved[True].tokens == 0
+    assert moved[True].grad_norm == moved[False].grad_norm == 0.0
+    for mine, theirs in zip(skipping.model.parameters(), full.model.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
