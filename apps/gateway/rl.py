@@ -130,8 +130,7 @@ async def handle_start_session(gateway, scope, receive, send, headers, session_f
             "this key is already bound to a session; start sessions with the tenant's API key",
             "session_key_not_allowed",
         )
-    await _take_session_start(gateway, principal)
-    body = await gateway.read_json(receive)
+    body = await gateway.read_json(receive)  # a refused body (422) takes nothing from the rate budget
     task_id = _text(body, "task_id") or "task-" + uuid.uuid4().hex[:12]
     group_size = body.get("group_size")
     if group_size is not None and (
@@ -148,6 +147,7 @@ async def handle_start_session(gateway, scope, receive, send, headers, session_f
             "invalid_request",
             field="group_id",
         )
+    await _take_session_start(gateway, principal)
     capacity = await database(_training_capacity)(principal.tenant_id)
     if capacity is not None and capacity <= 0:  # AReaL's staleness budget of the tenant's online run
         raise GatewayError(

@@ -175,6 +175,18 @@ def test_a_start_session_flood_gets_429(gateway, agent_key, other_tenant, settin
     assert _start(url, agent_key("inference", of=other_tenant)).status_code == 200  # a per-tenant limit
 
 
+def test_a_refused_start_session_body_takes_nothing_from_the_rate_budget(gateway, agent_key, settings):
+    settings.AREAL_GATEWAY_SESSION_STARTS_PER_MINUTE = 2
+    url, _ = gateway
+    key = agent_key("inference")
+    _away_from_a_minute_boundary()
+    refused = [
+        httpx.post(f"{url}/rl/start_session", json={"group_size": 0}, headers=_bearer(key)) for _ in range(3)
+    ]
+    assert [answer.status_code for answer in refused] == [422] * 3
+    assert [_start(url, key).status_code for _ in range(3)] == [200, 200, 429]
+
+
 def test_start_session_counts_against_the_tenants_request_rate(gateway, agent_key, tenant):
     tenant.policy.rate_limit_rpm = 2
     tenant.policy.save()
