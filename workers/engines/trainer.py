@@ -194,17 +194,14 @@ class Trainer:
         totals: Counter[str] = Counter()
         maxima = {"importance": 0.0, "behaviour": 0.0}
         loss_sum = grad_norm = 0.0
-        skipped: list[int] = []
         rate = self.schedule.current()
         for chunk in chunks:
             rate = self.schedule.apply(self.optimizer)
             self.optimizer.zero_grad(set_to_none=True)
             denominator = self.reduce_sum(sum(sum(samples[i].loss_mask) for i in chunk))
             active = [i for i in chunk if i not in idle]
-            skipped.extend(i for i in chunk if i in idle)
-            if (
-                not active
-            ):  # the gradient is zero, as the forwards would have made it: Adam's update is unchanged
+            if not active:
+                # the gradient is zero, as the forwards would have made it: Adam's update is unchanged
                 for parameter in self.parameters:
                     parameter.grad = torch.zeros_like(parameter)
             for row_indices in plan_micro_batches(
@@ -232,11 +229,9 @@ class Trainer:
         self.data_position = data_position if data_position is not None else self.data_position + len(samples)
 
         seconds = time.perf_counter() - started
-        tokens = sum(len(sample.input_ids) for sample in samples) - sum(
-            len(samples[i].input_ids) for i in skipped
-        )
+        tokens = sum(len(sample.input_ids) for index, sample in enumerate(samples) if index not in idle)
         forwarded = totals["loss_tokens"]  # generated tokens of the samples that ran
-        loss_tokens = forwarded + sum(sum(samples[i].loss_mask) for i in skipped)
+        loss_tokens = forwarded + sum(sum(samples[i].loss_mask) for i in idle)
         histogram: Counter[int] = Counter()
         if current_version is not None:
             for sample in samples:
@@ -270,7 +265,7 @@ class Trainer:
             importance_weight_max=maxima["importance"],
             behaviour_weight_max=maxima["behaviour"],
             fallback_groups=len(advantages.fallback_groups) if advantages else 0,
-            skipped_samples=len(skipped),
+            skipped_samples=len(idle),
             staleness_histogram=tuple(sorted(histogram.items())),
         )
 

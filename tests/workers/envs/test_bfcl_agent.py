@@ -112,6 +112,29 @@ def test_the_agent_runs_bfcl_cases_through_the_gateway_and_rewards_them_with_the
     assert Trajectory.objects.filter(tenant=tenant).count() == len(CASE_IDS)
 
 
+def _irrelevance_traffic(gateway, api_key: str, *, episodes: int, **options) -> BfclTraffic:
+    """One simulated user on the irrelevance category's train cases, run until `episodes` were answered (or
+    two minutes passed), stopped, and the gateway's journal drained into the database."""
+    url, application = gateway
+    traffic = BfclTraffic(
+        gateway_url=url,
+        api_key=api_key,
+        model=MODEL,
+        categories=("irrelevance",),
+        users=1,
+        max_tokens=16,
+        **options,
+    ).start()
+    deadline = time.monotonic() + 120
+    try:
+        while traffic.stats.episodes < episodes and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        traffic.stop()
+    drain(application)
+    return traffic
+
+
 def test_the_demos_bfcl_users_open_rl_sessions_grouped_by_category_and_reward_them(
     gateway,  # noqa: F811
     backend,
@@ -120,22 +143,7 @@ def test_the_demos_bfcl_users_open_rl_sessions_grouped_by_category_and_reward_th
 ):
     """BfclTraffic, as `DEMO_TASK=bfcl` runs it: each case is an RL session whose group is its category, so the
     trainer's GRPO baseline is the category's mean reward, and the checker's verdict is its reward."""
-    url, application = gateway
-    traffic = BfclTraffic(
-        gateway_url=url,
-        api_key=agent_key("inference", "rewards:write"),
-        model=MODEL,
-        categories=("irrelevance",),
-        users=1,
-        max_tokens=16,
-    ).start()
-    deadline = time.monotonic() + 120
-    try:
-        while traffic.stats.episodes < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        traffic.stop()
-    drain(application)
+    traffic = _irrelevance_traffic(gateway, agent_key("inference", "rewards:write"), episodes=2)
 
     assert traffic.stats.episodes >= 2, traffic.stats.last_problem
     assert traffic.stats.errors == 0, traffic.stats.last_problem
@@ -157,23 +165,7 @@ def test_with_a_group_size_the_users_answer_one_case_several_times_in_one_group(
 ):
     """DEMO_BFCL_GROUP=k: a user answers one case k times at once, each answer its own RL session, the k of
     them one GRPO group of their own (the baseline is the case's mean reward, not its category's)."""
-    url, application = gateway
-    traffic = BfclTraffic(
-        gateway_url=url,
-        api_key=agent_key("inference", "rewards:write"),
-        model=MODEL,
-        categories=("irrelevance",),
-        users=1,
-        max_tokens=16,
-        group_size=2,
-    ).start()
-    deadline = time.monotonic() + 120
-    try:
-        while traffic.stats.episodes < 4 and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        traffic.stop()
-    drain(application)
+    traffic = _irrelevance_traffic(gateway, agent_key("inference", "rewards:write"), episodes=4, group_size=2)
 
     assert traffic.stats.episodes >= 4, traffic.stats.last_problem
     assert traffic.stats.errors == 0, traffic.stats.last_problem
