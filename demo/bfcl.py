@@ -57,6 +57,14 @@ class BfclMixin:
             "min_gain": -self.demo_config.tolerance,
         }
 
+    def _grouping(self) -> dict:
+        """With groups of one case's answers (DEMO_BFCL_GROUP > 1) the learner takes whole groups once
+        settled, and consumes a group whose answers all scored alike untrained (DAPO's dynamic sampling):
+        otherwise a group cut by a batch's edge weighs a lone answer against itself or the batch."""
+        if not self._bfcl() or self.demo_config.bfcl_group == 1:
+            return super()._grouping()
+        return {"whole_groups": True, "skip_uniform_groups": True}
+
     def _warm_up(self) -> Path:
         if not self._bfcl():
             return super()._warm_up()
@@ -231,11 +239,17 @@ class BfclMixin:
             for lag, count in (metrics.get("online", {}).get("staleness") or {}).items():
                 histogram[int(lag)] = histogram.get(int(lag), 0) + count
         trained, stale = outcomes.get("trained", 0), outcomes.get("stale", 0)
+        uniform = outcomes.get("uniform", 0)
         share = trained / (trained + stale) if trained + stale else None
         self.out.write(
             f"\nlearner: trained on {trained} of {trained + stale} qualified trajectories it took"
             f" ({'-' if share is None else f'{share:.0%}'}), {stale} dropped as stale, "
             f"{outcomes.get('waiting', 0)} still waiting, {outcomes.get('empty', 0)} with nothing to train"
+            + (
+                f", {uniform} in groups whose answers all scored alike (no signal: not trained)"
+                if uniform
+                else ""
+            )
         )
         total = sum(histogram.values())
         self.out.write("trained samples by lag (training steps along the lineage between the version that")
@@ -247,6 +261,7 @@ class BfclMixin:
             "stale": stale,
             "waiting": outcomes.get("waiting", 0),
             "empty": outcomes.get("empty", 0),
+            "uniform": uniform,
             "trained_share": share,
             "lag_histogram": {str(lag): histogram[lag] for lag in sorted(histogram)},
         }

@@ -18,7 +18,8 @@ workers.models, with its own defaults in MODEL_DEFAULTS), DEMO_TASK (weather: th
 Berkeley Function Calling Leaderboard, workers/envs/bfcl, with SmolLM2 and the defaults of TASK_DEFAULTS),
 DEMO_BFCL_CATEGORIES (comma-separated single-turn categories; default all five), DEMO_BFCL_DEMOS (the
 warm-up's demonstrations from the train split's ground truth), DEMO_BFCL_GROUP (1: each answer's GRPO group is
-its case's category; k > 1: a user answers one case k times at once, the k answers one group), DEMO_TRAINER_NICENESS (the train worker's
+its case's category; k > 1: a user answers one case k times at once, the k answers one group, and the learner
+takes whole groups, those whose answers all scored alike untrained), DEMO_TRAINER_NICENESS (the train worker's
 niceness, AREAL_TRAINING_NICENESS; 0, under DEMO_TASK=bfcl 10), DEMO_GATE_THREADS (the eval worker's torch
 threads for an environment gate, AREAL_GATE_THREADS; 0: torch's choice, under DEMO_TASK=bfcl 1). Under
 DEMO_TASK=bfcl, DEMO_HELDOUT is held-out cases per category.

@@ -50,6 +50,7 @@ class LoopMixin:
                 "staleness_bound": settings.eta,
                 **({} if settings.rollout_bound is None else {"rollout_bound": settings.rollout_bound}),
                 "evaluate_every": settings.eval_every,
+                **self._grouping(),
             },
             gate=self._gate(),
             release_plan={
@@ -89,6 +90,10 @@ class LoopMixin:
             f"{settings.eval_every} versions on {settings.heldout_cases} held-out cases (tolerance "
             f"{settings.tolerance:.0%}), canary at {settings.canary_percent:g}% for ≥ {settings.canary_seconds}s"
         )
+
+    def _grouping(self) -> dict:
+        """The learner's GRPO grouping settings beyond the defaults (the weather desk: none)."""
+        return {}
 
     def _watching(self) -> dict:
         """What the policy watches. The demo as it was: nothing (its learner runs from the start). Under a

@@ -29,6 +29,7 @@ from apps.training.online import (
     online_run_steps,
     online_run_stream,
     online_run_take,
+    online_unsettled_groups,
 )
 from apps.training.selectors import (
     model_version_parents,
@@ -248,7 +249,17 @@ def _learn(run, poll_seconds: float) -> dict:
                 unknown_version_samples=intake.unknown_version_samples,
             )
             _warn_unknown_versions(f"online run {run.pk}", intake.unknown_version_samples)
-        if not staleness.is_ready(waiting, samples_per_step=run.samples_per_step):
+        unsettled = None  # whole groups: the waiting groups with a session still undecided
+        if config.whole_groups:
+            unsettled = online_unsettled_groups(
+                run=run, group_ids={staleness.group_of(item) for item in waiting} - {""}
+            )
+            if config.skip_uniform_groups:
+                uniform = set(staleness.uniform_groups(waiting, unsettled=unsettled))
+                if uniform:
+                    waiting = tuple(item for item in waiting if item.trajectory_id not in uniform)
+                    online_run_settle(run=run, step=steps, trained=[], stale=[], uniform=sorted(uniform))
+        if not staleness.is_ready(waiting, samples_per_step=run.samples_per_step, unsettled=unsettled):
             time.sleep(poll_seconds)
             continue
         batch = staleness.take_batch(
@@ -258,6 +269,7 @@ def _learn(run, poll_seconds: float) -> dict:
             samples_per_step=run.samples_per_step,
             lineage=lineage,
             max_samples=DUE_SAMPLES_PER_STEP * run.samples_per_step,
+            unsettled=unsettled,
         )
         waiting = batch.waiting
         if not batch.samples:

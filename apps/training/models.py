@@ -260,7 +260,7 @@ class OnlineConsumption(TenantOwned):
 
     run = models.ForeignKey(OnlineRun, on_delete=models.CASCADE, related_name="consumptions")
     trajectory_id = models.UUIDField()
-    outcome = models.CharField(max_length=16)  # trained / stale / empty
+    outcome = models.CharField(max_length=16)  # waiting / trained / stale / empty / uniform
     step = models.PositiveIntegerField(default=0)
     at = models.DateTimeField(default=timezone.now)
 

@@ -15,6 +15,8 @@ takes: its η must cover that lag (decoupled PPO corrects for it), while ρ keep
 pace the learner trains, so that what arrives is trained on rather than left waiting or aged past η.
 """
 
+from collections.abc import Sequence
+
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -189,9 +191,12 @@ def online_run_take(
 
 
 @transaction.atomic
-def online_run_settle(*, run: OnlineRun, step: int, trained: list[str], stale: list[str]) -> None:
-    """Waiting trajectories a step trained on, or dropped because a publication aged them past η; counted."""
-    for outcome, ids in (("trained", trained), ("stale", stale)):
+def online_run_settle(
+    *, run: OnlineRun, step: int, trained: list[str], stale: list[str], uniform: Sequence[str] = ()
+) -> None:
+    """Waiting trajectories a step trained on, dropped because a publication aged them past η (counted), or
+    consumed untrained as members of a uniform group (settled, every reward alike: no gradient)."""
+    for outcome, ids in (("trained", trained), ("stale", stale), ("uniform", uniform)):
         if ids:
             OnlineConsumption.objects.filter(run=run, trajectory_id__in=ids, outcome="waiting").update(
                 outcome=outcome, step=step
@@ -292,10 +297,31 @@ def online_pending(*, run: OnlineRun, limit: int = 256) -> list[str]:
     return [str(trajectory_id) for trajectory_id in rows]
 
 
+# Outcomes of trajectories a run took and will never train on: their sessions leave the rollout bound's count.
+UNUSABLE_OUTCOMES = ("stale", "empty", "uniform")
+
+
+def online_unsettled_groups(*, run: OnlineRun, group_ids) -> set[str]:
+    """Of `group_ids`, the GRPO groups not yet settled for this run: some trajectory of theirs started since
+    the run began (aborted ones left out) is still undecided (open, or not yet qualified or disqualified).
+    A run with TrainConfig.whole_groups takes a group only once it is settled (workers.rl.staleness)."""
+    from apps.qualification.choices import QualificationStatus
+    from apps.trajectories.selectors import trajectories_since
+
+    if not group_ids:
+        return set()
+    undecided = (
+        trajectories_since(tenant_id=run.tenant_id, since=run.started_at)
+        .filter(group_id__in=list(group_ids))
+        .exclude(qualification__status__in=(QualificationStatus.QUALIFIED, QualificationStatus.DISQUALIFIED))
+    )
+    return set(undecided.values_list("group_id", flat=True).distinct())
+
+
 def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
     """(capacity, run) for the tenant's running online run, None without one. capacity =
     (ρ + v + 1)·B − (accepted + running), ρ the run's rollout_bound (else its η), over the RL sessions started since the run began, where a session
-    stops counting once it can never be trained on (disqualified, or taken by the run as stale or empty), as
+    stops counting once it can never be trained on (disqualified, or taken by the run as stale, empty or uniform), as
     AReaL counts only accepted rollouts: otherwise rejected sessions would use the budget up for good."""
     from apps.trajectories.selectors import rl_sessions_since
 
@@ -303,7 +329,7 @@ def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
     if run is None:
         return None
     sessions = rl_sessions_since(tenant_id=tenant_id, since=run.started_at)
-    unusable = OnlineConsumption.objects.filter(run=run, outcome__in=("stale", "empty")).values(
+    unusable = OnlineConsumption.objects.filter(run=run, outcome__in=UNUSABLE_OUTCOMES).values(
         "trajectory_id"
     )
     counted = sessions.exclude(qualification__status="disqualified").exclude(pk__in=unusable).count()

@@ -204,12 +204,17 @@ def trajectory_agent(*, tenant_id: int, trajectory_id) -> dict | None:
     return None if row is None else {"id": row["id"], "agent_name": row["agent_name"]}
 
 
+def trajectories_since(*, tenant_id: int, since):
+    """Tenant `tenant_id`'s trajectories started at or after `since`, aborted ones left out: a queryset."""
+    return Trajectory.objects.filter(tenant_id=tenant_id, started_at__gte=since).exclude(
+        status=TrajectoryStatus.ABORTED
+    )
+
+
 def rl_sessions_since(*, tenant_id: int, since):
     """Tenant `tenant_id`'s RL sessions (session id `rl-...`, /rl/start_session's) started at or after
     `since`, aborted ones left out: a queryset (an online run counts its capacity over it)."""
-    return Trajectory.objects.filter(
-        tenant_id=tenant_id, started_at__gte=since, session_id__startswith="rl-"
-    ).exclude(status=TrajectoryStatus.ABORTED)
+    return trajectories_since(tenant_id=tenant_id, since=since).filter(session_id__startswith="rl-")
 
 
 def trajectory_row_get(*, tenant: Tenant, trajectory_id) -> Trajectory:

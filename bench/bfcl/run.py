@@ -209,7 +209,9 @@ def main() -> None:
             f"(a): production {label}, {loop.get('trajectories')} trajectories (GRPO groups: {groups}), "
             f"{loop.get('steps')} steps, "
             f"trained on {staleness.get('trained')} of {staleness.get('trained', 0) + staleness.get('stale', 0)} "
-            f"qualified ({'-' if share is None else f'{share:.0%}'}), lags {staleness.get('lag_histogram')}; "
+            f"qualified ({'-' if share is None else f'{share:.0%}'}), "
+            f"{staleness.get('uniform', 0)} in groups scored alike (untrained), "
+            f"lags {staleness.get('lag_histogram')}; "
             f"warm-up {loop.get('warmup_seconds')} s + loop {loop.get('loop_seconds')} s"
         )
         print(

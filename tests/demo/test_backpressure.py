@@ -77,6 +77,11 @@ def test_sessions_that_can_never_be_trained_on_free_the_budget(gateway, agent_ke
     stale = Trajectory.objects.get(session_id=second)
     OnlineConsumption.objects.create(tenant=tenant, run=run, trajectory_id=stale.pk, outcome="stale")
     assert _start(url, key).status_code == 200
+    assert _start(url, key).status_code == 429
+    # a member of a settled group whose rewards were all alike, consumed untrained (whole groups)
+    alike = Trajectory.objects.exclude(session_id__in=(first, second)).order_by("started_at").first()
+    OnlineConsumption.objects.create(tenant=tenant, run=run, trajectory_id=alike.pk, outcome="uniform")
+    assert _start(url, key).status_code == 200
 
 
 def test_a_rollout_bound_paces_sessions_apart_from_eta(gateway, agent_key, tenant):  # noqa: F811

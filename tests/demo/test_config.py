@@ -103,6 +103,21 @@ def test_the_bfcl_task_runs_smollm2_on_the_single_turn_categories_with_its_own_d
         DemoConfig.from_environment()
 
 
+def test_groups_of_one_cases_answers_make_the_learner_take_whole_groups(monkeypatch):
+    from demo.bfcl import BfclMixin
+    from demo.loop import LoopMixin
+
+    class Recipe(BfclMixin, LoopMixin):
+        def __init__(self):
+            self.demo_config = DemoConfig.from_environment()
+
+    assert Recipe()._grouping() == {}  # the weather desk
+    monkeypatch.setenv("DEMO_TASK", "bfcl")
+    assert Recipe()._grouping() == {}  # a category's answers never settle as a group
+    monkeypatch.setenv("DEMO_BFCL_GROUP", "4")
+    assert Recipe()._grouping() == {"whole_groups": True, "skip_uniform_groups": True}
+
+
 @pytest.mark.parametrize("category", ["live_simple", "multi_turn_base"])
 def test_the_bfcl_task_refuses_live_and_multi_turn_categories(monkeypatch, category):
     monkeypatch.setenv("DEMO_TASK", "bfcl")

@@ -27,12 +27,18 @@ def base_version(tenant, model_dir, *, name=MODEL):
     )
 
 
-def qualified_trajectories(tenant, *, groups=3, group_size=4, prompt=6, completion=8, version=0, seed=0):
-    """groups × group_size one-call trajectories (random ids the default tokenizer knows), rewarded by the
-    fraction of low-half completion tokens, each with a qualified verdict."""
+def qualified_trajectories(
+    tenant, *, groups=3, group_size=4, prompt=6, completion=8, version=0, seed=0, task="task", reward=None
+):
+    """groups × group_size one-call trajectories (random ids the default tokenizer knows) of tasks `<task>-<n>`
+    in groups `<task>-<n>#0`, rewarded by the fraction of low-half completion tokens (or `reward`), each with
+    a qualified verdict."""
     import random
 
-    make_spec(tenant)
+    from apps.rewards.models import RewardSpec
+
+    if not RewardSpec.objects.filter(tenant=tenant, name="quality").exists():
+        make_spec(tenant)
     rng = random.Random(seed)
     made = []
     for group in range(groups):
@@ -41,8 +47,8 @@ def qualified_trajectories(tenant, *, groups=3, group_size=4, prompt=6, completi
             completion_ids = [rng.randrange(10, VOCAB_SIZE) for _ in range(completion)]
             trajectory = TrajectoryFactory(
                 tenant=tenant,
-                task_id=f"task-{group}",
-                group_id=f"task-{group}#0",
+                task_id=f"{task}-{group}",
+                group_id=f"{task}-{group}#0",
                 steps=0,
                 step_count=1,
                 prompt_tokens=prompt,
@@ -63,6 +69,7 @@ def qualified_trajectories(tenant, *, groups=3, group_size=4, prompt=6, completi
                 tokenizer="default",
             )
             value = sum(1 for token in completion_ids if token < VOCAB_SIZE // 2) / completion
+            value = value if reward is None else reward
             reward_append_for_agent(
                 tenant_id=tenant.pk,
                 session_id=trajectory.session_id,

@@ -129,3 +129,39 @@ def test_samples_of_unknown_version_are_dropped_when_the_installation_says_so(
     run = OnlineRun.objects.get(pk=run.pk)
     assert (run.consumed, run.unknown_version_samples) == (0, len(unknown))
     assert outcomes(run) == {"empty": len(unknown)}
+
+
+def test_whole_groups_train_settled_groups_only_and_consume_alike_ones_untrained(
+    tenant, default_model_dir, settings, tmp_path
+):
+    from apps.trajectories.models import Trajectory, TrajectoryStatus
+    from tests.trajectories.factories import TrajectoryFactory
+
+    settings.AREAL_MODELS_DIR = tmp_path / "models"
+    base = base_version(tenant, default_model_dir)
+    run = online_run_start(
+        tenant=tenant,
+        actor=SYSTEM,
+        base_version=base,
+        hyperparameters={"learning_rate": 1e-3, "whole_groups": True, "skip_uniform_groups": True},
+        samples_per_step=4,
+        publish_every=1,
+        staleness_bound=8,
+        max_steps=1,
+        publish_to_backends=False,
+    )
+    qualified_trajectories(tenant, groups=3)  # task-0#0 .. task-2#0, four answers each, rewards apart
+    qualified_trajectories(tenant, groups=1, task="alike", reward=1.0)  # alike-0#0: four right answers
+    # a fifth answer of task-0#0 is still open: that group is not settled
+    TrajectoryFactory(tenant=tenant, session_id="rl-open", group_id="task-0#0", status=TrajectoryStatus.OPEN)
+    result = runners.online_run_execute(run_id=run.pk, poll_seconds=0)
+    assert result["steps"] == 1
+    group_of = dict(Trajectory.objects.filter(tenant=tenant).values_list("id", "group_id"))
+    groups: dict[str, set[str]] = {}
+    for row in OnlineConsumption.objects.filter(run=run):
+        groups.setdefault(row.outcome, set()).add(group_of[row.trajectory_id])
+    # the step took task-1#0 whole (the oldest settled group), the alike group went untrained, task-0#0 (open)
+    # and task-2#0 (not needed) wait
+    assert groups == {"trained": {"task-1#0"}, "uniform": {"alike-0#0"}, "waiting": {"task-0#0", "task-2#0"}}
+    assert outcomes(run) == {"trained": 4, "uniform": 4, "waiting": 8}
+    assert OnlineRun.objects.get(pk=run.pk).consumed == 4

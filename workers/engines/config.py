@@ -69,6 +69,12 @@ class TrainConfig:
     # A sample whose advantage is zero at every token (a GRPO group whose rewards were all equal) adds
     # nothing to the gradient: its forward and backward are skipped, the update unchanged (one process only)
     skip_zero_advantage: bool = True
+    # Online runs (apps/loop/training_runs.py, workers.rl.staleness): a step takes a GRPO group (by group_id)
+    # only once none of its sessions is undecided (open, or not yet qualified), and takes all of it, so that
+    # no answer is weighed against a part of its group; with skip_uniform_groups (DAPO's dynamic sampling) a
+    # settled group whose rewards are all alike is consumed untrained, freeing its place in the rollout bound
+    whole_groups: bool = False
+    skip_uniform_groups: bool = False
     # LoRA (peft); None: full fine-tuning
     lora: LoraSettings | None = None
     gradient_checkpointing: bool = False
@@ -99,6 +105,10 @@ class TrainConfig:
             problems.append("temperature must be > 0")
         if self.reward_discount is not None and not 0 < self.reward_discount <= 1:
             problems.append("reward_discount must be in (0, 1] or None")
+        if self.whole_groups and self.group_by != "group_id":
+            problems.append("whole_groups needs group_by group_id (a session's group is what settles)")
+        if self.skip_uniform_groups and not (self.whole_groups and self.mean_level == "group"):
+            problems.append("skip_uniform_groups needs whole_groups and mean_level group")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -36,11 +36,19 @@ The bound is kept rather than enforced by dropping (AReaL bounds staleness where
   and a ρ that paces its traffic to the learner.
 - `lag_histogram`: trained samples by their oldest generated token's lag, for the run's staleness chart.
 
+Whole GRPO groups (TrainConfig.whole_groups): a sample's advantage is its reward less its group's mean in the
+batch, so a group cut by a batch's edge gives its members the mean of a part (a lone member: its own reward,
+advantage zero). With `unsettled` (the group ids some of whose sessions are still undecided, which the runner
+asks the database for), `is_ready` and `take_batch` count and take a group only once it is settled, and all of
+it; a due trajectory brings its whole group, settled or not. `uniform_groups` names the settled groups whose
+rewards are all alike (DAPO's dynamic sampling: TrainConfig.skip_uniform_groups), which a step would spend a
+place on for no gradient.
+
 Pure: frozen dataclasses and primitives in and out, no Django.
 """
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -201,13 +209,52 @@ def classify(
     )
 
 
-def waiting_sample_count(waiting: Iterable[Waiting]) -> int:
-    return sum(len(item.samples) for item in waiting)
+def group_of(item: Waiting) -> str:
+    """The GRPO group (`group_id`) the trajectory's samples share; "" for none."""
+    return next((sample.group_id for sample in item.samples if sample.group_id), "")
 
 
-def is_ready(waiting: Iterable[Waiting], *, samples_per_step: int) -> bool:
-    """A step is due: at least `samples_per_step` samples wait (counted before `take_batch` ages them)."""
-    return waiting_sample_count(waiting) >= samples_per_step
+def _units(waiting: Iterable[Waiting], unsettled: Collection[str] | None) -> list[list[Waiting]]:
+    """The waiting trajectories in the units a step takes whole, in order of their first member: each
+    trajectory alone, or with `unsettled` given (whole groups), a group's trajectories together."""
+    units: dict[str, list[Waiting]] = {}
+    for item in waiting:
+        group = group_of(item) if unsettled is not None else ""
+        units.setdefault(f"group:{group}" if group else f"trajectory:{item.trajectory_id}", []).append(item)
+    return list(units.values())
+
+
+def _settled(unit: list[Waiting], unsettled: Collection[str] | None) -> bool:
+    return not unsettled or group_of(unit[0]) not in unsettled
+
+
+def waiting_sample_count(waiting: Iterable[Waiting], *, unsettled: Collection[str] | None = None) -> int:
+    """Samples waiting, those of `unsettled` groups left out."""
+    return sum(
+        len(item.samples) for unit in _units(waiting, unsettled) if _settled(unit, unsettled) for item in unit
+    )
+
+
+def is_ready(
+    waiting: Iterable[Waiting], *, samples_per_step: int, unsettled: Collection[str] | None = None
+) -> bool:
+    """A step is due: at least `samples_per_step` samples wait (counted before `take_batch` ages them), those
+    of `unsettled` groups left out."""
+    return waiting_sample_count(waiting, unsettled=unsettled) >= samples_per_step
+
+
+def uniform_groups(waiting: Iterable[Waiting], *, unsettled: Collection[str]) -> tuple[str, ...]:
+    """Trajectory ids of the settled groups (a group id, not in `unsettled`) whose waiting samples all hold
+    one reward (DAPO's dynamic sampling): against its group's mean each such sample's advantage is zero, so
+    the group adds nothing to a step and only takes its place in the batch."""
+    uniform: list[str] = []
+    for unit in _units(waiting, unsettled):
+        if not group_of(unit[0]) or not _settled(unit, unsettled):
+            continue
+        rewards = {sample.reward for item in unit for sample in item.samples}
+        if len(rewards) == 1:
+            uniform.extend(item.trajectory_id for item in unit)
+    return tuple(uniform)
 
 
 def take_batch(
@@ -218,11 +265,14 @@ def take_batch(
     samples_per_step: int,
     lineage: Lineage | None = None,
     max_samples: int | None = None,
+    unsettled: Collection[str] | None = None,
 ) -> Batch:
     """The next step's batch from `waiting` (oldest first), against the learner's current version (and, when
     given, its `lineage`: freshness by lag along it, and the batch's samples relabelled V − lag). With
     `max_samples`, the trajectories this step's publication would age past η (lag η: due) join the batch
-    first, in queue order, beyond `samples_per_step` if need be but within `max_samples`."""
+    first, in queue order, beyond `samples_per_step` if need be but within `max_samples`. With `unsettled`
+    (whole groups: the group ids some of whose sessions are still undecided), a group's trajectories are
+    taken together, and a group in `unsettled` waits unless one of its trajectories is due."""
     if lineage is None:
         lineage = Lineage(current=current_version)  # no parents known: lags are differences of numbers
 
@@ -231,27 +281,26 @@ def take_batch(
 
     stale = tuple(item.trajectory_id for item in waiting if not fresh_samples(item))
     fresh = [item for item in waiting if item.trajectory_id not in stale]
-    due = set()
+    units = _units(fresh, unsettled)
+    due: list[list[Waiting]] = []
     if max_samples is not None:
         room = max_samples
-        for item in fresh:
-            kept = fresh_samples(item)
+        for unit in units:
+            kept = [sample for item in unit for sample in fresh_samples(item)]
             if any(sample_lag(sample, lineage) == eta for sample in kept) and len(kept) <= room:
-                due.add(item.trajectory_id)
+                due.append(unit)
                 room -= len(kept)
-    samples: list[TrainingSample] = []
-    taken: list[str] = []
-    for item in fresh:
-        if item.trajectory_id in due:
-            samples.extend(fresh_samples(item))
-            taken.append(item.trajectory_id)
-    for item in fresh:
-        if len(samples) >= samples_per_step:
+    taken = list(due)
+    count = sum(len(fresh_samples(item)) for unit in due for item in unit)
+    for unit in units:
+        if count >= samples_per_step:
             break
-        if item.trajectory_id not in due:
-            samples.extend(fresh_samples(item))
-            taken.append(item.trajectory_id)
-    chosen = set(taken)
+        if any(unit is other for other in due) or not _settled(unit, unsettled):
+            continue
+        taken.append(unit)
+        count += sum(len(fresh_samples(item)) for item in unit)
+    chosen = {item.trajectory_id for unit in taken for item in unit}
+    samples = [sample for item in fresh if item.trajectory_id in chosen for sample in fresh_samples(item)]
     return Batch(
         samples=tuple(relabel(sample, lineage) for sample in samples),
         trained=tuple(item.trajectory_id for item in fresh if item.trajectory_id in chosen),

@@ -202,6 +202,14 @@ def test_config_round_trips_and_rejects_nonsense():
         TrainConfig(algorithm="dpo")
     with pytest.raises(ValueError, match="unknown"):
         TrainConfig.from_dict({"learning_rat": 1})
+    # whole groups settle by the sessions' group_id; alike groups are without a signal only against their mean
+    assert TrainConfig(whole_groups=True, skip_uniform_groups=True).skip_uniform_groups
+    with pytest.raises(ValueError, match="whole_groups needs group_by group_id"):
+        TrainConfig(whole_groups=True, group_by="task_id")
+    with pytest.raises(ValueError, match="skip_uniform_groups needs"):
+        TrainConfig(skip_uniform_groups=True)
+    with pytest.raises(ValueError, match="skip_uniform_groups needs"):
+        TrainConfig(whole_groups=True, skip_uniform_groups=True, mean_level="batch")
 
 
 @pytest.mark.gpu

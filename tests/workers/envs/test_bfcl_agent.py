@@ -163,7 +163,7 @@ def test_with_a_group_size_the_users_answer_one_case_several_times_in_one_group(
     agent_key,  # noqa: F811
     tenant,
 ):
-    """DEMO_BFCL_GROUP=k: a user answers one case k times at once, each answer its own RL session, the k of
+    """DEMO_BFCL_GROUP=k: a user starts k RL sessions for one case, then answers it in each at once, the k of
     them one GRPO group of their own (the baseline is the case's mean reward, not its category's)."""
     traffic = _irrelevance_traffic(gateway, agent_key("inference", "rewards:write"), episodes=4, group_size=2)
 
@@ -179,6 +179,9 @@ def test_with_a_group_size_the_users_answer_one_case_several_times_in_one_group(
         assert group.startswith(f"bfcl/{task_id}/0-0-")
         assert _case(task_id).split == "train"
         assert len({member.session_id for member in members}) == 2  # a session each
+        # every session of the group started before any of them ended: while an answer is undecided, the
+        # group's other sessions are on record (a learner taking whole groups waits for them)
+        assert max(member.started_at for member in members) < min(member.ended_at for member in members)
     assert all(len(members) <= 2 for members in groups.values())
 
 

@@ -15,6 +15,7 @@ from workers.rl.staleness import (
     is_ready,
     oldest_fresh_version,
     take_batch,
+    uniform_groups,
     waiting_sample_count,
 )
 
@@ -159,3 +160,57 @@ def test_unknown_versions_are_counted_and_kept_or_dropped_as_asked():
     assert (dropped.waiting, dropped.empty, dropped.unknown_version_samples) == ((), ("unknown",), 1)
     with pytest.raises(ValueError, match="unknown_versions"):
         build_samples([records["unknown"]], unknown_versions="fresh")
+
+
+def member(trajectory_id: str, group: str, reward: float, version: int = 4) -> Waiting:
+    """A waiting trajectory of GRPO group `group` with one sample of `reward`, sampled by `version`."""
+    one = dataclasses.replace(sample(trajectory_id, -1, version), group_id=group, reward=reward)
+    return Waiting(trajectory_id=trajectory_id, samples=(one,))
+
+
+def test_whole_groups_wait_until_settled_and_join_a_step_together():
+    # a1 and b1 came first, but their groups still have an undecided session; c is settled
+    queue = [
+        member("a1", "a", 1.0),
+        member("b1", "b", 0.0),
+        member("c1", "c", 1.0),
+        member("a2", "a", 0.0),
+        member("c2", "c", 0.0),
+        member("c3", "c", 0.0),
+    ]
+    assert waiting_sample_count(queue, unsettled={"a", "b"}) == 3
+    assert is_ready(queue, samples_per_step=3, unsettled={"a", "b"})
+    assert not is_ready(queue, samples_per_step=4, unsettled={"a", "b"})
+    batch = take_batch(queue, current_version=4, eta=2, samples_per_step=2, unsettled={"a", "b"})
+    assert list(batch.trained) == ["c1", "c2", "c3"]  # the whole group, past samples_per_step
+    assert ids(batch.waiting) == ["a1", "b1", "a2"]
+    # once `a` settles, both its trajectories go together, oldest group first
+    batch = take_batch(batch.waiting, current_version=4, eta=2, samples_per_step=1, unsettled={"b"})
+    assert list(batch.trained) == ["a1", "a2"]
+    assert ids(batch.waiting) == ["b1"]
+    # without `unsettled`, trajectories are taken one by one as before, groups or not
+    plain = take_batch(queue, current_version=4, eta=2, samples_per_step=2)
+    assert list(plain.trained) == ["a1", "b1"]
+
+
+def test_an_unsettled_group_that_is_due_joins_the_step_whole():
+    # at lag η (2) a1 is due: the step's publication would age it past η, so group a joins, settled or not
+    queue = [member("c1", "c", 1.0), member("a1", "a", 1.0, version=2), member("a2", "a", 0.0)]
+    batch = take_batch(queue, current_version=4, eta=2, samples_per_step=1, max_samples=4, unsettled={"a"})
+    assert list(batch.trained) == ["a1", "a2"]  # first, and enough for the step
+    assert ids(batch.waiting) == ["c1"]
+
+
+def test_a_group_without_a_signal_is_uniform_once_settled():
+    queue = [
+        member("a1", "a", 1.0),
+        member("a2", "a", 1.0),  # a: both right, no signal
+        member("b1", "b", 0.0),
+        member("b2", "b", 1.0),  # b: a signal
+        member("c1", "c", 0.0),  # c: alike so far, but a session is still undecided
+        member("c2", "c", 0.0),
+        member("d1", "d", 0.0),  # d: one member left (the others disqualified): alike with itself
+        Waiting(trajectory_id="n", samples=(sample("n", -1, 4),)),  # no group: never uniform
+    ]
+    assert uniform_groups(queue, unsettled={"c"}) == ("a1", "a2", "d1")
+    assert uniform_groups(queue, unsettled=set()) == ("a1", "a2", "c1", "c2", "d1")

@@ -75,12 +75,20 @@ class BfclTraffic(UserThreads):
             if self.group_size == 1:
                 self._session(http, case, f"bfcl/{case.category}")
                 continue
-            # a group of one case's answers: the GRPO baseline is the case's own mean reward
+            # a group of one case's answers: the GRPO baseline is the case's own mean reward. Every session
+            # of the group starts before any answer is sent, so that while one answer is still undecided
+            # the group's other sessions are on record (a learner that takes whole groups waits for it)
             group_id = f"bfcl/{case.case_id}/{self.seed}-{number}-{rounds}"
             rounds += 1
+            sessions = []
+            for _ in range(self.group_size):
+                session = self._start(http, case, group_id)
+                if session is None:
+                    break
+                sessions.append(session)
             members = [
-                threading.Thread(target=self._session, args=(http, case, group_id), daemon=True)
-                for _ in range(self.group_size)
+                threading.Thread(target=self._play, args=(http, case, session), daemon=True)
+                for session in sessions
             ]
             for member in members:
                 member.start()
@@ -90,8 +98,14 @@ class BfclTraffic(UserThreads):
 
     def _session(self, http, case: Case, group_id: str) -> None:
         """One RL session: start (waiting out the run's back-pressure), the case, its reward, the end."""
+        session = self._start(http, case, group_id)
+        if session is not None:
+            self._play(http, case, session)
+
+    def _start(self, http, case: Case, group_id: str) -> dict | None:
+        """POST /rl/start_session, waiting out the run's back-pressure (429); None when the traffic stops or
+        the start failed (counted)."""
         import httpx
-        import openai
 
         headers = {"Authorization": f"Bearer {self.api_key}"}
         try:
@@ -104,9 +118,20 @@ class BfclTraffic(UserThreads):
                 with self.stats.lock:
                     self.stats.held_back += 1
                 if self._stop.wait(float(started.headers.get("retry-after", "1"))):
-                    return
+                    return None
             started.raise_for_status()
-            session = started.json()
+            return started.json()
+        except (httpx.HTTPError, ValueError) as problem:
+            self._failed(problem)
+            return None
+
+    def _play(self, http, case: Case, session: dict) -> None:
+        """The case in a started session, its reward, the session's end."""
+        import httpx
+        import openai
+
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        try:
             client = openai.OpenAI(
                 base_url=f"{self.gateway_url}/v1", api_key=session["api_key"], max_retries=2, timeout=300
             )
@@ -131,10 +156,13 @@ class BfclTraffic(UserThreads):
             http.post("/rl/end_session", json={}, headers={"Authorization": f"Bearer {session['api_key']}"})
             self._count(case, ran, verdict)
         except (httpx.HTTPError, KeyError, ValueError) as problem:
-            with self.stats.lock:
-                self.stats.errors += 1
-                self.stats.last_problem = f"{type(problem).__name__}: {problem}"[:200]
-            self._stop.wait(1.0)
+            self._failed(problem)
+
+    def _failed(self, problem: Exception) -> None:
+        with self.stats.lock:
+            self.stats.errors += 1
+            self.stats.last_problem = f"{type(problem).__name__}: {problem}"[:200]
+        self._stop.wait(1.0)
 
     def _count(self, case: Case, ran, verdict) -> None:
         with self.stats.lock:
