@@ -26,9 +26,12 @@ from apps.core.errors import Conflict, ValidationFailed
 from apps.core.selectors import get_in_tenant
 from apps.core.tasking import task_enqueue_on_commit
 from apps.metrics.publish import metrics_publish
+from apps.qualification.choices import QualificationStatus
+from apps.qualification.selectors import qualified_trajectory_ids
 from apps.training.job_words import online_run_title
 from apps.training.jobs import JOBS_STREAM
 from apps.training.models import ModelVersion, OnlineConsumption, OnlineRun, OnlineRunStatus, VersionStatus
+from apps.trajectories.selectors import rl_sessions_since, trajectories_since
 
 
 @transaction.atomic
@@ -288,8 +291,6 @@ def online_run_periods(*, tenant, model: str, since) -> list[tuple]:
 def online_pending(*, run: OnlineRun, limit: int = 256) -> list[str]:
     """Qualified trajectories of this run's window (started since the run began, production traffic) that the
     run has not consumed yet, oldest first."""
-    from apps.qualification.selectors import qualified_trajectory_ids
-
     taken = OnlineConsumption.objects.filter(run=run).values("trajectory_id")
     rows = qualified_trajectory_ids(
         tenant_id=run.tenant_id, started_since=run.started_at, excluding=taken, limit=limit
@@ -305,9 +306,6 @@ def online_unsettled_groups(*, run: OnlineRun, group_ids) -> set[str]:
     """Of `group_ids`, the GRPO groups not yet settled for this run: some trajectory of theirs started since
     the run began (aborted ones left out) is still undecided (open, or not yet qualified or disqualified).
     A run with TrainConfig.whole_groups takes a group only once it is settled (workers.rl.staleness)."""
-    from apps.qualification.choices import QualificationStatus
-    from apps.trajectories.selectors import trajectories_since
-
     if not group_ids:
         return set()
     undecided = (
@@ -323,8 +321,6 @@ def online_capacity(*, tenant_id) -> tuple[int, OnlineRun] | None:
     (ρ + v + 1)·B − (accepted + running), ρ the run's rollout_bound (else its η), over the RL sessions started since the run began, where a session
     stops counting once it can never be trained on (disqualified, or taken by the run as stale, empty or uniform), as
     AReaL counts only accepted rollouts: otherwise rejected sessions would use the budget up for good."""
-    from apps.trajectories.selectors import rl_sessions_since
-
     run = OnlineRun.objects.filter(tenant_id=tenant_id, status=OnlineRunStatus.RUNNING).first()
     if run is None:
         return None

@@ -295,7 +295,7 @@ def take_batch(
     for unit in units:
         if count >= samples_per_step:
             break
-        if any(unit is other for other in due) or not _settled(unit, unsettled):
+        if unit in due or not _settled(unit, unsettled):
             continue
         taken.append(unit)
         count += sum(len(fresh_samples(item)) for item in unit)
